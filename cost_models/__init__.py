@@ -1,0 +1,10 @@
+"""Cost models of autoplace: compute (measured), communication, simulation.
+
+This package never imports :mod:`placer`; the solver and simulator modules
+import no TensorFlow either (only :mod:`cost_models.profile` does).
+"""
+
+from .comm import Link
+from .simulate import SimResult, TensorEdge, simulate
+
+__all__ = ["Link", "SimResult", "TensorEdge", "simulate"]

@@ -1,0 +1,212 @@
+"""Discrete-event simulation of a placed dataflow graph (no TensorFlow).
+
+Semantics (TensorFlow's dataflow executor, simplified):
+
+* an op becomes *ready* when every tensor it consumes has arrived on its
+  device and every control predecessor has finished;
+* each device runs ``concurrency`` ops at a time (default 1), the ready op
+  with the earliest ready time first (ties: lower node index, i.e. the
+  topological order);
+* a tensor consumed on another device is sent **once per destination
+  device** when its producer finishes; each ordered link carries one
+  transfer at a time, in the order the transfers were issued.
+
+Examples
+--------
+A chain of two ops on two devices with a 1 ms link:
+
+>>> import numpy as np
+>>> r = simulate(np.array([[1.0, 1.0], [2.0, 2.0]]), [TensorEdge(0, (1,), 10.0)], [0, 1],
+...              link_seconds=lambda i, j, b: 1e-3 * (b > 0))
+>>> round(r.step_time_s, 6)
+3.001
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class TensorEdge:
+    """A (group of) tensor(s) produced by ``src`` and consumed by ``dsts``.
+
+    ``count`` is how many distinct tensors were merged into this edge (each
+    pays the link latency once).
+    """
+
+    src: int
+    dsts: tuple[int, ...]
+    nbytes: float
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """Outcome of :func:`simulate`.
+
+    Attributes
+    ----------
+    step_time_s : float
+        Makespan of one step.
+    busy_s : numpy.ndarray
+        Compute seconds per device.
+    link_bytes : numpy.ndarray
+        ``(k, k)`` bytes sent from device ``i`` to device ``j``.
+    timeline : tuple
+        ``(node, device, start_s, end_s)`` per op, in start order.
+    transfers : tuple
+        ``(tensor_index, src_device, dst_device, start_s, end_s)``.
+    """
+
+    step_time_s: float
+    busy_s: np.ndarray
+    link_bytes: np.ndarray
+    timeline: tuple[tuple[int, int, float, float], ...]
+    transfers: tuple[tuple[int, int, int, float, float], ...]
+
+
+def _check_costs(durations: np.ndarray, assignment: np.ndarray) -> None:
+    n = durations.shape[0]
+    if assignment.shape != (n,):
+        raise ValueError(f"assignment has shape {assignment.shape}, expected ({n},)")
+    chosen = durations[np.arange(n), assignment]
+    bad = np.flatnonzero(~np.isfinite(chosen) | (chosen < 0))
+    if bad.size:
+        raise ValueError(
+            f"node {int(bad[0])} has duration {chosen[bad[0]]!r} on device {int(assignment[bad[0]])}; "
+            "durations must be finite and non-negative"
+        )
+
+
+def simulate(
+    durations_s: np.ndarray,
+    tensors: Sequence[TensorEdge],
+    assignment: Sequence[int],
+    link_seconds: Callable[[int, int, float], float],
+    *,
+    control_edges: Sequence[tuple[int, int]] = (),
+    concurrency: int = 1,
+) -> SimResult:
+    """Simulate one step of a placed graph.
+
+    Parameters
+    ----------
+    durations_s : numpy.ndarray
+        ``(n, k)`` compute seconds of node ``v`` on device ``d``.
+    tensors : sequence of TensorEdge
+        Data dependencies (node indices).
+    assignment : sequence of int
+        Device index of each node.
+    link_seconds : callable
+        ``(src_device, dst_device, nbytes) -> seconds`` for one transfer.
+    control_edges : sequence of (int, int)
+        Ordering-only dependencies (no data moves).
+    concurrency : int
+        Ops a device runs at once.
+
+    Returns
+    -------
+    SimResult
+
+    Raises
+    ------
+    ValueError
+        On a cycle, a bad assignment or a non-finite/negative duration.
+
+    Examples
+    --------
+    A diamond on one device serialises: 1 + 2 + 3 + 1 seconds.
+
+    >>> import numpy as np
+    >>> d = np.array([[1.0], [2.0], [3.0], [1.0]])
+    >>> es = [TensorEdge(0, (1, 2), 4.0), TensorEdge(1, (3,), 4.0), TensorEdge(2, (3,), 4.0)]
+    >>> simulate(d, es, [0, 0, 0, 0], lambda i, j, b: 0.0).step_time_s
+    7.0
+    """
+    durations = np.asarray(durations_s, dtype=float)
+    a = np.asarray(assignment, dtype=int)
+    n, k = durations.shape
+    _check_costs(durations, a)
+    if concurrency < 1:
+        raise ValueError("concurrency must be >= 1")
+
+    # Dependencies: (tensor, dst) pairs and control edges.
+    n_waiting = np.zeros(n, dtype=int)
+    consumers_of: list[list[int]] = [[] for _ in range(n)]  # tensor indices produced by node
+    ctrl_succ: list[list[int]] = [[] for _ in range(n)]
+    for ti, t in enumerate(tensors):
+        consumers_of[t.src].append(ti)
+        for v in set(t.dsts):
+            if v != t.src:
+                n_waiting[v] += 1
+    for u, v in control_edges:
+        ctrl_succ[u].append(v)
+        n_waiting[v] += 1
+    ready_at = np.zeros(n)
+
+    heaps: list[list[tuple[float, int]]] = [[] for _ in range(k)]
+    for v in np.flatnonzero(n_waiting == 0):
+        heapq.heappush(heaps[a[v]], (0.0, int(v)))
+    # Each device has `concurrency` slots; keep their free times in a heap.
+    slots = [[0.0] * concurrency for _ in range(k)]
+    link_free = np.zeros((k, k))
+    link_bytes = np.zeros((k, k))
+    busy = np.zeros(k)
+    timeline: list[tuple[int, int, float, float]] = []
+    transfers: list[tuple[int, int, int, float, float]] = []
+    done = 0
+
+    def release(v: int, t: float) -> None:
+        ready_at[v] = max(ready_at[v], t)
+        n_waiting[v] -= 1
+        if n_waiting[v] == 0:
+            heapq.heappush(heaps[a[v]], (float(ready_at[v]), v))
+
+    while done < n:
+        best: tuple[float, int, int] | None = None
+        for d in range(k):
+            if heaps[d]:
+                r, v = heaps[d][0]
+                start = max(r, slots[d][0])
+                if best is None or (start, v) < (best[0], best[2]):
+                    best = (start, d, v)
+        if best is None:
+            raise ValueError("the graph has a cycle: some ops can never become ready")
+        start, d, v = best
+        heapq.heappop(heaps[d])
+        end = start + float(durations[v, d])
+        heapq.heapreplace(slots[d], end)
+        busy[d] += end - start
+        timeline.append((v, d, start, end))
+        done += 1
+        for ti in consumers_of[v]:
+            t = tensors[ti]
+            by_dev: dict[int, list[int]] = {}
+            for w in dict.fromkeys(t.dsts):
+                if w != v:
+                    by_dev.setdefault(int(a[w]), []).append(w)
+            for dd in sorted(by_dev):
+                arrival = end
+                if dd != d:
+                    ls = max(link_free[d, dd], end)
+                    cost = sum(link_seconds(d, dd, t.nbytes / t.count) for _ in range(t.count))
+                    arrival = ls + cost
+                    link_free[d, dd] = arrival
+                    link_bytes[d, dd] += t.nbytes
+                    transfers.append((ti, d, dd, ls, arrival))
+                for w in by_dev[dd]:
+                    release(w, arrival)
+        for w in ctrl_succ[v]:
+            release(w, end)
+    step = max((e for *_, e in timeline), default=0.0)
+    if transfers:
+        step = max(step, max(e for *_, e in transfers))
+    if not math.isfinite(step):
+        raise ValueError("simulated step time is not finite")
+    return SimResult(step, busy, link_bytes, tuple(timeline), tuple(transfers))

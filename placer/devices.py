@@ -1,0 +1,250 @@
+"""Device specifications and their validation (no TensorFlow import).
+
+A placement targets a :class:`DeviceSet`: an ordered tuple of
+:class:`DeviceSpec` plus a link model between every ordered pair. Device
+strings are canonicalised to TensorFlow's full form
+(``/job:localhost/replica:0/task:0/device:CPU:1``) so that ``"/CPU:1"`` and
+``"/device:CPU:1"`` name the same device.
+
+Examples
+--------
+>>> canonical_device_name("/CPU:1")
+'/job:localhost/replica:0/task:0/device:CPU:1'
+>>> canonical_device_name("/job:worker/task:1/device:cpu:0")
+'/job:worker/replica:0/task:1/device:CPU:0'
+>>> ds = resolve_devices(["/CPU:0", "/CPU:1"], available=["/job:localhost/replica:0/task:0/device:CPU:0",
+...                      "/job:localhost/replica:0/task:0/device:CPU:1"])
+>>> [d.kind for d in ds.devices]
+['CPU', 'CPU']
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+from cost_models.comm import Link
+
+from .errors import DeviceError
+
+#: Assumed link between two devices when nothing better is known: these are
+#: planning defaults, not measurements (see ``docs/costs.md``).
+DEFAULT_BANDWIDTH_BYTES_PER_S = 8e9
+DEFAULT_LATENCY_S = 20e-6
+#: Cross-process (gRPC) links are slower; measured on loopback in
+#: ``../shared/notes/tf-facts.md``: ~1 ms per call, ~1.6 GB/s.
+DEFAULT_REMOTE_BANDWIDTH_BYTES_PER_S = 1.6e9
+DEFAULT_REMOTE_LATENCY_S = 1e-3
+
+_FULL = re.compile(
+    r"^/?(?:job:(?P<job>[A-Za-z0-9_]+))?/?(?:replica:(?P<replica>\d+))?/?"
+    r"(?:task:(?P<task>\d+))?/?(?:device:)?(?P<type>[A-Za-z_]+):(?P<index>\d+)$"
+)
+
+
+def canonical_device_name(name: str) -> str:
+    """Return the full TensorFlow name of a device string.
+
+    Parameters
+    ----------
+    name : str
+        ``"/CPU:0"``, ``"GPU:1"``, ``"/device:CPU:0"`` or a full
+        ``/job:…/replica:…/task:…/device:TYPE:N`` string.
+
+    Returns
+    -------
+    str
+        ``/job:J/replica:R/task:T/device:TYPE:N`` with ``TYPE`` upper-case and
+        defaults ``job=localhost``, ``replica=0``, ``task=0``.
+
+    Raises
+    ------
+    DeviceError
+        If the string is not a device name.
+
+    Examples
+    --------
+    >>> canonical_device_name("gpu:0")
+    '/job:localhost/replica:0/task:0/device:GPU:0'
+    """
+    if not isinstance(name, str):
+        raise DeviceError(f"device {name!r} is not a string; pass e.g. '/CPU:0' or a DeviceSpec")
+    m = _FULL.match(name.strip())
+    if m is None:
+        raise DeviceError(
+            f"cannot parse device {name!r}; use '/CPU:0', '/GPU:1' or "
+            "'/job:worker/replica:0/task:1/device:CPU:0'"
+        )
+    job = m.group("job") or "localhost"
+    replica = m.group("replica") or "0"
+    task = m.group("task") or "0"
+    return f"/job:{job}/replica:{replica}/task:{task}/device:{m.group('type').upper()}:{m.group('index')}"
+
+
+def device_kind(name: str) -> str:
+    """Device type of a (canonical or short) device name, e.g. ``'GPU'``.
+
+    Examples
+    --------
+    >>> device_kind("/job:worker/replica:0/task:3/device:GPU:1")
+    'GPU'
+    """
+    return canonical_device_name(name).rsplit("/device:", 1)[1].split(":")[0]
+
+
+def device_host(name: str) -> str:
+    """The ``/job:…/replica:…/task:…`` part: devices sharing it share a process.
+
+    Examples
+    --------
+    >>> device_host("/CPU:1")
+    '/job:localhost/replica:0/task:0'
+    """
+    return canonical_device_name(name).rsplit("/device:", 1)[0]
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """One target device.
+
+    Parameters
+    ----------
+    name : str
+        Device string; canonicalised on construction.
+    memory_bytes : int or None
+        Capacity available to the model's resident state; ``None`` = unlimited.
+    speed : float
+        Relative compute speed (2.0 runs every op in half the measured time).
+    bandwidth_bytes_per_s, latency_s : float or None
+        Link to every *other* device of the set, overriding the defaults.
+
+    Examples
+    --------
+    >>> DeviceSpec("/GPU:0", memory_bytes=16 << 30).kind
+    'GPU'
+    """
+
+    name: str
+    memory_bytes: int | None = None
+    speed: float = 1.0
+    bandwidth_bytes_per_s: float | None = None
+    latency_s: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", canonical_device_name(self.name))
+        if self.memory_bytes is not None and (int(self.memory_bytes) != self.memory_bytes or self.memory_bytes <= 0):
+            raise DeviceError(f"{self.name}: memory_bytes must be a positive integer or None, got {self.memory_bytes!r}")
+        for attr in ("speed", "bandwidth_bytes_per_s", "latency_s"):
+            v = getattr(self, attr)
+            if v is None:
+                continue
+            if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (attr != "latency_s" and v == 0):
+                raise DeviceError(f"{self.name}: {attr} must be a finite positive number, got {v!r}")
+
+    @property
+    def kind(self) -> str:
+        """Device type (``CPU``, ``GPU``, …)."""
+        return device_kind(self.name)
+
+    @property
+    def host(self) -> str:
+        """Process part of the name (``/job:…/replica:…/task:…``)."""
+        return device_host(self.name)
+
+
+@dataclass(frozen=True)
+class DeviceSet:
+    """Ordered target devices and the link between each ordered pair."""
+
+    devices: tuple[DeviceSpec, ...]
+    links: Mapping[tuple[int, int], Link] = field(default_factory=dict)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Canonical device names, in order."""
+        return tuple(d.name for d in self.devices)
+
+    def __len__(self) -> int:
+        return len(self.devices)
+
+    def link(self, i: int, j: int) -> Link:
+        """Link from device ``i`` to device ``j`` (``i != j``)."""
+        return self.links[(i, j)]
+
+
+def _default_link(a: DeviceSpec, b: DeviceSpec) -> Link:
+    remote = a.host != b.host
+    bws = [x.bandwidth_bytes_per_s for x in (a, b) if x.bandwidth_bytes_per_s is not None]
+    lats = [x.latency_s for x in (a, b) if x.latency_s is not None]
+    bw = min(bws) if bws else (DEFAULT_REMOTE_BANDWIDTH_BYTES_PER_S if remote else DEFAULT_BANDWIDTH_BYTES_PER_S)
+    lat = max(lats) if lats else (DEFAULT_REMOTE_LATENCY_S if remote else DEFAULT_LATENCY_S)
+    return Link(bw, lat)
+
+
+def resolve_devices(
+    devices: Sequence[object] | Iterable[object],
+    available: Sequence[str] | None = None,
+) -> DeviceSet:
+    """Validate a user's device list and build a :class:`DeviceSet`.
+
+    Parameters
+    ----------
+    devices : sequence
+        Strings, :class:`DeviceSpec` objects, or objects with a ``name``
+        attribute holding a device string (``tf.config.LogicalDevice``).
+    available : sequence of str, optional
+        Full names of the devices that exist; ``None`` skips the check (for
+        offline planning on hardware that is not present).
+
+    Raises
+    ------
+    DeviceError
+        Empty list, unparsable entry, duplicate device, or a device that is
+        not in ``available``.
+
+    Examples
+    --------
+    >>> resolve_devices([])
+    Traceback (most recent call last):
+    ...
+    placer.errors.DeviceError: the device list is empty; pass at least one device, e.g. ['/CPU:0']
+    """
+    if isinstance(devices, (str, bytes)):
+        raise DeviceError(f"devices must be a list of devices, not the string {devices!r}; wrap it: [{devices!r}]")
+    try:
+        items = list(devices)
+    except TypeError:
+        raise DeviceError(f"devices must be a list, got {type(devices).__name__}") from None
+    if not items:
+        raise DeviceError("the device list is empty; pass at least one device, e.g. ['/CPU:0']")
+    specs: list[DeviceSpec] = []
+    for item in items:
+        if isinstance(item, DeviceSpec):
+            specs.append(item)
+        elif isinstance(item, str):
+            specs.append(DeviceSpec(item))
+        elif isinstance(getattr(item, "name", None), str):
+            specs.append(DeviceSpec(item.name))
+        else:
+            raise DeviceError(f"cannot use {item!r} as a device; pass a string, a DeviceSpec or a tf.config.LogicalDevice")
+    seen: dict[str, int] = {}
+    for i, s in enumerate(specs):
+        if s.name in seen:
+            raise DeviceError(
+                f"device {s.name} is listed twice (entries {seen[s.name]} and {i}); list each device once"
+            )
+        seen[s.name] = i
+    if available is not None:
+        avail = {canonical_device_name(a) for a in available}
+        missing = [s.name for s in specs if s.name not in avail]
+        if missing:
+            raise DeviceError(
+                f"device(s) {missing} are not available in this process; available: {sorted(avail)}. "
+                "Create logical devices before TensorFlow initialises "
+                "(tf.config.set_logical_device_configuration) or connect to the cluster first "
+                "(tf.config.experimental_connect_to_cluster)."
+            )
+    links = {(i, j): _default_link(a, b) for i, a in enumerate(specs) for j, b in enumerate(specs) if i != j}
+    return DeviceSet(tuple(specs), links)

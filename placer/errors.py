@@ -1,0 +1,53 @@
+"""The one exception hierarchy of autoplace.
+
+Every error the library raises on bad input or an impossible request is an
+:class:`AutoplaceError`. Each message says what went wrong *and* what to do.
+
+Examples
+--------
+>>> from placer.errors import AutoplaceError, DeviceError
+>>> issubclass(DeviceError, AutoplaceError)
+True
+"""
+
+from __future__ import annotations
+
+
+class AutoplaceError(Exception):
+    """Base class of every error autoplace raises on purpose."""
+
+
+class ModelError(AutoplaceError, TypeError):
+    """The object given is not a usable Keras 3 model."""
+
+
+class InputSignatureError(AutoplaceError, ValueError):
+    """Input shapes are missing or ambiguous (e.g. unknown batch dimension)."""
+
+
+class DeviceError(AutoplaceError, ValueError):
+    """A device list is empty, malformed, duplicated or names a missing device."""
+
+
+class GraphError(AutoplaceError, ValueError):
+    """A placement graph is malformed: cycles, missing or invalid attributes."""
+
+
+class CostError(GraphError):
+    """A cost is negative, NaN or infinite, or could not be measured."""
+
+
+class InsufficientMemoryError(AutoplaceError):
+    """The model's resident memory does not fit the declared device memory."""
+
+
+class NoFeasiblePlanError(AutoplaceError):
+    """No placement satisfying all constraints was found in the time limit."""
+
+
+class SolverError(AutoplaceError, ValueError):
+    """An unknown solver name or a solver used outside its domain."""
+
+
+class ExportError(AutoplaceError):
+    """A placed model could not be exported."""

@@ -1,0 +1,72 @@
+"""Solver registry and the result type every solver returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+import numpy as np
+
+from ..errors import SolverError
+from ..problem import PlacementProblem
+
+
+@dataclass(frozen=True)
+class SolveOptions:
+    """Knobs shared by all solvers.
+
+    Attributes
+    ----------
+    time_limit_s : float
+        Wall-clock budget of an exact/search solver.
+    seed : int
+        Random seed; same problem + options + seed gives the same plan.
+    workers : int
+        Search threads for CP-SAT (deterministic mode is used either way).
+    warm_start : numpy.ndarray or None
+        An assignment to start from (hint).
+    """
+
+    time_limit_s: float = 10.0
+    seed: int = 0
+    workers: int = 2
+    warm_start: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Solution:
+    """An assignment with its objective, a proven lower bound and provenance.
+
+    ``status`` is ``"optimal"`` (gap proven zero), ``"feasible"`` (a search
+    solver stopped at the time limit) or ``"heuristic"`` (no proof attempted).
+    """
+
+    assignment: np.ndarray
+    objective: float
+    lower_bound: float
+    solver: str
+    wall_s: float
+    status: str
+
+    @property
+    def gap(self) -> float:
+        """Relative gap ``(objective - lower_bound) / objective`` (0 if optimal)."""
+        if self.objective <= 0 or not np.isfinite(self.objective):
+            return 0.0 if self.objective == self.lower_bound else float("inf")
+        return float(max(0.0, (self.objective - self.lower_bound) / self.objective))
+
+
+class SolverFn(Protocol):
+    def __call__(self, problem: PlacementProblem, options: SolveOptions) -> Solution | None: ...
+
+
+def register(name: str, registry: dict[str, SolverFn]) -> Callable[[SolverFn], SolverFn]:
+    """Decorator adding a solver to ``registry`` under ``name``."""
+
+    def deco(fn: SolverFn) -> SolverFn:
+        if name in registry:
+            raise SolverError(f"solver {name!r} registered twice")
+        registry[name] = fn
+        return fn
+
+    return deco
