@@ -23,7 +23,7 @@ Examples
 ...     [TensorEdge(0, (1, 2), 0.0)], np.full((2, 2), 1e9), np.zeros((2, 2)))
 >>> s = solve_problem(p, "auto", SolveOptions(time_limit_s=1.0))
 >>> s.objective, round(s.gap, 4), s.status
-(2.0, 0.0)
+(2.0, 0.0, 'optimal')
 """
 
 from __future__ import annotations
