@@ -16,15 +16,27 @@ uniform (mean off-diagonal cost); the exact evaluation uses the real links.
 The search runs in CP-SAT's deterministic mode (``interleave_search``) with
 ``max_deterministic_time`` as its budget, so the same problem and seed give
 the same plan; a wall-clock cap of twice the limit is kept as a safety net.
+
+**Process isolation.** OR-Tools and TensorFlow each bundle their own native
+abseil/protobuf; with TensorFlow imported first, CP-SAT crashed the process
+(segmentation fault in ``CpSolver.Solve``, TF 2.21 + OR-Tools 9.15). So when
+TensorFlow is loaded in this process, the model is solved in a child Python
+process (``python -m placer.solvers._child``) that never imports TensorFlow;
+the problem and the solution travel as pickles over pipes.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import pickle
+import subprocess
+import sys
 import time
 
 import numpy as np
 
+from ..errors import SolverError
 from ..problem import PlacementProblem, evaluate, trivial_lower_bound
 from .base import SolveOptions, Solution
 from .registry import solver
@@ -40,6 +52,25 @@ def cpsat(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
     Returns ``None`` when no feasible assignment was found in time (or none
     exists); the caller turns that into :class:`NoFeasiblePlanError`.
     """
+    if "tensorflow" in sys.modules:
+        return _solve_in_child(problem, options)
+    return _solve(problem, options)
+
+
+def _solve_in_child(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    try:
+        proc = subprocess.run([sys.executable, "-m", "placer.solvers._child"], input=pickle.dumps((problem, options)),
+                              capture_output=True, env=env, timeout=4 * options.time_limit_s + 120)
+    except subprocess.TimeoutExpired as e:
+        raise SolverError(f"the CP-SAT child process did not finish in {e.timeout:.0f} s") from e
+    if proc.returncode != 0:
+        raise SolverError(f"the CP-SAT child process failed (exit {proc.returncode}): "
+                          f"{proc.stderr.decode(errors='replace')[-2000:]}")
+    return pickle.loads(proc.stdout)
+
+
+def _solve(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
     from ortools.sat.python import cp_model
 
     t0 = time.perf_counter()
@@ -124,6 +155,7 @@ def cpsat(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
     ev = evaluate(p, a)
     if not ev.feasible:
         return None
-    lb = max(trivial_lower_bound(p), cp.BestObjectiveBound() * unit)
+    lb = float(max(trivial_lower_bound(p), cp.BestObjectiveBound() * unit))
     return Solution(a, ev.objective, min(lb, ev.objective), "cpsat", time.perf_counter() - t0,
                     "optimal" if status == cp_model.OPTIMAL else "feasible")
+

@@ -1,0 +1,238 @@
+"""Stage 2 — the cost-annotated op graph (a ``networkx.DiGraph``).
+
+Node attributes (names are the module constants below):
+
+``op_type``        TensorFlow op type.
+``compute_us``     dict device kind → measured µs (median of profiled runs).
+``output_bytes``   bytes of all outputs at the planning batch size.
+``memory_bytes``   resident bytes (a variable's size on its placeholder).
+``colocation``     key shared by ops that must sit on one device, or None.
+``allowed_kinds``  device kinds with a registered kernel, or None (any).
+``layer``          the Keras layer scope the op was traced in.
+``topo_index``     position in a topological order.
+
+Edge attributes: ``bytes`` (tensor bytes moved if the edge is cut) and
+``tensors`` (names of the tensors behind the edge); control edges have
+``bytes == 0`` and ``control=True``.
+
+Colocation rules live in a registry (:data:`COLOCATION_RULES`): each rule
+maps an op to the tensors/ops it must share a device with.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping
+
+import networkx as nx
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.framework import kernels
+
+from .errors import GraphError
+from .trace import TracedModel
+
+log = logging.getLogger(__name__)
+
+OP_TYPE = "op_type"
+COMPUTE_US = "compute_us"
+OUTPUT_BYTES = "output_bytes"
+MEMORY_BYTES = "memory_bytes"
+COLOCATION = "colocation"
+ALLOWED_KINDS = "allowed_kinds"
+LAYER = "layer"
+TOPO = "topo_index"
+BYTES = "bytes"
+TENSORS = "tensors"
+CONTROL = "control"
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor: producer op, consumer ops, size, dtype and rank."""
+
+    name: str
+    src: str
+    dsts: tuple[str, ...]
+    nbytes: int
+    dtype: str
+    rank: int | None
+
+
+@dataclass(frozen=True)
+class OpGraph:
+    """The op DAG with costs, its tensors and the variables it reads."""
+
+    graph: nx.DiGraph
+    tensors: tuple[TensorInfo, ...]
+    variables: Mapping[str, str]
+    batch_size: int
+    kinds: tuple[str, ...]
+
+    def topological_ops(self) -> list[str]:
+        """Op names in ``topo_index`` order."""
+        return sorted(self.graph.nodes, key=lambda n: self.graph.nodes[n][TOPO])
+
+
+def tensor_bytes(t: tf.Tensor) -> int:
+    """Bytes of a tensor with a static shape; 0 for resources, strings, variants.
+
+    Examples
+    --------
+    >>> import tensorflow as tf
+    >>> tensor_bytes(tf.zeros((2, 3)))
+    24
+    """
+    if t.dtype in (tf.resource, tf.variant, tf.string) or t.shape.rank is None:
+        return 0
+    if not t.shape.is_fully_defined():
+        return 0
+    return int(np.prod(t.shape.as_list(), dtype=np.int64)) * t.dtype.size
+
+
+# --- colocation registry -----------------------------------------------------
+ColocationRule = Callable[[tf.Operation], Iterable[str]]
+COLOCATION_RULES: list[ColocationRule] = []
+
+
+def colocation_rule(fn: ColocationRule) -> ColocationRule:
+    """Register a rule returning names of ops ``op`` must share a device with."""
+    COLOCATION_RULES.append(fn)
+    return fn
+
+
+@colocation_rule
+def _with_resource_producers(op: tf.Operation) -> Iterable[str]:
+    # Reads/updates of a resource run where the resource lives (TF moves them
+    # there silently otherwise).
+    return [t.op.name for t in op.inputs if t.dtype == tf.resource]
+
+
+@colocation_rule
+def _with_class_attr(op: tf.Operation) -> Iterable[str]:
+    try:
+        classes = op.get_attr("_class")
+    except ValueError:
+        return []
+    return [c.decode()[5:] for c in classes if c.startswith(b"loc:@")]
+
+
+def _kernel_kinds(op_type: str, unchecked: frozenset[str],
+                  cache: dict[str, frozenset[str] | None]) -> frozenset[str] | None:
+    """Device kinds ``op_type`` can run on, or None for "any".
+
+    Only kinds this TensorFlow build can run (``tf.config`` physical device
+    types) are checked against the kernel registry; kinds in ``unchecked``
+    (planned for hardware not present) are assumed to have every kernel.
+    """
+    if op_type not in cache:
+        try:
+            kinds = {k.device_type for k in kernels.get_registered_kernels_for_op(op_type).kernel}
+        except Exception:  # noqa: BLE001  (unknown op types raise various errors)
+            kinds = set()
+        if not kinds or "DEFAULT" in kinds:  # DEFAULT kernels run on any device
+            cache[op_type] = None
+        else:
+            cache[op_type] = frozenset(kinds) | unchecked
+    return cache[op_type]
+
+
+def layer_of(op_name: str) -> str:
+    """The Keras layer scope of an op (``model/layer``), or the op name itself.
+
+    Examples
+    --------
+    >>> layer_of("resnet50_1/conv1_conv_1/convolution")
+    'resnet50_1/conv1_conv_1'
+    >>> layer_of("Identity")
+    'Identity'
+    """
+    parts = op_name.split("/")
+    return "/".join(parts[:2]) if len(parts) >= 3 else op_name
+
+
+def build_op_graph(traced: TracedModel, compute_us: Mapping[str, Mapping[str, float]]) -> OpGraph:
+    """Build the annotated op graph of the fixed-batch trace.
+
+    Parameters
+    ----------
+    traced : TracedModel
+    compute_us : Mapping[str, Mapping[str, float]]
+        Device kind → op name → measured µs.
+
+    Raises
+    ------
+    GraphError
+        If the graph has a cycle or an op's cost is negative/NaN.
+    """
+    g = traced.fixed.graph
+    dg = nx.DiGraph()
+    cache: dict[str, frozenset[str] | None] = {}
+    local = {d.device_type for d in tf.config.list_physical_devices()}
+    unchecked = frozenset(k for k in compute_us if k not in local)
+    uf = nx.utils.UnionFind()
+    variables = {ph: var.path for ph, var in traced.variables.items()}
+    ops = g.get_operations()
+    for op in ops:
+        costs = {}
+        for kind, table in compute_us.items():
+            c = float(table.get(op.name, 0.0))
+            if not np.isfinite(c) or c < 0:
+                raise GraphError(f"op {op.name!r} has invalid measured cost {c!r} on {kind}")
+            costs[kind] = c
+        mem = 0
+        if op.name in variables:
+            var = traced.variables[op.name]
+            mem = int(np.prod(var.shape, dtype=np.int64)) * tf.as_dtype(var.dtype).size
+        dg.add_node(op.name, **{
+            OP_TYPE: op.type, COMPUTE_US: costs, OUTPUT_BYTES: sum(tensor_bytes(t) for t in op.outputs),
+            MEMORY_BYTES: mem, ALLOWED_KINDS: _kernel_kinds(op.type, unchecked, cache), LAYER: layer_of(op.name),
+            COLOCATION: None,
+        })
+        uf[op.name]
+        for rule in COLOCATION_RULES:
+            for other in rule(op):
+                uf.union(op.name, other)
+    tensors: list[TensorInfo] = []
+    for op in ops:
+        for t in op.outputs:
+            consumers = tuple(dict.fromkeys(c.name for c in t.consumers()))
+            if not consumers:
+                continue
+            nb = tensor_bytes(t)
+            tensors.append(TensorInfo(t.name, op.name, consumers, nb, t.dtype.name, t.shape.rank))
+            for c in consumers:
+                if dg.has_edge(op.name, c):
+                    dg.edges[op.name, c][BYTES] += nb
+                    dg.edges[op.name, c][TENSORS] += (t.name,)
+                else:
+                    dg.add_edge(op.name, c, **{BYTES: nb, TENSORS: (t.name,), CONTROL: False})
+        for c in op._control_outputs:  # noqa: SLF001  (no public accessor in TF 2.21)
+            if not dg.has_edge(op.name, c.name):
+                dg.add_edge(op.name, c.name, **{BYTES: 0, TENSORS: (), CONTROL: True})
+    if not nx.is_directed_acyclic_graph(dg):
+        raise GraphError("the traced graph has a cycle; control flow loops are not supported yet")
+    created = {op.name: i for i, op in enumerate(ops)}
+    for i, name in enumerate(nx.lexicographical_topological_sort(dg, key=created.__getitem__)):
+        dg.nodes[name][TOPO] = i
+    for group in uf.to_sets():
+        if len(group) > 1:
+            key = min(group)
+            for name in group:
+                dg.nodes[name][COLOCATION] = key
+    log.info("op graph: %d ops, %d edges, %d tensors, %d variables", dg.number_of_nodes(),
+             dg.number_of_edges(), len(tensors), len(variables))
+    return OpGraph(dg, tuple(tensors), variables, traced.batch_size, tuple(compute_us))
+
+
+def graph_summary(op_graph: OpGraph) -> dict[str, Any]:
+    """Counts and totals for reports."""
+    g = op_graph.graph
+    return {
+        "ops": g.number_of_nodes(),
+        "edges": g.number_of_edges(),
+        "variables": len(op_graph.variables),
+        "resident_bytes": int(sum(d[MEMORY_BYTES] for _, d in g.nodes(data=True))),
+        "compute_us": {k: float(sum(d[COMPUTE_US][k] for _, d in g.nodes(data=True))) for k in op_graph.kinds},
+    }

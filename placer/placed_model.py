@@ -1,0 +1,126 @@
+"""The object :func:`placer.autoplace` returns."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.eager import context
+
+from .emit import IMPORT_PREFIX, EmittedModel
+from .errors import InputSignatureError
+from .export import export_saved_model
+from .plan import Plan
+from .report import write_report
+
+_RUNTIME_OPS = frozenset({"_Send", "_Recv", "_HostSend", "_HostRecv", "_Arg", "_Retval", "_DeviceArg",
+                          "_DeviceRetval"})
+
+
+class PlacedModel:
+    """A Keras model's forward pass placed op by op on several devices.
+
+    Call it like the model (``placed(x)``), or use :meth:`predict` for
+    arrays of any length. ``plan`` holds the placement; :meth:`report` and
+    :meth:`export` write the report and a SavedModel.
+
+    The placed model owns *copies* of the model's variables, each created on
+    its planned device; the original model is never modified.
+    """
+
+    def __init__(self, emitted: EmittedModel, plan: Plan, input_specs: Sequence[tf.TensorSpec],
+                 report_data: dict[str, Any], name: str) -> None:
+        self._emitted = emitted
+        self.plan = plan
+        self.input_specs = tuple(input_specs)
+        self._report = report_data
+        self.name = name
+
+    # -- running -----------------------------------------------------------
+    @property
+    def variables(self) -> tuple[tf.Variable, ...]:
+        """The placed copies of the model's variables."""
+        return self._emitted.variables
+
+    @property
+    def function(self) -> Any:
+        """The placed ``tf.function`` (takes the inputs positionally)."""
+        return self._emitted.function
+
+    def _as_inputs(self, x: Any) -> list[tf.Tensor]:
+        flat = [x] if len(self.input_specs) == 1 and not isinstance(x, (list, tuple)) else list(x)
+        if len(flat) != len(self.input_specs):
+            raise InputSignatureError(f"{self.name} takes {len(self.input_specs)} inputs, got {len(flat)}")
+        out = []
+        for value, spec in zip(flat, self.input_specs):
+            t = tf.convert_to_tensor(value, dtype=spec.dtype)
+            if not spec.shape.is_compatible_with(t.shape):
+                raise InputSignatureError(
+                    f"input of shape {tuple(t.shape)} does not match the planned shape {tuple(spec.shape)}")
+            out.append(t)
+        return out
+
+    def __call__(self, x: Any, training: bool = False) -> Any:
+        """Run the placed forward pass (inference) on one batch."""
+        if training:
+            raise NotImplementedError("training through a placed model is not implemented yet")
+        return self._emitted.function(*self._as_inputs(x))
+
+    def predict(self, x: Any, batch_size: int | None = None, verbose: int = 0) -> Any:
+        """Run over ``x`` in batches and return numpy outputs (like ``Model.predict``)."""
+        inputs = [np.asarray(v) for v in ([x] if len(self.input_specs) == 1 and not isinstance(x, (list, tuple))
+                                          else list(x))]
+        n = len(inputs[0])
+        bs = batch_size or self.plan.batch_size
+        parts = []
+        for start in range(0, n, bs):
+            out = self(inputs[0][start:start + bs] if len(inputs) == 1 else [v[start:start + bs] for v in inputs])
+            parts.append(tf.nest.map_structure(lambda t: t.numpy(), out))
+        if not parts:
+            raise InputSignatureError("predict got an empty input")
+        return tf.nest.map_structure(lambda *xs: np.concatenate(xs, axis=0), *parts)
+
+    def observed_placement(self, x: Any) -> dict[str, str]:
+        """Run one batch and return op name → device where it *actually* ran.
+
+        Read from the runtime's partition graphs; ops Grappler fused or folded
+        away do not appear (fused kernels keep one original op's name).
+        """
+        ctx = context.context()
+        ctx.enable_run_metadata()
+        try:
+            self(x)
+            md = ctx.export_run_metadata()
+        finally:
+            ctx.disable_run_metadata()
+        placed: dict[str, str] = {}
+        prefix = IMPORT_PREFIX + "/"
+        graphs = [pg for fg in md.function_graphs for pg in fg.partition_graphs] + list(md.partition_graphs)
+        for pg in graphs:
+            for node in pg.node:
+                if node.name.startswith(prefix) and node.op not in _RUNTIME_OPS:
+                    placed[node.name[len(prefix):]] = tf.DeviceSpec.from_string(node.device).to_string()
+        return placed
+
+    # -- outputs -----------------------------------------------------------
+    def report(self, path: str | os.PathLike) -> str:
+        """Write the placement report (``.json``) and return its path."""
+        return write_report(self._report, path)
+
+    @property
+    def report_data(self) -> dict[str, Any]:
+        """The report as a dictionary."""
+        return self._report
+
+    def export(self, path: str | os.PathLike) -> str:
+        """Save a SavedModel whose ``serving_default`` computes the placed outputs."""
+        return export_saved_model(self._emitted.function, self._emitted.variables, self.input_specs, path)
+
+    def summary(self) -> str:
+        """Human-readable summary of the plan."""
+        return self.plan.summary()
+
+    def __repr__(self) -> str:
+        return f"<PlacedModel {self.name!r}: {len(self.plan.assignment)} ops on {len(self.plan.devices)} devices>"

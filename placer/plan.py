@@ -1,0 +1,100 @@
+"""The plan: what was decided, why, and what it is predicted to cost."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class BaselineResult:
+    """A baseline placement scored with the same cost model."""
+
+    objective_s: float
+    predicted_step_time_s: float
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A placement of every op, with its objective, bound and prediction.
+
+    Attributes
+    ----------
+    devices : tuple of str
+        Target devices (canonical names) in the user's order.
+    assignment : Mapping[str, str]
+        Op name → device name, for every op of the traced graph.
+    objective_s : float
+        Max-load objective (busiest device's compute + transfer seconds).
+    lower_bound_s : float
+        Proven lower bound of the objective.
+    gap : float
+        ``(objective - lower_bound) / objective``.
+    solver, status : str
+        Which algorithm produced the plan; ``optimal``/``feasible``/``heuristic``.
+    solve_time_s : float
+    predicted_step_time_s : float
+        Simulated one-step latency of the plan.
+    baselines : Mapping[str, BaselineResult]
+        Single-device, round-robin and contiguous placements, same cost model.
+    compression : str
+        Cast pair used on cut float edges (``none``, ``bf16``, ``fp16``).
+    compressed_edges : int
+        Number of (tensor, receiving device) pairs that travel compressed.
+    batch_size : int
+        Batch size the costs were measured at.
+    groups : int
+        Nodes the solver saw after coarsening.
+    """
+
+    devices: tuple[str, ...]
+    assignment: Mapping[str, str]
+    objective_s: float
+    lower_bound_s: float
+    gap: float
+    solver: str
+    status: str
+    solve_time_s: float
+    predicted_step_time_s: float
+    baselines: Mapping[str, BaselineResult] = field(default_factory=dict)
+    compression: str = "none"
+    compressed_edges: int = 0
+    batch_size: int = 0
+    groups: int = 0
+
+    def ops_per_device(self) -> dict[str, int]:
+        """Number of ops on each device (devices with none included)."""
+        c = Counter(self.assignment.values())
+        return {d: c.get(d, 0) for d in self.devices}
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dictionary."""
+        d = asdict(self)
+        d["assignment"] = dict(self.assignment)
+        d["baselines"] = {k: asdict(v) for k, v in self.baselines.items()}
+        return d
+
+    def to_json(self, **kwargs: Any) -> str:
+        """The plan as JSON text."""
+        return json.dumps(self.to_dict(), **kwargs)
+
+    def summary(self) -> str:
+        """A few human-readable lines about the plan."""
+        lines = [
+            f"placed {len(self.assignment)} ops ({self.groups} groups) on {len(self.devices)} devices "
+            f"with {self.solver} [{self.status}] in {self.solve_time_s:.2f} s",
+            f"max device load {self.objective_s * 1e3:.3f} ms (lower bound {self.lower_bound_s * 1e3:.3f} ms, "
+            f"gap {100 * self.gap:.1f}%), predicted step {self.predicted_step_time_s * 1e3:.3f} ms "
+            f"at batch {self.batch_size}",
+        ]
+        for dev, n in self.ops_per_device().items():
+            lines.append(f"  {dev}: {n} ops")
+        for name, b in self.baselines.items():
+            ratio = b.objective_s / self.objective_s if self.objective_s > 0 else float("nan")
+            lines.append(f"  baseline {name}: load {b.objective_s * 1e3:.3f} ms ({ratio:.2f}x ours), "
+                         f"step {b.predicted_step_time_s * 1e3:.3f} ms")
+        if self.compression != "none":
+            lines.append(f"  {self.compressed_edges} cut edges travel as {self.compression}")
+        return "\n".join(lines)

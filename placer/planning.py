@@ -1,0 +1,67 @@
+"""Bridges between the op graph, the solver's problem and the simulator."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from cost_models import SimResult, TensorEdge, simulate
+
+from .coarsen import Coarsening
+from .devices import DeviceSet
+from .opgraph import ALLOWED_KINDS, COMPUTE_US, CONTROL, OpGraph
+from .problem import PlacementProblem
+
+
+def _device_arrays(devset: DeviceSet) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    k = len(devset)
+    bw = np.full((k, k), np.inf)
+    lat = np.zeros((k, k))
+    for (i, j), link in devset.links.items():
+        bw[i, j], lat[i, j] = link.bandwidth_bytes_per_s, link.latency_s
+    cap = np.array([np.inf if d.memory_bytes is None else d.memory_bytes for d in devset.devices], dtype=float)
+    return bw, lat, cap
+
+
+def build_problem(coarse: Coarsening, devset: DeviceSet) -> PlacementProblem:
+    """Placement problem of the coarse groups on ``devset`` (seconds, bytes)."""
+    n, k = len(coarse.names), len(devset)
+    compute = np.empty((n, k))
+    for d, dev in enumerate(devset.devices):
+        compute[:, d] = coarse.compute_us[dev.kind] * 1e-6 / dev.speed
+        for v, allowed in enumerate(coarse.allowed_kinds):
+            if allowed is not None and dev.kind not in allowed:
+                compute[v, d] = np.inf
+    bw, lat, cap = _device_arrays(devset)
+    return PlacementProblem.build(coarse.names, compute, coarse.memory_bytes, cap, coarse.tensors, bw, lat,
+                                  coarse.order)
+
+
+def project(coarse: Coarsening, assignment: np.ndarray, devset: DeviceSet) -> dict[str, str]:
+    """Op name → device name, from a group assignment."""
+    names = devset.names
+    return {op: names[int(assignment[i])] for i, members in enumerate(coarse.groups) for op in members}
+
+
+def simulate_ops(op_graph: OpGraph, devset: DeviceSet, op_devices: Mapping[str, str]) -> SimResult:
+    """Simulate one step of the op-level graph under ``op_devices``."""
+    g = op_graph.graph
+    ops = op_graph.topological_ops()
+    index = {op: i for i, op in enumerate(ops)}
+    dev_index = {name: i for i, name in enumerate(devset.names)}
+    durations = np.empty((len(ops), len(devset)))
+    for d, dev in enumerate(devset.devices):
+        durations[:, d] = [g.nodes[op][COMPUTE_US][dev.kind] * 1e-6 / dev.speed for op in ops]
+        for i, op in enumerate(ops):
+            allowed = g.nodes[op][ALLOWED_KINDS]
+            if allowed is not None and dev.kind not in allowed:
+                durations[i, d] = np.inf
+    tensors = [TensorEdge(index[t.src], tuple(index[c] for c in t.dsts), float(t.nbytes)) for t in op_graph.tensors]
+    control = [(index[u], index[v]) for u, v, c in g.edges(data=CONTROL) if c]
+    assignment = [dev_index[op_devices[op]] for op in ops]
+
+    def link_seconds(i: int, j: int, nbytes: float) -> float:
+        return devset.link(i, j).seconds(nbytes)
+
+    return simulate(durations, tensors, assignment, link_seconds, control_edges=control)

@@ -1,0 +1,212 @@
+"""Stage 1 — trace a Keras model's forward pass into ``tf.function`` graphs.
+
+Two concrete functions are traced from the same Python call: one with the
+planning batch size (every shape static, so tensor bytes are exact) and one
+with an unknown batch dimension (what the placed model runs, so it accepts
+any batch). TensorFlow gives ops the same names in both traces (see
+``../shared/notes/tf-facts.md``), which is what lets a plan made on the first
+be applied to the second; :func:`trace_model` checks it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import keras
+import tensorflow as tf
+
+from .errors import InputSignatureError, ModelError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TracedModel:
+    """The traced forward pass of one model.
+
+    Attributes
+    ----------
+    model : keras.Model
+        The user's model (read, never modified).
+    input_specs : tuple of tf.TensorSpec
+        Input signature with an unknown batch dimension.
+    batch_size : int
+        Batch size used for planning and profiling.
+    fixed, dynamic : ConcreteFunction
+        Traces with the fixed and with an unknown batch dimension.
+    input_names, output_names : tuple of str
+        Tensor names of the user inputs and outputs (same in both traces).
+    variables : Mapping[str, keras.Variable]
+        Captured resource placeholder op name → the Keras variable behind it.
+    constants : Mapping[str, tf.Tensor]
+        Other captured placeholder op names → captured eager tensor.
+    """
+
+    model: Any
+    input_specs: tuple[tf.TensorSpec, ...]
+    batch_size: int
+    fixed: Any
+    dynamic: Any
+    input_names: tuple[str, ...]
+    output_names: tuple[str, ...]
+    variables: Mapping[str, Any]
+    constants: Mapping[str, Any]
+
+    @property
+    def single_input(self) -> bool:
+        """Whether the model is called with one tensor rather than a list."""
+        return len(self.input_specs) == 1
+
+
+def _specs_from_model(model: Any) -> list[tf.TensorSpec]:
+    inputs = getattr(model, "_inputs_struct", None)
+    if inputs is not None:
+        try:
+            flat = tf.nest.flatten(model.inputs)
+            return [tf.TensorSpec(t.shape, t.dtype, name=getattr(t, "name", None)) for t in flat]
+        except (AttributeError, ValueError):
+            pass
+    shapes = getattr(model, "_build_shapes_dict", None)
+    if model.built and shapes and len(shapes) == 1:
+        shape = next(iter(shapes.values()))
+        if shape is not None and isinstance(shape, (tuple, list)) and all(
+            s is None or isinstance(s, int) for s in shape
+        ):
+            dtype = getattr(model, "input_dtype", None) or "float32"
+            return [tf.TensorSpec(tuple(shape), dtype)]
+    raise InputSignatureError(
+        f"cannot tell the input shapes of model {model.name!r}: it has no symbolic inputs and was not "
+        "built with a single input shape. Call model.build(shape) or model(x) once, or pass "
+        "input_signature=[tf.TensorSpec((batch, ...), 'float32')]."
+    )
+
+
+def _normalise_specs(
+    model: Any, input_signature: Sequence[Any] | None, batch_size: int | None
+) -> tuple[tuple[tf.TensorSpec, ...], int]:
+    if input_signature is not None:
+        if isinstance(input_signature, tf.TensorSpec):
+            input_signature = [input_signature]
+        specs = []
+        for s in input_signature:
+            if isinstance(s, tf.TensorSpec):
+                specs.append(s)
+            elif isinstance(s, (tuple, list)):
+                specs.append(tf.TensorSpec(tuple(s), "float32"))
+            else:
+                raise InputSignatureError(f"input_signature entry {s!r} is neither a tf.TensorSpec nor a shape tuple")
+    else:
+        specs = _specs_from_model(model)
+    batches = {s.shape[0] for s in specs if s.shape.rank and s.shape[0] is not None}
+    if batch_size is not None:
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise InputSignatureError(f"batch_size must be a positive integer, got {batch_size!r}")
+        batch = batch_size
+    elif len(batches) == 1:
+        batch = batches.pop()
+    else:
+        raise InputSignatureError(
+            f"the batch dimension of model {model.name!r} is unknown (input shapes "
+            f"{[tuple(s.shape) for s in specs]}); pass batch_size=N (the batch you will run) "
+            "or an input_signature with a fixed batch"
+        )
+    for s in specs:
+        if s.shape.rank is None or s.shape.rank == 0:
+            raise InputSignatureError(f"input {s.name!r} needs a known rank of at least 1 (a batch dimension)")
+        if any(d is None for d in s.shape[1:]):
+            raise InputSignatureError(
+                f"input {s.name!r} has unknown non-batch dimensions {tuple(s.shape)}; "
+                "pass an input_signature with every non-batch dimension known"
+            )
+    dyn = tuple(tf.TensorSpec((None, *s.shape[1:]), s.dtype, name=s.name) for s in specs)
+    return dyn, batch
+
+
+def check_model(model: Any) -> None:
+    """Raise :class:`ModelError` unless ``model`` is a Keras 3 model."""
+    if not isinstance(model, keras.Model):
+        raise ModelError(
+            f"autoplace needs a keras.Model (Keras 3, TensorFlow backend), got {type(model).__name__}"
+        )
+    if keras.backend.backend() != "tensorflow":
+        raise ModelError(f"Keras backend is {keras.backend.backend()!r}; set KERAS_BACKEND=tensorflow")
+
+
+def trace_model(model: Any, *, batch_size: int | None = None,
+                input_signature: Sequence[Any] | None = None) -> TracedModel:
+    """Trace ``model(x, training=False)`` with fixed and unknown batch size.
+
+    Parameters
+    ----------
+    model : keras.Model
+    batch_size : int, optional
+        Planning batch size; required when the model's batch is unknown.
+    input_signature : sequence of tf.TensorSpec or shape tuples, optional
+        Overrides the model's own input shapes (needed for subclassed models
+        that were never built).
+
+    Raises
+    ------
+    ModelError, InputSignatureError
+
+    Examples
+    --------
+    >>> import keras
+    >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    >>> t = trace_model(m, batch_size=4)
+    >>> t.batch_size, [tuple(s.shape) for s in t.input_specs]
+    (4, [(None, 3)])
+    """
+    check_model(model)
+    specs, batch = _normalise_specs(model, input_signature, batch_size)
+    single = len(specs) == 1
+
+    def forward(*xs: tf.Tensor) -> Any:
+        return model(xs[0] if single else list(xs), training=False)
+
+    fn = tf.function(forward, autograph=False)
+    fixed_specs = [tf.TensorSpec((batch, *s.shape[1:]), s.dtype, name=s.name) for s in specs]
+    try:
+        fixed = fn.get_concrete_function(*fixed_specs)
+        dynamic = fn.get_concrete_function(*specs)
+    except (TypeError, ValueError) as e:
+        raise InputSignatureError(
+            f"calling model {model.name!r} on inputs {[tuple(s.shape) for s in fixed_specs]} failed: {e}. "
+            "Check input_signature / batch_size."
+        ) from e
+    names_fixed = [op.name for op in fixed.graph.get_operations()]
+    names_dyn = [op.name for op in dynamic.graph.get_operations()]
+    if sorted(names_fixed) != sorted(names_dyn):
+        raise ModelError(
+            f"model {model.name!r} traces to different graphs at batch {batch} and at an unknown batch "
+            "(its call depends on the batch size); pass an input_signature with a fixed batch"
+        )
+    by_handle = {id(v.value.handle): v for v in model.variables}
+    variables: dict[str, Any] = {}
+    constants: dict[str, Any] = {}
+    for external, internal in dynamic.graph.captures:
+        if internal.dtype == tf.resource:
+            var = by_handle.get(id(external))
+            if var is None:
+                raise ModelError(
+                    f"op {internal.op.name!r} captures a resource that is not one of the model's variables "
+                    "(a lookup table or a variable created outside the model); autoplace cannot move it yet"
+                )
+            variables[internal.op.name] = var
+        else:
+            constants[internal.op.name] = external
+    n_user = len(specs)
+    log.info("traced %s: %d ops, %d variables, batch %d", model.name, len(names_dyn), len(variables), batch)
+    return TracedModel(
+        model=model,
+        input_specs=specs,
+        batch_size=batch,
+        fixed=fixed,
+        dynamic=dynamic,
+        input_names=tuple(t.name for t in dynamic.inputs[:n_user]),
+        output_names=tuple(t.name for t in dynamic.outputs),
+        variables=variables,
+        constants=constants,
+    )
