@@ -1,0 +1,24 @@
+"""Test set-up shared by tests and doctests.
+
+Four logical CPU devices are created here, at import, before TensorFlow
+initialises its context (it refuses afterwards). Logical devices share one
+thread pool: they prove placement and numerics, not speed.
+"""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+N_DEVICES = 4
+_cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(_cpu, [tf.config.LogicalDeviceConfiguration()] * N_DEVICES)
+
+
+@pytest.fixture(scope="session")
+def devices() -> list[str]:
+    """The four logical CPU devices, short names."""
+    return [f"/CPU:{i}" for i in range(N_DEVICES)]

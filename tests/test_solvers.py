@@ -1,0 +1,127 @@
+"""Solvers on random DAGs: validity, bounds, brute-force optimality, errors."""
+
+import itertools
+
+import networkx as nx
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cost_models import TensorEdge
+from placer.errors import CostError, GraphError, NoFeasiblePlanError, SolverError
+from placer.problem import PlacementProblem, evaluate
+from placer.solvers import SolveOptions, available_solvers, solve_problem
+from placer.solvers.mincut import min_cut_assignment
+
+FAST = ["single", "round_robin", "contiguous"]
+
+
+def random_problem(seed, n, k, *, comm=1.0, capacity=np.inf, hetero=False, forbid=0.0):
+    rng = np.random.default_rng(seed)
+    g = nx.gnp_random_graph(n, 0.3, seed=int(seed), directed=True)
+    tensors = []
+    for u in range(n):
+        dsts = tuple(sorted(v for v in g.successors(u) if v > u))
+        if dsts:
+            tensors.append(TensorEdge(u, dsts, float(rng.uniform(0, 2e3 * comm))))
+    compute = rng.uniform(0.1, 1.0, size=(n, 1)) * (rng.uniform(0.5, 2.0, size=(1, k)) if hetero else np.ones((1, k)))
+    if forbid:
+        mask = rng.random((n, k)) < forbid
+        mask[np.arange(n), rng.integers(0, k, n)] = False  # every node keeps one device
+        compute = np.where(mask, np.inf, compute)
+    memory = rng.integers(0, 100, n).astype(float)
+    return PlacementProblem.build([f"n{i}" for i in range(n)], compute, memory, np.full(k, capacity), tensors,
+                                  np.full((k, k), 1e3), np.full((k, k), 1e-3))
+
+
+def brute_force(problem, objective):
+    best = None
+    for a in itertools.product(range(problem.k), repeat=problem.n):
+        ev = evaluate(problem, np.array(a))
+        if not ev.feasible:
+            continue
+        val = objective(ev)
+        if best is None or val < best:
+            best = val
+    return best
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 25), k=st.integers(1, 5), forbid=st.sampled_from([0.0, 0.3]))
+def test_heuristics_place_every_node_validly(seed, n, k, forbid):
+    p = random_problem(seed, n, k, forbid=forbid)
+    for name in FAST:
+        if name == "single" and not np.isfinite(p.compute_s).all(axis=0).any():
+            with pytest.raises(NoFeasiblePlanError, match="single"):
+                solve_problem(p, name)
+            continue
+        s = solve_problem(p, name)
+        assert s.assignment.shape == (n,)
+        assert ((0 <= s.assignment) & (s.assignment < k)).all()
+        assert np.isfinite(p.compute_s[np.arange(n), s.assignment]).all(), "allowed kinds honoured"
+        assert s.objective >= s.lower_bound - 1e-12
+        assert s.objective == pytest.approx(evaluate(p, s.assignment).objective)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 8), forbid=st.sampled_from([0.0, 0.3]))
+def test_mincut_equals_brute_force_total_time(seed, n, forbid):
+    p = random_problem(seed, n, 2, hetero=True, forbid=forbid, comm=5.0)
+    a = min_cut_assignment(p)
+    total = evaluate(p, a).load_s.sum()
+    assert total == pytest.approx(brute_force(p, lambda ev: ev.load_s.sum()), rel=1e-9)
+
+
+@pytest.mark.parametrize("seed,n,k", [(1, 5, 2), (2, 6, 2), (3, 5, 3), (4, 4, 3), (5, 6, 2)])
+def test_cpsat_equals_brute_force_max_load(seed, n, k):
+    p = random_problem(seed, n, k, comm=50.0, hetero=seed % 2 == 0)
+    s = solve_problem(p, "cpsat", SolveOptions(time_limit_s=5))
+    assert s.status == "optimal"
+    best = brute_force(p, lambda ev: ev.objective)
+    assert s.objective == pytest.approx(best, rel=1e-4)
+    assert s.lower_bound <= best + 1e-12
+
+
+def test_auto_is_no_worse_than_any_baseline_and_deterministic():
+    p = random_problem(7, 30, 4, comm=3.0)
+    a1 = solve_problem(p, "auto", SolveOptions(time_limit_s=2, seed=3))
+    a2 = solve_problem(p, "auto", SolveOptions(time_limit_s=2, seed=3))
+    assert np.array_equal(a1.assignment, a2.assignment)
+    for name in FAST:
+        assert a1.objective <= solve_problem(p, name).objective + 1e-12
+    assert 0 <= a1.gap < 1
+
+
+def test_capacity_is_respected_and_infeasible_raises():
+    p = random_problem(11, 12, 3, capacity=300.0)
+    s = solve_problem(p, "auto", SolveOptions(time_limit_s=2))
+    mem = np.bincount(s.assignment, weights=p.memory_bytes, minlength=3)
+    assert (mem <= 300.0).all()
+    tight = random_problem(11, 12, 3, capacity=1.0)
+    assert tight.memory_bytes.sum() > 3.0
+    with pytest.raises(NoFeasiblePlanError, match="tried: single"):
+        solve_problem(tight, "auto", SolveOptions(time_limit_s=1))
+
+
+def test_bad_solver_requests():
+    p = random_problem(0, 4, 3)
+    with pytest.raises(SolverError, match="unknown algorithm"):
+        solve_problem(p, "simulated-annealing")
+    with pytest.raises(SolverError, match="exactly 2 devices"):
+        solve_problem(p, "mincut")
+    assert "cpsat" in available_solvers() and "auto" in available_solvers()
+
+
+@pytest.mark.parametrize("compute,match", [([[-1.0]], "invalid compute"), ([[float("nan")]], "invalid compute"),
+                                           ([[float("inf")]], "allowed on no device")])
+def test_invalid_costs_are_rejected(compute, match):
+    with pytest.raises((CostError, GraphError), match=match):
+        PlacementProblem.build(["a"], np.array(compute), np.zeros(1), np.full(1, np.inf), [], np.ones((1, 1)),
+                               np.zeros((1, 1)))
+
+
+def test_negative_tensor_size_rejected():
+    with pytest.raises(CostError, match="invalid size"):
+        PlacementProblem.build(["a", "b"], np.ones((2, 1)), np.zeros(2), np.full(1, np.inf),
+                               [TensorEdge(0, (1,), -5.0)], np.ones((1, 1)), np.zeros((1, 1)))
