@@ -120,6 +120,42 @@ def _insert_casts(gd: tf.compat.v1.GraphDef, graph: tf.Graph, devices: Mapping[s
     return edges
 
 
+def complete_assignment(graph: tf.Graph, op_devices: Mapping[str, str]) -> dict[str, str]:
+    """Give ops the plan does not name the device of a neighbour.
+
+    Ops of the unknown-batch trace that the fixed-batch trace lacks are
+    shape computations (``Shape``, ``StridedSlice``, ``Pack``); each takes
+    the device of its first placed producer, else of its first placed
+    consumer. Plan entries for ops this graph lacks are ignored.
+
+    Raises
+    ------
+    GraphError
+        If some op has no placed neighbour at all.
+    """
+    ops = graph.get_operations()
+    out = {op.name: op_devices[op.name] for op in ops if op.name in op_devices}
+    for _ in range(2):
+        for op in ops:
+            if op.name in out:
+                continue
+            for t in op.inputs:
+                if t.op.name in out:
+                    out[op.name] = out[t.op.name]
+                    break
+        for op in reversed(ops):
+            if op.name in out:
+                continue
+            for c in (c for t in op.outputs for c in t.consumers()):
+                if c.name in out:
+                    out[op.name] = out[c.name]
+                    break
+    missing = [op.name for op in ops if op.name not in out]
+    if missing:
+        raise GraphError(f"{len(missing)} ops have no planned device and no placed neighbour, e.g. {missing[:5]}")
+    return out
+
+
 def emit(traced: TracedModel, op_devices: Mapping[str, str], compression: str = "none") -> EmittedModel:
     """Build the placed forward function.
 
@@ -127,7 +163,7 @@ def emit(traced: TracedModel, op_devices: Mapping[str, str], compression: str = 
     ----------
     traced : TracedModel
     op_devices : Mapping[str, str]
-        Device of every op of the traced graph.
+        Device of every op of the fixed-batch trace (see :func:`complete_assignment`).
     compression : str
         A key of :data:`COMPRESSORS`.
 
@@ -140,9 +176,7 @@ def emit(traced: TracedModel, op_devices: Mapping[str, str], compression: str = 
         raise GraphError(f"unknown compression {compression!r}; choose one of {sorted(COMPRESSORS)}")
     graph = traced.dynamic.graph
     gd = graph.as_graph_def()
-    missing = [n.name for n in gd.node if n.name not in op_devices]
-    if missing:
-        raise GraphError(f"{len(missing)} ops have no planned device, e.g. {missing[:5]}")
+    op_devices = complete_assignment(graph, op_devices)
     for node in gd.node:
         node.device = op_devices[node.name]
     comp = COMPRESSORS[compression]

@@ -86,12 +86,17 @@ class PlacedModel:
         """Run one batch and return op name → device where it *actually* ran.
 
         Read from the runtime's partition graphs; ops Grappler fused or folded
-        away do not appear (fused kernels keep one original op's name).
+        away do not appear (fused kernels keep one original op's name). The
+        runtime reports partition graphs only when a function is instantiated,
+        so this traces a fresh copy of the placed function for the run.
         """
+        fresh = tf.function(self._emitted.function.python_function, input_signature=list(self.input_specs),
+                            autograph=False)
+        inputs = self._as_inputs(x)
         ctx = context.context()
         ctx.enable_run_metadata()
         try:
-            self(x)
+            fresh(*inputs)
             md = ctx.export_run_metadata()
         finally:
             ctx.disable_run_metadata()
