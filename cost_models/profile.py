@@ -35,7 +35,8 @@ class OpProfile:
     median_us, spread_us : Mapping[str, float]
         Median and inter-quartile range per op name, in microseconds.
     missing : tuple of str
-        Ops that never appeared in the step stats (time taken as 0).
+        Ops that never appeared in the step stats (time taken as 0); the
+        placeholders replaced by feeds and variables are not counted.
     repeats : int
     wall_s : float
         Time spent profiling.
@@ -120,7 +121,8 @@ def profile_graph(
                                               name=_PREFIX)
         init = tf.compat.v1.global_variables_initializer()
     opts = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
-    samples: dict[str, list[float]] = {n.name: [] for n in gd.node}
+    mapped = {name.rsplit(":", 1)[0] for name in (*feeds, *resources, *(constants or {}))}
+    samples: dict[str, list[float]] = {n.name: [] for n in gd.node if n.name not in mapped}
     cut = len(_PREFIX) + 1
     with tf.compat.v1.Session(graph=g, config=_session_config(device_type)) as sess:
         sess.run(init)

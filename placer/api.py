@@ -193,6 +193,9 @@ def autoplace(model: Any, devices: Sequence[Any], **options: Any) -> PlacedModel
     t = time.perf_counter()
     sol = solve_problem(problem, opts.algorithm, SolveOptions(time_limit_s=opts.time_limit_s, seed=opts.seed))
     stages["solve"] = time.perf_counter() - t
+    log.info("placed %d groups (%d ops) on %d devices with %s [%s]: max load %.4g ms, gap %.1f%%", problem.n,
+             op_graph.graph.number_of_nodes(), len(devset), sol.solver, sol.status, sol.objective * 1e3,
+             100 * sol.gap)
     op_devices = project(coarse, sol.assignment, devset)
     t = time.perf_counter()
     sim = simulate_ops(op_graph, devset, op_devices)

@@ -112,6 +112,6 @@ def solve_problem(problem: PlacementProblem, algorithm: str = DEFAULT_SOLVER,
             f"{options.time_limit_s:g} s; tried: {'; '.join(tried)}. Give the devices more memory, "
             "add devices, or raise time_limit_s."
         )
-    log.info("solved %d nodes on %d devices with %s: objective %.6g s, gap %.2f%%",
+    log.debug("solved %d nodes on %d devices with %s: objective %.6g s, gap %.2f%%",
              problem.n, problem.k, sol.solver, sol.objective, 100 * sol.gap)
     return sol

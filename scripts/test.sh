@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Set up the environment if needed, then run the whole test suite (tests + doctests).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/env.sh
+exec .venv/bin/python -m pytest -q "$@"

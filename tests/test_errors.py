@@ -1,0 +1,102 @@
+"""Bad input gets a typed error that says what to do, and changes nothing."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import placer
+from placer import DeviceSpec
+from placer.errors import (AutoplaceError, DeviceError, InputSignatureError, InsufficientMemoryError, ModelError,
+                           NoFeasiblePlanError)
+from tests.models import Subclassed, branchy
+
+
+@pytest.fixture()
+def model():
+    return branchy(width=32)
+
+
+def snapshot(m):
+    return [(v.path, v.value.device, v.numpy().copy()) for v in m.variables]
+
+
+def assert_untouched(m, before):
+    after = snapshot(m)
+    assert [(p, d) for p, d, _ in after] == [(p, d) for p, d, _ in before]
+    for (_, _, a), (_, _, b) in zip(after, before):
+        assert np.array_equal(a, b)
+
+
+def test_not_a_keras_model(devices):
+    with pytest.raises(ModelError, match="keras.Model"):
+        placer.autoplace(lambda x: x, devices)
+    with pytest.raises(ModelError):
+        placer.autoplace(tf.Module(), devices)
+
+
+def test_unbuilt_model_without_shapes(devices):
+    m = Subclassed()
+    with pytest.raises(InputSignatureError, match="input_signature"):
+        placer.autoplace(m, devices, batch_size=4)
+    assert not m.variables
+
+
+def test_unknown_batch_needs_batch_size(model, devices):
+    before = snapshot(model)
+    with pytest.raises(InputSignatureError, match="batch_size"):
+        placer.autoplace(model, devices)
+    assert_untouched(model, before)
+
+
+@pytest.mark.parametrize("bad,match", [([], "empty"), (["/CPU:0", "/CPU:0"], "twice"), (["/GPU:0"], "not available"),
+                                       (["/CPU:7"], "not available"), (["CPU zero"], "cannot parse")])
+def test_bad_devices(model, bad, match):
+    before = snapshot(model)
+    with pytest.raises(DeviceError, match=match):
+        placer.autoplace(model, bad, batch_size=4)
+    assert_untouched(model, before)
+
+
+def test_memory_exceeded_names_variables_and_shortfall(model, devices):
+    before = snapshot(model)
+    total = sum(int(np.prod(v.shape)) * 4 for v in model.variables)
+    specs = [DeviceSpec(d, memory_bytes=total // 8) for d in devices]
+    with pytest.raises(InsufficientMemoryError) as e:
+        placer.autoplace(model, specs, batch_size=4)
+    msg = str(e.value)
+    assert f"{total:,} bytes" in msg and f"{total - 4 * (total // 8):,} bytes short" in msg
+    assert "kernel" in msg  # names the largest variables
+    assert_untouched(model, before)
+
+
+def test_no_feasible_plan_says_what_was_tried(devices):
+    # One huge layer that fits no single device although the total would fit.
+    inp = keras.Input((256,))
+    m = keras.Model(inp, keras.layers.Dense(8)(keras.layers.Dense(512, name="huge")(inp)))
+    before = snapshot(m)
+    huge = 256 * 512 * 4
+    specs = [DeviceSpec(d, memory_bytes=huge // 2) for d in devices]
+    with pytest.raises(NoFeasiblePlanError, match="tried: single.*cpsat"):
+        placer.autoplace(m, specs, batch_size=2, time_limit_s=1)
+    assert_untouched(m, before)
+
+
+@pytest.mark.parametrize("opts,match", [({"algorithm": "magic"}, "unknown algorithm"),
+                                        ({"compression": "int3"}, "unknown compression"),
+                                        ({"time_limit_s": 0}, "time_limit_s"),
+                                        ({"batch_size": 0}, "batch_size"),
+                                        ({"colour": "red"}, "unknown option")])
+def test_bad_options(model, devices, opts, match):
+    before = snapshot(model)
+    with pytest.raises(AutoplaceError, match=match):
+        placer.autoplace(model, devices, **{"batch_size": 4, **opts})
+    assert_untouched(model, before)
+
+
+def test_success_leaves_the_model_untouched(model, devices):
+    before = snapshot(model)
+    p = placer.autoplace(model, devices, batch_size=4, algorithm="round_robin")
+    assert_untouched(model, before)
+    # the placed copies are separate variables
+    assert not {id(v) for v in p.variables} & {id(v.value) for v in model.variables}
