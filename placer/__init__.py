@@ -28,6 +28,7 @@ from .errors import (
     ModelError,
     NoFeasiblePlanError,
     SolverError,
+    UnsupportedError,
 )
 
 __version__ = "0.1.0"
@@ -43,7 +44,7 @@ _LAZY = {
 __all__ = [
     "AutoplaceError", "CostError", "DeviceError", "DeviceSpec", "ExportError", "GraphError",
     "InputSignatureError", "InsufficientMemoryError", "ModelError", "NoFeasiblePlanError",
-    "SolverError", *_LAZY,
+    "SolverError", "UnsupportedError", *_LAZY,
 ]
 
 

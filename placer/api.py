@@ -17,7 +17,7 @@ from .coarsen import GROUPINGS, coarsen
 from .devices import DeviceSet, resolve_devices
 from .emit import COMPRESSORS, emit
 from .errors import AutoplaceError, CostError, InsufficientMemoryError
-from .opgraph import OpGraph, build_op_graph
+from .opgraph import MEMORY_BYTES, OpGraph, build_op_graph
 from .placed_model import PlacedModel
 from .plan import BaselineResult, Plan
 from .planning import build_problem, project, simulate_ops
@@ -112,7 +112,7 @@ def _check_memory(op_graph: OpGraph, devset: DeviceSet) -> None:
         return
     sizes = {}
     for ph, path in op_graph.variables.items():
-        sizes[path] = op_graph.graph.nodes[ph]["memory_bytes"]
+        sizes[path] = op_graph.graph.nodes[ph][MEMORY_BYTES]
     total, cap = sum(sizes.values()), sum(caps)
     if total > cap:
         largest = sorted(sizes.items(), key=lambda kv: -kv[1])[:5]

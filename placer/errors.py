@@ -51,3 +51,7 @@ class SolverError(AutoplaceError, ValueError):
 
 class ExportError(AutoplaceError):
     """A placed model could not be exported."""
+
+
+class UnsupportedError(AutoplaceError, NotImplementedError):
+    """A feature autoplace does not have yet (the message says which)."""

@@ -10,7 +10,7 @@ import tensorflow as tf
 from tensorflow.python.eager import context
 
 from .emit import IMPORT_PREFIX, EmittedModel
-from .errors import InputSignatureError
+from .errors import InputSignatureError, UnsupportedError
 from .export import export_saved_model
 from .plan import Plan
 from .report import write_report
@@ -65,7 +65,8 @@ class PlacedModel:
     def __call__(self, x: Any, training: bool = False) -> Any:
         """Run the placed forward pass (inference) on one batch."""
         if training:
-            raise NotImplementedError("training through a placed model is not implemented yet")
+            raise UnsupportedError("training through a placed model is not implemented yet; "
+                                   "train the original model and place it again")
         return self._emitted.function(*self._as_inputs(x))
 
     def predict(self, x: Any, batch_size: int | None = None, verbose: int = 0) -> Any:

@@ -100,3 +100,9 @@ def test_success_leaves_the_model_untouched(model, devices):
     assert_untouched(model, before)
     # the placed copies are separate variables
     assert not {id(v) for v in p.variables} & {id(v.value) for v in model.variables}
+
+
+def test_training_call_is_refused_clearly(model, devices):
+    p = placer.autoplace(model, devices[:1], batch_size=2)
+    with pytest.raises(placer.UnsupportedError, match="not implemented yet"):
+        p(np.zeros((2, 16), "float32"), training=True)
