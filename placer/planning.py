@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -24,15 +24,19 @@ def _device_arrays(devset: DeviceSet) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return bw, lat, cap
 
 
+def _seconds_per_device(us_by_kind: Mapping[str, np.ndarray], allowed: Sequence[frozenset[str] | None],
+                        devset: DeviceSet) -> np.ndarray:
+    """``(n, k)`` seconds on each device: µs of its kind / speed; inf where the kind is not allowed."""
+    out = np.empty((len(allowed), len(devset)))
+    for d, dev in enumerate(devset.devices):
+        out[:, d] = np.asarray(us_by_kind[dev.kind], dtype=float) * 1e-6 / dev.speed
+        out[[a is not None and dev.kind not in a for a in allowed], d] = np.inf
+    return out
+
+
 def build_problem(coarse: Coarsening, devset: DeviceSet) -> PlacementProblem:
     """Placement problem of the coarse groups on ``devset`` (seconds, bytes)."""
-    n, k = len(coarse.names), len(devset)
-    compute = np.empty((n, k))
-    for d, dev in enumerate(devset.devices):
-        compute[:, d] = coarse.compute_us[dev.kind] * 1e-6 / dev.speed
-        for v, allowed in enumerate(coarse.allowed_kinds):
-            if allowed is not None and dev.kind not in allowed:
-                compute[v, d] = np.inf
+    compute = _seconds_per_device(coarse.compute_us, coarse.allowed_kinds, devset)
     bw, lat, cap = _device_arrays(devset)
     return PlacementProblem.build(coarse.names, compute, coarse.memory_bytes, cap, coarse.tensors, bw, lat,
                                   coarse.order)
@@ -50,13 +54,8 @@ def simulate_ops(op_graph: OpGraph, devset: DeviceSet, op_devices: Mapping[str, 
     ops = op_graph.topological_ops()
     index = {op: i for i, op in enumerate(ops)}
     dev_index = {name: i for i, name in enumerate(devset.names)}
-    durations = np.empty((len(ops), len(devset)))
-    for d, dev in enumerate(devset.devices):
-        durations[:, d] = [g.nodes[op][COMPUTE_US][dev.kind] * 1e-6 / dev.speed for op in ops]
-        for i, op in enumerate(ops):
-            allowed = g.nodes[op][ALLOWED_KINDS]
-            if allowed is not None and dev.kind not in allowed:
-                durations[i, d] = np.inf
+    us_by_kind = {kind: [g.nodes[op][COMPUTE_US][kind] for op in ops] for kind in {d.kind for d in devset.devices}}
+    durations = _seconds_per_device(us_by_kind, [g.nodes[op][ALLOWED_KINDS] for op in ops], devset)
     tensors = [TensorEdge(index[t.src], tuple(index[c] for c in t.dsts), float(t.nbytes)) for t in op_graph.tensors]
     control = [(index[u], index[v]) for u, v, c in g.edges(data=CONTROL) if c]
     assignment = [dev_index[op_devices[op]] for op in ops]
