@@ -91,7 +91,14 @@ def test_ops_run_where_planned(name, models, placed_bf16):
     assert len(checked) >= 0.3 * len(planned), "most ops must be visible in the partition graphs"
     wrong = {op: (dev, planned[op]) for op, dev in checked.items() if dev != planned[op]}
     assert not wrong, f"{len(wrong)} ops ran off-plan, e.g. {list(wrong.items())[:3]}"
-    assert set(checked.values()) == set(planned.values()) and len(set(planned.values())) >= 2
+    assert len(set(checked.values())) >= 2
+    # A planned device may be absent from the partition graphs only if Grappler
+    # folded away every op on it (constants, identities, no-ops).
+    types = {o["name"]: o["type"] for o in p.report_data["ops"]}
+    foldable = {"Const", "Identity", "NoOp", "Placeholder"}
+    for dev in set(planned.values()) - set(checked.values()):
+        hidden = {types[op] for op, d in planned.items() if d == dev}
+        assert hidden <= foldable, f"{dev} ran none of its planned ops of types {hidden - foldable}"
 
 
 def test_every_op_runs_where_planned_with_grappler_off(devices):
