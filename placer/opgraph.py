@@ -30,23 +30,23 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import kernels
 
+from .attrs import (  # noqa: F401  (re-exported)
+    ALLOWED_KINDS,
+    BYTES,
+    COLOCATION,
+    COMPUTE_US,
+    CONTROL,
+    LAYER,
+    MEMORY_BYTES,
+    OP_TYPE,
+    OUTPUT_BYTES,
+    TENSORS,
+    TOPO,
+)
 from .errors import GraphError
 from .trace import TracedModel
 
 log = logging.getLogger(__name__)
-
-OP_TYPE = "op_type"
-COMPUTE_US = "compute_us"
-OUTPUT_BYTES = "output_bytes"
-MEMORY_BYTES = "memory_bytes"
-COLOCATION = "colocation"
-ALLOWED_KINDS = "allowed_kinds"
-LAYER = "layer"
-TOPO = "topo_index"
-BYTES = "bytes"
-TENSORS = "tensors"
-CONTROL = "control"
-
 
 @dataclass(frozen=True)
 class TensorInfo:

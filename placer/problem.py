@@ -24,6 +24,7 @@ Examples
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -36,6 +37,80 @@ from .errors import CostError, GraphError
 
 def _frozen(a: np.ndarray) -> np.ndarray:
     a = np.array(a, dtype=float)
+    a.setflags(write=False)
+    return a
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The dataflow DAG that a problem's nodes stand for (for schedule-aware objectives).
+
+    A coarse problem places *groups*; its latency is still simulated on the
+    fine ops. ``group[i]`` is the problem node that fine node ``i`` belongs to.
+
+    Attributes
+    ----------
+    durations_s : numpy.ndarray
+        ``(m, k)`` seconds of fine node ``i`` on device ``d`` (``inf`` = not allowed).
+    tensors : tuple of TensorEdge
+        Data dependencies between fine nodes.
+    control : tuple of (int, int)
+        Ordering-only dependencies between fine nodes.
+    group : numpy.ndarray
+        ``(m,)`` problem node of each fine node.
+    """
+
+    durations_s: np.ndarray
+    tensors: tuple[TensorEdge, ...]
+    control: tuple[tuple[int, int], ...]
+    group: np.ndarray
+
+    @property
+    def m(self) -> int:
+        """Number of fine nodes."""
+        return int(self.durations_s.shape[0])
+
+    def regroup(self, coarse_of: np.ndarray) -> "Schedule":
+        """The same DAG, with problem nodes merged by ``coarse_of[old] = new``."""
+        return Schedule(self.durations_s, self.tensors, self.control, _frozen_int(np.asarray(coarse_of)[self.group]))
+
+
+def topological_order(m: int, tensors: Sequence[TensorEdge], control: Sequence[tuple[int, int]] = ()) -> np.ndarray:
+    """Kahn's order of ``m`` nodes (ties by index), or :class:`GraphError` on a cycle.
+
+    Examples
+    --------
+    >>> topological_order(3, [TensorEdge(2, (0,), 1.0)]).tolist()
+    [1, 2, 0]
+    """
+    succ: list[list[int]] = [[] for _ in range(m)]
+    indeg = np.zeros(m, dtype=int)
+    for t in tensors:
+        for w in set(t.dsts) - {t.src}:
+            succ[t.src].append(w)
+            indeg[w] += 1
+    for u, w in control:
+        if u != w:
+            succ[u].append(w)
+            indeg[w] += 1
+    heap = [int(v) for v in np.flatnonzero(indeg == 0)]
+    heapq.heapify(heap)
+    out = []
+    while heap:
+        v = heapq.heappop(heap)
+        out.append(v)
+        for w in succ[v]:
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                heapq.heappush(heap, w)
+    if len(out) != m:
+        stuck = int(np.flatnonzero(indeg > 0)[0])
+        raise GraphError(f"the graph has a cycle through node {stuck}; placement needs a DAG")
+    return np.array(out, dtype=int)
+
+
+def _frozen_int(a: np.ndarray) -> np.ndarray:
+    a = np.array(a, dtype=int)
     a.setflags(write=False)
     return a
 
@@ -62,6 +137,10 @@ class PlacementProblem:
         A topological order of the nodes (for contiguous splits).
     symmetric : bool
         Devices are interchangeable (same costs, capacity and links).
+    control : tuple of (int, int)
+        Ordering-only dependencies between nodes.
+    schedule : Schedule or None
+        The fine DAG behind coarse nodes; ``None``: the nodes themselves.
     """
 
     names: tuple[str, ...]
@@ -73,6 +152,8 @@ class PlacementProblem:
     latency: np.ndarray
     order: tuple[int, ...]
     symmetric: bool
+    control: tuple[tuple[int, int], ...] = ()
+    schedule: Schedule | None = None
 
     @property
     def n(self) -> int:
@@ -95,6 +176,8 @@ class PlacementProblem:
         bandwidth: np.ndarray,
         latency: np.ndarray,
         order: Sequence[int] | None = None,
+        control: Sequence[tuple[int, int]] = (),
+        schedule: Schedule | None = None,
     ) -> "PlacementProblem":
         """Validate the arrays and build a frozen problem.
 
@@ -138,12 +221,32 @@ class PlacementProblem:
         order_t = tuple(range(n)) if order is None else tuple(int(i) for i in order)
         if sorted(order_t) != list(range(n)):
             raise GraphError("order must be a permutation of the nodes")
+        control_t = tuple((int(u), int(v)) for u, v in control)
+        if any(not (0 <= u < n and 0 <= v < n) for u, v in control_t):
+            raise GraphError(f"a control edge names a node outside 0..{n - 1}")
+        if schedule is not None:
+            if schedule.durations_s.shape[1] != k or schedule.group.shape != (schedule.m,):
+                raise GraphError("schedule durations must have one column per device and one group per fine node")
+            if schedule.m and (schedule.group.min() < 0 or schedule.group.max() >= n):
+                raise GraphError(f"schedule groups must lie in 0..{n - 1}")
         symmetric = bool(
             np.allclose(c, c[:, :1]) and np.allclose(cap, cap[0])
             and (k < 2 or (np.allclose(bw[off], bw[off][0]) and np.allclose(lat[off], lat[off][0])))
         )
         return cls(tuple(names), _frozen(c), _frozen(mem), _frozen(cap), tuple(tensors),
-                   _frozen(bw), _frozen(lat), order_t, symmetric)
+                   _frozen(bw), _frozen(lat), order_t, symmetric, control_t, schedule)
+
+    def schedule_view(self) -> Schedule:
+        """The fine DAG to simulate (the nodes themselves when there is no coarser view)."""
+        if self.schedule is not None:
+            return self.schedule
+        return Schedule(self.compute_s, self.tensors, self.control, _frozen_int(np.arange(self.n)))
+
+    def link_seconds(self, i: int, j: int, nbytes: float) -> float:
+        """Seconds for one tensor of ``nbytes`` from device ``i`` to ``j`` (0 on one device)."""
+        if i == j or nbytes <= 0:
+            return 0.0
+        return float(self.latency[i, j] + nbytes / self.bandwidth[i, j])
 
     def transfer_s(self, t: TensorEdge, i: int, j: int) -> float:
         """Seconds to move tensor edge ``t`` from device ``i`` to ``j``."""

@@ -1,17 +1,24 @@
 """Placement solvers: pure functions over a :class:`PlacementProblem`.
 
 No module in this package imports TensorFlow. Solvers are registered by
-name; :func:`solve_problem` picks one by argument (``"auto"`` by default).
+name; :func:`solve_problem` picks one by argument (``"auto"`` by default)
+and scores every plan by ``SolveOptions.objective``
+(:data:`placer.objectives.OBJECTIVES`).
 
 ============  =======================================================
 name          what it does
 ============  =======================================================
-auto          best heuristic as warm start, then ``cpsat``; best kept
-cpsat         CP-SAT max-load model, proven lower bound (k devices)
+auto          every heuristic below, then CP-SAT warm-started from the
+              best (on a coarsened problem when it is large), then
+              local refinement; the best plan is kept
+cpsat         CP-SAT max-load or min-traffic model, proven bound
+heft          HEFT list scheduling (earliest finish), memory-capped
+etf           ETF list scheduling (earliest start; Baechi's m-ETF)
+partition     METIS k-way partition (balanced compute, min bytes cut)
 mincut        exact min-cut of total busy time (2 devices only)
 contiguous    topological order in k equal-compute stages
 round_robin   nodes dealt to devices in turn
-single        everything on the fastest device that fits
+single        everything on the best single device that fits
 ============  =======================================================
 
 Examples
@@ -31,12 +38,18 @@ from __future__ import annotations
 import logging
 import time
 
+
 from ..errors import NoFeasiblePlanError, SolverError
+from ..objectives import get_objective
 from ..problem import PlacementProblem
 from . import cpsat as _cpsat  # noqa: F401  (registers)
 from . import heuristics as _heuristics  # noqa: F401
+from . import listsched as _listsched  # noqa: F401
 from . import mincut as _mincut  # noqa: F401
-from .base import SolveOptions, Solution
+from . import partition as _partition  # noqa: F401
+from .base import SolveOptions, Solution, finish
+from .multilevel import coarsen_problem
+from .refine import refine
 from .registry import SOLVERS
 
 __all__ = ["DEFAULT_SOLVER", "SolveOptions", "Solution", "available_solvers", "solve_problem"]
@@ -45,7 +58,10 @@ log = logging.getLogger(__name__)
 
 #: The algorithm used when none is named.
 DEFAULT_SOLVER = "auto"
-_WARM_STARTS = ("single", "round_robin", "contiguous", "mincut")
+#: Heuristics ``auto`` always runs on the full problem.
+_HEURISTICS = ("single", "round_robin", "contiguous", "partition", "heft", "etf", "mincut")
+#: ETF costs O(ops × ready ops × devices); above this many fine ops ``auto`` skips it.
+ETF_MAX_OPS = 5000
 
 
 def available_solvers() -> list[str]:
@@ -53,31 +69,63 @@ def available_solvers() -> list[str]:
     return sorted([*SOLVERS, "auto"])
 
 
+def _describe(name: str, sol: Solution | None) -> str:
+    return f"{name}: {'no feasible plan' if sol is None else f'{sol.objective:.6g}'}"
+
+
 def _auto(problem: PlacementProblem, options: SolveOptions) -> tuple[Solution | None, list[str]]:
-    tried: list[str] = []
-    best: Solution | None = None
     t0 = time.perf_counter()
-    for name in _WARM_STARTS:
-        if name == "mincut" and problem.k != 2:
+    deadline = t0 + options.time_limit_s
+    tried: list[str] = []
+    found: list[Solution] = []
+    for name in _HEURISTICS:
+        if (name == "mincut" and problem.k != 2) or (name == "etf" and problem.schedule_view().m > ETF_MAX_OPS):
             continue
         sol = SOLVERS[name](problem, options)
-        tried.append(f"{name}: {'no feasible plan' if sol is None else f'{sol.objective:.6g}'}")
-        if sol is not None and (best is None or sol.objective < best.objective):
-            best = sol
+        tried.append(_describe(name, sol))
+        if sol is not None:
+            found.append(sol)
+    bound = max((s.lower_bound for s in found), default=0.0)
+    best = min(found, key=lambda s: s.objective, default=None)
+
     if problem.k > 1:
+        search, contraction = problem, None
         warm = best.assignment if best is not None else None
-        exact = SOLVERS["cpsat"](problem, SolveOptions(options.time_limit_s, options.seed, options.workers, warm))
+        if problem.n > options.max_nodes:
+            contraction = coarsen_problem(problem, options.max_nodes, seed=options.seed)
+            search = contraction.coarse
+            coarse_starts = [SOLVERS[n](search, options) for n in ("partition", "contiguous", "heft")]
+            coarse_starts = [s for s in coarse_starts if s is not None]
+            warm = min(coarse_starts, key=lambda s: s.objective).assignment if coarse_starts else None
+            tried.append(f"coarsened {problem.n} -> {search.n} nodes")
+        budget = max(0.5, 0.6 * (deadline - time.perf_counter()))
+        exact = SOLVERS["cpsat"](search, SolveOptions(budget, options.seed, options.workers, warm,
+                                                      options.objective, options.max_nodes))
         tried.append(f"cpsat: {'no feasible plan' if exact is None else f'{exact.objective:.6g} ({exact.status})'}")
         if exact is not None:
-            if best is None or exact.objective <= best.objective:
-                best = exact
-            else:  # keep the better heuristic plan, with cpsat's proven bound
-                best = Solution(best.assignment, best.objective, max(best.lower_bound, exact.lower_bound),
-                                best.solver, best.wall_s, best.status)
-    if best is not None:
-        best = Solution(best.assignment, best.objective, best.lower_bound, f"auto/{best.solver}",
-                        time.perf_counter() - t0, best.status)
-    return best, tried
+            if contraction is None:
+                bound = max(bound, exact.lower_bound)
+                found.append(exact)
+            else:  # a coarse bound does not bound the full problem; re-score the projection
+                sol = finish(problem, contraction.expand(exact.assignment), "cpsat", t0, options, "feasible")
+                if sol is not None:
+                    found.append(sol)
+        if found:
+            start = min(found, key=lambda s: s.objective)
+            model = "throughput" if get_objective(options.objective).cpsat_model == "max_load" else "memory"
+            refined = refine(problem, start.assignment, model, max(deadline, time.perf_counter() + 0.2))
+            sol = finish(problem, refined, f"{start.solver}+refine", t0, options, "feasible")
+            tried.append(_describe("refine", sol))
+            if sol is not None and sol.objective < start.objective:
+                found.append(sol)
+        # equal values: prefer a plan proven optimal
+        best = min(found, key=lambda s: (s.objective, s.status != "optimal"), default=None)
+    if best is None:
+        return None, tried
+    lb = min(max(bound, best.lower_bound), best.objective)
+    status = "optimal" if best.objective - lb <= 1e-9 * max(abs(best.objective), 1e-300) else best.status
+    return Solution(best.assignment, best.objective, lb, f"auto/{best.solver}", time.perf_counter() - t0,
+                    status), tried
 
 
 def solve_problem(problem: PlacementProblem, algorithm: str = DEFAULT_SOLVER,
@@ -90,15 +138,17 @@ def solve_problem(problem: PlacementProblem, algorithm: str = DEFAULT_SOLVER,
     algorithm : str
         One of :func:`available_solvers`; default ``"auto"``.
     options : SolveOptions, optional
+        Time limit, seed and the objective to score plans by.
 
     Raises
     ------
     SolverError
-        Unknown algorithm, or one used outside its domain.
+        Unknown algorithm or objective, or an algorithm used outside its domain.
     NoFeasiblePlanError
         Nothing feasible was found; the message lists what was tried.
     """
     options = options or SolveOptions()
+    get_objective(options.objective)
     if algorithm == "auto":
         sol, tried = _auto(problem, options)
     elif algorithm in SOLVERS:
@@ -112,6 +162,6 @@ def solve_problem(problem: PlacementProblem, algorithm: str = DEFAULT_SOLVER,
             f"{options.time_limit_s:g} s; tried: {'; '.join(tried)}. Give the devices more memory, "
             "add devices, or raise time_limit_s."
         )
-    log.debug("solved %d nodes on %d devices with %s: objective %.6g s, gap %.2f%%",
-             problem.n, problem.k, sol.solver, sol.objective, 100 * sol.gap)
+    log.debug("solved %d nodes on %d devices with %s: %s %.6g, gap %.2f%%", problem.n, problem.k, sol.solver,
+              options.objective, sol.objective, 100 * sol.gap)
     return sol

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
 import numpy as np
 
 from ..errors import SolverError
+from ..objectives import get_objective
 from ..problem import PlacementProblem
 
 
@@ -25,12 +27,18 @@ class SolveOptions:
         Search threads for CP-SAT (deterministic mode is used either way).
     warm_start : numpy.ndarray or None
         An assignment to start from (hint).
+    objective : str
+        Name in :data:`placer.objectives.OBJECTIVES` that solutions are scored by.
+    max_nodes : int
+        ``auto`` coarsens problems with more nodes than this before searching.
     """
 
     time_limit_s: float = 10.0
     seed: int = 0
     workers: int = 2
     warm_start: np.ndarray | None = None
+    objective: str = "throughput"
+    max_nodes: int = 1500
 
 
 @dataclass(frozen=True)
@@ -54,6 +62,22 @@ class Solution:
         if self.objective <= 0 or not np.isfinite(self.objective):
             return 0.0 if self.objective == self.lower_bound else float("inf")
         return float(max(0.0, (self.objective - self.lower_bound) / self.objective))
+
+
+def finish(problem: PlacementProblem, assignment: np.ndarray, name: str, t0: float, options: SolveOptions,
+           status: str = "heuristic", bound: float = 0.0) -> Solution | None:
+    """Score ``assignment`` by ``options.objective``; ``None`` if it is infeasible.
+
+    The lower bound is the larger of the objective's own bound and ``bound``
+    (e.g. one proven by a search solver), capped at the value.
+    """
+    obj = get_objective(options.objective)
+    a = np.asarray(assignment, dtype=int)
+    value = obj.value(problem, a)
+    if not np.isfinite(value):
+        return None
+    lb = min(max(obj.lower_bound(problem), bound), value)
+    return Solution(a, value, lb, name, time.perf_counter() - t0, status)
 
 
 class SolverFn(Protocol):

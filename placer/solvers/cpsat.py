@@ -2,17 +2,24 @@
 
 Sections: data → variables → constraints → objective → solve → decode.
 
+Two models, chosen by the objective's ``cpsat_model``: ``max_load`` (the
+pipelined throughput objective; also the proxy searched for ``latency``) and
+``traffic`` (the ``memory`` objective: least bytes crossing devices).
+
 * ``x[v, d]`` — node ``v`` runs on device ``d`` (only for allowed pairs);
 * ``send[t, d]`` ≥ ``x[src, d] - x[w, d]`` for each consumer ``w``: device
   ``d`` sends tensor ``t`` (once, however many devices receive it);
 * ``recv[t, d]`` ≥ ``x[w, d] - x[src, d]``: device ``d`` receives ``t``;
 * memory per device ≤ capacity; every node on exactly one device;
-* minimise ``M`` ≥ every device's compute + send + receive time.
+* minimise ``M`` ≥ every device's compute + send + receive time, or the
+  bytes received summed over devices.
 
 Costs are scaled to integers by rounding *down*, so the solver's bound is a
 valid lower bound of the true objective; the returned objective is always
-re-evaluated exactly with :func:`placer.problem.evaluate`. Links are taken as
-uniform (mean off-diagonal cost); the exact evaluation uses the real links.
+re-evaluated exactly by the objective. Transfers are costed on the cheapest
+link, so the bound stays valid when links differ; the evaluation uses the
+real links. A ``latency`` solve reports no CP-SAT bound (max-load does not
+bound a makespan), only the critical-path bound.
 The search runs in CP-SAT's deterministic mode (``interleave_search``) with
 ``max_deterministic_time`` as its budget, so the same problem and seed give
 the same plan; a wall-clock cap of twice the limit is kept as a safety net.
@@ -37,8 +44,9 @@ import time
 import numpy as np
 
 from ..errors import SolverError
-from ..problem import PlacementProblem, evaluate, trivial_lower_bound
-from .base import SolveOptions, Solution
+from ..objectives import get_objective
+from ..problem import PlacementProblem
+from .base import SolveOptions, Solution, finish
 from .registry import solver
 
 #: Integer resolution of the scaled objective.
@@ -76,15 +84,20 @@ def _solve(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
     t0 = time.perf_counter()
     p = problem
     n, k = p.n, p.k
+    model_kind = get_objective(options.objective).cpsat_model
     # --- data
     allowed = np.isfinite(p.compute_s)
     comp = np.where(allowed, p.compute_s, 0.0)
     off = [(i, j) for i in range(k) for j in range(k) if i != j]
-    w_s = np.array([np.mean([p.transfer_s(t, i, j) for i, j in off]) if off else 0.0 for t in p.tensors])
-    upper = comp.max(axis=1).sum() + 2 * w_s.sum()
+    if model_kind == "traffic":
+        w = np.array([t.nbytes for t in p.tensors], dtype=float)
+        upper = w.sum() * max(k - 1, 1)
+    else:  # the cheapest link, so that the model's bound stays a bound with uneven links
+        w = np.array([min(p.transfer_s(t, i, j) for i, j in off) if off else 0.0 for t in p.tensors])
+        upper = comp.max(axis=1).sum() + 2 * w.sum()
     unit = max(upper / _RESOLUTION, 1e-12)
     c_int = np.floor(comp / unit).astype(np.int64)
-    w_int = np.floor(w_s / unit).astype(np.int64)
+    w_int = np.floor(w / unit).astype(np.int64)
 
     # --- variables
     m = cp_model.CpModel()
@@ -105,32 +118,38 @@ def _solve(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
             m.Add(sum(int(p.memory_bytes[v]) * x[v, d] for v in range(n)
                       if allowed[v, d] and p.memory_bytes[v] > 0) <= int(p.capacity_bytes[d]))
     load_terms: list[list] = [[] for _ in range(k)]
-    for d in range(k):
-        load_terms[d].extend(int(c_int[v, d]) * x[v, d] for v in range(n) if allowed[v, d] and c_int[v, d])
-    send: dict[tuple[int, int], cp_model.IntVar] = {}
-    recv: dict[tuple[int, int], cp_model.IntVar] = {}
+    if model_kind == "max_load":
+        for d in range(k):
+            load_terms[d].extend(int(c_int[v, d]) * x[v, d] for v in range(n) if allowed[v, d] and c_int[v, d])
+    traffic_terms = []
     for ti, t in enumerate(p.tensors):
-        dsts = [w for w in dict.fromkeys(t.dsts) if w != t.src]
+        dsts = [u for u in dict.fromkeys(t.dsts) if u != t.src]
         if not dsts or w_int[ti] == 0:
             continue
         for d in range(k):
-            s_var = m.NewBoolVar(f"send_{ti}_{d}")
             r_var = m.NewBoolVar(f"recv_{ti}_{d}")
-            for w in dsts:
-                m.Add(s_var >= xv(t.src, d) - xv(w, d))
-                m.Add(r_var >= xv(w, d) - xv(t.src, d))
-            send[ti, d], recv[ti, d] = s_var, r_var
+            for u in dsts:
+                m.Add(r_var >= xv(u, d) - xv(t.src, d))
+            if model_kind == "traffic":
+                traffic_terms.append(int(w_int[ti]) * r_var)
+                continue
+            s_var = m.NewBoolVar(f"send_{ti}_{d}")
+            for u in dsts:
+                m.Add(s_var >= xv(t.src, d) - xv(u, d))
             load_terms[d].append(int(w_int[ti]) * s_var)
             load_terms[d].append(int(w_int[ti]) * r_var)
-    horizon = int(sum(int(c) for c in c_int.max(axis=1)) + 2 * int(w_int.sum())) + 1
-    makespan = m.NewIntVar(0, horizon, "max_load")
-    for d in range(k):
-        m.Add(sum(load_terms[d]) <= makespan)
     if p.symmetric and n:
         m.Add(x[p.order[0], 0] == 1)  # devices are interchangeable: break the symmetry
 
     # --- objective
-    m.Minimize(makespan)
+    if model_kind == "traffic":
+        m.Minimize(sum(traffic_terms))
+    else:
+        horizon = int(sum(int(c) for c in c_int.max(axis=1)) + 2 * int(w_int.sum())) + 1
+        makespan = m.NewIntVar(0, horizon, "max_load")
+        for d in range(k):
+            m.Add(sum(load_terms[d]) <= makespan)
+        m.Minimize(makespan)
     if options.warm_start is not None:
         ws = np.asarray(options.warm_start, dtype=int)
         if p.symmetric and n:  # relabel so that the hint satisfies the symmetry break
@@ -152,10 +171,7 @@ def _solve(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
 
     # --- decode
     a = np.array([next(d for d in range(k) if allowed[v, d] and cp.Value(x[v, d])) for v in range(n)], dtype=int)
-    ev = evaluate(p, a)
-    if not ev.feasible:
-        return None
-    lb = float(max(trivial_lower_bound(p), cp.BestObjectiveBound() * unit))
-    return Solution(a, ev.objective, min(lb, ev.objective), "cpsat", time.perf_counter() - t0,
-                    "optimal" if status == cp_model.OPTIMAL else "feasible")
-
+    exact_for_objective = model_kind == "traffic" or options.objective == "throughput"
+    bound = cp.BestObjectiveBound() * unit if exact_for_objective else 0.0
+    optimal = status == cp_model.OPTIMAL and exact_for_objective
+    return finish(p, a, "cpsat", t0, options, "optimal" if optimal else "feasible", bound)

@@ -10,17 +10,9 @@ import time
 
 import numpy as np
 
-from ..problem import PlacementProblem, evaluate, trivial_lower_bound
-from .base import SolveOptions, Solution
+from ..problem import PlacementProblem
+from .base import SolveOptions, Solution, finish
 from .registry import solver
-
-
-def _finish(problem: PlacementProblem, a: np.ndarray, name: str, t0: float) -> Solution | None:
-    ev = evaluate(problem, a)
-    if not ev.feasible:
-        return None
-    return Solution(a, ev.objective, min(trivial_lower_bound(problem), ev.objective), name,
-                    time.perf_counter() - t0, "heuristic")
 
 
 @solver("single")
@@ -29,7 +21,7 @@ def single_device(problem: PlacementProblem, options: SolveOptions) -> Solution 
     t0 = time.perf_counter()
     best = None
     for d in range(problem.k):
-        s = _finish(problem, np.full(problem.n, d), "single", t0)
+        s = finish(problem, np.full(problem.n, d), "single", t0, options)
         if s is not None and (best is None or s.objective < best.objective):
             best = s
     return best
@@ -45,7 +37,7 @@ def round_robin(problem: PlacementProblem, options: SolveOptions) -> Solution | 
         allowed = np.flatnonzero(np.isfinite(problem.compute_s[v]))
         a[v] = allowed[nxt % len(allowed)]
         nxt += 1
-    return _finish(problem, a, "round_robin", t0)
+    return finish(problem, a, "round_robin", t0, options)
 
 
 @solver("contiguous")
@@ -75,4 +67,4 @@ def contiguous(problem: PlacementProblem, options: SolveOptions) -> Solution | N
         if dv == d:
             acc += work[v]
             mem += p.memory_bytes[v]
-    return _finish(p, a, "contiguous", t0)
+    return finish(p, a, "contiguous", t0, options)

@@ -19,8 +19,8 @@ import networkx as nx
 import numpy as np
 
 from ..errors import SolverError
-from ..problem import PlacementProblem, evaluate, trivial_lower_bound
-from .base import SolveOptions, Solution
+from ..problem import PlacementProblem
+from .base import SolveOptions, Solution, finish
 from .registry import solver
 
 _S, _T = ("terminal", 0), ("terminal", 1)
@@ -70,11 +70,6 @@ def min_cut_assignment(problem: PlacementProblem) -> np.ndarray:
 
 @solver("mincut")
 def mincut(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
-    """Registered wrapper of :func:`min_cut_assignment` (max-load is reported)."""
+    """Registered wrapper of :func:`min_cut_assignment`, scored by ``options.objective``."""
     t0 = time.perf_counter()
-    a = min_cut_assignment(problem)
-    ev = evaluate(problem, a)
-    if not ev.feasible:
-        return None
-    return Solution(a, ev.objective, min(trivial_lower_bound(problem), ev.objective), "mincut",
-                    time.perf_counter() - t0, "heuristic")
+    return finish(problem, min_cut_assignment(problem), "mincut", t0, options)

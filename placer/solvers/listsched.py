@@ -1,0 +1,161 @@
+"""List scheduling under memory caps: HEFT and ETF (no TensorFlow).
+
+Both walk the fine dataflow graph (:meth:`PlacementProblem.schedule_view`)
+and put each op where it *finishes* (HEFT, Topcuoglu et al. 2002) or
+*starts* (ETF, Hwang et al. 1989; Baechi's m-ETF) earliest, given when its
+inputs arrive over the links. They honour what a placement must:
+
+* a device the op has no kernel for is never chosen (``inf`` duration);
+* ops of one problem node (a colocation group or a coarse group) share the
+  device the first of them was given;
+* a group is only put on a device whose remaining memory holds it.
+
+They return ``None`` when memory runs out, and are scored like every solver
+by ``options.objective`` (they optimise one step's latency by design).
+Transfers are costed without link contention while scheduling; the
+objective's simulator includes it.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..problem import PlacementProblem, Schedule, topological_order
+from .base import SolveOptions, Solution, finish
+from .registry import solver
+
+
+class _State:
+    """Shared bookkeeping of a list scheduler over the fine DAG."""
+
+    def __init__(self, problem: PlacementProblem) -> None:
+        self.p = problem
+        self.s: Schedule = problem.schedule_view()
+        m, k = self.s.m, problem.k
+        self.preds: list[list[tuple[int, int]]] = [[] for _ in range(m)]  # (tensor index or -1, src)
+        self.succ: list[list[int]] = [[] for _ in range(m)]
+        for ti, t in enumerate(self.s.tensors):
+            for w in set(t.dsts) - {t.src}:
+                self.preds[w].append((ti, t.src))
+                self.succ[t.src].append(w)
+        for u, w in self.s.control:
+            self.preds[w].append((-1, u))
+            self.succ[u].append(w)
+        self.topo = topological_order(m, self.s.tensors, self.s.control)
+        self.finish = np.zeros(m)
+        self.dev = np.full(m, -1)
+        self.dev_free = np.zeros(k)
+        self.group_dev = np.full(problem.n, -1)
+        self.mem_used = np.zeros(k)
+        self.group_ok = np.isfinite(problem.compute_s)
+
+    def transfer(self, ti: int, i: int, j: int) -> float:
+        return 0.0 if ti < 0 else self.p.transfer_s(self.s.tensors[ti], i, j)
+
+    def candidates(self, v: int) -> np.ndarray:
+        """Devices fine node ``v`` may go to now (group pin, kernels, memory)."""
+        g = self.s.group[v]
+        if self.group_dev[g] >= 0:
+            return np.array([self.group_dev[g]])
+        fits = self.mem_used + self.p.memory_bytes[g] <= self.p.capacity_bytes * (1 + 1e-9)
+        return np.flatnonzero(self.group_ok[g] & fits & np.isfinite(self.s.durations_s[v]))
+
+    def data_ready(self, v: int, d: int) -> float:
+        return max((self.finish[u] + self.transfer(ti, self.dev[u], d) for ti, u in self.preds[v]), default=0.0)
+
+    def place(self, v: int, d: int, start: float) -> None:
+        g = self.s.group[v]
+        if self.group_dev[g] < 0:
+            self.group_dev[g] = d
+            self.mem_used[d] += self.p.memory_bytes[g]
+        self.dev[v] = d
+        self.finish[v] = start + self.s.durations_s[v, d]
+        self.dev_free[d] = self.finish[v]
+
+    def upward_rank(self) -> np.ndarray:
+        """HEFT's rank: mean duration plus the longest mean-cost path to an exit."""
+        p, s = self.p, self.s
+        d = np.where(np.isfinite(s.durations_s), s.durations_s, np.nan)
+        wbar = np.nan_to_num(np.nanmean(d, axis=1)) if s.m else np.zeros(0)
+        off = [(i, j) for i in range(p.k) for j in range(p.k) if i != j]
+        cbar = [float(np.mean([p.transfer_s(t, i, j) for i, j in off])) if off else 0.0 for t in s.tensors]
+        out_edges: list[list[tuple[int, int]]] = [[] for _ in range(s.m)]
+        for v in range(s.m):
+            for ti, u in self.preds[v]:
+                out_edges[u].append((ti, v))
+        rank = np.zeros(s.m)
+        for v in self.topo[::-1]:
+            rank[v] = wbar[v] + max(((cbar[ti] if ti >= 0 else 0.0) + rank[w] for ti, w in out_edges[v]), default=0.0)
+        return rank
+
+
+@solver("heft")
+def heft(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
+    """HEFT: ops by decreasing upward rank, each on the device where it finishes first."""
+    t0 = time.perf_counter()
+    st = _State(problem)
+    rank = st.upward_rank()
+    pos = np.empty(st.s.m, dtype=int)
+    pos[st.topo] = np.arange(st.s.m)
+    for v in sorted(range(st.s.m), key=lambda v: (-rank[v], pos[v])):  # a topological order
+        best: tuple[float, int, float] | None = None
+        for d in st.candidates(v):
+            start = max(st.data_ready(v, int(d)), st.dev_free[d])
+            eft = start + st.s.durations_s[v, d]
+            if best is None or eft < best[0]:
+                best = (eft, int(d), start)
+        if best is None:
+            return None
+        st.place(v, best[1], best[2])
+    return finish(problem, _groups(st), "heft", t0, options)
+
+
+@solver("etf")
+def etf(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
+    """ETF: repeatedly start the (ready op, device) pair that can start earliest.
+
+    Ties go to the op with the larger upward rank. Data-ready times are
+    computed once per op (when its last input is placed); only device free
+    times change afterwards, so each step is one vectorised argmin.
+    """
+    t0 = time.perf_counter()
+    st = _State(problem)
+    rank = st.upward_rank()
+    k, m = problem.k, st.s.m
+    waiting = np.array([len(p) for p in st.preds])
+    ready: list[int] = [int(v) for v in np.flatnonzero(waiting == 0)]
+    arrive: dict[int, np.ndarray] = {v: np.zeros(k) for v in ready}
+    for _ in range(m):
+        if not ready:
+            return None
+        r = np.array(ready)
+        est = np.stack([arrive[v] for v in ready])
+        est = np.maximum(est, st.dev_free[None, :])
+        mask = np.zeros((len(ready), k), dtype=bool)
+        for i, v in enumerate(ready):
+            mask[i, st.candidates(v)] = True
+        est = np.where(mask, est, np.inf)
+        flat = np.lexsort((np.repeat(-rank[r], k), est.ravel()))[0]
+        i, d = divmod(int(flat), k)
+        if not np.isfinite(est[i, d]):
+            return None
+        v = ready.pop(i)
+        st.place(v, d, float(est[i, d]))
+        del arrive[v]
+        for w in st.succ[v]:
+            waiting[w] -= 1
+            if waiting[w] == 0:
+                ready.append(w)
+                arrive[w] = np.array([st.data_ready(w, dd) for dd in range(k)])
+    return finish(problem, _groups(st), "etf", t0, options)
+
+
+def _groups(st: _State) -> np.ndarray:
+    """Problem-node assignment from the scheduled fine ops (nodes without ops: least memory used)."""
+    a = st.group_dev.copy()
+    for g in np.flatnonzero(a < 0):
+        ok = np.flatnonzero(st.group_ok[g])
+        a[g] = ok[np.argmin(st.mem_used[ok])]
+    return a

@@ -1,0 +1,115 @@
+"""Balanced k-way graph partition with METIS (via ``pymetis``), then repair.
+
+Nodes are weighted by compute on their fastest device, edges by the bytes
+they carry (a multi-consumer tensor is a star from its producer); METIS
+cuts the least bytes subject to balanced compute, with each device's share
+proportional to its speed. Nodes then leave devices they may not run on,
+and devices over capacity shed their largest nodes to devices with room.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..problem import PlacementProblem
+from .base import SolveOptions, Solution, finish
+from .registry import solver
+
+_SCALE = 1_000_000  # METIS takes integer weights
+
+
+def device_shares(problem: PlacementProblem) -> np.ndarray:
+    """Fraction of the work each device should get: proportional to its speed.
+
+    A device's speed is how much of the work it could do, relative to doing
+    every node on its fastest device.
+
+    Examples
+    --------
+    >>> from placer.problem import PlacementProblem
+    >>> p = PlacementProblem.build(["a"], np.array([[1.0, 3.0]]), np.zeros(1), np.full(2, np.inf), [],
+    ...                            np.ones((2, 2)), np.zeros((2, 2)))
+    >>> device_shares(p).round(2).tolist()
+    [0.75, 0.25]
+    """
+    c = problem.compute_s
+    best = np.where(np.isfinite(c), c, np.inf).min(axis=1)
+    speed = np.empty(problem.k)
+    for d in range(problem.k):
+        ok = np.isfinite(c[:, d])
+        speed[d] = best[ok].sum() / c[ok, d].sum() if ok.any() and c[ok, d].sum() > 0 else float(ok.any())
+    if speed.sum() <= 0:
+        return np.full(problem.k, 1.0 / problem.k)
+    return speed / speed.sum()
+
+
+def repair(problem: PlacementProblem, assignment: np.ndarray) -> np.ndarray:
+    """Move nodes off devices they may not use, then off devices over capacity.
+
+    Deterministic; returns a new array (possibly still infeasible when the
+    memory does not fit anywhere).
+    """
+    p = problem
+    a = np.array(assignment, dtype=int)
+    allowed = np.isfinite(p.compute_s)
+    comp = np.where(allowed, p.compute_s, 0.0)
+    load = np.bincount(a, weights=comp[np.arange(p.n), a], minlength=p.k)
+    mem = np.bincount(a, weights=p.memory_bytes, minlength=p.k)
+
+    def move(v: int, to: int) -> None:
+        load[a[v]] -= comp[v, a[v]]
+        mem[a[v]] -= p.memory_bytes[v]
+        a[v] = to
+        load[to] += comp[v, to]
+        mem[to] += p.memory_bytes[v]
+
+    for v in np.flatnonzero(~allowed[np.arange(p.n), a]):
+        ok = np.flatnonzero(allowed[v] & (mem + p.memory_bytes[v] <= p.capacity_bytes))
+        ok = ok if ok.size else np.flatnonzero(allowed[v])
+        move(int(v), int(ok[np.argmin(load[ok] + comp[v, ok])]))
+    for d in range(p.k):
+        for v in sorted(np.flatnonzero(a == d), key=lambda v: (-p.memory_bytes[v], v)):
+            if mem[d] <= p.capacity_bytes[d] * (1 + 1e-9):
+                break
+            ok = np.flatnonzero(allowed[v] & (mem + p.memory_bytes[v] <= p.capacity_bytes))
+            ok = ok[ok != d]
+            if ok.size:
+                move(int(v), int(ok[np.argmin(load[ok] + comp[v, ok])]))
+    return a
+
+
+@solver("partition")
+def partition(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
+    """METIS k-way partition balancing compute and cutting bytes, then :func:`repair`."""
+    import pymetis
+
+    t0 = time.perf_counter()
+    p = problem
+    if p.k == 1 or p.n <= 1:
+        return finish(p, np.zeros(p.n, dtype=int), "partition", t0, options)
+    best = np.where(np.isfinite(p.compute_s), p.compute_s, np.inf).min(axis=1)
+    vw = np.maximum(1, np.round(best / max(best.sum(), 1e-300) * _SCALE)).astype(np.int64)
+    pairs: dict[tuple[int, int], float] = {}
+    for t in p.tensors:
+        for w in set(t.dsts) - {t.src}:
+            key = (min(t.src, w), max(t.src, w))
+            pairs[key] = pairs.get(key, 0.0) + t.nbytes
+    adj: list[list[int]] = [[] for _ in range(p.n)]
+    wts: list[list[int]] = [[] for _ in range(p.n)]
+    total = max(sum(pairs.values()), 1e-300)
+    for (u, w), b in sorted(pairs.items()):
+        iw = max(1, int(round(b / total * _SCALE)))
+        adj[u].append(w)
+        wts[u].append(iw)
+        adj[w].append(u)
+        wts[w].append(iw)
+    xadj = np.concatenate([[0], np.cumsum([len(x) for x in adj])]).astype(np.int64)
+    adjncy = np.array([w for x in adj for w in x], dtype=np.int64)
+    ew = np.array([w for x in wts for w in x], dtype=np.int64)
+    shares = device_shares(p)
+    _, parts = pymetis.part_graph(p.k, xadj=xadj, adjncy=adjncy, vweights=vw, eweights=ew if ew.size else None,
+                                  tpwgts=list(shares), options=pymetis.Options(seed=int(options.seed)))
+    a = repair(p, np.asarray(parts, dtype=int))
+    return finish(p, a, "partition", t0, options)
