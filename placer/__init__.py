@@ -39,6 +39,10 @@ _LAZY = {
     "PlacedModel": ("placer.placed_model", "PlacedModel"),
     "Plan": ("placer.plan", "Plan"),
     "solvers": ("placer.solvers", None),
+    "solve": ("placer.placement", "solve"),
+    "Placement": ("placer.placement", "Placement"),
+    "load_graph": ("placer.graphs", "load_graph"),
+    "save_graph": ("placer.graphs", "save_graph"),
 }
 
 __all__ = [

@@ -18,7 +18,16 @@ import numpy as np
 from cost_models import TensorEdge
 
 from .errors import GraphError
-from .opgraph import ALLOWED_KINDS, COLOCATION, COMPUTE_US, LAYER, MEMORY_BYTES, TOPO, OpGraph
+from .opgraph import (
+    ALLOWED_KINDS,
+    COLOCATION,
+    COMPUTE_US,
+    LAYER,
+    MEMORY_BYTES,
+    TOPO,
+    OpGraph,
+)
+from .problem import group_tensors
 
 GROUPINGS: dict[str, Callable[[str, Mapping], str]] = {
     "layer": lambda name, attrs: attrs[LAYER],
@@ -81,14 +90,8 @@ def coarsen(op_graph: OpGraph, group_by: str = "layer") -> Coarsening:
         if kinds is not None and not kinds:
             raise GraphError(f"ops {s[:5]} must share a device but have no device kind in common")
         allowed.append(kinds)
-    merged: dict[tuple[int, tuple[int, ...]], list[float]] = {}
-    for t in op_graph.tensors:
-        src = group_of[t.src]
-        dsts = tuple(sorted({group_of[d] for d in t.dsts} - {src}))
-        if dsts:
-            acc = merged.setdefault((src, dsts), [0.0, 0])
-            acc[0] += t.nbytes
-            acc[1] += 1
-    tensors = tuple(TensorEdge(s, d, nb, int(c)) for (s, d), (nb, c) in sorted(merged.items()))
+    index = {name: i for i, name in enumerate(g.nodes)}
+    fine = [TensorEdge(index[t.src], tuple(index[d] for d in t.dsts), float(t.nbytes)) for t in op_graph.tensors]
+    tensors = tuple(group_tensors(fine, [group_of[name] for name in g.nodes]))
     return Coarsening(tuple(tuple(s) for s in sets), group_of, tuple(names), compute, memory,
                       tuple(allowed), tensors, tuple(range(len(sets))))

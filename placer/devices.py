@@ -25,6 +25,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
+import numpy as np
+
 from cost_models.comm import Link
 
 from .errors import DeviceError
@@ -172,6 +174,16 @@ class DeviceSet:
     def link(self, i: int, j: int) -> Link:
         """Link from device ``i`` to device ``j`` (``i != j``)."""
         return self.links[(i, j)]
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(bandwidth (k, k), latency (k, k), capacity (k,))`` for the solvers (``inf`` = unlimited)."""
+        k = len(self.devices)
+        bw = np.full((k, k), np.inf)
+        lat = np.zeros((k, k))
+        for (i, j), link in self.links.items():
+            bw[i, j], lat[i, j] = link.bandwidth_bytes_per_s, link.latency_s
+        cap = np.array([np.inf if d.memory_bytes is None else d.memory_bytes for d in self.devices], dtype=float)
+        return bw, lat, cap
 
 
 def _default_link(a: DeviceSpec, b: DeviceSpec) -> Link:

@@ -48,6 +48,7 @@ from .trace import TracedModel
 
 log = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True)
 class TensorInfo:
     """One tensor: producer op, consumer ops, size, dtype and rank."""

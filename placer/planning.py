@@ -14,16 +14,6 @@ from .opgraph import ALLOWED_KINDS, COMPUTE_US, CONTROL, OpGraph
 from .problem import PlacementProblem
 
 
-def _device_arrays(devset: DeviceSet) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    k = len(devset)
-    bw = np.full((k, k), np.inf)
-    lat = np.zeros((k, k))
-    for (i, j), link in devset.links.items():
-        bw[i, j], lat[i, j] = link.bandwidth_bytes_per_s, link.latency_s
-    cap = np.array([np.inf if d.memory_bytes is None else d.memory_bytes for d in devset.devices], dtype=float)
-    return bw, lat, cap
-
-
 def _seconds_per_device(us_by_kind: Mapping[str, np.ndarray], allowed: Sequence[frozenset[str] | None],
                         devset: DeviceSet) -> np.ndarray:
     """``(n, k)`` seconds on each device: µs of its kind / speed; inf where the kind is not allowed."""
@@ -37,7 +27,7 @@ def _seconds_per_device(us_by_kind: Mapping[str, np.ndarray], allowed: Sequence[
 def build_problem(coarse: Coarsening, devset: DeviceSet) -> PlacementProblem:
     """Placement problem of the coarse groups on ``devset`` (seconds, bytes)."""
     compute = _seconds_per_device(coarse.compute_us, coarse.allowed_kinds, devset)
-    bw, lat, cap = _device_arrays(devset)
+    bw, lat, cap = devset.arrays()
     return PlacementProblem.build(coarse.names, compute, coarse.memory_bytes, cap, coarse.tensors, bw, lat,
                                   coarse.order)
 

@@ -109,6 +109,26 @@ def topological_order(m: int, tensors: Sequence[TensorEdge], control: Sequence[t
     return np.array(out, dtype=int)
 
 
+def group_tensors(tensors: Sequence[TensorEdge], group_of: Sequence[int] | np.ndarray) -> list[TensorEdge]:
+    """Tensors between groups: a tensor's consumers in its producer's group drop out, and
+    tensors with the same producer group and consumer groups merge (bytes and counts add).
+
+    Examples
+    --------
+    >>> group_tensors([TensorEdge(0, (1, 2), 8.0), TensorEdge(1, (2,), 4.0)], [0, 0, 1])
+    [TensorEdge(src=0, dsts=(1,), nbytes=12.0, count=2)]
+    """
+    merged: dict[tuple[int, tuple[int, ...]], list[float]] = {}
+    for t in tensors:
+        s = int(group_of[t.src])
+        d = tuple(sorted({int(group_of[w]) for w in t.dsts} - {s}))
+        if d:
+            acc = merged.setdefault((s, d), [0.0, 0])
+            acc[0] += t.nbytes
+            acc[1] += t.count
+    return [TensorEdge(s, d, nb, int(c)) for (s, d), (nb, c) in sorted(merged.items())]
+
+
 def _frozen_int(a: np.ndarray) -> np.ndarray:
     a = np.array(a, dtype=int)
     a.setflags(write=False)

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import logging
 import time
-
+from dataclasses import replace
 
 from ..errors import NoFeasiblePlanError, SolverError
 from ..objectives import get_objective
@@ -47,7 +47,7 @@ from . import heuristics as _heuristics  # noqa: F401
 from . import listsched as _listsched  # noqa: F401
 from . import mincut as _mincut  # noqa: F401
 from . import partition as _partition  # noqa: F401
-from .base import SolveOptions, Solution, finish
+from .base import Solution, SolveOptions, finish
 from .multilevel import coarsen_problem
 from .refine import refine
 from .registry import SOLVERS
@@ -92,15 +92,15 @@ def _auto(problem: PlacementProblem, options: SolveOptions) -> tuple[Solution | 
         search, contraction = problem, None
         warm = best.assignment if best is not None else None
         if problem.n > options.max_nodes:
-            contraction = coarsen_problem(problem, options.max_nodes, seed=options.seed)
+            contraction = coarsen_problem(problem, options.max_nodes, keys=options.coarsen_keys, seed=options.seed)
             search = contraction.coarse
-            coarse_starts = [SOLVERS[n](search, options) for n in ("partition", "contiguous", "heft")]
+            coarse_options = replace(options, coarsen_keys=None)
+            coarse_starts = [SOLVERS[n](search, coarse_options) for n in ("partition", "contiguous", "heft")]
             coarse_starts = [s for s in coarse_starts if s is not None]
             warm = min(coarse_starts, key=lambda s: s.objective).assignment if coarse_starts else None
             tried.append(f"coarsened {problem.n} -> {search.n} nodes")
         budget = max(0.5, 0.6 * (deadline - time.perf_counter()))
-        exact = SOLVERS["cpsat"](search, SolveOptions(budget, options.seed, options.workers, warm,
-                                                      options.objective, options.max_nodes))
+        exact = SOLVERS["cpsat"](search, replace(options, time_limit_s=budget, warm_start=warm, coarsen_keys=None))
         tried.append(f"cpsat: {'no feasible plan' if exact is None else f'{exact.objective:.6g} ({exact.status})'}")
         if exact is not None:
             if contraction is None:

@@ -31,6 +31,9 @@ class SolveOptions:
         Name in :data:`placer.objectives.OBJECTIVES` that solutions are scored by.
     max_nodes : int
         ``auto`` coarsens problems with more nodes than this before searching.
+    coarsen_keys : tuple or None
+        A hashable per problem node (e.g. its layer scope); nodes sharing one
+        are merged first when ``auto`` coarsens.
     """
 
     time_limit_s: float = 10.0
@@ -39,6 +42,7 @@ class SolveOptions:
     warm_start: np.ndarray | None = None
     objective: str = "throughput"
     max_nodes: int = 1500
+    coarsen_keys: tuple | None = None
 
 
 @dataclass(frozen=True)

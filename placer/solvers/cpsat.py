@@ -46,7 +46,7 @@ import numpy as np
 from ..errors import SolverError
 from ..objectives import get_objective
 from ..problem import PlacementProblem
-from .base import SolveOptions, Solution, finish
+from .base import Solution, SolveOptions, finish
 from .registry import solver
 
 #: Integer resolution of the scaled objective.

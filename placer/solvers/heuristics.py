@@ -11,7 +11,7 @@ import time
 import numpy as np
 
 from ..problem import PlacementProblem
-from .base import SolveOptions, Solution, finish
+from .base import Solution, SolveOptions, finish
 from .registry import solver
 
 

@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from ..problem import PlacementProblem, Schedule, topological_order
-from .base import SolveOptions, Solution, finish
+from .base import Solution, SolveOptions, finish
 from .registry import solver
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import SolverError
 from ..problem import PlacementProblem
-from .base import SolveOptions, Solution, finish
+from .base import Solution, SolveOptions, finish
 from .registry import solver
 
 _S, _T = ("terminal", 0), ("terminal", 1)
@@ -46,21 +46,30 @@ def min_cut_assignment(problem: PlacementProblem) -> np.ndarray:
     p = problem
     if p.k != 2:
         raise SolverError(f"the min-cut solver places on exactly 2 devices, got {p.k}; use 'cpsat' or 'auto'")
+    # Integer capacities: networkx finds the cut side by comparing flow ==
+    # capacity, which float round-off breaks (a saturated edge looked open and
+    # a node landed on a device it may not use). 1e12 steps over the total.
+    finite = np.isfinite(p.compute_s)
+    weights = [p.transfer_s(t, 0, 1) + p.transfer_s(t, 1, 0) for t in p.tensors]
+    unit = max(float(p.compute_s[finite].sum() + sum(weights)), 1e-300) / 1e12
+
+    def cap(x: float) -> dict:
+        return {"capacity": int(round(x / unit))} if np.isfinite(x) else {}  # no attribute: infinite
+
     g = nx.DiGraph()
     for v in range(p.n):
         c0, c1 = p.compute_s[v]
         # Cutting S->v puts v on the sink side (device 1) and pays c1, and vice
         # versa; a device the node may not use gets an uncuttable edge.
-        g.add_edge(_S, v, **({"capacity": float(c1)} if np.isfinite(c1) else {}))
-        g.add_edge(v, _T, **({"capacity": float(c0)} if np.isfinite(c0) else {}))
+        g.add_edge(_S, v, **cap(c1))
+        g.add_edge(v, _T, **cap(c0))
     for i, t in enumerate(p.tensors):
         members = {t.src, *t.dsts}
         if len(members) < 2:
             continue
         # Send + receive time; exact for symmetric links, the mean otherwise.
-        w = p.transfer_s(t, 0, 1) + p.transfer_s(t, 1, 0)
         e_in, e_out = ("hyper_in", i), ("hyper_out", i)
-        g.add_edge(e_in, e_out, capacity=w)
+        g.add_edge(e_in, e_out, **cap(weights[i]))
         for v in members:
             g.add_edge(v, e_in)  # no capacity attribute: infinite
             g.add_edge(e_out, v)

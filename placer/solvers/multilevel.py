@@ -23,9 +23,7 @@ from typing import Hashable, Sequence
 
 import numpy as np
 
-from cost_models import TensorEdge
-
-from ..problem import PlacementProblem
+from ..problem import PlacementProblem, group_tensors
 
 
 @dataclass(frozen=True)
@@ -138,15 +136,7 @@ def _contract(p: PlacementProblem, roots: np.ndarray) -> Contraction:
     compute = np.zeros((m, p.k))
     np.add.at(compute, coarse_of, p.compute_s)
     memory = np.bincount(coarse_of, weights=p.memory_bytes, minlength=m)
-    merged: dict[tuple[int, tuple[int, ...]], list[float]] = {}
-    for t in p.tensors:
-        s = int(coarse_of[t.src])
-        d = tuple(sorted({int(coarse_of[w]) for w in t.dsts} - {s}))
-        if d:
-            acc = merged.setdefault((s, d), [0.0, 0])
-            acc[0] += t.nbytes
-            acc[1] += t.count
-    tensors = [TensorEdge(s, d, nb, int(c)) for (s, d), (nb, c) in sorted(merged.items())]
+    tensors = group_tensors(p.tensors, coarse_of)
     names = [""] * m
     sizes = np.bincount(coarse_of, minlength=m)
     for v in p.order:

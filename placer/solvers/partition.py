@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from ..problem import PlacementProblem
-from .base import SolveOptions, Solution, finish
+from .base import Solution, SolveOptions, finish
 from .registry import solver
 
 _SCALE = 1_000_000  # METIS takes integer weights
