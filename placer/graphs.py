@@ -16,6 +16,8 @@ Edges
     device; by default all out-edges of a node carry its one output (so a
     node's size is the largest of its out-edges' ``bytes``).
     ``control`` (optional, default false): an ordering-only dependency.
+    ``tensors`` (op graphs): a tuple of tensor names; an edge naming one
+    tensor is keyed by it, as if it had ``tensor`` set.
 
 Examples
 --------
@@ -52,6 +54,7 @@ from .attrs import (
     LAYER,
     MEMORY_BYTES,
     TENSOR,
+    TENSORS,
 )
 from .devices import DeviceSet, DeviceSpec, resolve_devices
 from .errors import CostError, DeviceError, GraphError, InsufficientMemoryError
@@ -123,12 +126,11 @@ def problem_from_graph(graph: nx.DiGraph, devices: Sequence[Any] | DeviceSet) ->
         raise GraphError(f"graph must be a networkx.DiGraph, got {type(graph).__name__}")
     devset = _devset(devices)
     try:
-        cycle = nx.find_cycle(graph)
-    except nx.NetworkXNoCycle:
-        cycle = None
-    if cycle:
-        raise GraphError(f"the graph has a cycle: {' -> '.join(repr(u) for u, _ in cycle)} -> {cycle[0][0]!r}")
-    nodes = list(nx.topological_sort(graph))
+        nodes = list(nx.topological_sort(graph))
+    except nx.NetworkXUnfeasible:
+        cycle = nx.find_cycle(graph)  # slow on big graphs: only on the error path
+        raise GraphError(f"the graph has a cycle: {' -> '.join(repr(u) for u, _ in cycle)} -> {cycle[0][0]!r}; "
+                         "placement needs a DAG") from None
     index = {v: i for i, v in enumerate(nodes)}
     kinds = {d.kind for d in devset.devices}
     m, k = len(nodes), len(devset)
@@ -210,7 +212,12 @@ def _tensors(graph: nx.DiGraph, nodes: list, index: Mapping) -> tuple[list[Tenso
                 raise CostError(f"edge {u!r} -> {w!r} has no {BYTES!r}; give the bytes it moves "
                                 f"(or mark it {CONTROL}=True)")
             b = _number(attrs[BYTES], f"edge {u!r} -> {w!r} {BYTES}")
-            acc = by_key.setdefault(attrs.get(TENSOR, None), [0.0, []])
+            key = attrs.get(TENSOR, attrs.get(TENSORS))  # op graphs name their tensors
+            if isinstance(key, list):  # JSON turns tuples into lists
+                key = tuple(key)
+            if isinstance(key, tuple) and len(key) == 1:
+                key = key[0]
+            acc = by_key.setdefault(key, [0.0, []])
             acc[0] = max(acc[0], b)
             acc[1].append(index[w])
         for key in sorted(by_key, key=repr):

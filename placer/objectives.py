@@ -41,7 +41,7 @@ import numpy as np
 from cost_models import simulate
 
 from .errors import GraphError, SolverError
-from .problem import PlacementProblem, evaluate, topological_order, trivial_lower_bound
+from .problem import PlacementProblem, evaluate, trivial_lower_bound
 
 #: The objective used when none is named (a single step is what an
 #: inference user waits for; pass ``"throughput"`` for pipelined training).
@@ -106,7 +106,7 @@ def critical_path_bound(problem: PlacementProblem) -> float:
             preds[w].append(t.src)
     for u, w in sched.control:
         preds[w].append(u)
-    for v in topological_order(sched.m, sched.tensors, sched.control):
+    for v in problem.schedule_order():
         finish[v] = best[v] + max((finish[u] for u in preds[v]), default=0.0)
     return float(max(finish.max(), best.sum() / problem.k))
 

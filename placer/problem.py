@@ -25,8 +25,8 @@ Examples
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -174,6 +174,7 @@ class PlacementProblem:
     symmetric: bool
     control: tuple[tuple[int, int], ...] = ()
     schedule: Schedule | None = None
+    _memo: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
     @property
     def n(self) -> int:
@@ -255,6 +256,17 @@ class PlacementProblem:
         )
         return cls(tuple(names), _frozen(c), _frozen(mem), _frozen(cap), tuple(tensors),
                    _frozen(bw), _frozen(lat), order_t, symmetric, control_t, schedule)
+
+    def memo(self, key: str, compute: Callable[[], Any]) -> Any:
+        """``compute()`` once per problem (bounds, orders): the problem is immutable."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
+
+    def schedule_order(self) -> np.ndarray:
+        """A topological order of the schedule's fine nodes (cached)."""
+        s = self.schedule_view()
+        return self.memo("schedule_order", lambda: topological_order(s.m, s.tensors, s.control))
 
     def schedule_view(self) -> Schedule:
         """The fine DAG to simulate (the nodes themselves when there is no coarser view)."""

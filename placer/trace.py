@@ -134,6 +134,25 @@ def check_model(model: Any) -> None:
         raise ModelError(f"Keras backend is {keras.backend.backend()!r}; set KERAS_BACKEND=tensorflow")
 
 
+def _captures(fn: Any, known_variables: Sequence[Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Captured resource placeholders → Keras variables, other captures → tensors."""
+    by_handle = {id(v.value.handle): v for v in known_variables}
+    variables: dict[str, Any] = {}
+    constants: dict[str, Any] = {}
+    for external, internal in fn.graph.captures:
+        if internal.dtype == tf.resource:
+            var = by_handle.get(id(external))
+            if var is None:
+                raise ModelError(
+                    f"op {internal.op.name!r} captures a resource that is not one of the model's variables "
+                    "(a lookup table or a variable created outside the model); autoplace cannot move it yet"
+                )
+            variables[internal.op.name] = var
+        else:
+            constants[internal.op.name] = external
+    return variables, constants
+
+
 def trace_model(model: Any, *, batch_size: int | None = None,
                 input_signature: Sequence[Any] | None = None) -> TracedModel:
     """Trace ``model(x, training=False)`` with fixed and unknown batch size.
@@ -184,20 +203,7 @@ def trace_model(model: Any, *, batch_size: int | None = None,
         # places these few shape ops next to their neighbours.
         log.info("%d ops exist only in the unknown-batch trace (shape computations), e.g. %s", len(extra),
                  extra[:3])
-    by_handle = {id(v.value.handle): v for v in model.variables}
-    variables: dict[str, Any] = {}
-    constants: dict[str, Any] = {}
-    for external, internal in dynamic.graph.captures:
-        if internal.dtype == tf.resource:
-            var = by_handle.get(id(external))
-            if var is None:
-                raise ModelError(
-                    f"op {internal.op.name!r} captures a resource that is not one of the model's variables "
-                    "(a lookup table or a variable created outside the model); autoplace cannot move it yet"
-                )
-            variables[internal.op.name] = var
-        else:
-            constants[internal.op.name] = external
+    variables, constants = _captures(dynamic, model.variables)
     n_user = len(specs)
     log.info("traced %s: %d ops, %d variables, batch %d", model.name, len(names_dyn), len(variables), batch)
     return TracedModel(
@@ -208,6 +214,82 @@ def trace_model(model: Any, *, batch_size: int | None = None,
         dynamic=dynamic,
         input_names=tuple(t.name for t in dynamic.inputs[:n_user]),
         output_names=tuple(t.name for t in dynamic.outputs),
+        variables=variables,
+        constants=constants,
+    )
+
+
+def trace_training_step(model: Any, *, batch_size: int | None = None, loss: Any = "mean_squared_error",
+                        optimizer: Any = "adam", input_signature: Sequence[Any] | None = None) -> TracedModel:
+    """Trace one full training step: forward, loss, gradients and the optimizer update.
+
+    The returned :class:`TracedModel` is for *planning* (op graph, profiling,
+    solving): its ``fixed`` trace takes the model inputs followed by one target
+    per model output, returns the loss, and updates the variables; ``dynamic``
+    is the same fixed-batch trace (placed training is not emitted yet).
+
+    Parameters
+    ----------
+    model : keras.Model
+    batch_size : int, optional
+    loss, optimizer : str or Keras object
+        Anything ``keras.losses.get`` / ``keras.optimizers.get`` accept; the
+        optimizer is a fresh copy, built on the model's trainable variables
+        (its slots count as resident memory).
+
+    Examples
+    --------
+    >>> import keras
+    >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    >>> t = trace_training_step(m, batch_size=4)
+    >>> len(t.variables)   # kernel, bias, Adam's 2 slots each, iteration, learning rate
+    8
+    """
+    import keras
+
+    check_model(model)
+    specs, batch = _normalise_specs(model, input_signature, batch_size)
+    single = len(specs) == 1
+    opt = keras.optimizers.get(optimizer)
+    opt = opt.__class__.from_config(opt.get_config())
+    loss_fn = keras.losses.get(loss)
+    trainable = list(model.trainable_variables)
+    opt.build(trainable)
+    fixed_specs = [tf.TensorSpec((batch, *s.shape[1:]), s.dtype, name=s.name) for s in specs]
+    try:
+        sample = model([tf.zeros(s.shape, s.dtype) for s in fixed_specs][0] if single else
+                       [tf.zeros(s.shape, s.dtype) for s in fixed_specs], training=False)
+    except (TypeError, ValueError) as e:
+        raise InputSignatureError(f"calling model {model.name!r} on {[tuple(s.shape) for s in fixed_specs]} "
+                                  f"failed: {e}") from e
+    outputs = tf.nest.flatten(sample)
+    target_specs = [tf.TensorSpec(o.shape, o.dtype, name=f"target_{i}") for i, o in enumerate(outputs)]
+    n_in = len(specs)
+
+    def step(*args: tf.Tensor) -> tf.Tensor:
+        xs, ys = args[:n_in], args[n_in:]
+        with tf.GradientTape() as tape:
+            preds = tf.nest.flatten(model(xs[0] if single else list(xs), training=True))
+            total = tf.add_n([tf.reduce_mean(loss_fn(y, p)) for y, p in zip(ys, preds)])
+            if model.losses:
+                total = total + tf.add_n(model.losses)
+        grads = tape.gradient(total, trainable)
+        opt.apply(grads, trainable)
+        return total
+
+    fn = tf.function(step, autograph=False)
+    fixed = fn.get_concrete_function(*fixed_specs, *target_specs)
+    variables, constants = _captures(fixed, [*model.variables, *opt.variables])
+    log.info("traced the training step of %s: %d ops, %d variables, batch %d", model.name,
+             len(fixed.graph.get_operations()), len(variables), batch)
+    return TracedModel(
+        model=model,
+        input_specs=(*specs, *(tf.TensorSpec((None, *t.shape[1:]), t.dtype, name=t.name) for t in target_specs)),
+        batch_size=batch,
+        fixed=fixed,
+        dynamic=fixed,
+        input_names=tuple(t.name for t in fixed.inputs[: n_in + len(target_specs)]),
+        output_names=tuple(t.name for t in fixed.outputs),
         variables=variables,
         constants=constants,
     )

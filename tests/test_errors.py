@@ -7,8 +7,14 @@ import tensorflow as tf
 
 import placer
 from placer import DeviceSpec
-from placer.errors import (AutoplaceError, DeviceError, InputSignatureError, InsufficientMemoryError, ModelError,
-                           NoFeasiblePlanError)
+from placer.errors import (
+    AutoplaceError,
+    DeviceError,
+    InputSignatureError,
+    InsufficientMemoryError,
+    ModelError,
+    NoFeasiblePlanError,
+)
 from tests.models import Subclassed, branchy
 
 

@@ -39,6 +39,8 @@ import logging
 import time
 from dataclasses import replace
 
+import numpy as np
+
 from ..errors import NoFeasiblePlanError, SolverError
 from ..objectives import get_objective
 from ..problem import PlacementProblem
@@ -83,6 +85,7 @@ def _auto(problem: PlacementProblem, options: SolveOptions) -> tuple[Solution | 
             continue
         sol = SOLVERS[name](problem, options)
         tried.append(_describe(name, sol))
+        log.info("%s (%.1f s)", tried[-1], time.perf_counter() - t0)
         if sol is not None:
             found.append(sol)
     bound = max((s.lower_bound for s in found), default=0.0)
@@ -94,14 +97,18 @@ def _auto(problem: PlacementProblem, options: SolveOptions) -> tuple[Solution | 
         if problem.n > options.max_nodes:
             contraction = coarsen_problem(problem, options.max_nodes, keys=options.coarsen_keys, seed=options.seed)
             search = contraction.coarse
-            coarse_options = replace(options, coarsen_keys=None)
-            coarse_starts = [SOLVERS[n](search, coarse_options) for n in ("partition", "contiguous", "heft")]
-            coarse_starts = [s for s in coarse_starts if s is not None]
-            warm = min(coarse_starts, key=lambda s: s.objective).assignment if coarse_starts else None
             tried.append(f"coarsened {problem.n} -> {search.n} nodes")
+            starts = [SOLVERS["partition"](search, replace(options, coarsen_keys=None))]
+            if best is not None:
+                work = np.where(np.isfinite(problem.compute_s), problem.compute_s, 0.0).max(axis=1)
+                restricted = contraction.restrict(best.assignment, work)
+                starts.append(finish(search, restricted, "restricted", t0, options))
+            starts = [s for s in starts if s is not None]
+            warm = min(starts, key=lambda s: s.objective).assignment if starts else None
         budget = max(0.5, 0.6 * (deadline - time.perf_counter()))
         exact = SOLVERS["cpsat"](search, replace(options, time_limit_s=budget, warm_start=warm, coarsen_keys=None))
         tried.append(f"cpsat: {'no feasible plan' if exact is None else f'{exact.objective:.6g} ({exact.status})'}")
+        log.info("%s (%.1f s)", tried[-1], time.perf_counter() - t0)
         if exact is not None:
             if contraction is None:
                 bound = max(bound, exact.lower_bound)
@@ -116,6 +123,7 @@ def _auto(problem: PlacementProblem, options: SolveOptions) -> tuple[Solution | 
             refined = refine(problem, start.assignment, model, max(deadline, time.perf_counter() + 0.2))
             sol = finish(problem, refined, f"{start.solver}+refine", t0, options, "feasible")
             tried.append(_describe("refine", sol))
+            log.info("%s (%.1f s)", tried[-1], time.perf_counter() - t0)
             if sol is not None and sol.objective < start.objective:
                 found.append(sol)
         # equal values: prefer a plan proven optimal

@@ -20,7 +20,7 @@ def single_device(problem: PlacementProblem, options: SolveOptions) -> Solution 
     """Everything on the one device where it runs fastest (and fits)."""
     t0 = time.perf_counter()
     best = None
-    for d in range(problem.k):
+    for d in range(1 if problem.symmetric else problem.k):
         s = finish(problem, np.full(problem.n, d), "single", t0, options)
         if s is not None and (best is None or s.objective < best.objective):
             best = s

@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from ..problem import PlacementProblem, Schedule, topological_order
+from ..problem import PlacementProblem, Schedule
 from .base import Solution, SolveOptions, finish
 from .registry import solver
 
@@ -43,7 +43,7 @@ class _State:
         for u, w in self.s.control:
             self.preds[w].append((-1, u))
             self.succ[u].append(w)
-        self.topo = topological_order(m, self.s.tensors, self.s.control)
+        self.topo = problem.schedule_order()
         self.finish = np.zeros(m)
         self.dev = np.full(m, -1)
         self.dev_free = np.zeros(k)

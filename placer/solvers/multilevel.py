@@ -37,6 +37,18 @@ class Contraction:
         """Assignment of the original nodes from one of the coarse nodes."""
         return np.asarray(coarse_assignment, dtype=int)[self.coarse_of]
 
+    def restrict(self, assignment: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        """Coarse assignment from an original one: each coarse node goes where most of its weight was.
+
+        Ties go to the lower device index. The result may be infeasible
+        (memory); it is meant as a search hint.
+        """
+        k = self.coarse.k
+        votes = np.zeros((self.coarse.n, k))
+        np.add.at(votes, (self.coarse_of, np.asarray(assignment, dtype=int)), np.asarray(weights, dtype=float) + 1e-12)
+        votes[~np.isfinite(self.coarse.compute_s)] = -1.0
+        return votes.argmax(axis=1)
+
 
 def coarsen_problem(problem: PlacementProblem, target: int, keys: Sequence[Hashable] | None = None,
                     seed: int = 0) -> Contraction:

@@ -1,0 +1,255 @@
+"""placer.solve on random networkx DAGs: validity, bounds, exactness, errors, determinism, files, CLI."""
+
+import itertools
+import json
+
+import networkx as nx
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import placer
+from placer import DeviceSpec
+from placer.cli import main as cli_main
+from placer.errors import (
+    CostError,
+    DeviceError,
+    GraphError,
+    InsufficientMemoryError,
+    NoFeasiblePlanError,
+    SolverError,
+)
+from placer.graphs import problem_from_graph
+from placer.objectives import OBJECTIVES
+from placer.synthetic import training_graph
+
+HEURISTICS = ["single", "round_robin", "contiguous", "partition", "heft", "etf"]
+
+
+def random_graph(seed, n, *, kinds=("CPU",), coloc=0.0, host_only=0.0, mem=True):
+    """A random DAG in the graph-API format (edges go from lower to higher index)."""
+    rng = np.random.default_rng(seed)
+    g = nx.DiGraph()
+    for v in range(n):
+        attrs = {"compute_us": ({k: float(rng.uniform(1, 100)) for k in kinds} if len(kinds) > 1
+                                else float(rng.uniform(1, 100))),
+                 "memory_bytes": int(rng.integers(0, 1000)) if mem else 0}
+        if coloc and rng.random() < coloc:
+            attrs["colocation"] = f"g{rng.integers(0, 3)}"
+        if host_only and rng.random() < host_only:
+            attrs["allowed_kinds"] = {"CPU"}
+        g.add_node(f"op{v}", **attrs)
+    for u in range(n):
+        for w in range(u + 1, n):
+            if rng.random() < 0.25:
+                g.add_edge(f"op{u}", f"op{w}", bytes=float(rng.uniform(0, 5e5)))
+    return g
+
+
+def devices_for(k, kinds=("CPU",), capacity=None):
+    return [DeviceSpec(f"/{kinds[i % len(kinds)]}:{i}", memory_bytes=capacity) for i in range(k)]
+
+
+def check_valid(g, devices, p):
+    names = {d.name for d in devices}
+    assert set(p.assignment) == set(g.nodes), "every node placed exactly once"
+    assert set(p.assignment.values()) <= names
+    by_group = {}
+    for v, d in p.assignment.items():
+        key = g.nodes[v].get("colocation")
+        if key is not None:
+            assert by_group.setdefault(key, d) == d, f"colocation group {key} split"
+        allowed = g.nodes[v].get("allowed_kinds")
+        if allowed:
+            assert placer.devices.device_kind(d) in allowed
+    for dev in devices:
+        used = sum(g.nodes[v].get("memory_bytes", 0) for v, d in p.assignment.items() if d == dev.name)
+        if dev.memory_bytes is not None:
+            assert used <= dev.memory_bytes, f"{dev.name} over capacity"
+    assert p.value >= p.lower_bound - 1e-12
+    assert 0.0 <= p.gap <= 1.0
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 30), k=st.integers(1, 4),
+       objective=st.sampled_from(sorted(OBJECTIVES)), coloc=st.sampled_from([0.0, 0.3]),
+       hetero=st.booleans(), tight=st.booleans())
+def test_heuristics_give_valid_plans_or_typed_errors(seed, n, k, objective, coloc, hetero, tight):
+    kinds = ("CPU", "GPU") if hetero else ("CPU",)
+    g = random_graph(seed, n, kinds=kinds, coloc=coloc, host_only=0.2 if hetero else 0.0)
+    total = sum(g.nodes[v]["memory_bytes"] for v in g)
+    devices = devices_for(k, kinds, capacity=max(1, int(1.5 * total / k)) if tight else None)
+    if hetero and k == 1:
+        devices = devices_for(1, ("CPU",))
+    for algorithm in HEURISTICS:
+        try:
+            p = placer.solve(g, devices, objective=objective, algorithm=algorithm, time_limit=1)
+        except (NoFeasiblePlanError, InsufficientMemoryError):
+            assert tight or algorithm == "single", "only memory limits may make a heuristic fail"
+            continue
+        check_valid(g, devices, p)
+        # every plan, whatever the objective, is a schedule: its makespan is bounded below
+        assert p.step_time_s >= OBJECTIVES["latency"].lower_bound(problem_from_graph(g, devices)[0]) - 1e-12
+
+
+@settings(max_examples=4, deadline=None)
+@given(seed=st.integers(0, 10_000), k=st.integers(2, 4), objective=st.sampled_from(sorted(OBJECTIVES)))
+def test_auto_is_valid_and_no_worse_than_every_baseline(seed, k, objective):
+    g = random_graph(seed, 40, coloc=0.2)
+    total = sum(g.nodes[v]["memory_bytes"] for v in g)
+    devices = devices_for(k, capacity=int(0.6 * total) + 1000)
+    ours = placer.solve(g, devices, objective=objective, time_limit=1)
+    check_valid(g, devices, ours)
+    for b in ["single", "round_robin", "contiguous", "partition", "heft"]:
+        try:
+            base = placer.solve(g, devices, objective=objective, algorithm=b)
+        except NoFeasiblePlanError:
+            continue
+        assert ours.value <= base.value * (1 + 1e-9), f"{b} beat auto"
+
+
+def brute_force(g, devices, objective):
+    problem, _ = problem_from_graph(g, devices)
+    value = OBJECTIVES[objective].value
+    return min(value(problem, np.array(a)) for a in itertools.product(range(problem.k), repeat=problem.n))
+
+
+@pytest.mark.parametrize("objective", ["throughput", "memory"])
+@pytest.mark.parametrize("seed,n,k", [(1, 5, 2), (2, 6, 2), (3, 5, 3), (4, 6, 3)])
+def test_exact_solver_equals_brute_force(objective, seed, n, k):
+    g = random_graph(seed, n, coloc=0.3)
+    total = sum(g.nodes[v]["memory_bytes"] for v in g)
+    devices = devices_for(k, capacity=int(0.7 * total) + 1)
+    best = brute_force(g, devices, objective)
+    if not np.isfinite(best):
+        with pytest.raises((NoFeasiblePlanError, InsufficientMemoryError)):
+            placer.solve(g, devices, objective=objective, algorithm="cpsat", time_limit=5)
+        return
+    p = placer.solve(g, devices, objective=objective, algorithm="cpsat", time_limit=5)
+    assert p.status == "optimal"
+    assert p.value == pytest.approx(best, rel=1e-6, abs=1e-9)
+    assert p.lower_bound == pytest.approx(best, rel=1e-4, abs=1e-6)
+
+
+def test_no_fit_gives_typed_errors():
+    g = nx.DiGraph()
+    for v in "abc":
+        g.add_node(v, compute_us=1.0, memory_bytes=60)
+    g.add_edge("a", "b", bytes=1)
+    g.add_edge("b", "c", bytes=1)
+    # 180 bytes fit 2 x 100 in total, but no device holds two nodes
+    with pytest.raises(NoFeasiblePlanError, match="tried"):
+        placer.solve(g, devices_for(2, capacity=100), time_limit=1)
+    with pytest.raises(InsufficientMemoryError, match="180"):
+        placer.solve(g, devices_for(2, capacity=80))
+    g.nodes["a"]["colocation"] = g.nodes["b"]["colocation"] = "w"
+    with pytest.raises(InsufficientMemoryError, match="colocation group 'w'"):
+        placer.solve(g, devices_for(3, capacity=100))
+
+
+def _small():
+    g = nx.DiGraph()
+    g.add_node("a", compute_us=5.0)
+    g.add_node("b", compute_us=7.0)
+    g.add_edge("a", "b", bytes=100)
+    return g
+
+
+@pytest.mark.parametrize("mutate,error,match", [
+    (lambda g: g.add_edge("b", "a", bytes=1), GraphError, "cycle"),
+    (lambda g: g.nodes["a"].pop("compute_us"), CostError, "node 'a' has no 'compute_us'"),
+    (lambda g: g.nodes["b"].update(compute_us=-1.0), CostError, "node 'b' compute_us"),
+    (lambda g: g.nodes["b"].update(compute_us=float("nan")), CostError, "node 'b'"),
+    (lambda g: g.nodes["a"].update(memory_bytes=-5), CostError, "node 'a' memory_bytes"),
+    (lambda g: g.edges["a", "b"].pop("bytes"), CostError, "edge 'a' -> 'b' has no 'bytes'"),
+    (lambda g: g.edges["a", "b"].update(bytes=float("inf")), CostError, "edge 'a' -> 'b'"),
+    (lambda g: g.nodes["a"].update(compute_us={"GPU": 1.0}), DeviceError, r"node 'a' has no compute_us\['CPU'\]"),
+    (lambda g: g.nodes["a"].update(allowed_kinds={"TPU"}), GraphError, "node 'a' may only run on"),
+    (lambda g: (g.nodes["a"].update(allowed_kinds={"CPU"}, colocation="x"),
+                g.nodes["b"].update(allowed_kinds={"GPU"}, colocation="x")), GraphError, "colocation group 'x'"),
+])
+def test_bad_graphs_raise_typed_errors_naming_the_culprit(mutate, error, match):
+    g = _small()
+    mutate(g)
+    devices = ["/CPU:0", "/GPU:0"] if "GPU" in match or "colocation" in match else ["/CPU:0", "/CPU:1"]
+    with pytest.raises(error, match=match):
+        placer.solve(g, devices)
+
+
+def test_bad_arguments():
+    g = _small()
+    with pytest.raises(SolverError, match="unknown objective"):
+        placer.solve(g, ["/CPU:0"], objective="speed")
+    with pytest.raises(SolverError, match="unknown algorithm"):
+        placer.solve(g, ["/CPU:0"], algorithm="magic")
+    with pytest.raises(SolverError, match="time_limit"):
+        placer.solve(g, ["/CPU:0"], time_limit=0)
+    with pytest.raises(GraphError, match="DiGraph"):
+        placer.solve(nx.Graph(), ["/CPU:0"])
+    with pytest.raises(DeviceError, match="empty"):
+        placer.solve(g, [])
+
+
+def test_heterogeneous_devices_and_host_only_ops():
+    g = training_graph(layers=6, ops_per_layer=3, seed=2)
+    for v in g:
+        us = g.nodes[v]["compute_us"]
+        g.nodes[v]["compute_us"] = {"CPU": us, "GPU": us / 20}
+    host_only = [v for v in g if v.endswith("/read")][:2]
+    for v in host_only:
+        g.nodes[v]["allowed_kinds"] = ["CPU"]
+    devices = [DeviceSpec("/CPU:0"), DeviceSpec("/GPU:0"), DeviceSpec("/GPU:1")]
+    p = placer.solve(g, devices, objective="throughput", time_limit=2)
+    check_valid(g, devices, p)
+    cpu = "/job:localhost/replica:0/task:0/device:CPU:0"
+    for v in host_only:  # their whole colocation group follows them to the host
+        key = g.nodes[v]["colocation"]
+        assert {p.assignment[u] for u in g if g.nodes[u].get("colocation") == key} == {cpu}
+    on_gpu = sum(g.nodes[v]["compute_us"]["GPU"] for v in g if p.assignment[v] != cpu)
+    assert on_gpu > 0.5 * sum(g.nodes[v]["compute_us"]["GPU"] for v in g), "most work on the fast devices"
+
+
+def test_same_seed_same_plan_and_coarsening_keeps_plans_valid():
+    g = training_graph(layers=40, ops_per_layer=6, seed=3)  # 600 nodes, coarsened below 150
+    devices = devices_for(4)
+    a = placer.solve(g, devices, objective="throughput", time_limit=1.5, seed=7, max_nodes=150)
+    b = placer.solve(g, devices, objective="throughput", time_limit=1.5, seed=7, max_nodes=150)
+    check_valid(g, devices, a)
+    assert a.assignment == b.assignment and a.value == b.value
+    for base in ["single", "round_robin", "contiguous"]:
+        assert a.value <= placer.solve(g, devices, objective="throughput", algorithm=base).value
+
+
+def test_time_limit_returns_the_incumbent_with_its_gap():
+    g = training_graph(layers=60, ops_per_layer=8, seed=4)
+    p = placer.solve(g, devices_for(4), objective="latency", time_limit=0.05, max_nodes=100)
+    assert p.status != "optimal" or p.gap == 0.0
+    assert np.isfinite(p.gap) and p.wall_s < 30
+
+
+def test_json_round_trip_and_cli(tmp_path, capsys):
+    g = random_graph(5, 12, coloc=0.3, kinds=("CPU", "GPU"), host_only=0.2)
+    devices = [DeviceSpec("/CPU:0", memory_bytes=10**6), DeviceSpec("/GPU:0", memory_bytes=10**6, speed=2.0)]
+    path = tmp_path / "g.json"
+    placer.save_graph(path, g, devices)
+    g2, devs2 = placer.load_graph(path)
+    assert nx.utils.graphs_equal(nx.DiGraph(g2.edges), nx.DiGraph(g.edges))
+    for v in g:
+        assert g2.nodes[v]["compute_us"] == g.nodes[v]["compute_us"]
+    assert [d.speed for d in devs2.devices] == [1.0, 2.0]
+    p1 = placer.solve(g, devices, objective="throughput", time_limit=1)
+    p2 = placer.solve(g2, devs2, objective="throughput", time_limit=1)
+    assert p1.assignment == p2.assignment
+    out = tmp_path / "placement.json"
+    assert cli_main(["plan-graph", str(path), "--objective", "throughput", "--time-limit", "1",
+                     "--out", str(out), "-q"]) == 0
+    printed = capsys.readouterr().out
+    assert "objective throughput" in printed
+    doc = json.loads(out.read_text())
+    assert doc["assignment"] == {str(k): v for k, v in p1.assignment.items()}
+    assert cli_main(["plan-graph", str(path), "--devices", "/CPU:0", "/CPU:1", "--memory-bytes", "10",
+                     "-q"]) == 2
+    assert "error" in capsys.readouterr().err
+    (tmp_path / "bad.json").write_text("{}")
+    assert cli_main(["plan-graph", str(tmp_path / "bad.json"), "-q"]) == 2
