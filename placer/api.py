@@ -17,6 +17,7 @@ from .coarsen import GROUPINGS, coarsen
 from .devices import DeviceSet, resolve_devices
 from .emit import COMPRESSORS, emit
 from .errors import AutoplaceError, CostError, InsufficientMemoryError
+from .objectives import DEFAULT_OBJECTIVE, OBJECTIVES, get_objective
 from .opgraph import MEMORY_BYTES, OpGraph, build_op_graph
 from .placed_model import PlacedModel
 from .plan import BaselineResult, Plan
@@ -53,6 +54,10 @@ class PlacementOptions:
         Measured runs per op (after 2 warm-up runs).
     seed : int
         Seed for solvers and the profiling inputs.
+    objective : str
+        ``"latency"`` (default: one predicted step), ``"throughput"``
+        (pipelined max device load) or ``"memory"`` (least traffic that fits);
+        see :mod:`placer.objectives`.
     """
 
     batch_size: int | None = None
@@ -63,10 +68,13 @@ class PlacementOptions:
     group_by: str = "layer"
     profile_repeats: int = 5
     seed: int = 0
+    objective: str = DEFAULT_OBJECTIVE
 
     def __post_init__(self) -> None:
         if self.algorithm not in available_solvers():
             raise AutoplaceError(f"unknown algorithm {self.algorithm!r}; choose one of {available_solvers()}")
+        if self.objective not in OBJECTIVES:
+            raise AutoplaceError(f"unknown objective {self.objective!r}; choose one of {sorted(OBJECTIVES)}")
         if self.compression not in COMPRESSORS:
             raise AutoplaceError(f"unknown compression {self.compression!r}; choose one of {sorted(COMPRESSORS)}")
         if self.group_by not in GROUPINGS:
@@ -124,11 +132,12 @@ def _check_memory(op_graph: OpGraph, devset: DeviceSet) -> None:
         )
 
 
-def _baselines(problem: Any, op_graph: OpGraph, devset: DeviceSet, coarse: Any, seed: int) -> dict[str, BaselineResult]:
+def _baselines(problem: Any, op_graph: OpGraph, devset: DeviceSet, coarse: Any,
+               options: SolveOptions) -> dict[str, BaselineResult]:
     out = {}
     for name in BASELINES:
         try:
-            sol = solve_problem(problem, name, SolveOptions(seed=seed))
+            sol = solve_problem(problem, name, options)
         except AutoplaceError:
             continue
         sim = simulate_ops(op_graph, devset, project(coarse, sol.assignment, devset))
@@ -188,24 +197,26 @@ def autoplace(model: Any, devices: Sequence[Any], **options: Any) -> PlacedModel
     op_graph = build_op_graph(traced, compute)
     _check_memory(op_graph, devset)
     coarse = coarsen(op_graph, opts.group_by)
-    problem = build_problem(coarse, devset)
+    problem = build_problem(coarse, devset, op_graph)
     stages["build"] = time.perf_counter() - t
     t = time.perf_counter()
-    sol = solve_problem(problem, opts.algorithm, SolveOptions(time_limit_s=opts.time_limit_s, seed=opts.seed))
+    solve_options = SolveOptions(time_limit_s=opts.time_limit_s, seed=opts.seed, objective=opts.objective)
+    sol = solve_problem(problem, opts.algorithm, solve_options)
     stages["solve"] = time.perf_counter() - t
-    log.info("placed %d groups (%d ops) on %d devices with %s [%s]: max load %.4g ms, gap %.1f%%", problem.n,
-             op_graph.graph.number_of_nodes(), len(devset), sol.solver, sol.status, sol.objective * 1e3,
+    log.info("placed %d groups (%d ops) on %d devices with %s [%s]: %s %.6g, gap %.1f%%", problem.n,
+             op_graph.graph.number_of_nodes(), len(devset), sol.solver, sol.status, opts.objective, sol.objective,
              100 * sol.gap)
     op_devices = project(coarse, sol.assignment, devset)
     t = time.perf_counter()
     sim = simulate_ops(op_graph, devset, op_devices)
-    baselines = _baselines(problem, op_graph, devset, coarse, opts.seed)
+    baselines = _baselines(problem, op_graph, devset, coarse, solve_options)
     stages["simulate"] = time.perf_counter() - t
     t = time.perf_counter()
     emitted = emit(traced, op_devices, opts.compression)
     stages["emit"] = time.perf_counter() - t
     plan = Plan(
-        devices=devset.names, assignment=op_devices, objective_s=sol.objective, lower_bound_s=sol.lower_bound,
+        devices=devset.names, assignment=op_devices, objective=opts.objective,
+        unit=get_objective(opts.objective).unit, value=sol.objective, lower_bound=sol.lower_bound,
         gap=sol.gap, solver=sol.solver, status=sol.status, solve_time_s=sol.wall_s,
         predicted_step_time_s=sim.step_time_s, baselines=baselines, compression=opts.compression,
         compressed_edges=len(emitted.compressed), batch_size=traced.batch_size, groups=problem.n,

@@ -28,6 +28,7 @@ def _parser() -> argparse.ArgumentParser:
                       help="split the CPU into N logical devices first (to plan on one machine)")
     plan.add_argument("--batch-size", type=int, default=None)
     plan.add_argument("--algorithm", default="auto")
+    plan.add_argument("--objective", default="latency", choices=["latency", "throughput", "memory"])
     plan.add_argument("--time-limit", type=float, default=10.0, help="solver budget in seconds")
     plan.add_argument("--compression", default="none", choices=["none", "bf16", "fp16"])
     plan.add_argument("--report", default="autoplace_report.json", help="report path (.json)")
@@ -115,7 +116,8 @@ def _plan_model(args: argparse.Namespace) -> int:
         return 2
     try:
         placed = placer.autoplace(model, args.devices, batch_size=args.batch_size, algorithm=args.algorithm,
-                                  time_limit_s=args.time_limit, compression=args.compression)
+                                  time_limit_s=args.time_limit, compression=args.compression,
+                                  objective=args.objective)
         placed.report(args.report)
         if args.export:
             placed.export(args.export)

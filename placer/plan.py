@@ -12,7 +12,7 @@ from typing import Any, Mapping
 class BaselineResult:
     """A baseline placement scored with the same cost model."""
 
-    objective_s: float
+    value: float
     predicted_step_time_s: float
 
 
@@ -26,10 +26,11 @@ class Plan:
         Target devices (canonical names) in the user's order.
     assignment : Mapping[str, str]
         Op name → device name, for every op of the traced graph.
-    objective_s : float
-        Max-load objective (busiest device's compute + transfer seconds).
-    lower_bound_s : float
-        Proven lower bound of the objective.
+    objective, unit : str
+        What the solver minimised (``latency``, ``throughput``, ``memory``;
+        see :mod:`placer.objectives`) and its unit (``s`` or ``bytes``).
+    value, lower_bound : float
+        The plan's objective value and a proven lower bound of it.
     gap : float
         ``(objective - lower_bound) / objective``.
     solver, status : str
@@ -51,8 +52,10 @@ class Plan:
 
     devices: tuple[str, ...]
     assignment: Mapping[str, str]
-    objective_s: float
-    lower_bound_s: float
+    objective: str
+    unit: str
+    value: float
+    lower_bound: float
     gap: float
     solver: str
     status: str
@@ -76,6 +79,9 @@ class Plan:
         d["baselines"] = {k: asdict(v) for k, v in self.baselines.items()}
         return d
 
+    def _fmt(self, x: float) -> str:
+        return f"{x * 1e3:.3f} ms" if self.unit == "s" else f"{x / 1e6:.3f} MB"
+
     def to_json(self, **kwargs: Any) -> str:
         """The plan as JSON text."""
         return json.dumps(self.to_dict(), **kwargs)
@@ -85,15 +91,15 @@ class Plan:
         lines = [
             f"placed {len(self.assignment)} ops ({self.groups} groups) on {len(self.devices)} devices "
             f"with {self.solver} [{self.status}] in {self.solve_time_s:.2f} s",
-            f"max device load {self.objective_s * 1e3:.3f} ms (lower bound {self.lower_bound_s * 1e3:.3f} ms, "
+            f"{self.objective} {self._fmt(self.value)} (lower bound {self._fmt(self.lower_bound)}, "
             f"gap {100 * self.gap:.1f}%), predicted step {self.predicted_step_time_s * 1e3:.3f} ms "
             f"at batch {self.batch_size}",
         ]
         for dev, n in self.ops_per_device().items():
             lines.append(f"  {dev}: {n} ops")
         for name, b in self.baselines.items():
-            ratio = b.objective_s / self.objective_s if self.objective_s > 0 else float("nan")
-            lines.append(f"  baseline {name}: load {b.objective_s * 1e3:.3f} ms ({ratio:.2f}x ours), "
+            ratio = b.value / self.value if self.value > 0 else float("nan")
+            lines.append(f"  baseline {name}: {self.objective} {self._fmt(b.value)} ({ratio:.2f}x ours), "
                          f"step {b.predicted_step_time_s * 1e3:.3f} ms")
         if self.compression != "none":
             lines.append(f"  {self.compressed_edges} cut edges travel as {self.compression}")

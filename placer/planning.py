@@ -11,7 +11,7 @@ from cost_models import SimResult, TensorEdge, simulate
 from .coarsen import Coarsening
 from .devices import DeviceSet
 from .opgraph import ALLOWED_KINDS, COMPUTE_US, CONTROL, OpGraph
-from .problem import PlacementProblem
+from .problem import PlacementProblem, Schedule
 
 
 def _seconds_per_device(us_by_kind: Mapping[str, np.ndarray], allowed: Sequence[frozenset[str] | None],
@@ -24,12 +24,34 @@ def _seconds_per_device(us_by_kind: Mapping[str, np.ndarray], allowed: Sequence[
     return out
 
 
-def build_problem(coarse: Coarsening, devset: DeviceSet) -> PlacementProblem:
-    """Placement problem of the coarse groups on ``devset`` (seconds, bytes)."""
+def _op_arrays(op_graph: OpGraph, devset: DeviceSet) -> tuple[list[str], np.ndarray, list[TensorEdge],
+                                                                list[tuple[int, int]]]:
+    """Ops in topological order, their ``(n, k)`` seconds, tensors and control edges (op indices)."""
+    g = op_graph.graph
+    ops = op_graph.topological_ops()
+    index = {op: i for i, op in enumerate(ops)}
+    us_by_kind = {kind: [g.nodes[op][COMPUTE_US][kind] for op in ops] for kind in {d.kind for d in devset.devices}}
+    durations = _seconds_per_device(us_by_kind, [g.nodes[op][ALLOWED_KINDS] for op in ops], devset)
+    tensors = [TensorEdge(index[t.src], tuple(index[c] for c in t.dsts), float(t.nbytes)) for t in op_graph.tensors]
+    control = [(index[u], index[v]) for u, v, c in g.edges(data=CONTROL) if c]
+    return ops, durations, tensors, control
+
+
+def build_problem(coarse: Coarsening, devset: DeviceSet, op_graph: OpGraph | None = None) -> PlacementProblem:
+    """Placement problem of the coarse groups on ``devset`` (seconds, bytes).
+
+    With ``op_graph``, the problem carries the op-level DAG as its schedule,
+    so that the ``latency`` objective simulates ops, not groups.
+    """
     compute = _seconds_per_device(coarse.compute_us, coarse.allowed_kinds, devset)
     bw, lat, cap = devset.arrays()
+    schedule = None
+    if op_graph is not None:
+        ops, durations, tensors, control = _op_arrays(op_graph, devset)
+        group = np.array([coarse.group_of[op] for op in ops], dtype=int)
+        schedule = Schedule(durations, tuple(tensors), tuple(control), group)
     return PlacementProblem.build(coarse.names, compute, coarse.memory_bytes, cap, coarse.tensors, bw, lat,
-                                  coarse.order)
+                                  coarse.order, schedule=schedule)
 
 
 def project(coarse: Coarsening, assignment: np.ndarray, devset: DeviceSet) -> dict[str, str]:
@@ -40,14 +62,8 @@ def project(coarse: Coarsening, assignment: np.ndarray, devset: DeviceSet) -> di
 
 def simulate_ops(op_graph: OpGraph, devset: DeviceSet, op_devices: Mapping[str, str]) -> SimResult:
     """Simulate one step of the op-level graph under ``op_devices``."""
-    g = op_graph.graph
-    ops = op_graph.topological_ops()
-    index = {op: i for i, op in enumerate(ops)}
+    ops, durations, tensors, control = _op_arrays(op_graph, devset)
     dev_index = {name: i for i, name in enumerate(devset.names)}
-    us_by_kind = {kind: [g.nodes[op][COMPUTE_US][kind] for op in ops] for kind in {d.kind for d in devset.devices}}
-    durations = _seconds_per_device(us_by_kind, [g.nodes[op][ALLOWED_KINDS] for op in ops], devset)
-    tensors = [TensorEdge(index[t.src], tuple(index[c] for c in t.dsts), float(t.nbytes)) for t in op_graph.tensors]
-    control = [(index[u], index[v]) for u, v, c in g.edges(data=CONTROL) if c]
     assignment = [dev_index[op_devices[op]] for op in ops]
 
     def link_seconds(i: int, j: int, nbytes: float) -> float:
