@@ -41,7 +41,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..errors import NoFeasiblePlanError, SolverError
+from ..errors import GraphError, NoFeasiblePlanError, SolverError
 from ..objectives import get_objective
 from ..problem import PlacementProblem
 from . import cpsat as _cpsat  # noqa: F401  (registers)
@@ -83,7 +83,11 @@ def _auto(problem: PlacementProblem, options: SolveOptions) -> tuple[Solution | 
     for name in _HEURISTICS:
         if (name == "mincut" and problem.k != 2) or (name == "etf" and problem.schedule_view().m > ETF_MAX_OPS):
             continue
-        sol = SOLVERS[name](problem, options)
+        try:
+            sol = SOLVERS[name](problem, options)
+        except GraphError as e:  # list schedulers need the schedule to be a DAG
+            tried.append(f"{name}: skipped ({e})")
+            continue
         tried.append(_describe(name, sol))
         log.info("%s (%.1f s)", tried[-1], time.perf_counter() - t0)
         if sol is not None:

@@ -124,31 +124,36 @@ def etf(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
     st = _State(problem)
     rank = st.upward_rank()
     k, m = problem.k, st.s.m
-    waiting = np.array([len(p) for p in st.preds])
-    ready: list[int] = [int(v) for v in np.flatnonzero(waiting == 0)]
-    arrive: dict[int, np.ndarray] = {v: np.zeros(k) for v in ready}
+    p, s = problem, st.s
+    finite = np.isfinite(s.durations_s)
+    cap = p.capacity_bytes * (1 + 1e-9)
+    waiting = np.array([len(x) for x in st.preds])
+    ready = [int(v) for v in np.flatnonzero(waiting == 0)]
+    arrive = np.zeros((len(ready), k))  # row i: when ready[i]'s inputs are on each device
     for _ in range(m):
         if not ready:
             return None
         r = np.array(ready)
-        est = np.stack([arrive[v] for v in ready])
-        est = np.maximum(est, st.dev_free[None, :])
-        mask = np.zeros((len(ready), k), dtype=bool)
-        for i, v in enumerate(ready):
-            mask[i, st.candidates(v)] = True
-        est = np.where(mask, est, np.inf)
+        g = s.group[r]
+        pinned = st.group_dev[g]
+        mask = st.group_ok[g] & finite[r] & (st.mem_used[None, :] + p.memory_bytes[g][:, None] <= cap[None, :])
+        mask = np.where((pinned >= 0)[:, None], np.arange(k)[None, :] == pinned[:, None], mask)
+        est = np.where(mask, np.maximum(arrive, st.dev_free[None, :]), np.inf)
         flat = np.lexsort((np.repeat(-rank[r], k), est.ravel()))[0]
         i, d = divmod(int(flat), k)
         if not np.isfinite(est[i, d]):
             return None
         v = ready.pop(i)
+        arrive = np.delete(arrive, i, axis=0)
         st.place(v, d, float(est[i, d]))
-        del arrive[v]
+        new = []
         for w in st.succ[v]:
             waiting[w] -= 1
             if waiting[w] == 0:
                 ready.append(w)
-                arrive[w] = np.array([st.data_ready(w, dd) for dd in range(k)])
+                new.append([st.data_ready(w, dd) for dd in range(k)])
+        if new:
+            arrive = np.vstack([arrive, np.array(new)])
     return finish(problem, _groups(st), "etf", t0, options)
 
 
