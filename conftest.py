@@ -6,8 +6,11 @@ thread pool: they prove placement and numerics, not speed.
 """
 
 import os
+import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Profiles measured by the tests go to a throw-away cache, not the user's.
+os.environ["AUTOPLACE_CACHE_DIR"] = tempfile.mkdtemp(prefix="autoplace-test-cache-")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 import pytest  # noqa: E402

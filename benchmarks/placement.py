@@ -28,8 +28,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import keras  # noqa: E402
 
-from placer.api import measure_compute  # noqa: E402
 from placer.coarsen import coarsen  # noqa: E402
+from placer.costs import compute_costs  # noqa: E402
 from placer.devices import resolve_devices  # noqa: E402
 from placer.opgraph import build_op_graph  # noqa: E402
 from placer.planning import build_problem, project, simulate_ops  # noqa: E402
@@ -57,7 +57,7 @@ def main() -> None:
         traced = trace_model(model, batch_size=args.batch)
         trace_s = time.perf_counter() - t
         t = time.perf_counter()
-        compute = measure_compute(traced, ["CPU"], args.repeats, seed=0)
+        compute = compute_costs(traced, ["CPU"], repeats=args.repeats, seed=0).us
         profile_s = time.perf_counter() - t
         op_graph = build_op_graph(traced, compute)
         coarse = coarsen(op_graph)

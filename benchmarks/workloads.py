@@ -15,7 +15,7 @@ from typing import Callable
 import keras
 import networkx as nx
 
-from placer.api import measure_compute
+from placer.costs import compute_costs
 from placer.opgraph import build_op_graph
 from placer.trace import trace_model, trace_training_step
 
@@ -94,7 +94,7 @@ def op_graph(name: str, training: bool, repeats: int = 3, batch: int | None = No
     tracer = trace_training_step if training else trace_model
     traced = tracer(model, batch_size=batch or default_batch)
     t1 = time.perf_counter()
-    costs = measure_compute(traced, ["CPU"], repeats=repeats, seed=0)
+    costs = compute_costs(traced, ["CPU"], repeats=repeats, seed=0).us
     t2 = time.perf_counter()
     og = build_op_graph(traced, costs)
     t3 = time.perf_counter()

@@ -62,6 +62,12 @@ class SimResult:
         ``(node, device, start_s, end_s)`` per op, in start order.
     transfers : tuple
         ``(tensor_index, src_device, dst_device, start_s, end_s)``.
+    peak_memory_bytes : numpy.ndarray
+        Per device: resident bytes plus the largest sum of live tensors. A
+        tensor is live on its producer's device from the producer's start
+        until its last local consumer and its last outgoing transfer end, and
+        on a receiving device from the transfer's start until the last
+        consumer there ends (no memory reuse inside ops is modelled).
     """
 
     step_time_s: float
@@ -69,6 +75,7 @@ class SimResult:
     link_bytes: np.ndarray
     timeline: tuple[tuple[int, int, float, float], ...]
     transfers: tuple[tuple[int, int, int, float, float], ...]
+    peak_memory_bytes: np.ndarray
 
 
 def _check_costs(durations: np.ndarray, assignment: np.ndarray) -> None:
@@ -92,6 +99,7 @@ def simulate(
     *,
     control_edges: Sequence[tuple[int, int]] = (),
     concurrency: int = 1,
+    resident_bytes: Sequence[float] | None = None,
 ) -> SimResult:
     """Simulate one step of a placed graph.
 
@@ -109,6 +117,8 @@ def simulate(
         Ordering-only dependencies (no data moves).
     concurrency : int
         Ops a device runs at once.
+    resident_bytes : sequence of float, optional
+        Bytes each node keeps on its device for the whole step (variables).
 
     Returns
     -------
@@ -209,4 +219,37 @@ def simulate(
         step = max(step, max(e for *_, e in transfers))
     if not math.isfinite(step):
         raise ValueError("simulated step time is not finite")
-    return SimResult(step, busy, link_bytes, tuple(timeline), tuple(transfers))
+    peak = _peak_memory(tensors, a, k, timeline, transfers, resident_bytes)
+    return SimResult(step, busy, link_bytes, tuple(timeline), tuple(transfers), peak)
+
+
+def _peak_memory(tensors: Sequence[TensorEdge], a: np.ndarray, k: int,
+                 timeline: Sequence[tuple[int, int, float, float]],
+                 transfers: Sequence[tuple[int, int, int, float, float]],
+                 resident_bytes: Sequence[float] | None) -> np.ndarray:
+    start = {v: s for v, _, s, _ in timeline}
+    end = {v: e for v, _, _, e in timeline}
+    events: list[tuple[float, int, int, float]] = []  # (time, order: frees first at a tie, device, delta)
+    sends: dict[int, list[tuple[int, float, float]]] = {}
+    for ti, _src, dst, ts, te in transfers:
+        sends.setdefault(ti, []).append((dst, ts, te))
+    for ti, t in enumerate(tensors):
+        if t.nbytes <= 0:
+            continue
+        src_dev = int(a[t.src])
+        local_end = max([end[w] for w in t.dsts if a[w] == src_dev] + [end[t.src]])
+        remote = sends.get(ti, [])
+        events.append((start[t.src], 1, src_dev, t.nbytes))
+        events.append((max([local_end] + [te for _, _, te in remote]), 0, src_dev, -t.nbytes))
+        for dst, ts, _te in remote:
+            last = max(end[w] for w in t.dsts if a[w] == dst)
+            events.append((ts, 1, dst, t.nbytes))
+            events.append((last, 0, dst, -t.nbytes))
+    live = np.zeros(k)
+    peak = np.zeros(k)
+    for _, _, d, delta in sorted(events):
+        live[d] += delta
+        peak[d] = max(peak[d], live[d])
+    if resident_bytes is not None:
+        peak += np.bincount(a, weights=np.asarray(resident_bytes, dtype=float), minlength=k)
+    return peak

@@ -6,17 +6,17 @@ import dataclasses
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
-import numpy as np
 import tensorflow as tf
 
-from cost_models.profile import profile_graph
+from cost_models.cache import ProfileCache, default_cache_dir
 
 from .coarsen import GROUPINGS, coarsen
+from .costs import compute_costs
 from .devices import DeviceSet, resolve_devices
 from .emit import COMPRESSORS, emit
-from .errors import AutoplaceError, CostError, InsufficientMemoryError
+from .errors import AutoplaceError, InsufficientMemoryError
 from .objectives import DEFAULT_OBJECTIVE, OBJECTIVES, get_objective
 from .opgraph import MEMORY_BYTES, OpGraph, build_op_graph
 from .placed_model import PlacedModel
@@ -25,7 +25,7 @@ from .planning import build_problem, project, simulate_ops
 from .problem import evaluate
 from .report import build_report
 from .solvers import DEFAULT_SOLVER, SolveOptions, available_solvers, solve_problem
-from .trace import TracedModel, check_model, trace_model
+from .trace import check_model, trace_model
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +58,14 @@ class PlacementOptions:
         ``"latency"`` (default: one predicted step), ``"throughput"``
         (pipelined max device load) or ``"memory"`` (least traffic that fits);
         see :mod:`placer.objectives`.
+    profile_cache : bool or str
+        Reuse measured op times across runs: ``True`` (default) caches in
+        ``$AUTOPLACE_CACHE_DIR`` / ``~/.cache/autoplace``, a path caches
+        there, ``False`` always profiles.
+    hardware : Mapping or None
+        Device kind → analytic spec (a name in
+        ``cost_models.analytic.HARDWARE``, a dict or a ``HardwareSpec``): ops
+        are costed by the roofline model for that kind instead of measured.
     """
 
     batch_size: int | None = None
@@ -69,6 +77,8 @@ class PlacementOptions:
     profile_repeats: int = 5
     seed: int = 0
     objective: str = DEFAULT_OBJECTIVE
+    profile_cache: bool | str = True
+    hardware: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.algorithm not in available_solvers():
@@ -83,35 +93,6 @@ class PlacementOptions:
             raise AutoplaceError(f"time_limit_s must be a positive number, got {self.time_limit_s!r}")
         if not (isinstance(self.profile_repeats, int) and self.profile_repeats >= 1):
             raise AutoplaceError(f"profile_repeats must be a positive integer, got {self.profile_repeats!r}")
-
-
-def _sample_inputs(traced: TracedModel, seed: int) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    feeds = {}
-    for name, spec in zip(traced.input_names, traced.input_specs):
-        shape = (traced.batch_size, *spec.shape[1:])
-        if spec.dtype.is_floating:
-            feeds[name] = rng.standard_normal(shape).astype(spec.dtype.as_numpy_dtype)
-        else:  # indices: zeros are valid for every embedding/lookup
-            feeds[name] = np.zeros(shape, dtype=spec.dtype.as_numpy_dtype)
-    return feeds
-
-
-def measure_compute(traced: TracedModel, kinds: Sequence[str], repeats: int, seed: int) -> dict[str, dict[str, float]]:
-    """Profile the fixed-batch trace once per device kind (on ``/device:KIND:0``)."""
-    gd = traced.fixed.graph.as_graph_def()
-    feeds = _sample_inputs(traced, seed)
-    resources = {f"{ph}:0": var.value.numpy() for ph, var in traced.variables.items()}
-    constants = {f"{ph}:0": t.numpy() for ph, t in traced.constants.items()}
-    out = {}
-    for kind in kinds:
-        try:
-            prof = profile_graph(gd, feeds, resources, traced.output_names, constants=constants,
-                                 device=f"/device:{kind}:0", repeats=repeats)
-        except ValueError as e:
-            raise CostError(str(e)) from e
-        out[kind] = dict(prof.median_us)
-    return out
 
 
 def _check_memory(op_graph: OpGraph, devset: DeviceSet) -> None:
@@ -191,7 +172,12 @@ def autoplace(model: Any, devices: Sequence[Any], **options: Any) -> PlacedModel
     stages["trace"] = time.perf_counter() - t
     t = time.perf_counter()
     kinds = sorted({d.kind for d in devset.devices})
-    compute = measure_compute(traced, kinds, opts.profile_repeats, opts.seed)
+    cache = None
+    if opts.profile_cache:
+        cache = ProfileCache(default_cache_dir() if opts.profile_cache is True else opts.profile_cache)
+    costs = compute_costs(traced, kinds, repeats=opts.profile_repeats, seed=opts.seed, hardware=opts.hardware,
+                          cache=cache)
+    compute = costs.us
     stages["profile"] = time.perf_counter() - t
     t = time.perf_counter()
     op_graph = build_op_graph(traced, compute)

@@ -10,7 +10,7 @@ from cost_models import SimResult, TensorEdge, simulate
 
 from .coarsen import Coarsening
 from .devices import DeviceSet
-from .opgraph import ALLOWED_KINDS, COMPUTE_US, CONTROL, OpGraph
+from .opgraph import ALLOWED_KINDS, COMPUTE_US, CONTROL, MEMORY_BYTES, OpGraph
 from .problem import PlacementProblem, Schedule
 
 
@@ -69,4 +69,5 @@ def simulate_ops(op_graph: OpGraph, devset: DeviceSet, op_devices: Mapping[str, 
     def link_seconds(i: int, j: int, nbytes: float) -> float:
         return devset.link(i, j).seconds(nbytes)
 
-    return simulate(durations, tensors, assignment, link_seconds, control_edges=control)
+    resident = [op_graph.graph.nodes[op][MEMORY_BYTES] for op in ops]
+    return simulate(durations, tensors, assignment, link_seconds, control_edges=control, resident_bytes=resident)

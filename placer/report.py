@@ -47,7 +47,7 @@ def build_report(plan: Plan, op_graph: OpGraph, devset: DeviceSet, sim: SimResul
         devices.append({
             "name": d.name, "kind": d.kind, "memory_capacity_bytes": d.memory_bytes, "speed": d.speed,
             "ops": plan.ops_per_device()[d.name], "resident_bytes": resident[i],
-            "simulated_busy_s": sim.busy_s[i],
+            "simulated_busy_s": sim.busy_s[i], "predicted_peak_memory_bytes": sim.peak_memory_bytes[i],
         })
     ops = [{"name": op, "type": g.nodes[op][OP_TYPE], "device": plan.assignment[op],
             "compute_us": g.nodes[op][COMPUTE_US]} for op in op_graph.topological_ops()]

@@ -64,3 +64,20 @@ def test_cycle_detected():
     d = np.ones((2, 1))
     with pytest.raises(ValueError, match="cycle"):
         simulate(d, [TensorEdge(0, (1,), 0.0), TensorEdge(1, (0,), 0.0)], [0, 0], link())
+
+
+def test_peak_memory_counts_live_tensors_and_resident_bytes():
+    # chain a -> b -> c on one device: a's output (10) is freed when b ends, b's (20) lives
+    # from b's start until c ends, so the peak is 10 + 20 while b runs.
+    d = np.ones((3, 2))
+    es = [TensorEdge(0, (1,), 10.0), TensorEdge(1, (2,), 20.0)]
+    r = simulate(d, es, [0, 0, 0], link(), resident_bytes=[5.0, 0.0, 0.0])
+    assert r.peak_memory_bytes.tolist() == [35.0, 0.0]
+    # fan-out of a to two devices: the receiver holds a copy until its consumer ends
+    es2 = [TensorEdge(0, (1, 2), 8.0)]
+    r2 = simulate(np.ones((3, 2)), es2, [0, 0, 1], link(lat=0.5))
+    assert r2.peak_memory_bytes.tolist() == [8.0, 8.0]
+    # a tensor freed at the very moment another is allocated does not double-count
+    es3 = [TensorEdge(0, (1,), 10.0), TensorEdge(1, (2,), 10.0), TensorEdge(2, (3,), 10.0)]
+    r3 = simulate(np.ones((4, 1)), es3, [0, 0, 0, 0], link())
+    assert r3.peak_memory_bytes.tolist() == [20.0]

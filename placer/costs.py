@@ -1,0 +1,148 @@
+"""Per-op compute costs of a traced model: measured (cached on disk) or analytic.
+
+For each device kind of the target devices:
+
+* a kind named in ``hardware`` gets the roofline estimate of
+  :mod:`cost_models.analytic` (planning for hardware that is not here);
+* otherwise the kind must exist in this process and every op is profiled on
+  it (:func:`cost_models.profile.profile_graph`), with results cached on
+  disk by graph fingerprint, device kind, batch size and TF version
+  (:mod:`cost_models.cache`).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from cost_models.analytic import (
+    HARDWARE,
+    HardwareSpec,
+    OpShapes,
+    SpecError,
+    estimate_graph,
+)
+from cost_models.cache import CacheKey, ProfileCache, fingerprint
+from cost_models.profile import profile_graph
+
+from .errors import CostError
+from .trace import TracedModel
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ComputeCosts:
+    """µs per op per device kind, and where each kind's numbers came from."""
+
+    us: Mapping[str, Mapping[str, float]]
+    source: Mapping[str, str]
+    unknown_op_types: Mapping[str, tuple[str, ...]]
+
+
+def sample_inputs(traced: TracedModel, seed: int) -> dict[str, np.ndarray]:
+    """Random feeds for the fixed-batch trace (zeros for integer inputs: valid indices)."""
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for name, spec in zip(traced.input_names, traced.input_specs):
+        shape = (traced.batch_size, *spec.shape[1:])
+        if spec.dtype.is_floating:
+            feeds[name] = rng.standard_normal(shape).astype(spec.dtype.as_numpy_dtype)
+        else:
+            feeds[name] = np.zeros(shape, dtype=spec.dtype.as_numpy_dtype)
+    return feeds
+
+
+def op_shapes(graph: tf.Graph) -> dict[str, OpShapes]:
+    """Static shapes and attributes of every op, for the analytic model (unknown dims count as 1)."""
+
+    def shape(t: tf.Tensor) -> tuple[int, ...]:
+        if t.shape.rank is None:
+            return ()
+        return tuple(1 if d is None else int(d) for d in t.shape.as_list())
+
+    def itemsize(t: tf.Tensor) -> int:
+        return 0 if t.dtype in (tf.resource, tf.variant, tf.string) else t.dtype.size
+
+    out = {}
+    for op in graph.get_operations():
+        attrs = {}
+        for a in ("transpose_a", "transpose_b", "adj_x", "adj_y"):
+            try:
+                attrs[a] = bool(op.get_attr(a))
+            except ValueError:
+                pass
+        out[op.name] = OpShapes(op.type, tuple(shape(t) for t in op.inputs), tuple(shape(t) for t in op.outputs),
+                                tuple(itemsize(t) for t in op.inputs), tuple(itemsize(t) for t in op.outputs), attrs)
+    return out
+
+
+def hardware_spec(value: Any) -> HardwareSpec:
+    """A :class:`HardwareSpec`, a name in :data:`HARDWARE`, or a dict of the spec's fields."""
+    if isinstance(value, HardwareSpec):
+        return value
+    if isinstance(value, str):
+        if value not in HARDWARE:
+            raise CostError(f"unknown hardware {value!r}; choose one of {sorted(HARDWARE)} or pass a HardwareSpec")
+        return HARDWARE[value]
+    if isinstance(value, Mapping):
+        try:
+            return HardwareSpec.from_dict(value)
+        except SpecError as e:
+            raise CostError(str(e)) from None
+    raise CostError(f"cannot use {value!r} as a hardware spec; pass a name, a dict or a HardwareSpec")
+
+
+def compute_costs(traced: TracedModel, kinds: Sequence[str], *, repeats: int, seed: int,
+                  hardware: Mapping[str, Any] | None = None, cache: ProfileCache | None = None) -> ComputeCosts:
+    """µs of every op of ``traced.fixed`` on each device kind.
+
+    Raises
+    ------
+    CostError
+        A kind that is neither present here nor described in ``hardware``,
+        a bad hardware spec, or an op that fails to profile (named with its device).
+    """
+    hardware = dict(hardware or {})
+    local = {d.device_type for d in tf.config.list_logical_devices()}
+    us: dict[str, Mapping[str, float]] = {}
+    source: dict[str, str] = {}
+    unknown: dict[str, tuple[str, ...]] = {}
+    shapes = None
+    gd = traced.fixed.graph.as_graph_def()
+    fp = fingerprint(gd.SerializeToString(deterministic=True))
+    for kind in kinds:
+        if kind in hardware:
+            spec = hardware_spec(hardware[kind])
+            shapes = shapes or op_shapes(traced.fixed.graph)
+            est = estimate_graph(shapes, spec)
+            us[kind], source[kind], unknown[kind] = dict(est.us), f"analytic:{spec.name}", est.unknown_op_types
+            if est.unknown_op_types:
+                log.info("analytic %s: no formula for %d op types (bytes-based estimate): %s", spec.name,
+                         len(est.unknown_op_types), ", ".join(est.unknown_op_types[:8]))
+            continue
+        if kind not in local:
+            raise CostError(
+                f"no {kind} device in this process to profile on; plan with an analytic model instead: "
+                f"hardware={{{kind!r}: one of {sorted(HARDWARE)} or a HardwareSpec}}")
+        key = CacheKey(fp, kind, int(traced.batch_size), tf.__version__)
+        hit = cache.get(key) if cache is not None else None
+        if hit is not None:
+            log.info("profile of %d ops on %s from the cache", len(hit.median_us), kind)
+            us[kind], source[kind], unknown[kind] = dict(hit.median_us), "measured (cached)", ()
+            continue
+        resources = {f"{ph}:0": var.value.numpy() for ph, var in traced.variables.items()}
+        constants = {f"{ph}:0": t.numpy() for ph, t in traced.constants.items()}
+        try:
+            prof = profile_graph(gd, sample_inputs(traced, seed), resources, traced.output_names,
+                                 constants=constants, device=f"/device:{kind}:0", repeats=repeats)
+        except ValueError as e:
+            raise CostError(str(e)) from e
+        if cache is not None:
+            cache.put(key, prof.median_us, prof.spread_us)
+        us[kind], source[kind], unknown[kind] = dict(prof.median_us), "measured", ()
+    return ComputeCosts(us, source, unknown)

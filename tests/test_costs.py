@@ -1,0 +1,110 @@
+"""Compute cost models: analytic roofline, calibration, the profile cache, link fits."""
+
+import json
+import logging
+
+import keras
+import numpy as np
+import pytest
+
+import placer
+from cost_models.analytic import (
+    HARDWARE,
+    OP_FLOPS,
+    HardwareSpec,
+    OpShapes,
+    SpecError,
+    calibrate,
+    estimate_us,
+    op_flops_bytes,
+)
+from cost_models.cache import CacheKey, ProfileCache
+from placer.costs import compute_costs, op_shapes
+from placer.errors import CostError
+from placer.trace import trace_model
+
+
+def test_formulas_known_answers():
+    conv = OpShapes("Conv2D", ((8, 32, 32, 16), (3, 3, 16, 32)), ((8, 32, 32, 32),))
+    assert op_flops_bytes(conv)[0] == 2 * 8 * 32 * 32 * 32 * 3 * 3 * 16
+    bmm = OpShapes("BatchMatMulV2", ((4, 64, 32), (4, 32, 16)), ((4, 64, 16),))
+    assert op_flops_bytes(bmm)[0] == 2 * 4 * 64 * 16 * 32
+    relu = OpShapes("Relu", ((10, 10),), ((10, 10),))
+    assert op_flops_bytes(relu) == (100.0, 800.0)
+    unknown = OpShapes("SomeCustomOp", ((10,),), ((10,),))
+    assert "SomeCustomOp" not in OP_FLOPS and op_flops_bytes(unknown) == (0.0, 80.0)
+    # memory-bound vs compute-bound on the same device
+    spec = HardwareSpec("x", peak_flops=1e12, memory_bandwidth=1e11, launch_overhead_s=0.0)
+    assert estimate_us(relu, spec) == pytest.approx(800 / 1e11 * 1e6)
+    assert estimate_us(conv, spec) == pytest.approx(op_flops_bytes(conv)[0] / 1e12 * 1e6)
+
+
+def test_spec_validation_names_the_field():
+    with pytest.raises(SpecError, match="missing field"):
+        HardwareSpec.from_dict({"name": "gpu", "peak_flops": 1e12})
+    with pytest.raises(SpecError, match="memory_bandwidth must be a positive"):
+        HardwareSpec.from_dict({"name": "gpu", "peak_flops": 1e12, "memory_bandwidth": -1, "launch_overhead_s": 0})
+    assert {"nvidia-a100-40gb", "nvidia-h100-sxm", "nvidia-t4"} <= set(HARDWARE)
+
+
+def test_calibration_recovers_synthetic_parameters_and_rejects_too_few_points():
+    rng = np.random.default_rng(1)
+    shapes = [OpShapes("MatMul", ((int(n), 512), (512, 512)), ((int(n), 512),)) for n in rng.integers(8, 512, 20)]
+    shapes += [OpShapes("AddV2", ((int(n), 1024), (int(n), 1024)), ((int(n), 1024),))
+               for n in rng.integers(8, 512, 20)]
+    true = np.array([1e6 * (3e-6 + f / 8e10 + b / 1.5e10) for f, b in map(op_flops_bytes, shapes)])
+    noisy = true * rng.lognormal(0, 0.05, true.size)
+    c = calibrate(shapes, noisy)
+    assert c.spec.peak_flops == pytest.approx(8e10, rel=0.1)
+    assert c.spec.memory_bandwidth == pytest.approx(1.5e10, rel=0.1)
+    assert c.r2 > 0.95 and c.median_abs_rel_error < 0.1
+    with pytest.raises(SpecError, match="at least 8"):
+        calibrate(shapes[:3], true[:3])
+
+
+@pytest.fixture(scope="module")
+def small_traced():
+    model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(64, activation="relu"),
+                              keras.layers.Dense(8)], name="cost_mlp")
+    return trace_model(model, batch_size=16)
+
+
+def test_analytic_costs_for_absent_hardware(small_traced):
+    shapes = op_shapes(small_traced.fixed.graph)
+    matmuls = [s for s in shapes.values() if s.op_type == "MatMul"]
+    assert sorted(s.inputs[0] for s in matmuls) == [(16, 32), (16, 64)]
+    costs = compute_costs(small_traced, ["GPU"], repeats=1, seed=0, hardware={"GPU": "nvidia-a100-40gb"})
+    assert costs.source["GPU"] == "analytic:nvidia-a100-40gb"
+    assert all(v >= 0 for v in costs.us["GPU"].values())
+    with pytest.raises(CostError, match="no GPU device in this process"):
+        compute_costs(small_traced, ["GPU"], repeats=1, seed=0)
+    with pytest.raises(CostError, match="unknown hardware"):
+        compute_costs(small_traced, ["GPU"], repeats=1, seed=0, hardware={"GPU": "tpu-v9"})
+
+
+def test_profile_cache_hit_and_foreign_entry(small_traced, tmp_path, caplog):
+    cache = ProfileCache(tmp_path)
+    first = compute_costs(small_traced, ["CPU"], repeats=1, seed=0, cache=cache)
+    assert first.source["CPU"] == "measured"
+    second = compute_costs(small_traced, ["CPU"], repeats=1, seed=0, cache=cache)
+    assert second.source["CPU"] == "measured (cached)" and second.us == first.us
+    # an entry written for another TF version (e.g. copied between machines) is not used
+    (entry,) = tmp_path.glob("profile-CPU-*.json")
+    doc = json.loads(entry.read_text())
+    doc["key"]["tf_version"] = "1.15.0"
+    entry.write_text(json.dumps(doc))
+    with caplog.at_level(logging.WARNING):
+        third = compute_costs(small_traced, ["CPU"], repeats=1, seed=0, cache=cache)
+    assert third.source["CPU"] == "measured"
+    assert "ignoring profile cache entry" in caplog.text
+    assert cache.get(CacheKey("other-graph", "CPU", 16, "x")) is None
+
+
+def test_autoplace_plans_with_an_analytic_spec_for_the_local_kind(devices):
+    model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(64), keras.layers.Dense(8)])
+    p = placer.autoplace(model, devices[:2], batch_size=8, time_limit_s=1,
+                         hardware={"CPU": {"name": "slow-cpu", "peak_flops": 1e9, "memory_bandwidth": 1e9,
+                                           "launch_overhead_s": 1e-5}})
+    x = np.ones((8, 32), "float32")
+    assert np.allclose(p(x).numpy(), model(x).numpy(), atol=1e-5)
+    assert p.plan.value > 0
