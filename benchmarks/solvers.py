@@ -47,6 +47,8 @@ import placer  # noqa: E402
 from placer import DeviceSpec  # noqa: E402
 from placer.devices import resolve_devices  # noqa: E402
 from placer.errors import AutoplaceError  # noqa: E402
+from placer.graphs import problem_from_graph  # noqa: E402
+from placer.solvers import SolveOptions, solve_problem  # noqa: E402
 from placer.synthetic import training_graph  # noqa: E402
 
 MODELS = ["resnet50", "inception_v3", "mobilenet_v2", "transformer", "lstm_seq2seq", "multi_tower_mlp"]
@@ -93,15 +95,16 @@ def fmt(x: float) -> str:
 
 
 def run_case(graph, devices, objective: str, n_ops: int) -> dict:
-    ours = placer.solve(graph, devices, objective=objective)
+    ours = placer.solve(graph, devices, objective=objective)  # end to end: validation, search, scoring
     row = {"ours": ours.value, "lb": ours.lower_bound, "gap": ours.gap, "wall_s": ours.wall_s, "solver": ours.solver,
            "unit": ours.unit}
+    problem, _ = problem_from_graph(graph, resolve_devices(devices))  # baselines share one validated problem
     for b in BASELINES:
         if (b == "mincut" and len(devices) != 2) or (b == "etf" and n_ops > 5000):
             row[b] = None
             continue
         try:
-            row[b] = placer.solve(graph, devices, objective=objective, algorithm=b).value
+            row[b] = solve_problem(problem, b, SolveOptions(objective=objective)).objective
         except AutoplaceError:
             row[b] = float("inf")  # no feasible plan (memory)
     return row

@@ -1,0 +1,52 @@
+"""Two real TF gRPC worker processes on loopback: devices, link calibration, placement, shutdown.
+
+The check runs in a child process inside a loopback-only network namespace
+(``unshare -rn``), because TensorFlow's servers listen on all interfaces.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from placer.cluster import LocalCluster, network_isolated
+from placer.errors import DeviceError
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _namespace_works() -> bool:
+    if not (shutil.which("unshare") and shutil.which("ip")):
+        return False
+    r = subprocess.run(["unshare", "-rn", "sh", "-c", "ip link set lo up"], capture_output=True)
+    return r.returncode == 0
+
+
+def test_cluster_refuses_to_start_on_a_reachable_network():
+    if network_isolated():
+        pytest.skip("this process already runs in a loopback-only namespace")
+    with pytest.raises(DeviceError, match="listen on all interfaces"):
+        LocalCluster(2).start()
+
+
+@pytest.mark.skipif(not _namespace_works(), reason="needs unshare -rn and ip (util-linux, iproute2) for a "
+                                                   "loopback-only network namespace")
+def test_two_pinned_workers_place_a_model_and_shut_down():
+    env = dict(os.environ)
+    env.pop("AUTOPLACE_CACHE_DIR", None)
+    cmd = ["unshare", "-rn", "sh", "-c", f"ip link set lo up && exec {sys.executable} {HERE}/cluster_check.py"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    out = json.loads(lines[-1][len("RESULT "):])
+    assert out["devices_visible"]
+    workers = {f"/job:worker/replica:0/task:{i}/device:CPU:0" for i in range(2)}
+    assert set(out["used_devices"]) == workers
+    assert set(out["variable_devices"]) <= workers
+    assert out["max_abs_diff"] <= 1e-5, out
+    assert out["link"]["latency_s"] > 0  # a cross-process call costs something, unlike logical devices
+    for pid in out["worker_pids"]:  # the workers are gone
+        assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
