@@ -40,6 +40,11 @@ class OpProfile:
     repeats : int
     wall_s : float
         Time spent profiling.
+    activation_peak_bytes : float or None
+        TensorFlow's allocator: the median over runs of (highest minus lowest
+        bytes in use during the step) on the profiled device, i.e. the peak of
+        what the step allocates on top of the resident state; None when the
+        runtime reported no memory statistics.
     """
 
     device: str
@@ -48,6 +53,7 @@ class OpProfile:
     missing: tuple[str, ...]
     repeats: int
     wall_s: float
+    activation_peak_bytes: float | None = None
 
 
 def _session_config(device_type: str) -> tf.compat.v1.ConfigProto:
@@ -71,6 +77,7 @@ def profile_graph(
     device: str = "/device:CPU:0",
     repeats: int = 5,
     warmup: int = 2,
+    target: str = "",
 ) -> OpProfile:
     """Measure every op of ``graph_def`` on ``device``.
 
@@ -90,6 +97,11 @@ def profile_graph(
         Where to run, e.g. ``/device:CPU:0`` or ``/device:GPU:0``.
     repeats, warmup : int
         Measured and discarded runs.
+    target : str
+        Session target: ``""`` runs in this process; ``"grpc://host:port"``
+        runs on a TF server (then ``device`` names one of its devices, e.g.
+        ``/job:worker/replica:0/task:0/device:CPU:0``), so ops are timed under
+        that worker's own thread settings.
 
     Raises
     ------
@@ -124,7 +136,12 @@ def profile_graph(
     mapped = {name.rsplit(":", 1)[0] for name in (*feeds, *resources, *(constants or {}))}
     samples: dict[str, list[float]] = {n.name: [] for n in gd.node if n.name not in mapped}
     cut = len(_PREFIX) + 1
-    with tf.compat.v1.Session(graph=g, config=_session_config(device_type)) as sess:
+    peaks: list[float] = []
+    config = _session_config(device_type)
+    if target:
+        config.allow_soft_placement = False
+        config.device_count.clear()
+    with tf.compat.v1.Session(target, graph=g, config=config) as sess:
         sess.run(init)
         for r in range(warmup + repeats):
             md = tf.compat.v1.RunMetadata()
@@ -136,6 +153,10 @@ def profile_graph(
             if r < warmup:
                 continue
             seen: dict[str, float] = {}
+            in_use = [m.allocator_bytes_in_use for dev in md.step_stats.dev_stats for ns in dev.node_stats
+                      for m in ns.memory if m.allocator_bytes_in_use > 0]
+            if in_use:
+                peaks.append(float(max(in_use) - min(in_use)))
             for dev in md.step_stats.dev_stats:
                 for ns in dev.node_stats:
                     if ns.node_name.startswith(_PREFIX + "/"):
@@ -156,4 +177,5 @@ def profile_graph(
     wall = time.perf_counter() - t0
     log.info("profiled %d ops on %s (%d runs) in %.1f s; %d never ran", len(samples), device, repeats, wall,
              len(missing))
-    return OpProfile(device, median, spread, tuple(sorted(missing)), repeats, wall)
+    return OpProfile(device, median, spread, tuple(sorted(missing)), repeats, wall,
+                     float(np.median(peaks)) if peaks else None)

@@ -100,6 +100,8 @@ def simulate(
     control_edges: Sequence[tuple[int, int]] = (),
     concurrency: int = 1,
     resident_bytes: Sequence[float] | None = None,
+    aliasing: Sequence[bool] | None = None,
+    link_latency_s: np.ndarray | None = None,
 ) -> SimResult:
     """Simulate one step of a placed graph.
 
@@ -119,6 +121,14 @@ def simulate(
         Ops a device runs at once.
     resident_bytes : sequence of float, optional
         Bytes each node keeps on its device for the whole step (variables).
+    aliasing : sequence of bool, optional
+        Nodes whose outputs share an existing buffer (a variable read, a
+        reshape): their outputs allocate nothing on the producing device.
+    link_latency_s : numpy.ndarray, optional
+        ``(k, k)`` per-transfer latency that does *not* occupy the link
+        (RPCs in flight overlap); ``link_seconds`` is then only the time the
+        bytes occupy the link. Without it, ``link_seconds`` is the whole
+        transfer and transfers on one link never overlap.
 
     Returns
     -------
@@ -206,8 +216,8 @@ def simulate(
                 if dd != d:
                     ls = max(link_free[d, dd], end)
                     cost = sum(link_seconds(d, dd, t.nbytes / t.count) for _ in range(t.count))
-                    arrival = ls + cost
-                    link_free[d, dd] = arrival
+                    link_free[d, dd] = ls + cost
+                    arrival = ls + cost + (0.0 if link_latency_s is None else float(link_latency_s[d, dd]))
                     link_bytes[d, dd] += t.nbytes
                     transfers.append((ti, d, dd, ls, arrival))
                 for w in by_dev[dd]:
@@ -219,14 +229,14 @@ def simulate(
         step = max(step, max(e for *_, e in transfers))
     if not math.isfinite(step):
         raise ValueError("simulated step time is not finite")
-    peak = _peak_memory(tensors, a, k, timeline, transfers, resident_bytes)
+    peak = _peak_memory(tensors, a, k, timeline, transfers, resident_bytes, aliasing)
     return SimResult(step, busy, link_bytes, tuple(timeline), tuple(transfers), peak)
 
 
 def _peak_memory(tensors: Sequence[TensorEdge], a: np.ndarray, k: int,
                  timeline: Sequence[tuple[int, int, float, float]],
                  transfers: Sequence[tuple[int, int, int, float, float]],
-                 resident_bytes: Sequence[float] | None) -> np.ndarray:
+                 resident_bytes: Sequence[float] | None, aliasing: Sequence[bool] | None) -> np.ndarray:
     start = {v: s for v, _, s, _ in timeline}
     end = {v: e for v, _, _, e in timeline}
     events: list[tuple[float, int, int, float]] = []  # (time, order: frees first at a tie, device, delta)
@@ -239,8 +249,9 @@ def _peak_memory(tensors: Sequence[TensorEdge], a: np.ndarray, k: int,
         src_dev = int(a[t.src])
         local_end = max([end[w] for w in t.dsts if a[w] == src_dev] + [end[t.src]])
         remote = sends.get(ti, [])
-        events.append((start[t.src], 1, src_dev, t.nbytes))
-        events.append((max([local_end] + [te for _, _, te in remote]), 0, src_dev, -t.nbytes))
+        if aliasing is None or not aliasing[t.src]:
+            events.append((start[t.src], 1, src_dev, t.nbytes))
+            events.append((max([local_end] + [te for _, _, te in remote]), 0, src_dev, -t.nbytes))
         for dst, ts, _te in remote:
             last = max(end[w] for w in t.dsts if a[w] == dst)
             events.append((ts, 1, dst, t.nbytes))

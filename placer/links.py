@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
-from cost_models.comm import LinkFit, fit_link
+from cost_models.comm import Dispatch, LinkFit, fit_link
 
 from .devices import DeviceSet
 
@@ -31,7 +31,7 @@ def _median_seconds(fn: tf.types.experimental.ConcreteFunction, repeats: int) ->
     times = []
     for _ in range(repeats):
         t = time.perf_counter()
-        fn().numpy()
+        tf.nest.map_structure(lambda x: x.numpy(), fn())
         times.append(time.perf_counter() - t)
     return float(np.median(times))
 
@@ -80,3 +80,34 @@ def calibrate_links(devset: DeviceSet, sizes: Sequence[int] = DEFAULT_SIZES,
             if i != j:
                 fits[(i, j)] = measure_link(a.name, b.name, sizes, repeats)
     return DeviceSet(devset.devices, {ij: f.link for ij, f in fits.items()}), fits
+
+
+def measure_dispatch(devices: Sequence[str], repeats: int = 15) -> Dispatch:
+    """Fixed per-step cost of a function on one device vs spread over the processes of ``devices``.
+
+    Each device gets one independent scalar op (no data crosses devices), so
+    the difference between "all devices" and "first device only" is the cost
+    of involving more processes. Devices of one process count once.
+    """
+    hosts = list(dict.fromkeys(d.rsplit("/device:", 1)[0] for d in devices))
+    first = [d for d in devices if d.startswith(hosts[0])][:1]
+    per_host = [next(d for d in devices if d.startswith(h)) for h in hosts]
+
+    def scalar_ops(where: Sequence[str]):
+        @tf.function
+        def f():
+            outs = []
+            for d in where:
+                with tf.device(d):
+                    outs.append(tf.constant(1.0) + 1.0)
+            return tuple(outs)  # fetched separately: no tensor crosses between devices
+
+        return f
+
+    one = _median_seconds(scalar_ops(first), repeats)
+    if len(hosts) == 1:
+        return Dispatch(one, 0.0)
+    many = _median_seconds(scalar_ops(per_host), repeats)
+    extra = max(many - one, 0.0) / (len(hosts) - 1)
+    log.info("dispatch: %.2f ms per step + %.2f ms per extra process", one * 1e3, extra * 1e3)
+    return Dispatch(one, extra)

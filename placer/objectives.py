@@ -84,7 +84,8 @@ def makespan(problem: PlacementProblem, assignment: np.ndarray) -> float:
     sched = problem.schedule_view()
     fine = np.asarray(assignment, dtype=int)[sched.group]
     try:
-        res = simulate(sched.durations_s, sched.tensors, fine, problem.link_seconds, control_edges=sched.control)
+        res = simulate(sched.durations_s, sched.tensors, fine, problem.occupancy_seconds, control_edges=sched.control,
+                       link_latency_s=problem.latency)
     except ValueError as e:
         raise GraphError(f"cannot simulate the placed graph: {e}") from e
     return res.step_time_s

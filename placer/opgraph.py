@@ -48,6 +48,11 @@ from .trace import TracedModel
 
 log = logging.getLogger(__name__)
 
+#: Op types whose output shares a buffer that already exists (a variable's, or
+#: the input's): they allocate no new memory in the simulator's peak.
+ALIASING_OP_TYPES: set[str] = {"ReadVariableOp", "Identity", "Reshape", "Squeeze", "ExpandDims", "StopGradient",
+                               "Snapshot", "Const", "_Arg", "Placeholder"}
+
 
 @dataclass(frozen=True)
 class TensorInfo:

@@ -10,7 +10,15 @@ from cost_models import SimResult, TensorEdge, simulate
 
 from .coarsen import Coarsening
 from .devices import DeviceSet
-from .opgraph import ALLOWED_KINDS, COMPUTE_US, CONTROL, MEMORY_BYTES, OpGraph
+from .opgraph import (
+    ALIASING_OP_TYPES,
+    ALLOWED_KINDS,
+    COMPUTE_US,
+    CONTROL,
+    MEMORY_BYTES,
+    OP_TYPE,
+    OpGraph,
+)
 from .problem import PlacementProblem, Schedule
 
 
@@ -66,8 +74,12 @@ def simulate_ops(op_graph: OpGraph, devset: DeviceSet, op_devices: Mapping[str, 
     dev_index = {name: i for i, name in enumerate(devset.names)}
     assignment = [dev_index[op_devices[op]] for op in ops]
 
-    def link_seconds(i: int, j: int, nbytes: float) -> float:
-        return devset.link(i, j).seconds(nbytes)
+    bw, lat, _ = devset.arrays()
 
-    resident = [op_graph.graph.nodes[op][MEMORY_BYTES] for op in ops]
-    return simulate(durations, tensors, assignment, link_seconds, control_edges=control, resident_bytes=resident)
+    def occupancy(i: int, j: int, nbytes: float) -> float:
+        return 0.0 if nbytes <= 0 else nbytes / bw[i, j]
+
+    g = op_graph.graph
+    return simulate(durations, tensors, assignment, occupancy, control_edges=control, link_latency_s=lat,
+                    resident_bytes=[g.nodes[op][MEMORY_BYTES] for op in ops],
+                    aliasing=[g.nodes[op][OP_TYPE] in ALIASING_OP_TYPES for op in ops])

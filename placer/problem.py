@@ -274,6 +274,12 @@ class PlacementProblem:
             return self.schedule
         return Schedule(self.compute_s, self.tensors, self.control, _frozen_int(np.arange(self.n)))
 
+    def occupancy_seconds(self, i: int, j: int, nbytes: float) -> float:
+        """Seconds ``nbytes`` occupy the link ``i -> j`` (bandwidth only; latency overlaps)."""
+        if i == j or nbytes <= 0:
+            return 0.0
+        return float(nbytes / self.bandwidth[i, j])
+
     def link_seconds(self, i: int, j: int, nbytes: float) -> float:
         """Seconds for one tensor of ``nbytes`` from device ``i`` to ``j`` (0 on one device)."""
         if i == j or nbytes <= 0:
