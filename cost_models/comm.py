@@ -106,7 +106,7 @@ def fit_link(nbytes: Sequence[float], seconds: Sequence[float], min_sizes: int =
         raise CalibrationError(f"a link fit needs transfers of at least {min_sizes} distinct sizes, got {distinct}")
     a = np.column_stack([np.ones_like(x), x])
     (lat, inv_bw), *_ = np.linalg.lstsq(a, y, rcond=None)
-    if inv_bw <= 0:  # no measurable size dependence: a pure latency link
+    if inv_bw * x.max() <= 1e-9 * max(float(y.mean()), 1e-300):  # no size dependence: a pure latency link
         lat, inv_bw = float(np.median(y)), 0.0
     lat = max(float(lat), 0.0)
     pred = lat + inv_bw * x

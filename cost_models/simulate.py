@@ -101,6 +101,7 @@ def simulate(
     concurrency: int = 1,
     resident_bytes: Sequence[float] | None = None,
     aliasing: Sequence[bool] | None = None,
+    inplace: Sequence[bool] | None = None,
     link_latency_s: np.ndarray | None = None,
 ) -> SimResult:
     """Simulate one step of a placed graph.
@@ -124,6 +125,10 @@ def simulate(
     aliasing : sequence of bool, optional
         Nodes whose outputs share an existing buffer (a variable read, a
         reshape): their outputs allocate nothing on the producing device.
+    inplace : sequence of bool, optional
+        Nodes that may write their output into an input buffer of the same
+        size that only they consume (TensorFlow forwards such buffers for
+        element-wise ops).
     link_latency_s : numpy.ndarray, optional
         ``(k, k)`` per-transfer latency that does *not* occupy the link
         (RPCs in flight overlap); ``link_seconds`` is then only the time the
@@ -229,30 +234,56 @@ def simulate(
         step = max(step, max(e for *_, e in transfers))
     if not math.isfinite(step):
         raise ValueError("simulated step time is not finite")
-    peak = _peak_memory(tensors, a, k, timeline, transfers, resident_bytes, aliasing)
+    peak = _peak_memory(tensors, a, k, timeline, transfers, resident_bytes, aliasing, inplace)
     return SimResult(step, busy, link_bytes, tuple(timeline), tuple(transfers), peak)
 
 
 def _peak_memory(tensors: Sequence[TensorEdge], a: np.ndarray, k: int,
                  timeline: Sequence[tuple[int, int, float, float]],
                  transfers: Sequence[tuple[int, int, int, float, float]],
-                 resident_bytes: Sequence[float] | None, aliasing: Sequence[bool] | None) -> np.ndarray:
+                 resident_bytes: Sequence[float] | None, aliasing: Sequence[bool] | None,
+                 inplace: Sequence[bool] | None) -> np.ndarray:
     start = {v: s for v, _, s, _ in timeline}
     end = {v: e for v, _, _, e in timeline}
-    events: list[tuple[float, int, int, float]] = []  # (time, order: frees first at a tie, device, delta)
     sends: dict[int, list[tuple[int, float, float]]] = {}
     for ti, _src, dst, ts, te in transfers:
         sends.setdefault(ti, []).append((dst, ts, te))
+    # Producer-side buffer of each tensor: allocated when its producer starts, released after its last
+    # local consumer and its last outgoing transfer.
+    alloc = np.zeros(len(tensors), dtype=bool)
+    release = np.zeros(len(tensors))
+    for ti, t in enumerate(tensors):
+        src_dev = int(a[t.src])
+        local_end = max([end[w] for w in t.dsts if a[w] == src_dev] + [end[t.src]])
+        release[ti] = max([local_end] + [te for _, _, te in sends.get(ti, [])])
+        alloc[ti] = t.nbytes > 0 and (aliasing is None or not aliasing[t.src])
+    if inplace is not None:
+        # An in-place op (e.g. Relu, BiasAdd) writes into an input of the same size that only it
+        # consumes, on its own device: its output allocates nothing and keeps that buffer alive.
+        by_src: dict[int, list[int]] = {}
+        for ti, t in enumerate(tensors):
+            by_src.setdefault(t.src, []).append(ti)
+        feeding: dict[int, list[int]] = {}
+        for ti, t in enumerate(tensors):
+            for w in set(t.dsts):
+                feeding.setdefault(w, []).append(ti)
+        for v, _, _, _ in sorted(timeline, key=lambda e: -e[2]):  # latest first: chains propagate
+            if not inplace[v]:
+                continue
+            for to in by_src.get(v, []):
+                donor = next((ti for ti in feeding.get(v, []) if alloc[ti] and set(tensors[ti].dsts) == {v}
+                              and tensors[ti].nbytes == tensors[to].nbytes and a[tensors[ti].src] == a[v]), None)
+                if donor is not None and alloc[to]:
+                    alloc[to] = False
+                    release[donor] = max(release[donor], release[to])
+    events: list[tuple[float, int, int, float]] = []  # (time, order: frees first at a tie, device, delta)
     for ti, t in enumerate(tensors):
         if t.nbytes <= 0:
             continue
-        src_dev = int(a[t.src])
-        local_end = max([end[w] for w in t.dsts if a[w] == src_dev] + [end[t.src]])
-        remote = sends.get(ti, [])
-        if aliasing is None or not aliasing[t.src]:
-            events.append((start[t.src], 1, src_dev, t.nbytes))
-            events.append((max([local_end] + [te for _, _, te in remote]), 0, src_dev, -t.nbytes))
-        for dst, ts, _te in remote:
+        if alloc[ti]:
+            events.append((start[t.src], 1, int(a[t.src]), t.nbytes))
+            events.append((release[ti], 0, int(a[t.src]), -t.nbytes))
+        for dst, ts, _te in sends.get(ti, []):
             last = max(end[w] for w in t.dsts if a[w] == dst)
             events.append((ts, 1, dst, t.nbytes))
             events.append((last, 0, dst, -t.nbytes))

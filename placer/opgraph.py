@@ -52,6 +52,11 @@ log = logging.getLogger(__name__)
 #: the input's): they allocate no new memory in the simulator's peak.
 ALIASING_OP_TYPES: set[str] = {"ReadVariableOp", "Identity", "Reshape", "Squeeze", "ExpandDims", "StopGradient",
                                "Snapshot", "Const", "_Arg", "Placeholder"}
+#: Element-wise op types whose kernels forward an input buffer to the output
+#: when nothing else reads it (``forward_input_or_allocate_output``).
+INPLACE_OP_TYPES: set[str] = {"Relu", "Relu6", "Elu", "Selu", "Tanh", "Sigmoid", "BiasAdd", "Add", "AddV2", "Sub",
+                              "Mul", "RealDiv", "Maximum", "Minimum", "Neg", "Square", "Sqrt", "Rsqrt", "Exp",
+                              "ReluGrad", "TanhGrad", "SigmoidGrad", "AddN", "Erf", "Softplus", "Softmax"}
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from .opgraph import (
     ALLOWED_KINDS,
     COMPUTE_US,
     CONTROL,
+    INPLACE_OP_TYPES,
     MEMORY_BYTES,
     OP_TYPE,
     OpGraph,
@@ -82,4 +83,5 @@ def simulate_ops(op_graph: OpGraph, devset: DeviceSet, op_devices: Mapping[str, 
     g = op_graph.graph
     return simulate(durations, tensors, assignment, occupancy, control_edges=control, link_latency_s=lat,
                     resident_bytes=[g.nodes[op][MEMORY_BYTES] for op in ops],
-                    aliasing=[g.nodes[op][OP_TYPE] in ALIASING_OP_TYPES for op in ops])
+                    aliasing=[g.nodes[op][OP_TYPE] in ALIASING_OP_TYPES for op in ops],
+                    inplace=[g.nodes[op][OP_TYPE] in INPLACE_OP_TYPES for op in ops])

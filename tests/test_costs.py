@@ -108,3 +108,28 @@ def test_autoplace_plans_with_an_analytic_spec_for_the_local_kind(devices):
     x = np.ones((8, 32), "float32")
     assert np.allclose(p(x).numpy(), model(x).numpy(), atol=1e-5)
     assert p.plan.value > 0
+
+
+def test_link_calibration_on_logical_devices(devices):
+    from placer.devices import resolve_devices
+    from placer.links import calibrate_links, measure_dispatch
+
+    devset = resolve_devices(devices[:2])
+    calibrated, fits = calibrate_links(devset, sizes=(1 << 10, 1 << 16, 1 << 20), repeats=3)
+    assert set(fits) == {(0, 1), (1, 0)}
+    for fit in fits.values():
+        assert fit.points == 3 and fit.link.latency_s >= 0 and fit.link.bandwidth_bytes_per_s > 0
+    assert calibrated.link(0, 1) == fits[(0, 1)].link
+    d = measure_dispatch(list(devset.names), repeats=3)
+    assert d.base_s > 0 and d.per_extra_process_s == 0.0  # one process: no extra-process cost
+
+
+def test_link_fit_rejects_bad_measurements():
+    from cost_models import CalibrationError, fit_link
+
+    with pytest.raises(CalibrationError, match="non-negative"):
+        fit_link([1.0, 2.0, 3.0], [0.1, -0.2, 0.3])
+    with pytest.raises(CalibrationError, match="equal length"):
+        fit_link([1.0, 2.0, 3.0], [0.1, 0.2])
+    fit = fit_link([1e3, 1e6, 1e7], [5e-5, 5e-5, 5e-5])  # no size dependence (shared memory)
+    assert fit.link.bandwidth_bytes_per_s == float("inf") and fit.link.latency_s == pytest.approx(5e-5)

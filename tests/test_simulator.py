@@ -81,3 +81,19 @@ def test_peak_memory_counts_live_tensors_and_resident_bytes():
     es3 = [TensorEdge(0, (1,), 10.0), TensorEdge(1, (2,), 10.0), TensorEdge(2, (3,), 10.0)]
     r3 = simulate(np.ones((4, 1)), es3, [0, 0, 0, 0], link())
     assert r3.peak_memory_bytes.tolist() == [20.0]
+
+
+def test_in_place_ops_reuse_their_input_buffer():
+    # matmul -> relu: relu writes into the matmul output (its only consumer), so one buffer of 10 bytes
+    d = np.ones((3, 1))
+    es = [TensorEdge(0, (1,), 10.0), TensorEdge(1, (2,), 10.0)]
+    assert simulate(d, es, [0, 0, 0], link()).peak_memory_bytes.tolist() == [20.0]
+    r = simulate(d, es, [0, 0, 0], link(), inplace=[False, True, False])
+    assert r.peak_memory_bytes.tolist() == [10.0]
+    # no forwarding when another op still reads the input
+    es2 = [TensorEdge(0, (1, 2), 10.0), TensorEdge(1, (2,), 10.0)]
+    r2 = simulate(d, es2, [0, 0, 0], link(), inplace=[False, True, False])
+    assert r2.peak_memory_bytes.tolist() == [20.0]
+    # a variable read aliases the variable: nothing allocated
+    r3 = simulate(d, es, [0, 0, 0], link(), aliasing=[True, False, False])
+    assert r3.peak_memory_bytes.tolist() == [10.0]
