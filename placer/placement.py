@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Hashable, Mapping, Sequence
 
 import networkx as nx
@@ -30,6 +30,7 @@ from .devices import DeviceSet, resolve_devices
 from .errors import SolverError
 from .graphs import layer_keys, problem_from_graph
 from .objectives import DEFAULT_OBJECTIVE, OBJECTIVES, get_objective
+from .plan import Scored
 from .problem import evaluate
 from .solvers import DEFAULT_SOLVER, SolveOptions, solve_problem
 
@@ -40,20 +41,13 @@ DEFAULT_TIME_LIMIT_S = 5.0
 
 
 @dataclass(frozen=True)
-class Placement:
-    """A solved placement of a graph.
+class Placement(Scored):
+    """A solved placement of a graph (quality fields: :class:`~placer.plan.Scored`).
 
     Attributes
     ----------
     assignment : Mapping
         Graph node → canonical device name.
-    objective, unit : str
-        What was minimised and its unit (``s`` or ``bytes``).
-    value, lower_bound, gap : float
-        Objective value of the plan, a proven lower bound, and
-        ``(value - lower_bound) / value``.
-    solver, status : str
-        Which algorithm produced the plan; ``optimal``, ``feasible`` or ``heuristic``.
     wall_s : float
         Seconds spent in :func:`solve` (validation, coarsening and search).
     devices : tuple of str
@@ -65,21 +59,14 @@ class Placement:
         Per-device compute + communication load and resident memory.
     """
 
-    assignment: Mapping[Hashable, str]
-    objective: str
-    unit: str
-    value: float
-    lower_bound: float
-    gap: float
-    solver: str
-    status: str
-    wall_s: float
-    devices: tuple[str, ...]
-    step_time_s: float
-    max_load_s: float
-    traffic_bytes: float
-    device_load_s: tuple[float, ...]
-    device_memory_bytes: tuple[float, ...]
+    assignment: Mapping[Hashable, str] = field(default_factory=dict)
+    wall_s: float = 0.0
+    devices: tuple[str, ...] = ()
+    step_time_s: float = 0.0
+    max_load_s: float = 0.0
+    traffic_bytes: float = 0.0
+    device_load_s: tuple[float, ...] = ()
+    device_memory_bytes: tuple[float, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (node keys as strings)."""

@@ -17,8 +17,36 @@ class BaselineResult:
 
 
 @dataclass(frozen=True)
-class Plan:
+class Scored:
+    """What every solved placement reports about its quality.
+
+    Attributes
+    ----------
+    objective, unit : str
+        What the solver minimised (``latency``, ``throughput``, ``memory``;
+        see :mod:`placer.objectives`) and its unit (``s`` or ``bytes``).
+    value, lower_bound, gap : float
+        The plan's objective value, a proven lower bound of it, and
+        ``(value - lower_bound) / value``.
+    solver, status : str
+        Which algorithm produced the plan; ``optimal``/``feasible``/``heuristic``.
+    """
+
+    objective: str
+    unit: str
+    value: float
+    lower_bound: float
+    gap: float
+    solver: str
+    status: str
+
+
+@dataclass(frozen=True)
+class Plan(Scored):
     """A placement of every op, with its objective, bound and prediction.
+
+    The quality fields (objective, unit, value, lower_bound, gap, solver,
+    status) are those of :class:`Scored`.
 
     Attributes
     ----------
@@ -26,15 +54,6 @@ class Plan:
         Target devices (canonical names) in the user's order.
     assignment : Mapping[str, str]
         Op name → device name, for every op of the traced graph.
-    objective, unit : str
-        What the solver minimised (``latency``, ``throughput``, ``memory``;
-        see :mod:`placer.objectives`) and its unit (``s`` or ``bytes``).
-    value, lower_bound : float
-        The plan's objective value and a proven lower bound of it.
-    gap : float
-        ``(objective - lower_bound) / objective``.
-    solver, status : str
-        Which algorithm produced the plan; ``optimal``/``feasible``/``heuristic``.
     solve_time_s : float
     predicted_step_time_s : float
         Simulated one-step latency of the plan.
@@ -50,17 +69,10 @@ class Plan:
         Nodes the solver saw after coarsening.
     """
 
-    devices: tuple[str, ...]
-    assignment: Mapping[str, str]
-    objective: str
-    unit: str
-    value: float
-    lower_bound: float
-    gap: float
-    solver: str
-    status: str
-    solve_time_s: float
-    predicted_step_time_s: float
+    devices: tuple[str, ...] = ()
+    assignment: Mapping[str, str] = field(default_factory=dict)
+    solve_time_s: float = 0.0
+    predicted_step_time_s: float = 0.0
     baselines: Mapping[str, BaselineResult] = field(default_factory=dict)
     compression: str = "none"
     compressed_edges: int = 0
