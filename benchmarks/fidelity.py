@@ -11,7 +11,8 @@ this 2-core machine). Per model:
 3. for each placement — single worker, round-robin, contiguous split, the
    solver's plan (``auto``, latency objective) and a deliberately bad plan
    (round-robin of individual ops) — simulate one step and measure it
-   (median of ``--repeats`` runs of the emitted function after warm-up).
+   (median of ``--repeats`` runs of the emitted function after warm-up,
+   placements interleaved run by run so that drift hits all alike).
 
 Prints predicted vs measured per case, the median absolute error, the worst
 case and each model's Spearman rank correlation; writes
@@ -82,7 +83,9 @@ def run(args: argparse.Namespace) -> int:
 
     rows = []
     mem_rows = []
-    with LocalCluster(2, pin_cores=True, threads=1) as cluster:
+    # The BFC CPU allocator counts every allocation in its statistics; the default (oneDNN) CPU
+    # allocator showed no growth for 128 KB tensors, which made its "peak" meaningless for small models.
+    with LocalCluster(2, pin_cores=True, threads=1, env={"TF_CPU_ALLOCATOR_USE_BFC": "true"}) as cluster:
         tf.config.experimental_connect_to_cluster(tf.train.ClusterSpec(cluster.spec))
         names = [cluster.device(0), cluster.device(1)]
         devset, fits = calibrate_links(resolve_devices(names), repeats=5)
@@ -124,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
             if prof.activation_peak_bytes:
                 mem_err = (mem_pred - prof.activation_peak_bytes) / prof.activation_peak_bytes
                 mem_rows.append((name, mem_pred, prof.activation_peak_bytes, mem_err))
+            plans = []
             for label, group_by, algorithm in PLACEMENTS:
                 coarse = coarsen(og, group_by)
                 problem = build_problem(coarse, devset, og)
@@ -138,11 +142,13 @@ def run(args: argparse.Namespace) -> int:
                 fn = emit(traced, op_devices).function
                 for _ in range(2):
                     tf.nest.map_structure(lambda t: t.numpy(), fn(*inputs))
-                times = []
-                for _ in range(args.repeats):
+                plans.append((label, predicted, fn, []))
+            for _ in range(args.repeats):  # interleaved, so that drift hits every placement alike
+                for _, _, fn, times in plans:
                     t = time.perf_counter()
                     tf.nest.map_structure(lambda t: t.numpy(), fn(*inputs))
                     times.append(time.perf_counter() - t)
+            for label, predicted, _, times in plans:
                 measured = float(np.median(times))
                 err = (predicted - measured) / measured
                 model_rows.append((label, predicted, measured, err))

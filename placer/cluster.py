@@ -31,6 +31,7 @@ import sys
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import Mapping
 
 from .errors import DeviceError
 
@@ -68,10 +69,14 @@ class LocalCluster:
         How long to wait for every worker's port.
     require_isolated_network : bool
         Refuse to start outside a loopback-only network namespace (see above).
+    env : Mapping[str, str], optional
+        Extra environment of the worker processes (e.g.
+        ``{"TF_CPU_ALLOCATOR_USE_BFC": "true"}`` so that the CPU allocator
+        counts every allocation in its statistics).
     """
 
     def __init__(self, workers: int = 2, *, pin_cores: bool = True, threads: int = 1, start_timeout_s: float = 90.0,
-                 require_isolated_network: bool = True) -> None:
+                 require_isolated_network: bool = True, env: Mapping[str, str] | None = None) -> None:
         if workers < 1:
             raise DeviceError(f"a cluster needs at least one worker, got {workers}")
         self.workers = workers
@@ -79,6 +84,7 @@ class LocalCluster:
         self.threads = threads
         self.start_timeout_s = start_timeout_s
         self.require_isolated_network = require_isolated_network
+        self.env = dict(env or {})
         self.ports: list[int] = []
         self.procs: list[subprocess.Popen] = []
 
@@ -99,7 +105,8 @@ class LocalCluster:
                 "require_isolated_network=False on a firewalled host")
         self.ports = [_free_port() for _ in range(self.workers)]
         cores = os.cpu_count() or 1
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), TF_CPP_MIN_LOG_LEVEL="2")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), TF_CPP_MIN_LOG_LEVEL="2",
+                   **self.env)
         env.pop("AUTOPLACE_CACHE_DIR", None)
         log.warning("starting %d TensorFlow gRPC workers (ports %s); they accept unauthenticated connections",
                     self.workers, self.ports)
