@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
             prof = profile_graph(gd, feeds, {f"{ph}:0": v.value.numpy() for ph, v in traced.variables.items()},
                                  traced.output_names,
                                  constants={f"{ph}:0": t.numpy() for ph, t in traced.constants.items()},
-                                 device=names[0], repeats=3, target=f"grpc://{cluster.spec['worker'][0]}")
+                                 device=names[0], repeats=args.profile_repeats, target=f"grpc://{cluster.spec['worker'][0]}")
             og = build_op_graph(traced, {"CPU": prof.median_us})
             inputs = [tf.constant(v) for v in feeds.values()]
             model_rows = []
@@ -180,7 +180,8 @@ def run(args: argparse.Namespace) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", nargs="+", default=MODELS, choices=MODELS)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=9, help="measured runs per placement")
+    ap.add_argument("--profile-repeats", type=int, default=7, help="profiled runs per op")
     ap.add_argument("--out", default=str(HERE / "results" / "fidelity.md"))
     args = ap.parse_args()
     if not network_isolated():

@@ -108,6 +108,7 @@ def test_autoplace_plans_with_an_analytic_spec_for_the_local_kind(devices):
     x = np.ones((8, 32), "float32")
     assert np.allclose(p(x).numpy(), model(x).numpy(), atol=1e-5)
     assert p.plan.value > 0
+    assert p.report_data["costs"]["source"] == {"CPU": "analytic:slow-cpu"}
 
 
 def test_link_calibration_on_logical_devices(devices):
