@@ -95,7 +95,22 @@ def _auto(problem: PlacementProblem, options: SolveOptions) -> tuple[Solution | 
     bound = max((s.lower_bound for s in found), default=0.0)
     best = min(found, key=lambda s: s.objective, default=None)
 
+    if problem.k > 1 and best is not None:
+        model = "throughput" if get_objective(options.objective).cpsat_model == "max_load" else "memory"
+
+        def polish(start: Solution, until: float) -> None:
+            refined = refine(problem, start.assignment, model, max(until, time.perf_counter() + 0.2))
+            sol = finish(problem, refined, f"{start.solver}+refine", t0, options, "feasible")
+            tried.append(_describe(f"refine {start.solver}", sol))
+            log.info("%s (%.1f s)", tried[-1], time.perf_counter() - t0)
+            if sol is not None and sol.objective < start.objective:
+                found.append(sol)
+
+        # 1. local refinement of the best heuristic plan (a third of what is left)
+        polish(best, time.perf_counter() + (deadline - time.perf_counter()) / 3)
+        best = min(found, key=lambda s: s.objective)
     if problem.k > 1:
+        # 2. CP-SAT, warm-started from the best plan so far, with the rest of the budget
         search, contraction = problem, None
         warm = best.assignment if best is not None else None
         if problem.n > options.max_nodes:
@@ -109,7 +124,7 @@ def _auto(problem: PlacementProblem, options: SolveOptions) -> tuple[Solution | 
                 starts.append(finish(search, restricted, "restricted", t0, options))
             starts = [s for s in starts if s is not None]
             warm = min(starts, key=lambda s: s.objective).assignment if starts else None
-        budget = max(0.5, 0.6 * (deadline - time.perf_counter()))
+        budget = max(0.5, deadline - time.perf_counter())
         exact = SOLVERS["cpsat"](search, replace(options, time_limit_s=budget, warm_start=warm, coarsen_keys=None))
         tried.append(f"cpsat: {'no feasible plan' if exact is None else f'{exact.objective:.6g} ({exact.status})'}")
         log.info("%s (%.1f s)", tried[-1], time.perf_counter() - t0)
@@ -118,18 +133,12 @@ def _auto(problem: PlacementProblem, options: SolveOptions) -> tuple[Solution | 
                 bound = max(bound, exact.lower_bound)
                 found.append(exact)
             else:  # a coarse bound does not bound the full problem; re-score the projection
-                sol = finish(problem, contraction.expand(exact.assignment), "cpsat", t0, options, "feasible")
-                if sol is not None:
-                    found.append(sol)
-        if found:
-            start = min(found, key=lambda s: s.objective)
-            model = "throughput" if get_objective(options.objective).cpsat_model == "max_load" else "memory"
-            refined = refine(problem, start.assignment, model, max(deadline, time.perf_counter() + 0.2))
-            sol = finish(problem, refined, f"{start.solver}+refine", t0, options, "feasible")
-            tried.append(_describe("refine", sol))
-            log.info("%s (%.1f s)", tried[-1], time.perf_counter() - t0)
-            if sol is not None and sol.objective < start.objective:
-                found.append(sol)
+                exact = finish(problem, contraction.expand(exact.assignment), "cpsat", t0, options, "feasible")
+                if exact is not None:
+                    found.append(exact)
+        # 3. a short refinement of CP-SAT's plan when it is the best and not proven optimal
+        if exact is not None and exact.status != "optimal" and exact.objective <= min(s.objective for s in found):
+            polish(exact, deadline)
         # equal values: prefer a plan proven optimal
         best = min(found, key=lambda s: (s.objective, s.status != "optimal"), default=None)
     if best is None:
