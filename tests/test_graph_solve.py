@@ -253,3 +253,16 @@ def test_json_round_trip_and_cli(tmp_path, capsys):
     assert "error" in capsys.readouterr().err
     (tmp_path / "bad.json").write_text("{}")
     assert cli_main(["plan-graph", str(tmp_path / "bad.json"), "-q"]) == 2
+
+
+def test_plan_graph_example_runs(tmp_path, capsys):
+    import runpy
+
+    mod = runpy.run_path(str(__import__("pathlib").Path(__file__).parents[1] / "examples" / "plan_graph.py"))
+    plans = mod["main"](str(tmp_path))
+    assert set(plans) == {"latency", "throughput", "memory"}
+    assert (tmp_path / "training_graph.json").exists()
+    assert "graph file" in capsys.readouterr().out
+    for p in plans.values():  # the host-only op stays on the CPU, and the GPUs' 64 MB hold
+        assert p.assignment["layer0/read"].endswith("CPU:0")
+        assert max(p.device_memory_bytes[1:]) <= 64 << 20
