@@ -91,25 +91,69 @@ def makespan(problem: PlacementProblem, assignment: np.ndarray) -> float:
     return res.step_time_s
 
 
-def critical_path_bound(problem: PlacementProblem) -> float:
-    """max(critical path with each op on its fastest device and free transfers, work / devices).
+def critical_path_bound(problem: PlacementProblem, grid: int = 48) -> float:
+    """A valid lower bound of any schedule's makespan (free transfers, every op at its fastest).
 
-    Both terms bound any schedule's makespan from below.
+    The largest of
+
+    * the critical path;
+    * total work / devices;
+    * the two-sided "energy" bound: ops that cannot start before ``t``
+      (longest path to them ≥ ``t``) and must end ``τ`` before the end
+      (longest path after them ≥ ``τ``) fit between, so
+      ``makespan ≥ t + τ + their work / devices``, over a grid of quantiles
+      of ``t`` and ``τ``.
+
+    Examples
+    --------
+    A chain a -> b next to an independent c, all 1 s, on 2 devices: the
+    critical path (2 s) is the bound.
+
+    >>> import numpy as np
+    >>> from cost_models import TensorEdge
+    >>> p = PlacementProblem.build(list("abc"), np.ones((3, 2)), np.zeros(3), np.full(2, np.inf),
+    ...     [TensorEdge(0, (1,), 0.0)], np.ones((2, 2)), np.zeros((2, 2)))
+    >>> critical_path_bound(p)
+    2.0
     """
     sched = problem.schedule_view()
     best = np.where(np.isfinite(sched.durations_s), sched.durations_s, np.inf).min(axis=1)
     if sched.m == 0:
         return 0.0
-    finish = np.zeros(sched.m)
     preds: list[list[int]] = [[] for _ in range(sched.m)]
+    succs: list[list[int]] = [[] for _ in range(sched.m)]
     for t in sched.tensors:
         for w in set(t.dsts) - {t.src}:
             preds[w].append(t.src)
+            succs[t.src].append(w)
     for u, w in sched.control:
         preds[w].append(u)
-    for v in problem.schedule_order():
-        finish[v] = best[v] + max((finish[u] for u in preds[v]), default=0.0)
-    return float(max(finish.max(), best.sum() / problem.k))
+        succs[u].append(w)
+    order = problem.schedule_order()
+    head = np.zeros(sched.m)  # earliest start
+    for v in order:
+        head[v] = max((head[u] + best[u] for u in preds[v]), default=0.0)
+    tail = np.zeros(sched.m)  # time needed after v ends
+    for v in order[::-1]:
+        tail[v] = max((best[w] + tail[w] for w in succs[v]), default=0.0)
+    k = problem.k
+    bound = max(float((head + best + tail).max()), float(best.sum() / k))
+    ts = np.unique(np.quantile(head, np.linspace(0, 1, grid)))
+    taus = np.unique(np.quantile(tail, np.linspace(0, 1, grid)))
+    for t in ts:
+        sel = head >= t
+        if not sel.any():
+            continue
+        tl, w = tail[sel], best[sel]
+        idx = np.argsort(-tl)
+        tl, cw = tl[idx], np.cumsum(w[idx])  # work of ops with tail >= tl[i]
+        # for each tau: the ops with tail >= tau are a prefix of the sorted list
+        n_ge = np.searchsorted(-tl, -taus, side="right")
+        work = cw[np.maximum(n_ge - 1, 0)]
+        valid = n_ge > 0  # an empty set of ops constrains nothing
+        if valid.any():
+            bound = max(bound, float((t + taus[valid] + work[valid] / k).max()))
+    return bound
 
 
 def max_load(problem: PlacementProblem, assignment: np.ndarray) -> float:

@@ -266,3 +266,18 @@ def test_plan_graph_example_runs(tmp_path, capsys):
     for p in plans.values():  # the host-only op stays on the CPU, and the GPUs' 64 MB hold
         assert p.assignment["layer0/read"].endswith("CPU:0")
         assert max(p.device_memory_bytes[1:]) <= 64 << 20
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 6), k=st.integers(1, 3))
+def test_latency_bound_never_exceeds_the_best_schedule(seed, n, k):
+    # free links: the optimal makespan is the best over all assignments of the simulated
+    # (earliest-ready-first) schedules, which upper-bounds the true optimum; the bound must stay below it
+    from placer.objectives import critical_path_bound, makespan
+
+    g = random_graph(seed, n, mem=False)
+    for _, _, d in g.edges(data=True):
+        d["bytes"] = 0.0
+    problem, _ = problem_from_graph(g, devices_for(k))
+    best = min(makespan(problem, np.array(a)) for a in itertools.product(range(k), repeat=problem.n))
+    assert critical_path_bound(problem) <= best + 1e-12

@@ -50,6 +50,9 @@ class _State:
         self.group_dev = np.full(problem.n, -1)
         self.mem_used = np.zeros(k)
         self.group_ok = np.isfinite(problem.compute_s)
+        # Work pinned to each device but not yet run: a group's later ops (e.g. an optimizer
+        # update colocated with its variable) follow its first op, so ties go to the least committed.
+        self.committed = np.zeros(k)
 
     def transfer(self, ti: int, i: int, j: int) -> float:
         return 0.0 if ti < 0 else self.p.transfer_s(self.s.tensors[ti], i, j)
@@ -70,6 +73,8 @@ class _State:
         if self.group_dev[g] < 0:
             self.group_dev[g] = d
             self.mem_used[d] += self.p.memory_bytes[g]
+            self.committed[d] += self.p.compute_s[g, d]
+        self.committed[d] -= self.s.durations_s[v, d]
         self.dev[v] = d
         self.finish[v] = start + self.s.durations_s[v, d]
         self.dev_free[d] = self.finish[v]
@@ -93,22 +98,25 @@ class _State:
 
 @solver("heft")
 def heft(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
-    """HEFT: ops by decreasing upward rank, each on the device where it finishes first."""
+    """HEFT: ops by decreasing upward rank, each on the device where it finishes first.
+
+    Ties (common for a colocation group's first, cheap op) go to the device with
+    the least work pinned to it but not yet run.
+    """
     t0 = time.perf_counter()
     st = _State(problem)
     rank = st.upward_rank()
     pos = np.empty(st.s.m, dtype=int)
     pos[st.topo] = np.arange(st.s.m)
     for v in sorted(range(st.s.m), key=lambda v: (-rank[v], pos[v])):  # a topological order
-        best: tuple[float, int, float] | None = None
+        options_ = []
         for d in st.candidates(v):
             start = max(st.data_ready(v, int(d)), st.dev_free[d])
-            eft = start + st.s.durations_s[v, d]
-            if best is None or eft < best[0]:
-                best = (eft, int(d), start)
-        if best is None:
+            options_.append((start + st.s.durations_s[v, d], st.committed[d], int(d), start))
+        if not options_:
             return None
-        st.place(v, best[1], best[2])
+        _, _, d, start = min(options_)  # earliest finish; ties: least committed work, then lower index
+        st.place(v, d, start)
     return finish(problem, _groups(st), "heft", t0, options)
 
 
@@ -116,7 +124,8 @@ def heft(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
 def etf(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
     """ETF: repeatedly start the (ready op, device) pair that can start earliest.
 
-    Ties go to the op with the larger upward rank. Data-ready times are
+    Ties go to the op with the larger upward rank, then to the device with
+    the least work pinned to it but not yet run. Data-ready times are
     computed once per op (when its last input is placed); only device free
     times change afterwards, so each step is one vectorised argmin.
     """
@@ -139,7 +148,8 @@ def etf(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
         mask = st.group_ok[g] & finite[r] & (st.mem_used[None, :] + p.memory_bytes[g][:, None] <= cap[None, :])
         mask = np.where((pinned >= 0)[:, None], np.arange(k)[None, :] == pinned[:, None], mask)
         est = np.where(mask, np.maximum(arrive, st.dev_free[None, :]), np.inf)
-        flat = np.lexsort((np.repeat(-rank[r], k), est.ravel()))[0]
+        # earliest start; ties: larger upward rank, then the device with the least committed work
+        flat = np.lexsort((np.tile(st.committed, len(ready)), np.repeat(-rank[r], k), est.ravel()))[0]
         i, d = divmod(int(flat), k)
         if not np.isfinite(est[i, d]):
             return None
