@@ -116,6 +116,7 @@ def main() -> int:
     ap.add_argument("--devices", nargs="+", type=int, default=[2, 4, 8])
     ap.add_argument("--objectives", nargs="+", default=OBJECTIVES, choices=OBJECTIVES)
     ap.add_argument("--no-scale", action="store_true", help="skip the scale timings")
+    ap.add_argument("--scale-only", action="store_true", help="only the scale timings (graphs from the cache)")
     ap.add_argument("--out", default=str(HERE / "results" / "solvers.md"))
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -125,59 +126,64 @@ def main() -> int:
         print(s, flush=True)
         lines.append(s)
 
-    emit("## Solver benchmark")
-    emit()
-    emit("Values: latency/throughput in ms, memory in MB crossing devices; `—`: not applicable or no feasible plan.")
-    emit("`ok` = ours <= every baseline.")
-    emit()
-    header = ("| graph | ops | k | objective | ours | lower bound | gap | solve s | " + " | ".join(BASELINES)
-              + " | ok |")
-    emit(header)
-    emit("|" + "---|" * (header.count("|") - 1))
     results = []
     graphs = {}
-    for name in args.models:
-        for training in (False, True):
-            t = time.perf_counter()
-            path = build_graph(name, training, None)
-            graph, _ = placer.load_graph(path)
-            graphs[(name, training)] = graph
-            n_ops = graph.number_of_nodes()
-            print(f"# {name} {'train' if training else 'fwd'}: {n_ops} ops (loaded/built in "
-                  f"{time.perf_counter() - t:.1f} s)", file=sys.stderr, flush=True)
-            for k in args.devices:
-                for objective in args.objectives:
-                    cap = capacity(graph, k) if objective == "memory" else None
-                    devices = [DeviceSpec(f"/CPU:{i}", memory_bytes=cap) for i in range(k)]
-                    row = run_case(graph, devices, objective, n_ops)
-                    scale = 1e3 if row["unit"] == "s" else 1e-6
-                    vals = [row[b] for b in BASELINES]
-                    ok = all(v is None or not np.isfinite(v) or row["ours"] <= v * (1 + 1e-9) for v in vals)
-                    results.append(dict(graph=name, training=training, ops=n_ops, k=k, objective=objective, **row))
-                    emit(f"| {name} {'train' if training else 'fwd'} | {n_ops} | {k} | {objective} | "
-                         f"{fmt(row['ours'] * scale)} | {fmt(row['lb'] * scale)} | {100 * row['gap']:.1f}% | "
-                         f"{row['wall_s']:.1f} | "
-                         + " | ".join(fmt(None if v is None else v * scale) for v in vals) + f" | {'ok' if ok else 'NO'} |")
-    n_ok = sum(all(r[b] is None or not np.isfinite(r[b]) or r["ours"] <= r[b] * (1 + 1e-9) for b in BASELINES)
-               for r in results)
-    emit()
-    emit(f"Ours at least as good as every baseline in {n_ok}/{len(results)} cases; "
-         f"median gap {100 * np.median([r['gap'] for r in results]):.1f}%, "
-         f"max solve time {max(r['wall_s'] for r in results):.1f} s.")
+    if args.scale_only:
+        for name in args.models:
+            graphs[(name, True)], _ = placer.load_graph(build_graph(name, True, None))
+    else:
+        emit("## Solver benchmark")
+        emit()
+        emit("Values: latency/throughput in ms, memory in MB crossing devices; `—`: not applicable or no feasible plan.")
+        emit("`ok` = ours <= every baseline.")
+        emit()
+        header = ("| graph | ops | k | objective | ours | lower bound | gap | solve s | " + " | ".join(BASELINES)
+                  + " | ok |")
+        emit(header)
+        emit("|" + "---|" * (header.count("|") - 1))
+        for name in args.models:
+            for training in (False, True):
+                t = time.perf_counter()
+                path = build_graph(name, training, None)
+                graph, _ = placer.load_graph(path)
+                graphs[(name, training)] = graph
+                n_ops = graph.number_of_nodes()
+                print(f"# {name} {'train' if training else 'fwd'}: {n_ops} ops (loaded/built in "
+                      f"{time.perf_counter() - t:.1f} s)", file=sys.stderr, flush=True)
+                for k in args.devices:
+                    for objective in args.objectives:
+                        cap = capacity(graph, k) if objective == "memory" else None
+                        devices = [DeviceSpec(f"/CPU:{i}", memory_bytes=cap) for i in range(k)]
+                        row = run_case(graph, devices, objective, n_ops)
+                        scale = 1e3 if row["unit"] == "s" else 1e-6
+                        vals = [row[b] for b in BASELINES]
+                        ok = all(v is None or not np.isfinite(v) or row["ours"] <= v * (1 + 1e-9) for v in vals)
+                        results.append(dict(graph=name, training=training, ops=n_ops, k=k, objective=objective, **row))
+                        emit(f"| {name} {'train' if training else 'fwd'} | {n_ops} | {k} | {objective} | "
+                             f"{fmt(row['ours'] * scale)} | {fmt(row['lb'] * scale)} | {100 * row['gap']:.1f}% | "
+                             f"{row['wall_s']:.1f} | "
+                             + " | ".join(fmt(None if v is None else v * scale) for v in vals) + f" | {'ok' if ok else 'NO'} |")
+        n_ok = sum(all(r[b] is None or not np.isfinite(r[b]) or r["ours"] <= r[b] * (1 + 1e-9) for b in BASELINES)
+                   for r in results)
+        emit()
+        emit(f"Ours at least as good as every baseline in {n_ok}/{len(results)} cases; "
+             f"median gap {100 * np.median([r['gap'] for r in results]):.1f}%, "
+             f"max solve time {max(r['wall_s'] for r in results):.1f} s.")
 
-    emit()
-    emit("### Negligible communication (training graphs, 4 devices, links 1e15 B/s, 0 latency)")
-    emit()
-    emit("| graph | objective | ours (ms) | lower bound (ms) | gap |")
-    emit("|---|---|---|---|---|")
-    for name in args.models:
-        graph = graphs[(name, True)]
-        specs = [DeviceSpec(f"/CPU:{i}", bandwidth_bytes_per_s=1e15, latency_s=0.0) for i in range(4)]
-        devset = resolve_devices(specs)
-        for objective in ("latency", "throughput"):
-            p = placer.solve(graph, devset, objective=objective)
-            emit(f"| {name} train | {objective} | {p.value * 1e3:.4g} | {p.lower_bound * 1e3:.4g} | "
-                 f"{100 * p.gap:.1f}% |")
+        emit()
+        emit("### Negligible communication (training graphs, 4 devices, links 1e15 B/s, 0 latency)")
+        emit()
+        emit("| graph | objective | ours (ms) | lower bound (ms) | gap |")
+        emit("|---|---|---|---|---|")
+        for name in args.models:
+            graph = graphs[(name, True)]
+            specs = [DeviceSpec(f"/CPU:{i}", bandwidth_bytes_per_s=1e15, latency_s=0.0) for i in range(4)]
+            devset = resolve_devices(specs)
+            for objective in ("latency", "throughput"):
+                p = placer.solve(graph, devset, objective=objective)
+                emit(f"| {name} train | {objective} | {p.value * 1e3:.4g} | {p.lower_bound * 1e3:.4g} | "
+                     f"{100 * p.gap:.1f}% |")
+
 
     if not args.no_scale:
         emit()
@@ -198,10 +204,11 @@ def main() -> int:
             p = placer.solve(synth, [DeviceSpec(f"/CPU:{i}", memory_bytes=cap) for i in range(8)], objective=objective)
             emit(f"| synthetic training graph | {synth.number_of_nodes()} | 8 | {objective} | {p.wall_s:.1f} | "
                  f"{100 * p.gap:.1f}% |")
-    out = Path(args.out)
+    out = Path(args.out if not args.scale_only else str(Path(args.out).with_name("solvers_scale.md")))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
-    out.with_suffix(".json").write_text(json.dumps(results, indent=1, default=float))
+    if results:
+        out.with_suffix(".json").write_text(json.dumps(results, indent=1, default=float))
     print(f"written: {out}", file=sys.stderr)
     return 0
 

@@ -3,7 +3,8 @@
 :class:`LocalCluster` starts ``n`` worker processes (``tf.distribute.Server``),
 each optionally pinned to one core with one intra- and one inter-op thread,
 so that a two-worker run on a two-core machine is genuine parallel execution
-with real transfers. It always stops them on exit, also when the body raises.
+with real transfers. It always stops them on exit, also when the body raises,
+and (Linux) the workers get SIGTERM if the parent process dies.
 
 **Security.** TensorFlow 2.21's gRPC servers listen on *all* interfaces
 whatever host the cluster spec names, and the runtime has no
@@ -25,6 +26,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -46,6 +48,16 @@ def network_isolated() -> bool:
         return False
     names = {line.split(":", 1)[0].strip() for line in lines if ":" in line}
     return names <= {"lo"}
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: ask Linux to SIGTERM it when the parent dies (no orphaned servers)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _free_port() -> int:
@@ -115,7 +127,8 @@ class LocalCluster:
                 cmd = [sys.executable, "-m", "placer._worker", json.dumps(self.spec), str(i), str(self.threads)]
                 if self.pin_cores and shutil.which("taskset"):
                     cmd = ["taskset", "-c", str(i % cores), *cmd]
-                self.procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+                self.procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                                   preexec_fn=_die_with_parent))
             self._wait_ready()
         except BaseException:
             self.stop()

@@ -109,7 +109,11 @@ def _auto(problem: PlacementProblem, options: SolveOptions) -> tuple[Solution | 
         # 1. local refinement of the best heuristic plan (a third of what is left)
         polish(best, time.perf_counter() + (deadline - time.perf_counter()) / 3)
         best = min(found, key=lambda s: s.objective)
-    if problem.k > 1:
+    if problem.k > 1 and found and deadline - time.perf_counter() < min(1.0, 0.25 * options.time_limit_s):
+        # building a CP-SAT model of a large problem alone takes seconds: keep the time limit
+        tried.append("cpsat: skipped (the heuristics used the time limit)")
+        log.info("%s (%.1f s)", tried[-1], time.perf_counter() - t0)
+    elif problem.k > 1:
         # 2. CP-SAT, warm-started from the best plan so far, with the rest of the budget
         search, contraction = problem, None
         warm = best.assignment if best is not None else None
