@@ -95,14 +95,14 @@ def run(args: argparse.Namespace) -> int:
         out("## Simulator fidelity: 2 TF gRPC workers, one pinned core and one thread each")
         out()
         for (i, j), f in sorted(fits.items()):
-            out(f"link worker {i} -> {j}: latency {f.link.latency_s * 1e3:.3f} ms, "
+            out(f"- link worker {i} -> {j}: latency {f.link.latency_s * 1e3:.3f} ms, "
                 f"bandwidth {f.link.bandwidth_bytes_per_s / 1e9:.3g} GB/s, R² {f.r2:.4f}, "
                 f"max rel. error {100 * f.max_rel_error:.0f}% ({f.points} sizes)")
-        out(f"dispatch: {dispatch.base_s * 1e3:.3f} ms per step + {dispatch.per_extra_process_s * 1e3:.3f} ms "
+        out(f"- dispatch: {dispatch.base_s * 1e3:.3f} ms per step + {dispatch.per_extra_process_s * 1e3:.3f} ms "
             "per extra worker; client links: " + ", ".join(
                 f"{'client' if a == client else a[-20:]}->{'client' if b == client else b[-20:]} "
                 f"{lk.latency_s * 1e3:.2f} ms + {lk.bandwidth_bytes_per_s / 1e9:.2g} GB/s" for (a, b), lk in io.items()))
-        out("predicted = simulated makespan (calibrated worker links, ops profiled on worker 0) + dispatch of "
+        out("- predicted = simulated makespan (calibrated worker links, ops profiled on worker 0) + dispatch of "
             "the workers used + input/output transfers between the client and the workers")
         out()
         out("| model | placement | predicted ms | measured ms | error |")
