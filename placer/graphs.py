@@ -56,7 +56,7 @@ from .attrs import (
     TENSOR,
     TENSORS,
 )
-from .devices import DeviceSet, DeviceSpec, resolve_devices
+from .devices import DeviceSet, DeviceSpec, canonical_device_name, resolve_devices
 from .errors import CostError, DeviceError, GraphError, InsufficientMemoryError
 from .problem import PlacementProblem, Schedule, group_tensors
 
@@ -257,8 +257,6 @@ def devices_from_json(data: Mapping) -> DeviceSet:
     devset = resolve_devices(specs)
     links = dict(devset.links)
     pos = {n: i for i, n in enumerate(devset.names)}
-    from .devices import canonical_device_name
-
     for e in data.get("links", []):
         try:
             i, j = pos[canonical_device_name(e["src"])], pos[canonical_device_name(e["dst"])]
