@@ -41,7 +41,7 @@ import numpy as np
 from cost_models import simulate
 
 from .errors import GraphError, SolverError
-from .problem import PlacementProblem, evaluate, trivial_lower_bound
+from .problem import PlacementProblem, dependencies, evaluate, trivial_lower_bound
 
 #: The objective used when none is named (a single step is what an
 #: inference user waits for; pass ``"throughput"`` for pipelined training).
@@ -120,22 +120,14 @@ def critical_path_bound(problem: PlacementProblem, grid: int = 48) -> float:
     best = np.where(np.isfinite(sched.durations_s), sched.durations_s, np.inf).min(axis=1)
     if sched.m == 0:
         return 0.0
-    preds: list[list[int]] = [[] for _ in range(sched.m)]
-    succs: list[list[int]] = [[] for _ in range(sched.m)]
-    for t in sched.tensors:
-        for w in set(t.dsts) - {t.src}:
-            preds[w].append(t.src)
-            succs[t.src].append(w)
-    for u, w in sched.control:
-        preds[w].append(u)
-        succs[u].append(w)
+    preds, succs = dependencies(sched.m, sched.tensors, sched.control)
     order = problem.schedule_order()
     head = np.zeros(sched.m)  # earliest start
     for v in order:
-        head[v] = max((head[u] + best[u] for u in preds[v]), default=0.0)
+        head[v] = max((head[u] + best[u] for _, u in preds[v]), default=0.0)
     tail = np.zeros(sched.m)  # time needed after v ends
     for v in order[::-1]:
-        tail[v] = max((best[w] + tail[w] for w in succs[v]), default=0.0)
+        tail[v] = max((best[w] + tail[w] for _, w in succs[v]), default=0.0)
     k = problem.k
     bound = max(float((head + best + tail).max()), float(best.sum() / k))
     ts = np.unique(np.quantile(head, np.linspace(0, 1, grid)))

@@ -75,6 +75,35 @@ class Schedule:
         return Schedule(self.durations_s, self.tensors, self.control, _frozen_int(np.asarray(coarse_of)[self.group]))
 
 
+Edge = tuple[int, int]  # (tensor index, or -1 for a control edge; the other node)
+
+
+def dependencies(m: int, tensors: Sequence[TensorEdge],
+                 control: Sequence[tuple[int, int]] = ()) -> tuple[list[list[Edge]], list[list[Edge]]]:
+    """Per node: its incoming ``(tensor, producer)`` and outgoing ``(tensor, consumer)`` edges.
+
+    A tensor consumed by its own producer and a control edge from a node to
+    itself are dropped; control edges carry tensor index ``-1``.
+
+    Examples
+    --------
+    >>> preds, succs = dependencies(3, [TensorEdge(0, (1, 2), 1.0)], control=[(1, 2)])
+    >>> preds[2], succs[0]
+    ([(0, 0), (-1, 1)], [(0, 1), (0, 2)])
+    """
+    preds: list[list[Edge]] = [[] for _ in range(m)]
+    succs: list[list[Edge]] = [[] for _ in range(m)]
+    for ti, t in enumerate(tensors):
+        for w in sorted(set(t.dsts) - {t.src}):
+            preds[w].append((ti, t.src))
+            succs[t.src].append((ti, w))
+    for u, w in control:
+        if u != w:
+            preds[w].append((-1, u))
+            succs[u].append((-1, w))
+    return preds, succs
+
+
 def topological_order(m: int, tensors: Sequence[TensorEdge], control: Sequence[tuple[int, int]] = ()) -> np.ndarray:
     """Kahn's order of ``m`` nodes (ties by index), or :class:`GraphError` on a cycle.
 
@@ -83,23 +112,15 @@ def topological_order(m: int, tensors: Sequence[TensorEdge], control: Sequence[t
     >>> topological_order(3, [TensorEdge(2, (0,), 1.0)]).tolist()
     [1, 2, 0]
     """
-    succ: list[list[int]] = [[] for _ in range(m)]
-    indeg = np.zeros(m, dtype=int)
-    for t in tensors:
-        for w in set(t.dsts) - {t.src}:
-            succ[t.src].append(w)
-            indeg[w] += 1
-    for u, w in control:
-        if u != w:
-            succ[u].append(w)
-            indeg[w] += 1
+    preds, succs = dependencies(m, tensors, control)
+    indeg = np.array([len(p) for p in preds], dtype=int)
     heap = [int(v) for v in np.flatnonzero(indeg == 0)]
     heapq.heapify(heap)
     out = []
     while heap:
         v = heapq.heappop(heap)
         out.append(v)
-        for w in succ[v]:
+        for _, w in succs[v]:
             indeg[w] -= 1
             if indeg[w] == 0:
                 heapq.heappush(heap, w)

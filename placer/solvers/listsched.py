@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from ..problem import PlacementProblem, Schedule
+from ..problem import PlacementProblem, Schedule, dependencies
 from .base import Solution, SolveOptions, finish
 from .registry import solver
 
@@ -34,15 +34,8 @@ class _State:
         self.p = problem
         self.s: Schedule = problem.schedule_view()
         m, k = self.s.m, problem.k
-        self.preds: list[list[tuple[int, int]]] = [[] for _ in range(m)]  # (tensor index or -1, src)
-        self.succ: list[list[int]] = [[] for _ in range(m)]
-        for ti, t in enumerate(self.s.tensors):
-            for w in set(t.dsts) - {t.src}:
-                self.preds[w].append((ti, t.src))
-                self.succ[t.src].append(w)
-        for u, w in self.s.control:
-            self.preds[w].append((-1, u))
-            self.succ[u].append(w)
+        # (tensor index or -1, producer) per node, and (tensor index or -1, consumer)
+        self.preds, self.succs = dependencies(m, self.s.tensors, self.s.control)
         self.topo = problem.schedule_order()
         self.finish = np.zeros(m)
         self.dev = np.full(m, -1)
@@ -86,13 +79,9 @@ class _State:
         wbar = np.nan_to_num(np.nanmean(d, axis=1)) if s.m else np.zeros(0)
         off = [(i, j) for i in range(p.k) for j in range(p.k) if i != j]
         cbar = [float(np.mean([p.transfer_s(t, i, j) for i, j in off])) if off else 0.0 for t in s.tensors]
-        out_edges: list[list[tuple[int, int]]] = [[] for _ in range(s.m)]
-        for v in range(s.m):
-            for ti, u in self.preds[v]:
-                out_edges[u].append((ti, v))
         rank = np.zeros(s.m)
         for v in self.topo[::-1]:
-            rank[v] = wbar[v] + max(((cbar[ti] if ti >= 0 else 0.0) + rank[w] for ti, w in out_edges[v]), default=0.0)
+            rank[v] = wbar[v] + max(((cbar[ti] if ti >= 0 else 0.0) + rank[w] for ti, w in self.succs[v]), default=0.0)
         return rank
 
 
@@ -157,7 +146,7 @@ def etf(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
         arrive = np.delete(arrive, i, axis=0)
         st.place(v, d, float(est[i, d]))
         new = []
-        for w in st.succ[v]:
+        for _, w in st.succs[v]:
             waiting[w] -= 1
             if waiting[w] == 0:
                 ready.append(w)
