@@ -16,9 +16,10 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
-from cost_models.comm import Dispatch, LinkFit, fit_link
+from cost_models.comm import CalibrationError, Dispatch, LinkFit, fit_link
 
 from .devices import DeviceSet
+from .errors import CostError
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +53,8 @@ def measure_link(src: str, dst: str, sizes: Sequence[int] = DEFAULT_SIZES, repea
 
     Raises
     ------
-    cost_models.CalibrationError
-        Fewer than three sizes.
+    CostError
+        Fewer than three distinct sizes (the fit needs them).
     """
     xs, ys = [], []
     for size in sizes:
@@ -65,7 +66,10 @@ def measure_link(src: str, dst: str, sizes: Sequence[int] = DEFAULT_SIZES, repea
         local = _median_seconds(_reader(payload, src, src), repeats)
         xs.append(4.0 * n)
         ys.append(max(cross - local, 0.0))
-    fit = fit_link(xs, ys)
+    try:
+        fit = fit_link(xs, ys)
+    except CalibrationError as e:
+        raise CostError(f"cannot calibrate link {src} -> {dst}: {e}; pass at least three sizes") from None
     log.info("link %s -> %s: %.1f µs + %.3g GB/s (R² %.3f)", src, dst, fit.link.latency_s * 1e6,
              fit.link.bandwidth_bytes_per_s / 1e9, fit.r2)
     return fit

@@ -121,6 +121,8 @@ def test_link_calibration_on_logical_devices(devices):
     for fit in fits.values():
         assert fit.points == 3 and fit.link.latency_s >= 0 and fit.link.bandwidth_bytes_per_s > 0
     assert calibrated.link(0, 1) == fits[(0, 1)].link
+    with pytest.raises(CostError, match="at least three sizes"):
+        calibrate_links(devset, sizes=(1 << 10, 1 << 16), repeats=1)
     d = measure_dispatch(list(devset.names), repeats=3)
     assert d.base_s > 0 and d.per_extra_process_s == 0.0  # one process: no extra-process cost
 
