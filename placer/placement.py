@@ -109,9 +109,14 @@ def solve(
         runs all heuristics, CP-SAT and local refinement.
     time_limit : float, optional
         Search budget in seconds (default :data:`DEFAULT_TIME_LIMIT_S`).
-        When it expires the best plan found so far is returned with its gap.
+        ``auto`` spends it by *estimated* work (per-op rates of each stage,
+        CP-SAT's deterministic time), never by reading the clock, so the
+        wall time on a slow or loaded machine can exceed it while the plan
+        stays the same. The best plan found is returned with its gap.
     seed : int
-        Same graph, devices and seed give the same plan.
+        Same graph, devices, time limit and seed give the same plan (CP-SAT
+        also has a wall-clock safety cap of 4× its budget + 5 s; a warning
+        is logged when it cuts a search short).
     max_nodes : int
         Problems with more colocation groups than this are coarsened
         (heavy-edge matching, layer scopes first) before CP-SAT.

@@ -2,6 +2,7 @@
 
 import itertools
 import json
+import time
 
 import networkx as nx
 import numpy as np
@@ -219,6 +220,19 @@ def test_same_seed_same_plan_and_coarsening_keeps_plans_valid():
     assert a.assignment == b.assignment and a.value == b.value
     for base in ["single", "round_robin", "contiguous"]:
         assert a.value <= placer.solve(g, devices, objective="throughput", algorithm=base).value
+
+
+@pytest.mark.parametrize("objective", ["latency", "throughput"])
+def test_plans_do_not_depend_on_the_clock(monkeypatch, objective):
+    # auto budgets by estimated work, not by time.perf_counter: a clock that runs 1000x fast
+    # (every stage "over budget") must give the same plan as the real one
+    g = training_graph(layers=30, ops_per_layer=6, seed=5)
+    devices = devices_for(4)
+    a = placer.solve(g, devices, objective=objective, time_limit=1.0, seed=3, max_nodes=120)
+    real = time.perf_counter
+    monkeypatch.setattr(time, "perf_counter", lambda: 1000.0 * real())
+    b = placer.solve(g, devices, objective=objective, time_limit=1.0, seed=3, max_nodes=120)
+    assert a.assignment == b.assignment and a.value == b.value and a.solver == b.solver
 
 
 def test_time_limit_returns_the_incumbent_with_its_gap():

@@ -51,7 +51,7 @@ from . import mincut as _mincut  # noqa: F401
 from . import partition as _partition  # noqa: F401
 from .base import Solution, SolveOptions, finish
 from .multilevel import coarsen_problem
-from .refine import refine
+from .refine import VISITS_PER_S, refine
 from .registry import SOLVERS
 
 __all__ = ["DEFAULT_SOLVER", "SolveOptions", "Solution", "available_solvers", "solve_problem"]
@@ -64,6 +64,13 @@ DEFAULT_SOLVER = "auto"
 _HEURISTICS = ("single", "round_robin", "contiguous", "partition", "heft", "etf", "mincut")
 #: ETF costs O(ops × ready ops × devices); above this many fine ops ``auto`` skips it.
 ETF_MAX_OPS = 5000
+#: Estimated cost of each heuristic in µs per fine op: (fixed, per device). ``auto`` spends its
+#: time limit by these estimates (measured on the 2-core reference machine, scoring included),
+#: not by the clock, so that its choices, and hence its plans, are reproducible.
+HEURISTIC_US_PER_OP: dict[str, tuple[float, float]] = {
+    "single": (35.0, 0.0), "round_robin": (35.0, 0.0), "contiguous": (35.0, 0.0), "partition": (35.0, 0.0),
+    "heft": (35.0, 12.0), "etf": (35.0, 60.0), "mincut": (220.0, 0.0),
+}
 
 
 def available_solvers() -> list[str]:
@@ -75,14 +82,24 @@ def _describe(name: str, sol: Solution | None) -> str:
     return f"{name}: {'no feasible plan' if sol is None else f'{sol.objective:.6g}'}"
 
 
+def _estimated_s(name: str, m: int, k: int) -> float:
+    """Estimated seconds of heuristic ``name`` on ``m`` fine ops and ``k`` devices."""
+    per_op, per_op_device = HEURISTIC_US_PER_OP[name]
+    return 1e-6 * m * (per_op + per_op_device * k)
+
+
 def _auto(problem: PlacementProblem, options: SolveOptions) -> tuple[Solution | None, list[str]]:
+    # Every decision below reads the *estimated* work spent (sizes × measured rates), never the
+    # clock, so the same problem, options and seed always give the same plan.
     t0 = time.perf_counter()
-    deadline = t0 + options.time_limit_s
+    m = problem.schedule_view().m
+    left = options.time_limit_s
     tried: list[str] = []
     found: list[Solution] = []
     for name in _HEURISTICS:
-        if (name == "mincut" and problem.k != 2) or (name == "etf" and problem.schedule_view().m > ETF_MAX_OPS):
+        if (name == "mincut" and problem.k != 2) or (name == "etf" and m > ETF_MAX_OPS):
             continue
+        left -= _estimated_s(name, m, problem.k)
         try:
             sol = SOLVERS[name](problem, options)
         except GraphError as e:  # list schedulers need the schedule to be a DAG
@@ -98,8 +115,8 @@ def _auto(problem: PlacementProblem, options: SolveOptions) -> tuple[Solution | 
     if problem.k > 1 and best is not None:
         model = "throughput" if get_objective(options.objective).cpsat_model == "max_load" else "memory"
 
-        def polish(start: Solution, until: float) -> None:
-            refined = refine(problem, start.assignment, model, max(until, time.perf_counter() + 0.2))
+        def polish(start: Solution, share_s: float) -> None:
+            refined = refine(problem, start.assignment, model, work=int(max(share_s, 0.2) * VISITS_PER_S))
             sol = finish(problem, refined, f"{start.solver}+refine", t0, options, "feasible")
             tried.append(_describe(f"refine {start.solver}", sol))
             log.info("%s (%.1f s)", tried[-1], time.perf_counter() - t0)
@@ -107,9 +124,10 @@ def _auto(problem: PlacementProblem, options: SolveOptions) -> tuple[Solution | 
                 found.append(sol)
 
         # 1. local refinement of the best heuristic plan (a third of what is left)
-        polish(best, time.perf_counter() + (deadline - time.perf_counter()) / 3)
+        polish(best, left / 3)
+        left -= max(left / 3, 0.2)
         best = min(found, key=lambda s: s.objective)
-    if problem.k > 1 and found and deadline - time.perf_counter() < min(1.0, 0.25 * options.time_limit_s):
+    if problem.k > 1 and found and left < min(1.0, 0.25 * options.time_limit_s):
         # building a CP-SAT model of a large problem alone takes seconds: keep the time limit
         tried.append("cpsat: skipped (the heuristics used the time limit)")
         log.info("%s (%.1f s)", tried[-1], time.perf_counter() - t0)
@@ -130,7 +148,7 @@ def _auto(problem: PlacementProblem, options: SolveOptions) -> tuple[Solution | 
             warm = min(starts, key=lambda s: s.objective).assignment if starts else None
         # CP-SAT's budget is deterministic time (reproducible plans); on this 2-core machine it ran
         # ~2x slower than the wall clock, so it gets half of what is left to keep the wall budget.
-        budget = max(0.5, 0.5 * (deadline - time.perf_counter()))
+        budget = max(0.5, 0.5 * left)
         exact = SOLVERS["cpsat"](search, replace(options, time_limit_s=budget, warm_start=warm, coarsen_keys=None))
         tried.append(f"cpsat: {'no feasible plan' if exact is None else f'{exact.objective:.6g} ({exact.status})'}")
         log.info("%s (%.1f s)", tried[-1], time.perf_counter() - t0)
@@ -144,7 +162,7 @@ def _auto(problem: PlacementProblem, options: SolveOptions) -> tuple[Solution | 
                     found.append(exact)
         # 3. a short refinement of CP-SAT's plan when it is the best and not proven optimal
         if exact is not None and exact.status != "optimal" and exact.objective <= min(s.objective for s in found):
-            polish(exact, deadline)
+            polish(exact, left - 2 * budget)
         # equal values: prefer a plan proven optimal
         best = min(found, key=lambda s: (s.objective, s.status != "optimal"), default=None)
     if best is None:

@@ -12,22 +12,30 @@ is kept when it lowers the objective's key:
 
 Loads are updated incrementally from the tensors touching the moved node,
 so a pass costs O(candidates × k × degree). Passes repeat until none
-improves or the deadline passes; the result is never worse than the input.
+improves or the work budget is spent; the result is never worse than the input.
+
+The budget counts tensor visits (one per tensor touching a node, per device
+tried), not seconds, so the same input always gives the same output.
+:data:`VISITS_PER_S` converts a time share into visits; it was measured on
+the 2-core reference machine.
 """
 
 from __future__ import annotations
-
-import time
 
 import numpy as np
 
 from ..objectives import get_objective
 from ..problem import PlacementProblem
 
+#: Tensor visits per second of refinement on the reference machine (see the module docstring).
+VISITS_PER_S = 200_000
 
-def refine(problem: PlacementProblem, assignment: np.ndarray, objective: str, deadline: float,
+
+def refine(problem: PlacementProblem, assignment: np.ndarray, objective: str, work: int,
            max_passes: int = 20) -> np.ndarray:
-    """Greedy improvement of a feasible ``assignment`` until ``deadline`` (``time.perf_counter()``).
+    """Greedy improvement of a feasible ``assignment`` within ``work`` tensor visits.
+
+    Deterministic: the budget is counted, never read from a clock.
 
     Examples
     --------
@@ -35,7 +43,7 @@ def refine(problem: PlacementProblem, assignment: np.ndarray, objective: str, de
     >>> from cost_models import TensorEdge
     >>> p = PlacementProblem.build(list("abcd"), np.ones((4, 2)), np.zeros(4), np.full(2, np.inf),
     ...     [TensorEdge(0, (1,), 1.0), TensorEdge(2, (3,), 1.0)], np.full((2, 2), 1e3), np.zeros((2, 2)))
-    >>> refine(p, np.array([0, 1, 1, 1]), "throughput", time.perf_counter() + 5).tolist()
+    >>> refine(p, np.array([0, 1, 1, 1]), "throughput", work=10_000).tolist()
     [0, 0, 1, 1]
     """
     p = problem
@@ -80,8 +88,11 @@ def refine(problem: PlacementProblem, assignment: np.ndarray, objective: str, de
         return (float(x.sum()), 0.0) if traffic else (float(x.max()), float((x * x).sum()))
 
     cur_key = key(loads)
+    done = 0
+    scan = sum(len(x) for x in inc)  # visits to list a pass's candidates
     for _ in range(max_passes):
         improved = False
+        done += scan
         if traffic:
             cands = [v for v in range(n) if any(len(set(a[dsts[ti]].tolist()) | {a[srcs[ti]]}) > 1 for ti in inc[v])]
         else:
@@ -90,8 +101,9 @@ def refine(problem: PlacementProblem, assignment: np.ndarray, objective: str, de
                 v for v in range(n) if a[v] != hot and any(
                     len(set(a[dsts[ti]].tolist()) | {a[srcs[ti]]}) > 1 for ti in inc[v])]
         for v in cands:
-            if time.perf_counter() > deadline:
+            if done > work:
                 return a
+            done += len(inc[v]) * (1 + int(allowed[v].sum()))
             cur = a[v]
             old = np.zeros(k)
             for ti in inc[v]:
