@@ -110,6 +110,19 @@ def test_auto_is_valid_and_no_worse_than_every_baseline(seed, k, objective):
         assert ours.value <= base.value * (1 + 1e-9), f"{b} beat auto"
 
 
+@pytest.mark.parametrize("algorithm", ["etf", "heft"])
+def test_list_schedulers_reach_the_bound_on_independent_chains_with_free_links(algorithm):
+    # 4 chains of 5 ops (10 µs each) on 4 devices with free links: one chain per device, 50 µs
+    g = nx.DiGraph()
+    for c in range(4):
+        nx.add_path(g, [f"c{c}/{i}" for i in range(5)], bytes=1e6)
+    nx.set_node_attributes(g, 10.0, "compute_us")
+    devices = [DeviceSpec(f"/CPU:{i}", bandwidth_bytes_per_s=1e15, latency_s=0.0) for i in range(4)]
+    p = placer.solve(g, devices, objective="latency", algorithm=algorithm)
+    assert p.value == pytest.approx(50e-6) and p.lower_bound == pytest.approx(50e-6)
+    assert len(set(p.assignment.values())) == 4
+
+
 def brute_force(g, devices, objective):
     problem, _ = problem_from_graph(g, devices)
     value = OBJECTIVES[objective].value

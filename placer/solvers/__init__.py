@@ -62,14 +62,12 @@ log = logging.getLogger(__name__)
 DEFAULT_SOLVER = "auto"
 #: Heuristics ``auto`` always runs on the full problem.
 _HEURISTICS = ("single", "round_robin", "contiguous", "partition", "heft", "etf", "mincut")
-#: ETF costs O(ops × ready ops × devices); above this many fine ops ``auto`` skips it.
-ETF_MAX_OPS = 5000
 #: Estimated cost of each heuristic in µs per fine op: (fixed, per device). ``auto`` spends its
 #: time limit by these estimates (measured on the 2-core reference machine, scoring included),
 #: not by the clock, so that its choices, and hence its plans, are reproducible.
 HEURISTIC_US_PER_OP: dict[str, tuple[float, float]] = {
     "single": (35.0, 0.0), "round_robin": (35.0, 0.0), "contiguous": (35.0, 0.0), "partition": (35.0, 0.0),
-    "heft": (35.0, 12.0), "etf": (35.0, 60.0), "mincut": (220.0, 0.0),
+    "heft": (35.0, 8.0), "etf": (35.0, 10.0), "mincut": (220.0, 0.0),
 }
 
 
@@ -97,7 +95,7 @@ def _auto(problem: PlacementProblem, options: SolveOptions) -> tuple[Solution | 
     tried: list[str] = []
     found: list[Solution] = []
     for name in _HEURISTICS:
-        if (name == "mincut" and problem.k != 2) or (name == "etf" and m > ETF_MAX_OPS):
+        if name == "mincut" and problem.k != 2:
             continue
         left -= _estimated_s(name, m, problem.k)
         try:
