@@ -136,3 +136,18 @@ def test_link_fit_rejects_bad_measurements():
         fit_link([1.0, 2.0, 3.0], [0.1, 0.2])
     fit = fit_link([1e3, 1e6, 1e7], [5e-5, 5e-5, 5e-5])  # no size dependence (shared memory)
     assert fit.link.bandwidth_bytes_per_s == float("inf") and fit.link.latency_s == pytest.approx(5e-5)
+
+
+def test_link_fit_keeps_the_latency_when_a_large_transfer_is_noisy():
+    # 200 µs + 1 GB/s, the 16 MiB point 5% slow (typical jitter): relative weighting keeps the
+    # latency that most (small) tensors pay; an ordinary least-squares fit is ~25% off
+    from cost_models import fit_link
+
+    sizes = [1 << 12, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24]
+    times = [2e-4 + b / 1e9 for b in sizes]
+    times[-1] *= 1.05
+    fit = fit_link(sizes, times)
+    assert fit.link.latency_s == pytest.approx(2e-4, rel=0.1)
+    assert fit.link.bandwidth_bytes_per_s == pytest.approx(1e9, rel=0.1)
+    ols_latency = np.polyfit(sizes, times, 1)[1]
+    assert abs(ols_latency - 2e-4) > 0.2 * 2e-4  # the case is one that OLS gets wrong
