@@ -115,7 +115,7 @@ def solve(
         stays the same. The best plan found is returned with its gap.
     seed : int
         Same graph, devices, time limit and seed give the same plan (CP-SAT
-        also has a wall-clock safety cap of 4× its budget + 5 s; a warning
+        also has a wall-clock safety cap of 8× its budget + 5 s; a warning
         is logged when it cuts a search short).
     max_nodes : int
         Problems with more colocation groups than this are coarsened

@@ -144,9 +144,10 @@ def _auto(problem: PlacementProblem, options: SolveOptions) -> tuple[Solution | 
                 starts.append(finish(search, restricted, "restricted", t0, options))
             starts = [s for s in starts if s is not None]
             warm = min(starts, key=lambda s: s.objective).assignment if starts else None
-        # CP-SAT's budget is deterministic time (reproducible plans); on this 2-core machine it ran
-        # ~2x slower than the wall clock, so it gets half of what is left to keep the wall budget.
-        budget = max(0.5, 0.5 * left)
+        # CP-SAT's budget is deterministic time (reproducible plans). On the 2-core reference machine
+        # one deterministic second took 1.3-4.2 wall seconds (overshoot included), so it gets a quarter
+        # of what is left to keep the wall budget.
+        budget = max(0.25, 0.25 * left)
         exact = SOLVERS["cpsat"](search, replace(options, time_limit_s=budget, warm_start=warm, coarsen_keys=None))
         tried.append(f"cpsat: {'no feasible plan' if exact is None else f'{exact.objective:.6g} ({exact.status})'}")
         log.info("%s (%.1f s)", tried[-1], time.perf_counter() - t0)
@@ -160,7 +161,7 @@ def _auto(problem: PlacementProblem, options: SolveOptions) -> tuple[Solution | 
                     found.append(exact)
         # 3. a short refinement of CP-SAT's plan when it is the best and not proven optimal
         if exact is not None and exact.status != "optimal" and exact.objective <= min(s.objective for s in found):
-            polish(exact, left - 2 * budget)
+            polish(exact, left - 4 * budget)
         # equal values: prefer a plan proven optimal
         best = min(found, key=lambda s: (s.objective, s.status != "optimal"), default=None)
     if best is None:
