@@ -83,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
 
     rows = []
     mem_rows = []
+    compute_notes: list[str] = []
     # The BFC CPU allocator counts every allocation in its statistics; the default (oneDNN) CPU
     # allocator showed no growth for 128 KB tensors, which made its "peak" meaningless for small models.
     with LocalCluster(2, pin_cores=True, threads=1, env={"TF_CPU_ALLOCATOR_USE_BFC": "true"}) as cluster:
@@ -119,6 +120,11 @@ def run(args: argparse.Namespace) -> int:
                                  constants={f"{ph}:0": t.numpy() for ph, t in traced.constants.items()},
                                  device=names[0], repeats=args.profile_repeats, target=f"grpc://{cluster.spec['worker'][0]}")
             og = build_op_graph(traced, {"CPU": prof.median_us})
+            ran = sum(1 for v in prof.median_us.values() if v > 0)
+            compute_notes.append(
+                f"- {name}: {ran} ops ran; sum of op medians {prof.op_sum_s * 1e3:.2f} ms; untraced step of the "
+                f"profiled (Grappler-off) graph on worker 0 {prof.step_s * 1e3:.2f} ms; difference less dispatch "
+                f"{(prof.step_s - prof.op_sum_s - dispatch.base_s) / max(ran, 1) * 1e6:.1f} µs per op")
             inputs = [tf.constant(v) for v in feeds.values()]
             model_rows = []
             single = {op: names[0] for op in og.graph}
@@ -162,6 +168,11 @@ def run(args: argparse.Namespace) -> int:
     out(f"Median absolute error {100 * np.median(errs):.1f}% over {len(rows)} cases; worst {100 * worst[4]:+.1f}% "
         f"({worst[0]}, {worst[1]}). Spearman per model: "
         + ", ".join(f"{m} {r[5]:.2f}" for m in args.models for r in rows if r[0] == m and r[1] == "single") + ".")
+    out()
+    out("Compute check (not used in the predictions):")
+    out()
+    for line in compute_notes:
+        out(line)
     out()
     out("Memory: activation peak of one step on worker 0 (simulated live tensors vs TF allocator: "
         "highest minus lowest bytes in use during the profiled step)")

@@ -45,6 +45,10 @@ class OpProfile:
         bytes in use during the step) on the profiled device, i.e. the peak of
         what the step allocates on top of the resident state; None when the
         runtime reported no memory statistics.
+    step_s : float or None
+        Median wall time of one step run *without* tracing (as many runs as
+        ``repeats``), as the client sees it: op times plus the executor's
+        per-op overhead plus the session's fixed cost.
     """
 
     device: str
@@ -54,6 +58,12 @@ class OpProfile:
     repeats: int
     wall_s: float
     activation_peak_bytes: float | None = None
+    step_s: float | None = None
+
+    @property
+    def op_sum_s(self) -> float:
+        """Sum of the median op times, in seconds."""
+        return float(sum(self.median_us.values())) / 1e6
 
 
 def _session_config(device_type: str) -> tf.compat.v1.ConfigProto:
@@ -166,6 +176,11 @@ def profile_graph(
             for name, dt in seen.items():
                 if name in samples:
                     samples[name].append(dt)
+        steps = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            sess.run(outs, feed_ph)
+            steps.append(time.perf_counter() - t)
     median, spread, missing = {}, {}, []
     for name, xs in samples.items():
         if not xs:
@@ -178,4 +193,4 @@ def profile_graph(
     log.info("profiled %d ops on %s (%d runs) in %.1f s; %d never ran", len(samples), device, repeats, wall,
              len(missing))
     return OpProfile(device, median, spread, tuple(sorted(missing)), repeats, wall,
-                     float(np.median(peaks)) if peaks else None)
+                     float(np.median(peaks)) if peaks else None, float(np.median(steps)))

@@ -59,6 +59,9 @@ class Objective:
     #: Whether the CP-SAT max-load model optimises this objective exactly
     #: ("throughput"), minimum traffic ("memory"), or only serves as a proxy.
     cpsat_model: str
+    #: Estimated cost of scoring one plan, µs per fine op (2-core reference machine); ``auto``
+    #: budgets by such estimates instead of the clock (see :mod:`placer.solvers`).
+    score_us_per_op: float = 3.0
 
 
 OBJECTIVES: dict[str, Objective] = {}
@@ -159,6 +162,6 @@ def traffic_bytes(problem: PlacementProblem, assignment: np.ndarray) -> float:
     return float(ev.traffic_bytes.sum()) if ev.feasible else float("inf")
 
 
-_register(Objective("latency", "s", makespan, critical_path_bound, cpsat_model="max_load"))
+_register(Objective("latency", "s", makespan, critical_path_bound, cpsat_model="max_load", score_us_per_op=30.0))
 _register(Objective("throughput", "s", max_load, trivial_lower_bound, cpsat_model="max_load"))
 _register(Objective("memory", "bytes", traffic_bytes, lambda p: 0.0, cpsat_model="traffic"))

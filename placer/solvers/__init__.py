@@ -62,12 +62,15 @@ log = logging.getLogger(__name__)
 DEFAULT_SOLVER = "auto"
 #: Heuristics ``auto`` always runs on the full problem.
 _HEURISTICS = ("single", "round_robin", "contiguous", "partition", "heft", "etf", "mincut")
-#: Estimated cost of each heuristic in µs per fine op: (fixed, per device). ``auto`` spends its
-#: time limit by these estimates (measured on the 2-core reference machine, scoring included),
-#: not by the clock, so that its choices, and hence its plans, are reproducible.
+#: Estimated cost of each heuristic in µs per fine op: (fixed, per device), scoring excluded (that is
+#: ``Objective.score_us_per_op``). ``auto`` spends its time limit by these estimates (measured on the
+#: 2-core reference machine), not by the clock, so that its choices, and hence its plans, are
+#: reproducible.
+#: The least refinement ``auto`` does (estimated seconds), even when the heuristics used the budget.
+MIN_REFINE_S = 0.5
 HEURISTIC_US_PER_OP: dict[str, tuple[float, float]] = {
-    "single": (35.0, 0.0), "round_robin": (35.0, 0.0), "contiguous": (35.0, 0.0), "partition": (35.0, 0.0),
-    "heft": (35.0, 8.0), "etf": (35.0, 10.0), "mincut": (220.0, 0.0),
+    "single": (1.0, 0.0), "round_robin": (1.0, 0.0), "contiguous": (2.0, 0.0), "partition": (8.0, 0.0),
+    "heft": (25.0, 10.0), "etf": (5.0, 15.0), "mincut": (250.0, 0.0),
 }
 
 
@@ -80,10 +83,10 @@ def _describe(name: str, sol: Solution | None) -> str:
     return f"{name}: {'no feasible plan' if sol is None else f'{sol.objective:.6g}'}"
 
 
-def _estimated_s(name: str, m: int, k: int) -> float:
-    """Estimated seconds of heuristic ``name`` on ``m`` fine ops and ``k`` devices."""
+def _estimated_s(name: str, m: int, k: int, objective: str) -> float:
+    """Estimated seconds of heuristic ``name`` on ``m`` fine ops and ``k`` devices, scoring included."""
     per_op, per_op_device = HEURISTIC_US_PER_OP[name]
-    return 1e-6 * m * (per_op + per_op_device * k)
+    return 1e-6 * m * (per_op + per_op_device * k + get_objective(objective).score_us_per_op)
 
 
 def _auto(problem: PlacementProblem, options: SolveOptions) -> tuple[Solution | None, list[str]]:
@@ -97,7 +100,11 @@ def _auto(problem: PlacementProblem, options: SolveOptions) -> tuple[Solution | 
     for name in _HEURISTICS:
         if name == "mincut" and problem.k != 2:
             continue
-        left -= _estimated_s(name, m, problem.k)
+        if name == "mincut" and np.array_equal(problem.compute_s[:, 0], problem.compute_s[:, 1]):
+            # min total busy time on two identical devices is one device (or infeasible): nothing new
+            tried.append("mincut: skipped (identical devices)")
+            continue
+        left -= _estimated_s(name, m, problem.k, options.objective)
         try:
             sol = SOLVERS[name](problem, options)
         except GraphError as e:  # list schedulers need the schedule to be a DAG
@@ -109,12 +116,13 @@ def _auto(problem: PlacementProblem, options: SolveOptions) -> tuple[Solution | 
             found.append(sol)
     bound = max((s.lower_bound for s in found), default=0.0)
     best = min(found, key=lambda s: s.objective, default=None)
+    cpsat_min_left = min(1.0, 0.25 * options.time_limit_s)  # less: building the model alone takes that
 
     if problem.k > 1 and best is not None:
         model = "throughput" if get_objective(options.objective).cpsat_model == "max_load" else "memory"
 
         def polish(start: Solution, share_s: float) -> None:
-            refined = refine(problem, start.assignment, model, work=int(max(share_s, 0.2) * VISITS_PER_S))
+            refined = refine(problem, start.assignment, model, work=int(max(share_s, MIN_REFINE_S) * VISITS_PER_S))
             sol = finish(problem, refined, f"{start.solver}+refine", t0, options, "feasible")
             tried.append(_describe(f"refine {start.solver}", sol))
             log.info("%s (%.1f s)", tried[-1], time.perf_counter() - t0)
@@ -122,10 +130,12 @@ def _auto(problem: PlacementProblem, options: SolveOptions) -> tuple[Solution | 
                 found.append(sol)
 
         # 1. local refinement of the best heuristic plan (a third of what is left)
-        polish(best, left / 3)
-        left -= max(left / 3, 0.2)
+        # (all of it when too little would be left for CP-SAT anyway)
+        share = left / 3 if 2 * left / 3 >= cpsat_min_left else left
+        polish(best, share)
+        left -= max(share, MIN_REFINE_S)
         best = min(found, key=lambda s: s.objective)
-    if problem.k > 1 and found and left < min(1.0, 0.25 * options.time_limit_s):
+    if problem.k > 1 and found and left < cpsat_min_left:
         # building a CP-SAT model of a large problem alone takes seconds: keep the time limit
         tried.append("cpsat: skipped (the heuristics used the time limit)")
         log.info("%s (%.1f s)", tried[-1], time.perf_counter() - t0)
@@ -145,9 +155,9 @@ def _auto(problem: PlacementProblem, options: SolveOptions) -> tuple[Solution | 
             starts = [s for s in starts if s is not None]
             warm = min(starts, key=lambda s: s.objective).assignment if starts else None
         # CP-SAT's budget is deterministic time (reproducible plans). On the 2-core reference machine
-        # one deterministic second took 1.3-4.2 wall seconds (overshoot included), so it gets a quarter
+        # one deterministic second took 1.5-4 wall seconds (overshoot included), so it gets a third
         # of what is left to keep the wall budget.
-        budget = max(0.25, 0.25 * left)
+        budget = max(0.3, left / 3)
         exact = SOLVERS["cpsat"](search, replace(options, time_limit_s=budget, warm_start=warm, coarsen_keys=None))
         tried.append(f"cpsat: {'no feasible plan' if exact is None else f'{exact.objective:.6g} ({exact.status})'}")
         log.info("%s (%.1f s)", tried[-1], time.perf_counter() - t0)
@@ -161,7 +171,7 @@ def _auto(problem: PlacementProblem, options: SolveOptions) -> tuple[Solution | 
                     found.append(exact)
         # 3. a short refinement of CP-SAT's plan when it is the best and not proven optimal
         if exact is not None and exact.status != "optimal" and exact.objective <= min(s.objective for s in found):
-            polish(exact, left - 4 * budget)
+            polish(exact, left - 3 * budget)
         # equal values: prefer a plan proven optimal
         best = min(found, key=lambda s: (s.objective, s.status != "optimal"), default=None)
     if best is None:
