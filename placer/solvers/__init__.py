@@ -89,6 +89,11 @@ def _estimated_s(name: str, m: int, k: int, objective: str) -> float:
     return 1e-6 * m * (per_op + per_op_device * k + get_objective(objective).score_us_per_op)
 
 
+def _proven(value: float, bound: float) -> bool:
+    """Whether ``value`` equals the lower ``bound`` (relative tolerance 1e-9): nothing to improve."""
+    return value - bound <= 1e-9 * max(abs(value), 1e-300)
+
+
 def _auto(problem: PlacementProblem, options: SolveOptions) -> tuple[Solution | None, list[str]]:
     # Every decision below reads the *estimated* work spent (sizes × measured rates), never the
     # clock, so the same problem, options and seed always give the same plan.
@@ -114,9 +119,15 @@ def _auto(problem: PlacementProblem, options: SolveOptions) -> tuple[Solution | 
         log.info("%s (%.1f s)", tried[-1], time.perf_counter() - t0)
         if sol is not None:
             found.append(sol)
+            if _proven(sol.objective, sol.lower_bound):
+                tried.append(f"stopped: {name} reached the lower bound")
+                break
     bound = max((s.lower_bound for s in found), default=0.0)
     best = min(found, key=lambda s: s.objective, default=None)
     cpsat_min_left = min(1.0, 0.25 * options.time_limit_s)  # less: building the model alone takes that
+    if best is not None and _proven(best.objective, bound):
+        return replace(best, solver=f"auto/{best.solver}", status="optimal", lower_bound=best.objective,
+                       wall_s=time.perf_counter() - t0), tried
 
     if problem.k > 1 and best is not None:
         model = "throughput" if get_objective(options.objective).cpsat_model == "max_load" else "memory"
@@ -177,7 +188,7 @@ def _auto(problem: PlacementProblem, options: SolveOptions) -> tuple[Solution | 
     if best is None:
         return None, tried
     lb = min(max(bound, best.lower_bound), best.objective)
-    status = "optimal" if best.objective - lb <= 1e-9 * max(abs(best.objective), 1e-300) else best.status
+    status = "optimal" if _proven(best.objective, lb) else best.status
     return Solution(best.assignment, best.objective, lb, f"auto/{best.solver}", time.perf_counter() - t0,
                     status), tried
 
