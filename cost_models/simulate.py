@@ -103,6 +103,7 @@ def simulate(
     aliasing: Sequence[bool] | None = None,
     inplace: Sequence[bool] | None = None,
     link_latency_s: np.ndarray | None = None,
+    transfer_cpu_s: np.ndarray | None = None,
 ) -> SimResult:
     """Simulate one step of a placed graph.
 
@@ -134,6 +135,12 @@ def simulate(
         (RPCs in flight overlap); ``link_seconds`` is then only the time the
         bytes occupy the link. Without it, ``link_seconds`` is the whole
         transfer and transfers on one link never overlap.
+    transfer_cpu_s : numpy.ndarray, optional
+        ``(k, k)`` compute time one tensor sent from ``i`` to ``j`` takes on
+        *each* of the two devices (serialisation and RPC handling; TensorFlow's
+        ``_Send``/``_Recv``). Each such transfer becomes a send op on the
+        producer's device and a receive op on the consumer's, which queue like
+        any op; the timeline lists original ops only (their busy time counts).
 
     Returns
     -------
@@ -160,6 +167,9 @@ def simulate(
     _check_costs(durations, a)
     if concurrency < 1:
         raise ValueError("concurrency must be >= 1")
+    if transfer_cpu_s is not None:
+        return _with_transfer_ops(durations, tensors, a, link_seconds, np.asarray(transfer_cpu_s, dtype=float),
+                                  control_edges, concurrency, resident_bytes, aliasing, inplace, link_latency_s)
 
     # Dependencies: (tensor, dst) pairs and control edges.
     n_waiting = np.zeros(n, dtype=int)
@@ -236,6 +246,52 @@ def simulate(
         raise ValueError("simulated step time is not finite")
     peak = _peak_memory(tensors, a, k, timeline, transfers, resident_bytes, aliasing, inplace)
     return SimResult(step, busy, link_bytes, tuple(timeline), tuple(transfers), peak)
+
+
+def _with_transfer_ops(durations: np.ndarray, tensors: Sequence[TensorEdge], a: np.ndarray,
+                       link_seconds: Callable[[int, int, float], float], cpu: np.ndarray,
+                       control_edges: Sequence[tuple[int, int]], concurrency: int,
+                       resident_bytes: Sequence[float] | None, aliasing: Sequence[bool] | None,
+                       inplace: Sequence[bool] | None, link_latency_s: np.ndarray | None) -> SimResult:
+    """:func:`simulate` with a send and a receive op per cross-device transfer (see ``transfer_cpu_s``)."""
+    n, k = durations.shape
+    if cpu.shape != (k, k) or not np.isfinite(cpu).all() or (cpu < 0).any():
+        raise ValueError(f"transfer_cpu_s must be a finite non-negative ({k}, {k}) array")
+    rows = [durations]
+    devs = list(a)
+    new_tensors: list[TensorEdge] = []
+    origin: list[int] = []  # original tensor of each new tensor
+    extra_alias: list[bool] = []
+    for ti, t in enumerate(tensors):
+        src_dev = int(a[t.src])
+        local = tuple(w for w in t.dsts if a[w] == src_dev)
+        remote: dict[int, list[int]] = {}
+        for w in dict.fromkeys(t.dsts):
+            if a[w] != src_dev:
+                remote.setdefault(int(a[w]), []).append(w)
+        sends = []
+        for dd, ws in sorted(remote.items()):
+            snd, rcv = len(devs), len(devs) + 1
+            c = cpu[src_dev, dd] * t.count
+            rows.append(np.full((2, k), c))
+            devs += [src_dev, dd]
+            extra_alias += [True, False]  # a send shares the producer's buffer; a receive owns its copy
+            sends.append(snd)
+            new_tensors += [TensorEdge(snd, (rcv,), t.nbytes, t.count), TensorEdge(rcv, tuple(ws), t.nbytes, t.count)]
+            origin += [ti, ti]
+        new_tensors.append(TensorEdge(t.src, local + tuple(sends), t.nbytes, t.count))
+        origin.append(ti)
+    m = len(devs)
+    pad = m - n
+    r = simulate(np.vstack(rows), new_tensors, devs, link_seconds, control_edges=control_edges,
+                 concurrency=concurrency,
+                 resident_bytes=None if resident_bytes is None else [*resident_bytes, *([0.0] * pad)],
+                 aliasing=[*(aliasing if aliasing is not None else [False] * n), *extra_alias],
+                 inplace=None if inplace is None else [*inplace, *([False] * pad)],
+                 link_latency_s=link_latency_s)
+    timeline = tuple(x for x in r.timeline if x[0] < n)
+    transfers = tuple((origin[ti], i, j, ts, te) for ti, i, j, ts, te in r.transfers)
+    return SimResult(r.step_time_s, r.busy_s, r.link_bytes, timeline, transfers, r.peak_memory_bytes)
 
 
 def _peak_memory(tensors: Sequence[TensorEdge], a: np.ndarray, k: int,

@@ -117,6 +117,56 @@ def measure_link(src: str, dst: str, sizes: Sequence[int] = DEFAULT_SIZES, repea
     return fit
 
 
+def _fan_out(payload: tf.Variable, scales: Sequence[tf.Variable], src: str, dst: str, n: int):
+    """``n`` independent 64-byte slices made on ``src`` and each scaled on ``dst`` (``n`` transfers in flight)."""
+
+    @tf.function
+    def f():
+        with tf.device(src):
+            parts = [payload[16 * i:16 * i + 16] * scales[0] for i in range(n)]
+        with tf.device(dst):
+            return tf.add_n([x * scales[1] for x in parts])[0]
+
+    return f
+
+
+def measure_transfer_cpu(src: str, dst: str, counts: tuple[int, int] = (8, 64), repeats: int = 15) -> float:
+    """Seconds one small transfer ``src -> dst`` costs when many are in flight at once.
+
+    The slope of the step time of a fan-out (``counts`` independent tiny
+    tensors, each consumed on ``dst``) over the number of tensors, minus the
+    same fan-out on ``src`` alone. Transfers in flight overlap their
+    latency, so what remains is the work each one costs the two processes
+    (serialisation, RPC handling): on one-core workers that work does not
+    overlap compute. Use it as ``transfer_cpu_s`` of
+    :func:`cost_models.simulate` (charged on both devices). Measured here:
+    28–79 µs between two pinned one-thread gRPC workers (0 on logical
+    devices of one process is typical).
+
+    Raises
+    ------
+    CostError
+        If ``counts`` are not two increasing positive numbers.
+    """
+    few, many = counts
+    if not 0 < few < many:
+        raise CostError(f"counts must be two increasing positive numbers of transfers, got {counts!r}")
+    with tf.device(src):
+        payload = tf.Variable(tf.ones([16 * many]))
+        one_src = tf.Variable(1.0)
+    with tf.device(dst):
+        one_dst = tf.Variable(1.0)
+
+    def slope(where: str, scales: Sequence[tf.Variable]) -> float:
+        t_many = _median_seconds(_fan_out(payload, scales, src, where, many), repeats)
+        t_few = _median_seconds(_fan_out(payload, scales, src, where, few), repeats)
+        return (t_many - t_few) / (many - few)
+
+    cost = max(slope(dst, [one_src, one_dst]) - slope(src, [one_src, one_src]), 0.0)
+    log.info("transfer CPU cost %s -> %s: %.1f µs", src, dst, cost * 1e6)
+    return cost
+
+
 def calibrate_links(devset: DeviceSet, sizes: Sequence[int] = DEFAULT_SIZES,
                     repeats: int = 7) -> tuple[DeviceSet, dict[tuple[int, int], LinkFit]]:
     """Measure every pair of ``devset`` and return it with the fitted links.

@@ -69,8 +69,13 @@ def project(coarse: Coarsening, assignment: np.ndarray, devset: DeviceSet) -> di
     return {op: names[int(assignment[i])] for i, members in enumerate(coarse.groups) for op in members}
 
 
-def simulate_ops(op_graph: OpGraph, devset: DeviceSet, op_devices: Mapping[str, str]) -> SimResult:
-    """Simulate one step of the op-level graph under ``op_devices``."""
+def simulate_ops(op_graph: OpGraph, devset: DeviceSet, op_devices: Mapping[str, str],
+                 transfer_cpu_s: np.ndarray | None = None) -> SimResult:
+    """Simulate one step of the op-level graph under ``op_devices``.
+
+    ``transfer_cpu_s`` (``(k, k)``, optional) charges each cross-device tensor
+    that much compute on both devices (see :func:`cost_models.simulate`).
+    """
     ops, durations, tensors, control = _op_arrays(op_graph, devset)
     dev_index = {name: i for i, name in enumerate(devset.names)}
     assignment = [dev_index[op_devices[op]] for op in ops]
@@ -82,6 +87,7 @@ def simulate_ops(op_graph: OpGraph, devset: DeviceSet, op_devices: Mapping[str, 
 
     g = op_graph.graph
     return simulate(durations, tensors, assignment, occupancy, control_edges=control, link_latency_s=lat,
+                    transfer_cpu_s=transfer_cpu_s,
                     resident_bytes=[g.nodes[op][MEMORY_BYTES] for op in ops],
                     aliasing=[g.nodes[op][OP_TYPE] in ALIASING_OP_TYPES for op in ops],
                     inplace=[g.nodes[op][OP_TYPE] in INPLACE_OP_TYPES for op in ops])

@@ -123,6 +123,11 @@ def test_link_calibration_on_logical_devices(devices):
     assert calibrated.link(0, 1) == fits[(0, 1)].link
     with pytest.raises(CostError, match="at least three sizes"):
         calibrate_links(devset, sizes=(1 << 10, 1 << 16), repeats=1)
+    from placer.links import measure_transfer_cpu
+
+    assert measure_transfer_cpu(devset.names[0], devset.names[1], counts=(2, 6), repeats=3) >= 0.0
+    with pytest.raises(CostError, match="increasing"):
+        measure_transfer_cpu(devset.names[0], devset.names[1], counts=(6, 2))
     d = measure_dispatch(list(devset.names), repeats=3)
     assert d.base_s > 0 and d.per_extra_process_s == 0.0  # one process: no extra-process cost
 

@@ -97,3 +97,30 @@ def test_in_place_ops_reuse_their_input_buffer():
     # a variable read aliases the variable: nothing allocated
     r3 = simulate(d, es, [0, 0, 0], link(), aliasing=[True, False, False])
     assert r3.peak_memory_bytes.tolist() == [10.0]
+
+
+def test_transfer_cpu_time_is_spent_on_both_devices():
+    # a (dev 0) -> b (dev 1), 1 s each, free link: 0.5 s to send on dev 0 and 0.5 s to receive on dev 1
+    d = np.ones((2, 2))
+    es = [TensorEdge(0, (1,), 8.0)]
+    cpu = np.full((2, 2), 0.5)
+    r = simulate(d, es, [0, 1], link(bw=np.inf), transfer_cpu_s=cpu)
+    assert r.step_time_s == pytest.approx(3.0)
+    assert r.busy_s.tolist() == pytest.approx([1.5, 1.5])
+    assert [v for v, *_ in r.timeline] == [0, 1]  # the send/receive ops are not listed as ops
+    assert [(ti, i, j) for ti, i, j, *_ in r.transfers] == [(0, 0, 1)]
+    # the same tensor kept on one device costs nothing extra
+    assert simulate(d, es, [0, 0], link(bw=np.inf), transfer_cpu_s=cpu).step_time_s == pytest.approx(2.0)
+
+
+def test_a_send_queues_behind_compute_on_its_device():
+    # a -> b crosses devices; c (independent) is ready on dev 0 before the send is: FIFO runs c first,
+    # so b waits for c + send + receive (without transfer CPU cost the step is 2 s)
+    d = np.ones((3, 2))
+    es = [TensorEdge(0, (1,), 8.0)]
+    free = simulate(d, es, [0, 1, 0], link(bw=np.inf))
+    assert free.step_time_s == pytest.approx(2.0)
+    r = simulate(d, es, [0, 1, 0], link(bw=np.inf), transfer_cpu_s=np.full((2, 2), 0.5))
+    assert r.step_time_s == pytest.approx(1 + 1 + 0.5 + 0.5 + 1)
+    with pytest.raises(ValueError, match="transfer_cpu_s"):
+        simulate(d, es, [0, 1, 0], link(bw=np.inf), transfer_cpu_s=np.full((2, 2), -1.0))
