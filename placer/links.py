@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -51,6 +51,13 @@ def _median_seconds(fn: tf.types.experimental.ConcreteFunction, repeats: int) ->
 
 #: Chain lengths (hops) whose difference gives one hop's time.
 DEFAULT_HOPS = (2, 10)
+
+
+def _slope(make: Callable[[int], tf.types.experimental.GenericFunction], sizes: tuple[int, int],
+           repeats: int) -> float:
+    """Median step time of ``make(sizes[1])`` minus that of ``make(sizes[0])``, per unit of size."""
+    lo, hi = sizes
+    return (_median_seconds(make(hi), repeats) - _median_seconds(make(lo), repeats)) / (hi - lo)
 
 
 def _chain(payload: tf.Variable, scales: Sequence[tf.Variable], devices: Sequence[str], hops: int):
@@ -100,12 +107,8 @@ def measure_link(src: str, dst: str, sizes: Sequence[int] = DEFAULT_SIZES, repea
         with tf.device(src):
             payload = tf.Variable(tf.ones([n], tf.float32))
 
-        def slope(devices: Sequence[str], scales: Sequence[tf.Variable]) -> float:
-            t_long = _median_seconds(_chain(payload, scales, devices, long_), repeats)
-            t_short = _median_seconds(_chain(payload, scales, devices, short), repeats)
-            return (t_long - t_short) / (long_ - short)
-
-        hop = slope([dst, src], [one_dst, one_src]) - slope([src], [one_src])
+        hop = (_slope(lambda h: _chain(payload, [one_dst, one_src], [dst, src], h), hops, repeats)
+               - _slope(lambda h: _chain(payload, [one_src], [src], h), hops, repeats))
         xs.append(4.0 * n)
         ys.append(max(hop, 0.0))
     try:
@@ -157,12 +160,8 @@ def measure_transfer_cpu(src: str, dst: str, counts: tuple[int, int] = (8, 64), 
     with tf.device(dst):
         one_dst = tf.Variable(1.0)
 
-    def slope(where: str, scales: Sequence[tf.Variable]) -> float:
-        t_many = _median_seconds(_fan_out(payload, scales, src, where, many), repeats)
-        t_few = _median_seconds(_fan_out(payload, scales, src, where, few), repeats)
-        return (t_many - t_few) / (many - few)
-
-    cost = max(slope(dst, [one_src, one_dst]) - slope(src, [one_src, one_src]), 0.0)
+    cost = max(_slope(lambda n: _fan_out(payload, [one_src, one_dst], src, dst, n), counts, repeats)
+               - _slope(lambda n: _fan_out(payload, [one_src, one_src], src, src, n), counts, repeats), 0.0)
     log.info("transfer CPU cost %s -> %s: %.1f µs", src, dst, cost * 1e6)
     return cost
 
