@@ -62,12 +62,12 @@ log = logging.getLogger(__name__)
 DEFAULT_SOLVER = "auto"
 #: Heuristics ``auto`` always runs on the full problem.
 _HEURISTICS = ("single", "round_robin", "contiguous", "partition", "heft", "etf", "mincut")
+#: The least refinement ``auto`` does (estimated seconds), even when the heuristics used the budget.
+MIN_REFINE_S = 0.5
 #: Estimated cost of each heuristic in µs per fine op: (fixed, per device), scoring excluded (that is
 #: ``Objective.score_us_per_op``). ``auto`` spends its time limit by these estimates (measured on the
 #: 2-core reference machine), not by the clock, so that its choices, and hence its plans, are
 #: reproducible.
-#: The least refinement ``auto`` does (estimated seconds), even when the heuristics used the budget.
-MIN_REFINE_S = 0.5
 HEURISTIC_US_PER_OP: dict[str, tuple[float, float]] = {
     "single": (1.0, 0.0), "round_robin": (1.0, 0.0), "contiguous": (2.0, 0.0), "partition": (8.0, 0.0),
     "heft": (25.0, 10.0), "etf": (5.0, 15.0), "mincut": (250.0, 0.0),
@@ -125,11 +125,9 @@ def _auto(problem: PlacementProblem, options: SolveOptions) -> tuple[Solution | 
     bound = max((s.lower_bound for s in found), default=0.0)
     best = min(found, key=lambda s: s.objective, default=None)
     cpsat_min_left = min(1.0, 0.25 * options.time_limit_s)  # less: building the model alone takes that
-    if best is not None and _proven(best.objective, bound):
-        return replace(best, solver=f"auto/{best.solver}", status="optimal", lower_bound=best.objective,
-                       wall_s=time.perf_counter() - t0), tried
+    search_on = problem.k > 1 and not (best is not None and _proven(best.objective, bound))
 
-    if problem.k > 1 and best is not None:
+    if search_on and best is not None:
         model = "throughput" if get_objective(options.objective).cpsat_model == "max_load" else "memory"
 
         def polish(start: Solution, share_s: float) -> None:
@@ -146,11 +144,11 @@ def _auto(problem: PlacementProblem, options: SolveOptions) -> tuple[Solution | 
         polish(best, share)
         left -= max(share, MIN_REFINE_S)
         best = min(found, key=lambda s: s.objective)
-    if problem.k > 1 and found and left < cpsat_min_left:
+    if search_on and found and left < cpsat_min_left:
         # building a CP-SAT model of a large problem alone takes seconds: keep the time limit
         tried.append("cpsat: skipped (the heuristics used the time limit)")
         log.info("%s (%.1f s)", tried[-1], time.perf_counter() - t0)
-    elif problem.k > 1:
+    elif search_on:
         # 2. CP-SAT, warm-started from the best plan so far, with the rest of the budget
         search, contraction = problem, None
         warm = best.assignment if best is not None else None
