@@ -129,12 +129,13 @@ def run(args: argparse.Namespace) -> int:
             prof = profile_graph(gd, feeds, {f"{ph}:0": v.value.numpy() for ph, v in traced.variables.items()},
                                  traced.output_names,
                                  constants={f"{ph}:0": t.numpy() for ph, t in traced.constants.items()},
-                                 device=names[0], repeats=args.profile_repeats, target=f"grpc://{cluster.spec['worker'][0]}")
+                                 device=names[0], repeats=args.profile_repeats,
+                                 target=f"grpc://{cluster.spec['worker'][0]}", grappler=args.grappler)
             og = build_op_graph(traced, {"CPU": prof.median_us})
             ran = sum(1 for v in prof.median_us.values() if v > 0)
             compute_notes.append(
                 f"- {name}: {ran} ops ran; sum of op medians {prof.op_sum_s * 1e3:.2f} ms; untraced step of the "
-                f"profiled (Grappler-off) graph on worker 0 {prof.step_s * 1e3:.2f} ms; difference less dispatch "
+                f"profiled graph (Grappler {'on' if args.grappler else 'off'}) on worker 0 {prof.step_s * 1e3:.2f} ms; difference less dispatch "
                 f"{(prof.step_s - prof.op_sum_s - dispatch.base_s) / max(ran, 1) * 1e6:.1f} µs per op")
             inputs = [tf.constant(v) for v in feeds.values()]
             model_rows = []
@@ -209,6 +210,8 @@ def main() -> int:
     ap.add_argument("--models", nargs="+", default=MODELS, choices=MODELS)
     ap.add_argument("--repeats", type=int, default=9, help="measured runs per placement")
     ap.add_argument("--profile-repeats", type=int, default=7, help="profiled runs per op")
+    ap.add_argument("--grappler", action="store_true", help="profile ops with Grappler on (as the placed "
+                    "function runs); fused ops are timed under one member's name")
     ap.add_argument("--out", default=str(HERE / "results" / "fidelity.md"))
     args = ap.parse_args()
     if not network_isolated():

@@ -66,12 +66,13 @@ class OpProfile:
         return float(sum(self.median_us.values())) / 1e6
 
 
-def _session_config(device_type: str) -> tf.compat.v1.ConfigProto:
+def _session_config(device_type: str, grappler: bool = False) -> tf.compat.v1.ConfigProto:
     cfg = tf.compat.v1.ConfigProto(allow_soft_placement=False)
-    cfg.graph_options.rewrite_options.disable_meta_optimizer = True
-    cfg.graph_options.optimizer_options.opt_level = tf.compat.v1.OptimizerOptions.L0
-    cfg.graph_options.optimizer_options.do_constant_folding = False
-    cfg.graph_options.optimizer_options.do_function_inlining = False
+    if not grappler:
+        cfg.graph_options.rewrite_options.disable_meta_optimizer = True
+        cfg.graph_options.optimizer_options.opt_level = tf.compat.v1.OptimizerOptions.L0
+        cfg.graph_options.optimizer_options.do_constant_folding = False
+        cfg.graph_options.optimizer_options.do_function_inlining = False
     if device_type != "CPU":
         cfg.device_count[device_type] = 1
     return cfg
@@ -88,6 +89,7 @@ def profile_graph(
     repeats: int = 5,
     warmup: int = 2,
     target: str = "",
+    grappler: bool = False,
 ) -> OpProfile:
     """Measure every op of ``graph_def`` on ``device``.
 
@@ -112,6 +114,11 @@ def profile_graph(
         runs on a TF server (then ``device`` names one of its devices, e.g.
         ``/job:worker/replica:0/task:0/device:CPU:0``), so ops are timed under
         that worker's own thread settings.
+    grappler : bool
+        Run with TensorFlow's graph optimizer on, as a placed ``tf.function``
+        runs. A fused op's time then lands on the op whose name the fused op
+        keeps (e.g. a convolution, its bias and activation are timed as one,
+        under the activation's name); ops folded away are timed as 0.
 
     Raises
     ------
@@ -147,7 +154,7 @@ def profile_graph(
     samples: dict[str, list[float]] = {n.name: [] for n in gd.node if n.name not in mapped}
     cut = len(_PREFIX) + 1
     peaks: list[float] = []
-    config = _session_config(device_type)
+    config = _session_config(device_type, grappler)
     if target:
         config.allow_soft_placement = False
         config.device_count.clear()

@@ -156,3 +156,20 @@ def test_link_fit_keeps_the_latency_when_a_large_transfer_is_noisy():
     assert fit.link.bandwidth_bytes_per_s == pytest.approx(1e9, rel=0.1)
     ols_latency = np.polyfit(sizes, times, 1)[1]
     assert abs(ols_latency - 2e-4) > 0.2 * 2e-4  # the case is one that OLS gets wrong
+
+
+def test_profiling_with_grappler_times_fused_ops_under_one_name(small_traced):
+    # Dense(relu) = MatMul + BiasAdd + Relu; with Grappler on they run as one fused kernel, so fewer
+    # ops carry time, and the untraced step time is recorded either way
+    from cost_models.profile import profile_graph
+    from placer.costs import sample_inputs
+
+    t = small_traced
+    args = (t.fixed.graph.as_graph_def(), sample_inputs(t, 0),
+            {f"{ph}:0": v.value.numpy() for ph, v in t.variables.items()}, t.output_names)
+    consts = {f"{ph}:0": c.numpy() for ph, c in t.constants.items()}
+    off = profile_graph(*args, constants=consts, repeats=2)
+    on = profile_graph(*args, constants=consts, repeats=2, grappler=True)
+    timed = lambda p: {n for n, us in p.median_us.items() if us > 0}  # noqa: E731
+    assert timed(on) < timed(off) and timed(on)
+    assert off.step_s > 0 and on.step_s > 0 and on.op_sum_s > 0
