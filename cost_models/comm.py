@@ -78,10 +78,11 @@ class LinkFit:
 def fit_link(nbytes: Sequence[float], seconds: Sequence[float], min_sizes: int = 3) -> LinkFit:
     """Fit latency and bandwidth to transfers of several sizes (least squares of relative errors).
 
-    Each point is weighted by ``1 / (time + 1 µs)``, so the fit minimises
-    relative errors: small transfers, whose time is mostly latency and which
-    are most of a model's tensors, are fitted as well as the large ones that
-    would dominate an ordinary least-squares fit.
+    Each point is weighted by ``1 / max(time, median time / 4, 1 µs)``, so the
+    fit minimises relative errors: small transfers, whose time is mostly
+    latency and which are most of a model's tensors, are fitted as well as
+    the large ones that would dominate an ordinary least-squares fit. The
+    floor keeps one near-zero (noisy) point from pinning the latency to 0.
 
     Raises
     ------
@@ -109,7 +110,7 @@ def fit_link(nbytes: Sequence[float], seconds: Sequence[float], min_sizes: int =
     distinct = len(np.unique(x))
     if distinct < min_sizes:
         raise CalibrationError(f"a link fit needs transfers of at least {min_sizes} distinct sizes, got {distinct}")
-    w = 1.0 / (y + 1e-6)
+    w = 1.0 / np.maximum(y, max(float(np.median(y)) / 4, 1e-6))
     a = np.column_stack([np.ones_like(x), x])
     (lat, inv_bw), *_ = np.linalg.lstsq(a * w[:, None], y * w, rcond=None)
     if inv_bw * x.max() <= 1e-9 * max(float(y.mean()), 1e-300):  # no size dependence: a pure latency link

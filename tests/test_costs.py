@@ -173,3 +173,14 @@ def test_profiling_with_grappler_times_fused_ops_under_one_name(small_traced):
     timed = lambda p: {n for n, us in p.median_us.items() if us > 0}  # noqa: E731
     assert timed(on) < timed(off) and timed(on)
     assert off.step_s > 0 and on.step_s > 0 and on.op_sum_s > 0
+
+
+def test_link_fit_is_not_pinned_to_zero_latency_by_one_near_zero_point():
+    # 200 µs + 1 GB/s over the default six sizes, but the smallest hop measured ~0 (a noisy
+    # difference of two medians): weighting by 1/(t + 1 µs) put the latency at ~0
+    from cost_models import fit_link
+
+    sizes = [1 << 12, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24]
+    times = [2e-4 + b / 1e9 for b in sizes]
+    times[0] = 1e-8
+    assert fit_link(sizes, times).link.latency_s > 5e-5
