@@ -130,7 +130,8 @@ def run(args: argparse.Namespace) -> int:
                                  traced.output_names,
                                  constants={f"{ph}:0": t.numpy() for ph, t in traced.constants.items()},
                                  device=names[0], repeats=args.profile_repeats,
-                                 target=f"grpc://{cluster.spec['worker'][0]}", grappler=args.grappler)
+                                 target=f"grpc://{cluster.spec['worker'][0]}", grappler=args.grappler,
+                                 measure_step=True)
             og = build_op_graph(traced, {"CPU": prof.median_us})
             ran = sum(1 for v in prof.median_us.values() if v > 0)
             compute_notes.append(

@@ -46,9 +46,10 @@ class OpProfile:
         what the step allocates on top of the resident state; None when the
         runtime reported no memory statistics.
     step_s : float or None
-        Median wall time of one step run *without* tracing (as many runs as
-        ``repeats``), as the client sees it: op times plus the executor's
-        per-op overhead plus the session's fixed cost.
+        With ``measure_step=True``: median wall time of one step run
+        *without* tracing (as many runs as ``repeats``), as the client sees
+        it: op times plus the executor's per-op overhead plus the session's
+        fixed cost; otherwise None.
     """
 
     device: str
@@ -90,6 +91,7 @@ def profile_graph(
     warmup: int = 2,
     target: str = "",
     grappler: bool = False,
+    measure_step: bool = False,
 ) -> OpProfile:
     """Measure every op of ``graph_def`` on ``device``.
 
@@ -119,6 +121,9 @@ def profile_graph(
         runs. A fused op's time then lands on the op whose name the fused op
         keeps (e.g. a convolution, its bias and activation are timed as one,
         under the activation's name); ops folded away are timed as 0.
+    measure_step : bool
+        Also time ``repeats`` untraced steps (``OpProfile.step_s``), to
+        compare the sum of op times with what a whole step costs.
 
     Raises
     ------
@@ -184,7 +189,7 @@ def profile_graph(
                 if name in samples:
                     samples[name].append(dt)
         steps = []
-        for _ in range(repeats):
+        for _ in range(repeats if measure_step else 0):
             t = time.perf_counter()
             sess.run(outs, feed_ph)
             steps.append(time.perf_counter() - t)
@@ -200,4 +205,4 @@ def profile_graph(
     log.info("profiled %d ops on %s (%d runs) in %.1f s; %d never ran", len(samples), device, repeats, wall,
              len(missing))
     return OpProfile(device, median, spread, tuple(sorted(missing)), repeats, wall,
-                     float(np.median(peaks)) if peaks else None, float(np.median(steps)))
+                     float(np.median(peaks)) if peaks else None, float(np.median(steps)) if steps else None)

@@ -123,11 +123,13 @@ def test_link_calibration_on_logical_devices(devices):
     assert calibrated.link(0, 1) == fits[(0, 1)].link
     with pytest.raises(CostError, match="at least three sizes"):
         calibrate_links(devset, sizes=(1 << 10, 1 << 16), repeats=1)
-    from placer.links import measure_transfer_cpu
+    from placer.links import measure_link, measure_transfer_cpu
 
     assert measure_transfer_cpu(devset.names[0], devset.names[1], counts=(2, 6), repeats=3) >= 0.0
     with pytest.raises(CostError, match="increasing"):
         measure_transfer_cpu(devset.names[0], devset.names[1], counts=(6, 2))
+    with pytest.raises(CostError, match="hops must be two increasing"):
+        measure_link(devset.names[0], devset.names[1], hops=(10, 2))
     d = measure_dispatch(list(devset.names), repeats=3)
     assert d.base_s > 0 and d.per_extra_process_s == 0.0  # one process: no extra-process cost
 
@@ -168,11 +170,12 @@ def test_profiling_with_grappler_times_fused_ops_under_one_name(small_traced):
     args = (t.fixed.graph.as_graph_def(), sample_inputs(t, 0),
             {f"{ph}:0": v.value.numpy() for ph, v in t.variables.items()}, t.output_names)
     consts = {f"{ph}:0": c.numpy() for ph, c in t.constants.items()}
-    off = profile_graph(*args, constants=consts, repeats=2)
-    on = profile_graph(*args, constants=consts, repeats=2, grappler=True)
+    off = profile_graph(*args, constants=consts, repeats=2, measure_step=True)
+    on = profile_graph(*args, constants=consts, repeats=2, grappler=True, measure_step=True)
     timed = lambda p: {n for n, us in p.median_us.items() if us > 0}  # noqa: E731
     assert timed(on) < timed(off) and timed(on)
     assert off.step_s > 0 and on.step_s > 0 and on.op_sum_s > 0
+    assert profile_graph(*args, constants=consts, repeats=1).step_s is None  # not timed unless asked
 
 
 def test_link_fit_is_not_pinned_to_zero_latency_by_one_near_zero_point():

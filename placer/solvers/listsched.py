@@ -131,9 +131,10 @@ def etf(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
     (ties: larger upward rank), as the simulator's ready queues (and
     TensorFlow's) do, so an ETF plan keeps its schedule when simulated.
     Equal starts go to the op that has waited longest, then to the device
-    with the least work pinned to it but not yet run. (Taking the highest-ranked ready op instead gives shorter
-    schedules on paper that the FIFO simulator does not reproduce: 2.26 s
-    planned, 2.50 s simulated on the InceptionV3 training step, 4 devices.)
+    with the least work pinned to it but not yet run. (Taking the
+    highest-ranked ready op instead gives shorter schedules on paper that
+    the FIFO simulator does not reproduce: 2.26 s planned, 2.50 s simulated
+    on the InceptionV3 training step, 4 devices.)
 
     Each device keeps one heap of the ready ops it may run, by arrival; a
     step compares one candidate per device, so the whole schedule costs
@@ -167,7 +168,7 @@ def etf(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
             heapq.heappop(q)
         if not q:
             return None
-        arrival, neg_rank, v = q[0]
+        arrival, _, v = q[0]
         return (max(arrival, float(st.dev_free[d])), arrival, float(st.committed[d]), v, d)
 
     for v in np.flatnonzero(waiting == 0):
