@@ -71,11 +71,11 @@ def run(args: argparse.Namespace) -> int:
     from placer.emit import emit
     from placer.links import (
         calibrate_links,
-        measure_dispatch,
-        measure_link,
+        call_interface,
         measure_transfer_cpu,
+        stand_in,
     )
-    from placer.opgraph import build_op_graph, tensor_bytes
+    from placer.opgraph import build_op_graph
     from placer.planning import build_problem, project, simulate_ops
     from placer.solvers import SolveOptions, solve_problem
     from placer.trace import trace_model
@@ -96,9 +96,6 @@ def run(args: argparse.Namespace) -> int:
         tf.config.experimental_connect_to_cluster(tf.train.ClusterSpec(cluster.spec))
         names = [cluster.device(0), cluster.device(1)]
         devset, fits = calibrate_links(resolve_devices(names), repeats=5)
-        client = "/job:localhost/replica:0/task:0/device:CPU:0"  # this process (the client's job is localhost)
-        io = {(a, b): measure_link(a, b, repeats=5).link for w in names for a, b in ((client, w), (w, client))}
-        dispatch = measure_dispatch(names)
         cpu_s = np.mean([measure_transfer_cpu(a, b) for a, b in ((names[0], names[1]), (names[1], names[0]))])
         transfer_cpu = np.array([[0.0, cpu_s], [cpu_s, 0.0]])
         out("## Simulator fidelity: 2 TF gRPC workers, one pinned core and one thread each")
@@ -107,18 +104,16 @@ def run(args: argparse.Namespace) -> int:
             out(f"- link worker {i} -> {j}: latency {f.link.latency_s * 1e3:.3f} ms, "
                 f"bandwidth {f.link.bandwidth_bytes_per_s / 1e9:.3g} GB/s, R² {f.r2:.4f}, "
                 f"max rel. error {100 * f.max_rel_error:.0f}% ({f.points} sizes)")
-        out(f"- dispatch: {dispatch.base_s * 1e3:.3f} ms per step + {dispatch.per_extra_process_s * 1e3:.3f} ms "
-            "per extra worker; client links: " + ", ".join(
-                f"{'client' if a == client else a[-20:]}->{'client' if b == client else b[-20:]} "
-                f"{lk.latency_s * 1e3:.2f} ms + {lk.bandwidth_bytes_per_s / 1e9:.2g} GB/s" for (a, b), lk in io.items()))
         out(f"- transfer CPU cost (fan-out of tiny tensors, mean of both directions): {cpu_s * 1e6:.1f} µs per "
             "tensor, charged on both workers")
-        out("- predicted = simulated makespan (calibrated worker links and transfer CPU cost, ops profiled on "
-            "worker 0) + dispatch of the workers used + input/output transfers between the client and the workers; "
-            "'without transfer CPU' is the same simulation without that cost")
+        out(f"- ops profiled on worker 0 with Grappler {'on' if args.grappler else 'off'}")
+        out("- predicted = simulated makespan (calibrated worker links and transfer CPU cost) + call: the measured "
+            "time of a stand-in function with the placement's interface (same inputs fed from the client, outputs "
+            "fetched, variables captured per worker, an op on every worker used; no compute), timed interleaved "
+            "with the placements; 'without transfer CPU' is the same simulation without that cost")
         out()
-        out("| model | placement | predicted ms | measured ms | error | without transfer CPU ms | error |")
-        out("|---|---|---|---|---|---|---|")
+        out("| model | placement | call ms | predicted ms | measured ms | error | without transfer CPU ms | error |")
+        out("|---|---|---|---|---|---|---|---|")
         for name in args.models:
             cfg = SETTINGS[name]
             builder, _ = workloads.WORKLOADS[name]
@@ -136,8 +131,8 @@ def run(args: argparse.Namespace) -> int:
             ran = sum(1 for v in prof.median_us.values() if v > 0)
             compute_notes.append(
                 f"- {name}: {ran} ops ran; sum of op medians {prof.op_sum_s * 1e3:.2f} ms; untraced step of the "
-                f"profiled graph (Grappler {'on' if args.grappler else 'off'}) on worker 0 {prof.step_s * 1e3:.2f} ms; difference less dispatch "
-                f"{(prof.step_s - prof.op_sum_s - dispatch.base_s) / max(ran, 1) * 1e6:.1f} µs per op")
+                f"profiled graph (Grappler {'on' if args.grappler else 'off'}) on worker 0 {prof.step_s * 1e3:.2f} ms; "
+                f"difference {(prof.step_s - prof.op_sum_s) / max(ran, 1) * 1e6:.1f} µs per op")
             inputs = [tf.constant(v) for v in feeds.values()]
             model_rows = []
             single = {op: names[0] for op in og.graph}
@@ -152,33 +147,33 @@ def run(args: argparse.Namespace) -> int:
                 problem = build_problem(coarse, devset, og)
                 sol = solve_problem(problem, algorithm, SolveOptions(time_limit_s=5, objective="latency"))
                 op_devices = project(coarse, sol.assignment, devset)
-                used = {op_devices[op] for op in og.graph}
-                feeds_s = sum(io[(client, op_devices[n.rsplit(":", 1)[0]])].seconds(v.nbytes) for n, v in feeds.items())
-                fetch_s = sum(io[(op_devices[t.op.name], client)].seconds(tensor_bytes(t))
-                              for t in traced.fixed.outputs)
-                fixed = dispatch.seconds(len(used)) + feeds_s + fetch_s
-                predicted = simulate_ops(og, devset, op_devices, transfer_cpu).step_time_s + fixed
-                without = simulate_ops(og, devset, op_devices).step_time_s + fixed
+                sim = simulate_ops(og, devset, op_devices, transfer_cpu).step_time_s
+                without = simulate_ops(og, devset, op_devices).step_time_s
                 fn = emit(traced, op_devices).function
+                call = stand_in(call_interface(traced, op_devices))
                 for _ in range(2):
                     tf.nest.map_structure(lambda t: t.numpy(), fn(*inputs))
-                plans.append((label, predicted, without, fn, []))
+                    tf.nest.map_structure(lambda t: t.numpy(), call())
+                plans.append((label, sim, without, lambda fn=fn: fn(*inputs), call, [], []))
             for _ in range(args.repeats):  # interleaved, so that drift hits every placement alike
-                for _, _, _, fn, times in plans:
-                    t = time.perf_counter()
-                    tf.nest.map_structure(lambda t: t.numpy(), fn(*inputs))
-                    times.append(time.perf_counter() - t)
-            for label, predicted, without, _, times in plans:
+                for _, _, _, step, call, times, call_times in plans:
+                    for f, ts in ((step, times), (call, call_times)):
+                        t = time.perf_counter()
+                        tf.nest.map_structure(lambda t: t.numpy(), f())
+                        ts.append(time.perf_counter() - t)
+            for label, sim, without, _, _, times, call_times in plans:
                 measured = float(np.median(times))
+                call_s = float(np.median(call_times))
+                predicted, without = sim + call_s, without + call_s
                 err = (predicted - measured) / measured
-                model_rows.append((label, predicted, measured, err))
+                model_rows.append((label, predicted, measured, err, without))
                 without_errs.append((without - measured) / measured)
-                out(f"| {name} | {label} | {predicted * 1e3:.2f} | {measured * 1e3:.2f} | {100 * err:+.1f}% | "
-                    f"{without * 1e3:.2f} | {100 * (without - measured) / measured:+.1f}% |")
+                out(f"| {name} | {label} | {call_s * 1e3:.2f} | {predicted * 1e3:.2f} | {measured * 1e3:.2f} | "
+                    f"{100 * err:+.1f}% | {without * 1e3:.2f} | {100 * (without - measured) / measured:+.1f}% |")
             rho = spearman([r[1] for r in model_rows], [r[2] for r in model_rows])
-            rows.extend((name, *r, rho) for r in model_rows)
-            rho_without = spearman([p[2] for p in plans], [r[2] for r in model_rows])
-            out(f"| {name} | Spearman ρ (predicted vs measured order) | | | {rho:.2f} | | {rho_without:.2f} |")
+            rho_without = spearman([r[4] for r in model_rows], [r[2] for r in model_rows])
+            rows.extend((name, *r[:4], rho) for r in model_rows)
+            out(f"| {name} | Spearman ρ (predicted vs measured order) | | | | {rho:.2f} | | {rho_without:.2f} |")
     errs = np.abs([r[4] for r in rows])
     worst = max(rows, key=lambda r: abs(r[4]))
     out()

@@ -4,7 +4,7 @@ This package never imports :mod:`placer`; the solver and simulator modules
 import no TensorFlow either (only :mod:`cost_models.profile` does).
 """
 
-from .comm import CalibrationError, Dispatch, Link, LinkFit, fit_link
+from .comm import CalibrationError, Link, LinkFit, fit_link
 from .simulate import SimResult, TensorEdge, simulate
 
-__all__ = ["CalibrationError", "Dispatch", "Link", "LinkFit", "fit_link", "SimResult", "TensorEdge", "simulate"]
+__all__ = ["CalibrationError", "Link", "LinkFit", "fit_link", "SimResult", "TensorEdge", "simulate"]

@@ -29,27 +29,6 @@ class Link:
         return 0.0 if nbytes <= 0 else self.latency_s + nbytes / self.bandwidth_bytes_per_s
 
 
-@dataclass(frozen=True)
-class Dispatch:
-    """Fixed cost of launching one step: ``base_s`` plus ``per_extra_process_s`` per extra process.
-
-    A step that spans several TensorFlow processes (gRPC workers) pays one
-    more round of RunGraph calls per process; logical devices of one process
-    pay only the base.
-
-    Examples
-    --------
-    >>> Dispatch(2e-3, 1e-3).seconds(processes=2)
-    0.003
-    """
-
-    base_s: float = 0.0
-    per_extra_process_s: float = 0.0
-
-    def seconds(self, processes: int) -> float:
-        return self.base_s + self.per_extra_process_s * max(processes - 1, 0)
-
-
 class CalibrationError(ValueError):
     """Measurements that cannot support a fit (too few sizes, bad values)."""
 

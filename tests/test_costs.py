@@ -113,7 +113,7 @@ def test_autoplace_plans_with_an_analytic_spec_for_the_local_kind(devices):
 
 def test_link_calibration_on_logical_devices(devices):
     from placer.devices import resolve_devices
-    from placer.links import calibrate_links, measure_dispatch
+    from placer.links import calibrate_links
 
     devset = resolve_devices(devices[:2])
     calibrated, fits = calibrate_links(devset, sizes=(1 << 10, 1 << 16, 1 << 20), repeats=3)
@@ -130,8 +130,20 @@ def test_link_calibration_on_logical_devices(devices):
         measure_transfer_cpu(devset.names[0], devset.names[1], counts=(6, 2))
     with pytest.raises(CostError, match="hops must be two increasing"):
         measure_link(devset.names[0], devset.names[1], hops=(10, 2))
-    d = measure_dispatch(list(devset.names), repeats=3)
-    assert d.base_s > 0 and d.per_extra_process_s == 0.0  # one process: no extra-process cost
+
+
+def test_call_interface_and_stand_in_of_a_split_model(small_traced, devices):
+    from placer.links import TensorAt, call_interface, measure_call
+
+    ops = [op.name for op in small_traced.fixed.graph.get_operations()]
+    second = ops.index(small_traced.fixed.graph.get_operations()[-1].name) // 2  # the second Dense onwards
+    placement = {op: devices[int(i > second)] for i, op in enumerate(ops)}
+    iface = call_interface(small_traced, placement)
+    assert iface.inputs == (TensorAt(devices[0], (16, 32), "float32"),)
+    assert iface.outputs == (TensorAt(devices[1], (16, 8), "float32"),)
+    assert dict(iface.variables) == {devices[0]: 2, devices[1]: 2}  # kernel and bias of each Dense
+    assert iface.devices == tuple(sorted(devices[:2]))
+    assert 0 < measure_call(iface, repeats=3) < 1.0
 
 
 def test_link_fit_rejects_bad_measurements():
