@@ -206,8 +206,8 @@ def main() -> int:
     ap.add_argument("--models", nargs="+", default=MODELS, choices=MODELS)
     ap.add_argument("--repeats", type=int, default=9, help="measured runs per placement")
     ap.add_argument("--profile-repeats", type=int, default=7, help="profiled runs per op")
-    ap.add_argument("--grappler", action="store_true", help="profile ops with Grappler on (as the placed "
-                    "function runs); fused ops are timed under one member's name")
+    ap.add_argument("--no-grappler", dest="grappler", action="store_false", help="profile ops with Grappler off "
+                    "(every traced op timed on its own) instead of on, as the placed function runs")
     ap.add_argument("--out", default=str(HERE / "results" / "fidelity.md"))
     args = ap.parse_args()
     if not network_isolated():

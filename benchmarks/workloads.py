@@ -94,7 +94,8 @@ def op_graph(name: str, training: bool, repeats: int = 3, batch: int | None = No
     tracer = trace_training_step if training else trace_model
     traced = tracer(model, batch_size=batch or default_batch)
     t1 = time.perf_counter()
-    costs = compute_costs(traced, ["CPU"], repeats=repeats, seed=0).us
+    # Every traced op timed on its own (Grappler off), as in the recorded solver tables.
+    costs = compute_costs(traced, ["CPU"], repeats=repeats, seed=0, grappler=False).us
     t2 = time.perf_counter()
     og = build_op_graph(traced, costs)
     t3 = time.perf_counter()

@@ -55,6 +55,7 @@ class CacheKey:
     device_kind: str
     batch_size: int
     tf_version: str
+    grappler: bool = False
 
     def filename(self) -> str:
         digest = fingerprint(json.dumps(asdict(self), sort_keys=True).encode())[:32]

@@ -52,6 +52,10 @@ class PlacementOptions:
         Coarsening: ``"layer"`` (default) or ``"op"``.
     profile_repeats : int
         Measured runs per op (after 2 warm-up runs).
+    profile_grappler : bool
+        Profile ops with TensorFlow's graph optimizer on, as the placed
+        function runs them (default; fused kernels are timed under one op's
+        name); ``False`` times every traced op on its own.
     seed : int
         Seed for solvers and the profiling inputs.
     objective : str
@@ -75,6 +79,7 @@ class PlacementOptions:
     compression: str = "none"
     group_by: str = "layer"
     profile_repeats: int = 5
+    profile_grappler: bool = True
     seed: int = 0
     objective: str = DEFAULT_OBJECTIVE
     profile_cache: bool | str = True
@@ -176,7 +181,7 @@ def autoplace(model: Any, devices: Sequence[Any], **options: Any) -> PlacedModel
     if opts.profile_cache:
         cache = ProfileCache(default_cache_dir() if opts.profile_cache is True else opts.profile_cache)
     costs = compute_costs(traced, kinds, repeats=opts.profile_repeats, seed=opts.seed, hardware=opts.hardware,
-                          cache=cache)
+                          cache=cache, grappler=opts.profile_grappler)
     compute = costs.us
     stages["profile"] = time.perf_counter() - t
     t = time.perf_counter()

@@ -98,6 +98,10 @@ def test_profile_cache_hit_and_foreign_entry(small_traced, tmp_path, caplog):
     assert third.source["CPU"] == "measured"
     assert "ignoring profile cache entry" in caplog.text
     assert cache.get(CacheKey("other-graph", "CPU", 16, "x")) is None
+    # a profile taken with Grappler off is a different measurement: not a hit for the default (on)
+    off = compute_costs(small_traced, ["CPU"], repeats=1, seed=0, cache=cache, grappler=False)
+    assert off.source["CPU"] == "measured" and len(list(tmp_path.glob("profile-CPU-*.json"))) == 2
+    assert compute_costs(small_traced, ["CPU"], repeats=1, seed=0, cache=cache, grappler=False).us == off.us
 
 
 def test_autoplace_plans_with_an_analytic_spec_for_the_local_kind(devices):
