@@ -104,6 +104,7 @@ def simulate(
     inplace: Sequence[bool] | None = None,
     link_latency_s: np.ndarray | None = None,
     transfer_cpu_s: np.ndarray | None = None,
+    held: Sequence[bool] | None = None,
 ) -> SimResult:
     """Simulate one step of a placed graph.
 
@@ -128,8 +129,12 @@ def simulate(
         reshape): their outputs allocate nothing on the producing device.
     inplace : sequence of bool, optional
         Nodes that may write their output into an input buffer of the same
-        size that only they consume (TensorFlow forwards such buffers for
-        element-wise ops).
+        size when they are its last reader (TensorFlow forwards such buffers
+        for element-wise ops).
+    held : sequence of bool, optional
+        Nodes whose outputs stay allocated until the step ends: the inputs a
+        caller feeds (its call frame holds them; a remote worker measured
+        here kept a fed 0.5 MB input for the whole step).
     link_latency_s : numpy.ndarray, optional
         ``(k, k)`` per-transfer latency that does *not* occupy the link
         (RPCs in flight overlap); ``link_seconds`` is then only the time the
@@ -169,7 +174,8 @@ def simulate(
         raise ValueError("concurrency must be >= 1")
     if transfer_cpu_s is not None:
         return _with_transfer_ops(durations, tensors, a, link_seconds, np.asarray(transfer_cpu_s, dtype=float),
-                                  control_edges, concurrency, resident_bytes, aliasing, inplace, link_latency_s)
+                                  control_edges, concurrency, resident_bytes, aliasing, inplace, link_latency_s,
+                                  held)
 
     # Dependencies: (tensor, dst) pairs and control edges.
     n_waiting = np.zeros(n, dtype=int)
@@ -244,7 +250,7 @@ def simulate(
         step = max(step, max(e for *_, e in transfers))
     if not math.isfinite(step):
         raise ValueError("simulated step time is not finite")
-    peak = _peak_memory(tensors, a, k, timeline, transfers, resident_bytes, aliasing, inplace)
+    peak = _peak_memory(tensors, a, k, timeline, transfers, resident_bytes, aliasing, inplace, held)
     return SimResult(step, busy, link_bytes, tuple(timeline), tuple(transfers), peak)
 
 
@@ -252,7 +258,8 @@ def _with_transfer_ops(durations: np.ndarray, tensors: Sequence[TensorEdge], a: 
                        link_seconds: Callable[[int, int, float], float], cpu: np.ndarray,
                        control_edges: Sequence[tuple[int, int]], concurrency: int,
                        resident_bytes: Sequence[float] | None, aliasing: Sequence[bool] | None,
-                       inplace: Sequence[bool] | None, link_latency_s: np.ndarray | None) -> SimResult:
+                       inplace: Sequence[bool] | None, link_latency_s: np.ndarray | None,
+                       held: Sequence[bool] | None) -> SimResult:
     """:func:`simulate` with a send and a receive op per cross-device transfer (see ``transfer_cpu_s``)."""
     n, k = durations.shape
     if cpu.shape != (k, k) or not np.isfinite(cpu).all() or (cpu < 0).any():
@@ -288,7 +295,7 @@ def _with_transfer_ops(durations: np.ndarray, tensors: Sequence[TensorEdge], a: 
                  resident_bytes=None if resident_bytes is None else [*resident_bytes, *([0.0] * pad)],
                  aliasing=[*(aliasing if aliasing is not None else [False] * n), *extra_alias],
                  inplace=None if inplace is None else [*inplace, *([False] * pad)],
-                 link_latency_s=link_latency_s)
+                 link_latency_s=link_latency_s, held=None if held is None else [*held, *([False] * pad)])
     timeline = tuple(x for x in r.timeline if x[0] < n)
     transfers = tuple((origin[ti], i, j, ts, te) for ti, i, j, ts, te in r.transfers)
     return SimResult(r.step_time_s, r.busy_s, r.link_bytes, timeline, transfers, r.peak_memory_bytes)
@@ -298,7 +305,7 @@ def _peak_memory(tensors: Sequence[TensorEdge], a: np.ndarray, k: int,
                  timeline: Sequence[tuple[int, int, float, float]],
                  transfers: Sequence[tuple[int, int, int, float, float]],
                  resident_bytes: Sequence[float] | None, aliasing: Sequence[bool] | None,
-                 inplace: Sequence[bool] | None) -> np.ndarray:
+                 inplace: Sequence[bool] | None, held: Sequence[bool] | None = None) -> np.ndarray:
     start = {v: s for v, _, s, _ in timeline}
     end = {v: e for v, _, _, e in timeline}
     sends: dict[int, list[tuple[int, float, float]]] = {}
@@ -313,12 +320,20 @@ def _peak_memory(tensors: Sequence[TensorEdge], a: np.ndarray, k: int,
         local_end = max([end[w] for w in t.dsts if a[w] == src_dev] + [end[t.src]])
         release[ti] = max([local_end] + [te for _, _, te in sends.get(ti, [])])
         alloc[ti] = t.nbytes > 0 and (aliasing is None or not aliasing[t.src])
+        if held is not None and held[t.src]:
+            release[ti] = max(end.values())
     if inplace is not None:
-        # An in-place op (e.g. Relu, BiasAdd) writes into an input of the same size that only it
-        # consumes, on its own device: its output allocates nothing and keeps that buffer alive.
+        # An in-place op (e.g. Relu, BiasAdd) writes into an input of the same size on its own device
+        # when it is that input's last reader (every other consumer and outgoing transfer has ended when
+        # it starts: TF checks the buffer's reference count at run time): its output allocates nothing
+        # and keeps that buffer alive.
         by_src: dict[int, list[int]] = {}
         for ti, t in enumerate(tensors):
             by_src.setdefault(t.src, []).append(ti)
+        def _last_reader(ti: int, v: int) -> bool:
+            return (all(end[w] <= start[v] for w in tensors[ti].dsts if w != v)
+                    and all(te <= start[v] for _, _, te in sends.get(ti, [])))
+
         feeding: dict[int, list[int]] = {}
         for ti, t in enumerate(tensors):
             for w in set(t.dsts):
@@ -327,7 +342,8 @@ def _peak_memory(tensors: Sequence[TensorEdge], a: np.ndarray, k: int,
             if not inplace[v]:
                 continue
             for to in by_src.get(v, []):
-                donor = next((ti for ti in feeding.get(v, []) if alloc[ti] and set(tensors[ti].dsts) == {v}
+                donor = next((ti for ti in feeding.get(v, []) if alloc[ti] and _last_reader(ti, v)
+                              and not (held is not None and held[tensors[ti].src])  # the caller holds it too
                               and tensors[ti].nbytes == tensors[to].nbytes and a[tensors[ti].src] == a[v]), None)
                 if donor is not None and alloc[to]:
                     alloc[to] = False

@@ -51,12 +51,21 @@ log = logging.getLogger(__name__)
 #: Op types whose output shares a buffer that already exists (a variable's, or
 #: the input's): they allocate no new memory in the simulator's peak.
 ALIASING_OP_TYPES: set[str] = {"ReadVariableOp", "Identity", "Reshape", "Squeeze", "ExpandDims", "StopGradient",
-                               "Snapshot", "Const", "_Arg", "Placeholder"}
+                               "Snapshot", "Const"}
+#: Op types whose outputs stay allocated for the whole step: the inputs a
+#: caller feeds (its call frame holds them). Variables' handles are
+#: placeholders too, but a handle has no bytes.
+HELD_OP_TYPES: set[str] = {"Placeholder"}
 #: Element-wise op types whose kernels forward an input buffer to the output
 #: when nothing else reads it (``forward_input_or_allocate_output``).
 INPLACE_OP_TYPES: set[str] = {"Relu", "Relu6", "Elu", "Selu", "Tanh", "Sigmoid", "BiasAdd", "Add", "AddV2", "Sub",
                               "Mul", "RealDiv", "Maximum", "Minimum", "Neg", "Square", "Sqrt", "Rsqrt", "Exp",
-                              "ReluGrad", "TanhGrad", "SigmoidGrad", "AddN", "Erf", "Softplus", "Softmax"}
+                              "ReluGrad", "TanhGrad", "SigmoidGrad", "AddN", "Erf", "Softplus", "Softmax",
+                              # further cwise unary/binary kernels (UnaryOp / BinaryOp forward too)
+                              "Erfc", "Log", "Log1p", "Expm1", "Abs", "Reciprocal", "Floor", "Ceil", "Round",
+                              "Sign", "Sin", "Cos", "Softsign", "LeakyRelu", "Pow", "SquaredDifference",
+                              "DivNoNan", "FloorDiv", "FloorMod", "Relu6Grad", "EluGrad", "SeluGrad",
+                              "SoftplusGrad", "SqrtGrad", "RsqrtGrad", "LeakyReluGrad"}
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from .opgraph import (
     ALLOWED_KINDS,
     COMPUTE_US,
     CONTROL,
+    HELD_OP_TYPES,
     INPLACE_OP_TYPES,
     MEMORY_BYTES,
     OP_TYPE,
@@ -90,4 +91,5 @@ def simulate_ops(op_graph: OpGraph, devset: DeviceSet, op_devices: Mapping[str, 
                     transfer_cpu_s=transfer_cpu_s,
                     resident_bytes=[g.nodes[op][MEMORY_BYTES] for op in ops],
                     aliasing=[g.nodes[op][OP_TYPE] in ALIASING_OP_TYPES for op in ops],
-                    inplace=[g.nodes[op][OP_TYPE] in INPLACE_OP_TYPES for op in ops])
+                    inplace=[g.nodes[op][OP_TYPE] in INPLACE_OP_TYPES for op in ops],
+                    held=[g.nodes[op][OP_TYPE] in HELD_OP_TYPES for op in ops])

@@ -94,6 +94,21 @@ def test_in_place_ops_reuse_their_input_buffer():
     es2 = [TensorEdge(0, (1, 2), 10.0), TensorEdge(1, (2,), 10.0)]
     r2 = simulate(d, es2, [0, 0, 0], link(), inplace=[False, True, False])
     assert r2.peak_memory_bytes.tolist() == [20.0]
+    # ... but an in-place op that is its input's *last* reader forwards it (x -> y -> z(x, y)):
+    # without forwarding x, y and z are live together (30 bytes); z writes into x, so 20
+    d4 = np.ones((4, 1))
+    es4 = [TensorEdge(0, (1, 2), 10.0), TensorEdge(1, (2,), 10.0), TensorEdge(2, (3,), 10.0)]
+    assert simulate(d4, es4, [0] * 4, link()).peak_memory_bytes.tolist() == [30.0]
+    assert simulate(d4, es4, [0] * 4, link(), inplace=[False, False, True, False]).peak_memory_bytes.tolist() == [20.0]
+    # a fed input (held by the caller) is never forwarded and stays allocated to the end
+    held = simulate(d, es, [0, 0, 0], link(), inplace=[False, True, False], held=[True, False, False])
+    assert held.peak_memory_bytes.tolist() == [20.0]
+    es5 = [TensorEdge(0, (1,), 10.0), TensorEdge(1, (2,), 4.0)]  # x -> small y: x would be freed at 1
+    assert simulate(d, es5, [0, 0, 0], link()).peak_memory_bytes.tolist() == [14.0]
+    d5 = np.ones((4, 1))
+    es6 = [TensorEdge(0, (1,), 10.0), TensorEdge(1, (2,), 4.0), TensorEdge(2, (3,), 4.0)]
+    assert simulate(d5, es6, [0] * 4, link()).peak_memory_bytes.tolist() == [14.0]
+    assert simulate(d5, es6, [0] * 4, link(), held=[True, False, False, False]).peak_memory_bytes.tolist() == [18.0]
     # a variable read aliases the variable: nothing allocated
     r3 = simulate(d, es, [0, 0, 0], link(), aliasing=[True, False, False])
     assert r3.peak_memory_bytes.tolist() == [10.0]
