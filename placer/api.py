@@ -215,7 +215,7 @@ def autoplace(model: Any, devices: Sequence[Any], **options: Any) -> PlacedModel
     ev = evaluate(problem, sol.assignment)
     report = build_report(plan, op_graph, devset, sim, stages)
     report["plan"]["device_load_s"] = {"compute": ev.compute_s.tolist(), "communication": ev.comm_s.tolist()}
-    report["costs"] = {"source": dict(costs.source),
+    report["costs"] = {"source": dict(costs.source), "profiled_with_grappler": opts.profile_grappler,
                        "analytic_unknown_op_types": {k: list(v) for k, v in costs.unknown_op_types.items() if v}}
     log.info("autoplace %s: %s", model.name, " ".join(f"{k}={v:.2f}s" for k, v in stages.items()))
     return PlacedModel(emitted, plan, traced.input_specs, report, model.name)

@@ -62,7 +62,7 @@ def build_report(plan: Plan, op_graph: OpGraph, devset: DeviceSet, sim: SimResul
         "simulation": {"step_time_s": sim.step_time_s, "timeline": timeline},
         "stage_seconds": stage_seconds,
         "cost_model": {
-            "compute": "measured per op (TF step stats, Grappler off), median of repeats",
+            "compute": "measured per op (TF step stats), median of repeats",
             "links": {f"{names[i]}->{names[j]}": {"bandwidth_bytes_per_s": link.bandwidth_bytes_per_s,
                                                    "latency_s": link.latency_s}
                       for (i, j), link in devset.links.items()},
