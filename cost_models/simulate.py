@@ -330,6 +330,7 @@ def _peak_memory(tensors: Sequence[TensorEdge], a: np.ndarray, k: int,
         by_src: dict[int, list[int]] = {}
         for ti, t in enumerate(tensors):
             by_src.setdefault(t.src, []).append(ti)
+
         def _last_reader(ti: int, v: int) -> bool:
             return (all(end[w] <= start[v] for w in tensors[ti].dsts if w != v)
                     and all(te <= start[v] for _, _, te in sends.get(ti, [])))

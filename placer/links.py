@@ -44,14 +44,16 @@ CLIENT_DEVICE = "/job:localhost/replica:0/task:0/device:CPU:0"
 DEFAULT_SIZES = (1 << 12, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24)
 
 
+def _call_seconds(fn: Callable[[], Any]) -> float:
+    """Wall seconds of one call of ``fn``, its results fetched to this process."""
+    t = time.perf_counter()
+    tf.nest.map_structure(lambda x: x.numpy(), fn())
+    return time.perf_counter() - t
+
+
 def _median_seconds(fn: Callable[[], Any], repeats: int) -> float:
     fn()  # warm-up (function instantiation on every device)
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        tf.nest.map_structure(lambda x: x.numpy(), fn())
-        times.append(time.perf_counter() - t)
-    return float(np.median(times))
+    return float(np.median([_call_seconds(fn) for _ in range(repeats)]))
 
 
 #: Chain lengths (hops) whose difference gives one hop's time.
@@ -71,14 +73,10 @@ def _excess_slope(make: Callable[[int, bool], Callable[[], Any]], sizes: tuple[i
     lo, hi = sizes
     fns = [make(n, effect) for effect in (True, False) for n in (lo, hi)]
     for fn in fns:  # warm-up (function instantiation on every device)
-        tf.nest.map_structure(lambda x: x.numpy(), fn())
+        _call_seconds(fn)
     rounds = []
     for _ in range(repeats):
-        t = []
-        for fn in fns:
-            t0 = time.perf_counter()
-            tf.nest.map_structure(lambda x: x.numpy(), fn())
-            t.append(time.perf_counter() - t0)
+        t = [_call_seconds(fn) for fn in fns]
         rounds.append(((t[1] - t[0]) - (t[3] - t[2])) / (hi - lo))
     return float(np.median(rounds))
 
