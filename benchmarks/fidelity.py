@@ -30,7 +30,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -72,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
     from placer.links import (
         calibrate_links,
         call_interface,
+        call_seconds,
         measure_transfer_cpu,
         stand_in,
     )
@@ -151,16 +151,14 @@ def run(args: argparse.Namespace) -> int:
                 without = simulate_ops(og, devset, op_devices).step_time_s
                 fn = emit(traced, op_devices).function
                 call = stand_in(call_interface(traced, op_devices))
-                for _ in range(2):
-                    tf.nest.map_structure(lambda t: t.numpy(), fn(*inputs))
-                    tf.nest.map_structure(lambda t: t.numpy(), call())
-                plans.append((label, sim, without, lambda fn=fn: fn(*inputs), call, [], []))
+                step = lambda fn=fn: fn(*inputs)  # noqa: E731
+                for _ in range(2):  # warm-up
+                    call_seconds(step), call_seconds(call)
+                plans.append((label, sim, without, step, call, [], []))
             for _ in range(args.repeats):  # interleaved, so that drift hits every placement alike
                 for _, _, _, step, call, times, call_times in plans:
-                    for f, ts in ((step, times), (call, call_times)):
-                        t = time.perf_counter()
-                        tf.nest.map_structure(lambda t: t.numpy(), f())
-                        ts.append(time.perf_counter() - t)
+                    times.append(call_seconds(step))
+                    call_times.append(call_seconds(call))
             for label, sim, without, _, _, times, call_times in plans:
                 measured = float(np.median(times))
                 call_s = float(np.median(call_times))

@@ -44,8 +44,14 @@ CLIENT_DEVICE = "/job:localhost/replica:0/task:0/device:CPU:0"
 DEFAULT_SIZES = (1 << 12, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24)
 
 
-def _call_seconds(fn: Callable[[], Any]) -> float:
-    """Wall seconds of one call of ``fn``, its results fetched to this process."""
+def call_seconds(fn: Callable[[], Any]) -> float:
+    """Wall seconds of one call of ``fn``, its results fetched to this process.
+
+    Examples
+    --------
+    >>> call_seconds(lambda: tf.constant(1.0) + 1.0) > 0
+    True
+    """
     t = time.perf_counter()
     tf.nest.map_structure(lambda x: x.numpy(), fn())
     return time.perf_counter() - t
@@ -53,7 +59,7 @@ def _call_seconds(fn: Callable[[], Any]) -> float:
 
 def _median_seconds(fn: Callable[[], Any], repeats: int) -> float:
     fn()  # warm-up (function instantiation on every device)
-    return float(np.median([_call_seconds(fn) for _ in range(repeats)]))
+    return float(np.median([call_seconds(fn) for _ in range(repeats)]))
 
 
 #: Chain lengths (hops) whose difference gives one hop's time.
@@ -73,10 +79,10 @@ def _excess_slope(make: Callable[[int, bool], Callable[[], Any]], sizes: tuple[i
     lo, hi = sizes
     fns = [make(n, effect) for effect in (True, False) for n in (lo, hi)]
     for fn in fns:  # warm-up (function instantiation on every device)
-        _call_seconds(fn)
+        call_seconds(fn)
     rounds = []
     for _ in range(repeats):
-        t = [_call_seconds(fn) for fn in fns]
+        t = [call_seconds(fn) for fn in fns]
         rounds.append(((t[1] - t[0]) - (t[3] - t[2])) / (hi - lo))
     return float(np.median(rounds))
 
@@ -234,8 +240,18 @@ class CallInterface:
 
 
 def call_interface(traced: TracedModel, op_devices: Mapping[str, str]) -> CallInterface:
-    """The :class:`CallInterface` of ``traced`` placed by ``op_devices`` (fixed-batch op name → device)."""
+    """The :class:`CallInterface` of ``traced`` placed by ``op_devices`` (fixed-batch op name → device).
+
+    Raises
+    ------
+    CostError
+        If ``op_devices`` lacks an op of the fixed-batch trace.
+    """
     fixed = traced.fixed.graph
+    missing = [op.name for op in fixed.get_operations() if op.name not in op_devices]
+    if missing:
+        raise CostError(f"op_devices names no device for {len(missing)} ops of the traced graph, e.g. "
+                        f"{missing[:3]}; pass a device for every op (a plan's assignment has them all)")
     inputs = tuple(TensorAt(op_devices[n.rsplit(":", 1)[0]], tuple(fixed.get_tensor_by_name(n).shape),
                             fixed.get_tensor_by_name(n).dtype.name) for n in traced.input_names)
     outputs = tuple(TensorAt(op_devices[t.op.name], tuple(t.shape), t.dtype.name)

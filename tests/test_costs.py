@@ -148,6 +148,8 @@ def test_call_interface_and_stand_in_of_a_split_model(small_traced, devices):
     assert dict(iface.variables) == {devices[0]: 2, devices[1]: 2}  # kernel and bias of each Dense
     assert iface.devices == tuple(sorted(devices[:2]))
     assert 0 < measure_call(iface, repeats=3) < 1.0
+    with pytest.raises(CostError, match="no device for 1 ops"):
+        call_interface(small_traced, {op: d for op, d in list(placement.items())[1:]})
 
 
 def test_link_fit_rejects_bad_measurements():
