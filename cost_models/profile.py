@@ -52,6 +52,10 @@ class OpProfile:
         *without* tracing (as many runs as ``repeats``), as the client sees
         it: op times plus the executor's per-op overhead plus the session's
         fixed cost; otherwise None.
+    call_s : float or None
+        With ``measure_step=True``: median wall time of the step's fixed cost,
+        a run on the device that is sent the same feeds and returns one
+        element of each (no compute); otherwise None.
     """
 
     device: str
@@ -62,11 +66,47 @@ class OpProfile:
     wall_s: float
     activation_peak_bytes: float | None = None
     step_s: float | None = None
+    call_s: float | None = None
 
     @property
     def op_sum_s(self) -> float:
         """Sum of the median op times, in seconds."""
         return float(sum(self.median_us.values())) / 1e6
+
+    @property
+    def ops_run(self) -> int:
+        """How many ops took time (ran with a kernel of their own)."""
+        return sum(1 for us in self.median_us.values() if us > 0)
+
+    @property
+    def overhead_us(self) -> float | None:
+        """The executor's overhead per op that ran, in µs, or None without ``measure_step``.
+
+        ``(step_s - call_s - op_sum_s) / ops_run``: what an untraced step
+        costs beyond its ops' kernel times and its fixed cost, spread over the
+        ops. Negative when the traced kernel times add up to more than the
+        untraced step (tracing slowed them).
+        """
+        if self.step_s is None or self.call_s is None or not self.ops_run:
+            return None
+        return (self.step_s - self.call_s - self.op_sum_s) / self.ops_run * 1e6
+
+    def calibrated_us(self) -> dict[str, float]:
+        """Per-op µs whose sum is the untraced step less its fixed cost.
+
+        A non-negative :attr:`overhead_us` is added to every op that ran (the
+        executor pays it per op, on whichever device the op is placed); a
+        negative one scales the ops down in proportion instead, so that no
+        op's time turns negative. Without ``measure_step`` the medians are
+        returned unchanged.
+        """
+        over = self.overhead_us
+        if over is None:
+            return dict(self.median_us)
+        if over >= 0:
+            return {n: us + over if us > 0 else 0.0 for n, us in self.median_us.items()}
+        scale = max(self.step_s - self.call_s, 0.0) / self.op_sum_s
+        return {n: us * scale for n, us in self.median_us.items()}
 
 
 def _session_config(device_type: str, grappler: bool = False) -> tf.compat.v1.ConfigProto:
@@ -124,87 +164,185 @@ def profile_graph(
         keeps (e.g. a convolution, its bias and activation are timed as one,
         under the activation's name); ops folded away are timed as 0.
     measure_step : bool
-        Also time ``repeats`` untraced steps (``OpProfile.step_s``), to
-        compare the sum of op times with what a whole step costs.
+        Also time ``repeats`` untraced steps (``OpProfile.step_s``) and as
+        many runs of the step's fixed cost (``OpProfile.call_s``), which give
+        the executor's per-op overhead (``OpProfile.overhead_us``).
 
     Raises
     ------
     ValueError
         If ``repeats < 1`` or a run fails (the message names the op and device).
+
+    See Also
+    --------
+    GraphProfiler : the same measurement one round at a time, e.g. interleaved
+        with other work so that a drifting machine affects both alike.
     """
     if repeats < 1:
         raise ValueError("repeats must be >= 1")
-    t0 = time.perf_counter()
-    device_type = tf.DeviceSpec.from_string(device).device_type or "CPU"
-    gd = tf.compat.v1.GraphDef()
-    gd.CopyFrom(graph_def)
-    for node in gd.node:
-        node.device = ""
-    g = tf.Graph()
-    with g.as_default(), g.device(device):
-        input_map = {}
-        feed_ph = {}
-        for i, (name, value) in enumerate(feeds.items()):
-            ph = tf.compat.v1.placeholder(tf.as_dtype(value.dtype), value.shape, name=f"autoplace_feed_{i}")
-            input_map[name] = ph
-            feed_ph[ph] = value
-        for i, (name, value) in enumerate(resources.items()):
-            var = tf.compat.v1.Variable(value, use_resource=True, name=f"autoplace_var_{i}")
-            input_map[name] = var.handle
-        for name, value in (constants or {}).items():
-            input_map[name] = tf.constant(value)
-        outs = tf.graph_util.import_graph_def(gd, input_map=input_map, return_elements=list(fetches),
-                                              name=_PREFIX)
-        init = tf.compat.v1.global_variables_initializer()
-    opts = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
-    mapped = {name.rsplit(":", 1)[0] for name in (*feeds, *resources, *(constants or {}))}
-    samples: dict[str, list[float]] = {n.name: [] for n in gd.node if n.name not in mapped}
-    cut = len(_PREFIX) + 1
-    peaks: list[float] = []
-    config = _session_config(device_type, grappler)
-    if target:
-        config.allow_soft_placement = False
-        config.device_count.clear()
-    with tf.compat.v1.Session(target, graph=g, config=config) as sess:
-        sess.run(init)
-        for r in range(warmup + repeats):
-            md = tf.compat.v1.RunMetadata()
-            try:
-                sess.run(outs, feed_ph, options=opts, run_metadata=md)
-            except tf.errors.OpError as e:
-                op = e.op.name[cut:] if e.op is not None and e.op.name.startswith(_PREFIX) else e.op
-                raise ValueError(f"profiling failed at op {op!r} on {device}: {e.message}") from e
-            if r < warmup:
-                continue
-            seen: dict[str, float] = {}
-            in_use = [m.allocator_bytes_in_use for dev in md.step_stats.dev_stats for ns in dev.node_stats
-                      for m in ns.memory if m.allocator_bytes_in_use > 0]
-            if in_use:
-                peaks.append(float(max(in_use) - min(in_use)))
-            for dev in md.step_stats.dev_stats:
-                for ns in dev.node_stats:
-                    if ns.node_name.startswith(_PREFIX + "/"):
-                        name = ns.node_name[cut:]
-                        dt = max(ns.op_end_rel_nanos - ns.op_start_rel_nanos, 0) / 1e3
-                        seen[name] = seen.get(name, 0.0) + dt
-            for name, dt in seen.items():
-                if name in samples:
-                    samples[name].append(dt)
-        steps = []
-        for _ in range(repeats if measure_step else 0):
+    with GraphProfiler(graph_def, feeds, resources, fetches, constants=constants, device=device, warmup=warmup,
+                       target=target, grappler=grappler, measure_step=measure_step) as prof:
+        for _ in range(repeats):
+            prof.round()
+        return prof.result()
+
+
+class GraphProfiler:
+    """An open profiling session of one graph on one device, run a round at a time.
+
+    Each :meth:`round` runs one traced step (every op's kernel time from the
+    step stats) and, with ``measure_step``, one untraced step and one run of
+    the step's fixed cost; :meth:`result` summarises all rounds so far. The
+    arguments are those of :func:`profile_graph`; ``warmup`` runs happen on
+    entering the context, and leaving it closes the session.
+
+    Examples
+    --------
+    >>> import numpy as np, tensorflow as tf
+    >>> g = tf.Graph()
+    >>> with g.as_default():
+    ...     x = tf.compat.v1.placeholder(tf.float32, [4, 4], name="x")
+    ...     y = tf.linalg.matmul(x, x, name="mm")
+    >>> feeds = {"x:0": np.ones((4, 4), np.float32)}
+    >>> with GraphProfiler(g.as_graph_def(), feeds, {}, ["mm:0"], measure_step=True) as p:
+    ...     for _ in range(3):
+    ...         p.round()
+    ...     prof = p.result()
+    >>> prof.repeats, prof.median_us["mm"] > 0, prof.step_s > 0
+    (3, True, True)
+    """
+
+    def __init__(
+        self,
+        graph_def: tf.compat.v1.GraphDef,
+        feeds: Mapping[str, np.ndarray],
+        resources: Mapping[str, np.ndarray],
+        fetches: Sequence[str],
+        *,
+        constants: Mapping[str, np.ndarray] | None = None,
+        device: str = "/device:CPU:0",
+        warmup: int = 2,
+        target: str = "",
+        grappler: bool = False,
+        measure_step: bool = False,
+    ) -> None:
+        self.device = device
+        self._t0 = time.perf_counter()
+        device_type = tf.DeviceSpec.from_string(device).device_type or "CPU"
+        gd = tf.compat.v1.GraphDef()
+        gd.CopyFrom(graph_def)
+        for node in gd.node:
+            node.device = ""
+        g = tf.Graph()
+        with g.as_default(), g.device(device):
+            input_map = {}
+            self._feeds = {}
+            for i, (name, value) in enumerate(feeds.items()):
+                ph = tf.compat.v1.placeholder(tf.as_dtype(value.dtype), value.shape, name=f"autoplace_feed_{i}")
+                input_map[name] = ph
+                self._feeds[ph] = value
+            for i, (name, value) in enumerate(resources.items()):
+                var = tf.compat.v1.Variable(value, use_resource=True, name=f"autoplace_var_{i}")
+                input_map[name] = var.handle
+            for name, value in (constants or {}).items():
+                input_map[name] = tf.constant(value)
+            self._outs = tf.graph_util.import_graph_def(gd, input_map=input_map, return_elements=list(fetches),
+                                                        name=_PREFIX)
+            # the step's fixed cost: the same feeds sent, one element of each used, no compute
+            self._fixed = [tf.reshape(ph, [-1])[:1] for ph in self._feeds] or [tf.constant(0.0)]
+            init = tf.compat.v1.global_variables_initializer()
+        mapped = {name.rsplit(":", 1)[0] for name in (*feeds, *resources, *(constants or {}))}
+        self._samples: dict[str, list[float]] = {n.name: [] for n in gd.node if n.name not in mapped}
+        self._peaks: list[float] = []
+        self._steps: list[float] = []
+        self._calls: list[float] = []
+        self._measure_step = measure_step
+        self._warmup = warmup
+        config = _session_config(device_type, grappler)
+        if target:
+            config.allow_soft_placement = False
+            config.device_count.clear()
+        self._sess = tf.compat.v1.Session(target, graph=g, config=config)
+        self._sess.run(init)
+
+    def __enter__(self) -> "GraphProfiler":
+        for _ in range(self._warmup):
+            self._traced_run()
+            if self._measure_step:
+                self._sess.run(self._fixed, self._feeds)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the session (idempotent)."""
+        self._sess.close()
+
+    def _traced_run(self) -> tf.compat.v1.RunMetadata:
+        md = tf.compat.v1.RunMetadata()
+        opts = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+        try:
+            self._sess.run(self._outs, self._feeds, options=opts, run_metadata=md)
+        except tf.errors.OpError as e:
+            cut = len(_PREFIX) + 1
+            op = e.op.name[cut:] if e.op is not None and e.op.name.startswith(_PREFIX) else e.op
+            raise ValueError(f"profiling failed at op {op!r} on {self.device}: {e.message}") from e
+        return md
+
+    def clear(self) -> None:
+        """Forget the rounds run so far (the session and its warm state stay)."""
+        for xs in (*self._samples.values(), self._peaks, self._steps, self._calls):
+            xs.clear()
+
+    def round(self) -> None:
+        """One traced step (and, with ``measure_step``, one untraced step and one fixed-cost run)."""
+        md = self._traced_run()
+        cut = len(_PREFIX) + 1
+        seen: dict[str, float] = {}
+        in_use = [m.allocator_bytes_in_use for dev in md.step_stats.dev_stats for ns in dev.node_stats
+                  for m in ns.memory if m.allocator_bytes_in_use > 0]
+        if in_use:
+            self._peaks.append(float(max(in_use) - min(in_use)))
+        for dev in md.step_stats.dev_stats:
+            for ns in dev.node_stats:
+                if ns.node_name.startswith(_PREFIX + "/"):
+                    name = ns.node_name[cut:]
+                    dt = max(ns.op_end_rel_nanos - ns.op_start_rel_nanos, 0) / 1e3
+                    seen[name] = seen.get(name, 0.0) + dt
+        for name, dt in seen.items():
+            if name in self._samples:
+                self._samples[name].append(dt)
+        if self._measure_step:
             t = time.perf_counter()
-            sess.run(outs, feed_ph)
-            steps.append(time.perf_counter() - t)
-    median, spread, missing = {}, {}, []
-    for name, xs in samples.items():
-        if not xs:
-            missing.append(name)
-            median[name], spread[name] = 0.0, 0.0
-            continue
-        q1, q2, q3 = np.percentile(xs, [25, 50, 75])
-        median[name], spread[name] = float(q2), float(q3 - q1)
-    wall = time.perf_counter() - t0
-    log.info("profiled %d ops on %s (%d runs) in %.1f s; %d never ran", len(samples), device, repeats, wall,
-             len(missing))
-    return OpProfile(device, median, spread, tuple(sorted(missing)), repeats, wall,
-                     float(np.median(peaks)) if peaks else None, float(np.median(steps)) if steps else None)
+            self._sess.run(self._outs, self._feeds)
+            self._steps.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            self._sess.run(self._fixed, self._feeds)
+            self._calls.append(time.perf_counter() - t)
+
+    def result(self) -> OpProfile:
+        """Medians and spreads over the rounds run so far.
+
+        Raises
+        ------
+        ValueError
+            If no round has run yet.
+        """
+        rounds = max((len(xs) for xs in self._samples.values()), default=0)
+        if rounds == 0:
+            raise ValueError("no profiling round has run yet; call round() first")
+        median, spread, missing = {}, {}, []
+        for name, xs in self._samples.items():
+            if not xs:
+                missing.append(name)
+                median[name], spread[name] = 0.0, 0.0
+                continue
+            q1, q2, q3 = np.percentile(xs, [25, 50, 75])
+            median[name], spread[name] = float(q2), float(q3 - q1)
+        wall = time.perf_counter() - self._t0
+        log.info("profiled %d ops on %s (%d runs) in %.1f s; %d never ran", len(self._samples), self.device,
+                 rounds, wall, len(missing))
+        med = lambda xs: float(np.median(xs)) if xs else None  # noqa: E731
+        return OpProfile(self.device, median, spread, tuple(sorted(missing)), rounds, wall, med(self._peaks),
+                         med(self._steps), med(self._calls))
