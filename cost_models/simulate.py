@@ -4,8 +4,13 @@ Semantics (TensorFlow's dataflow executor, simplified):
 
 * an op becomes *ready* when every tensor it consumes has arrived on its
   device and every control predecessor has finished;
-* each device runs ``concurrency`` ops at a time (default 1), the ready op
-  with the earliest ready time first (ties: lower node index, i.e. the
+* each device runs ``concurrency`` ops at a time (default 1). Which ready op
+  goes next is ``ready_order``: ``"lifo"`` (the default) takes the one that
+  became ready last, depth first, as TensorFlow's executor with one inter-op
+  thread does (a finished op's successor runs inline and further ready ops
+  go to the front of the thread's queue; a worker trace of the multi-tower
+  MLP showed each tower run to its end before the next began); ``"fifo"``
+  takes the earliest ready first. Ties go to the lower node index (the
   topological order);
 * a tensor consumed on another device is sent **once per destination
   device** when its producer finishes; each ordered link carries one
@@ -30,6 +35,9 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
+
+#: Values of ``simulate(ready_order=...)``.
+READY_ORDERS = ("fifo", "lifo")
 
 
 @dataclass(frozen=True)
@@ -105,6 +113,7 @@ def simulate(
     link_latency_s: np.ndarray | None = None,
     transfer_cpu_s: np.ndarray | None = None,
     held: Sequence[bool] | None = None,
+    ready_order: str = "lifo",
 ) -> SimResult:
     """Simulate one step of a placed graph.
 
@@ -146,6 +155,9 @@ def simulate(
         ``_Send``/``_Recv``). Each such transfer becomes a send op on the
         producer's device and a receive op on the consumer's, which queue like
         any op; the timeline lists original ops only (their busy time counts).
+    ready_order : {"fifo", "lifo"}
+        Which of a device's ready ops runs next: the earliest ready, or the
+        latest ready (see the module docstring).
 
     Returns
     -------
@@ -172,10 +184,12 @@ def simulate(
     _check_costs(durations, a)
     if concurrency < 1:
         raise ValueError("concurrency must be >= 1")
+    if ready_order not in READY_ORDERS:
+        raise ValueError(f"ready_order must be one of {READY_ORDERS}, got {ready_order!r}")
     if transfer_cpu_s is not None:
         return _with_transfer_ops(durations, tensors, a, link_seconds, np.asarray(transfer_cpu_s, dtype=float),
                                   control_edges, concurrency, resident_bytes, aliasing, inplace, link_latency_s,
-                                  held)
+                                  held, ready_order)
 
     # Dependencies: (tensor, dst) pairs and control edges.
     n_waiting = np.zeros(n, dtype=int)
@@ -191,7 +205,11 @@ def simulate(
         n_waiting[v] += 1
     ready_at = np.zeros(n)
 
+    # Per device: ops released but not ready before the device is free (a heap by ready time), and
+    # with "lifo" ops already ready (a stack; the last pushed runs first).
     heaps: list[list[tuple[float, int]]] = [[] for _ in range(k)]
+    stacks: list[list[int]] = [[] for _ in range(k)]
+    lifo = ready_order == "lifo"
     for v in np.flatnonzero(n_waiting == 0):
         heapq.heappush(heaps[a[v]], (0.0, int(v)))
     # Each device has `concurrency` slots; keep their free times in a heap.
@@ -212,15 +230,30 @@ def simulate(
     while done < n:
         best: tuple[float, int, int] | None = None
         for d in range(k):
+            free = slots[d][0]
+            if lifo:
+                moved = []
+                while heaps[d] and heaps[d][0][0] <= free:
+                    moved.append(heapq.heappop(heaps[d]))
+                # ready at the same time: the lower index ends on top
+                stacks[d].extend(v for _, v in sorted(moved, key=lambda x: (x[0], -x[1])))
+                if stacks[d]:
+                    cand = (free, stacks[d][-1])
+                    if best is None or cand < (best[0], best[2]):
+                        best = (free, d, cand[1])
+                    continue
             if heaps[d]:
                 r, v = heaps[d][0]
-                start = max(r, slots[d][0])
+                start = max(r, free)
                 if best is None or (start, v) < (best[0], best[2]):
                     best = (start, d, v)
         if best is None:
             raise ValueError("the graph has a cycle: some ops can never become ready")
         start, d, v = best
-        heapq.heappop(heaps[d])
+        if lifo and stacks[d] and stacks[d][-1] == v:
+            stacks[d].pop()
+        else:
+            heapq.heappop(heaps[d])
         end = start + float(durations[v, d])
         heapq.heapreplace(slots[d], end)
         busy[d] += end - start
@@ -259,7 +292,7 @@ def _with_transfer_ops(durations: np.ndarray, tensors: Sequence[TensorEdge], a: 
                        control_edges: Sequence[tuple[int, int]], concurrency: int,
                        resident_bytes: Sequence[float] | None, aliasing: Sequence[bool] | None,
                        inplace: Sequence[bool] | None, link_latency_s: np.ndarray | None,
-                       held: Sequence[bool] | None) -> SimResult:
+                       held: Sequence[bool] | None, ready_order: str) -> SimResult:
     """:func:`simulate` with a send and a receive op per cross-device transfer (see ``transfer_cpu_s``)."""
     n, k = durations.shape
     if cpu.shape != (k, k) or not np.isfinite(cpu).all() or (cpu < 0).any():
@@ -295,7 +328,8 @@ def _with_transfer_ops(durations: np.ndarray, tensors: Sequence[TensorEdge], a: 
                  resident_bytes=None if resident_bytes is None else [*resident_bytes, *([0.0] * pad)],
                  aliasing=[*(aliasing if aliasing is not None else [False] * n), *extra_alias],
                  inplace=None if inplace is None else [*inplace, *([False] * pad)],
-                 link_latency_s=link_latency_s, held=None if held is None else [*held, *([False] * pad)])
+                 link_latency_s=link_latency_s, held=None if held is None else [*held, *([False] * pad)],
+                 ready_order=ready_order)
     timeline = tuple(x for x in r.timeline if x[0] < n)
     transfers = tuple((origin[ti], i, j, ts, te) for ti, i, j, ts, te in r.transfers)
     return SimResult(r.step_time_s, r.busy_s, r.link_bytes, timeline, transfers, r.peak_memory_bytes)

@@ -10,6 +10,7 @@ from cost_models import SimResult, TensorEdge, simulate
 
 from .coarsen import Coarsening
 from .devices import DeviceSet
+from .errors import CostError
 from .opgraph import (
     ALIASING_OP_TYPES,
     ALLOWED_KINDS,
@@ -71,13 +72,29 @@ def project(coarse: Coarsening, assignment: np.ndarray, devset: DeviceSet) -> di
 
 
 def simulate_ops(op_graph: OpGraph, devset: DeviceSet, op_devices: Mapping[str, str],
-                 transfer_cpu_s: np.ndarray | None = None) -> SimResult:
+                 transfer_cpu_s: np.ndarray | None = None, ready_order: str = "lifo",
+                 speed: Sequence[float] | None = None) -> SimResult:
     """Simulate one step of the op-level graph under ``op_devices``.
 
     ``transfer_cpu_s`` (``(k, k)``, optional) charges each cross-device tensor
-    that much compute on both devices (see :func:`cost_models.simulate`).
+    that much compute on both devices; ``ready_order`` picks which ready op
+    a device runs next (see :func:`cost_models.simulate`). ``speed`` (one
+    factor per device of ``devset``, optional) multiplies each device's op
+    times: a device measured 20% slower than the one its kind was profiled
+    on gets 1.2.
+
+    Raises
+    ------
+    CostError
+        If ``speed`` does not give one positive finite factor per device.
     """
     ops, durations, tensors, control = _op_arrays(op_graph, devset)
+    if speed is not None:
+        factors = np.asarray(speed, dtype=float)
+        if factors.shape != (len(devset),) or not np.isfinite(factors).all() or (factors <= 0).any():
+            raise CostError(f"speed must be {len(devset)} positive finite factors (one per device), "
+                                 f"got {list(speed)!r}")
+        durations = durations * factors[None, :]
     dev_index = {name: i for i, name in enumerate(devset.names)}
     assignment = [dev_index[op_devices[op]] for op in ops]
 
@@ -88,7 +105,7 @@ def simulate_ops(op_graph: OpGraph, devset: DeviceSet, op_devices: Mapping[str, 
 
     g = op_graph.graph
     return simulate(durations, tensors, assignment, occupancy, control_edges=control, link_latency_s=lat,
-                    transfer_cpu_s=transfer_cpu_s,
+                    transfer_cpu_s=transfer_cpu_s, ready_order=ready_order,
                     resident_bytes=[g.nodes[op][MEMORY_BYTES] for op in ops],
                     aliasing=[g.nodes[op][OP_TYPE] in ALIASING_OP_TYPES for op in ops],
                     inplace=[g.nodes[op][OP_TYPE] in INPLACE_OP_TYPES for op in ops],
