@@ -205,3 +205,56 @@ def test_link_fit_is_not_pinned_to_zero_latency_by_one_near_zero_point():
     times = [2e-4 + b / 1e9 for b in sizes]
     times[0] = 1e-8
     assert fit_link(sizes, times).link.latency_s > 5e-5
+
+
+def test_calibrated_op_times_add_up_to_the_untraced_step():
+    from cost_models.profile import OpProfile
+
+    med = {"a": 100.0, "b": 0.0, "c": 300.0}  # µs; b was folded away (never ran)
+    slow = OpProfile("/CPU:0", med, dict.fromkeys(med, 0.0), (), 3, 1.0, step_s=600e-6, call_s=100e-6)
+    assert slow.ops_run == 2 and slow.overhead_us == pytest.approx(50.0)
+    assert slow.calibrated_us() == pytest.approx({"a": 150.0, "b": 0.0, "c": 350.0})  # overhead per op that ran
+    fast = OpProfile("/CPU:0", med, dict.fromkeys(med, 0.0), (), 3, 1.0, step_s=300e-6, call_s=100e-6)
+    assert fast.overhead_us < 0  # traced kernels add up to more than the step: scaled down, none negative
+    assert fast.calibrated_us() == pytest.approx({"a": 50.0, "b": 0.0, "c": 150.0})
+    plain = OpProfile("/CPU:0", med, dict.fromkeys(med, 0.0), (), 3, 1.0)
+    assert plain.overhead_us is None and plain.calibrated_us() == med
+
+
+def test_profiler_runs_rounds_on_demand(small_traced):
+    from cost_models.profile import GraphProfiler
+    from placer.costs import sample_inputs
+
+    t = small_traced
+    prof = GraphProfiler(t.fixed.graph.as_graph_def(), sample_inputs(t, 0),
+                         {f"{ph}:0": v.value.numpy() for ph, v in t.variables.items()}, t.output_names,
+                         constants={f"{ph}:0": c.numpy() for ph, c in t.constants.items()}, warmup=1,
+                         measure_step=True)
+    with prof:
+        with pytest.raises(ValueError, match="no profiling round"):
+            prof.result()
+        prof.round()
+        prof.round()
+        two = prof.result()
+        prof.clear()
+        prof.round()
+        one = prof.result()
+    assert (two.repeats, one.repeats) == (2, 1)
+    assert one.step_s > one.call_s > 0 and one.overhead_us is not None
+    # either way (overhead added or kernels scaled down) the calibrated ops add up to the step less its fixed cost
+    assert sum(one.calibrated_us().values()) == pytest.approx((one.step_s - one.call_s) * 1e6, rel=1e-6)
+
+
+def test_simulated_ops_scale_with_a_device_speed_factor(small_traced, devices):
+    from placer.devices import resolve_devices
+    from placer.opgraph import build_op_graph
+    from placer.planning import simulate_ops
+
+    og = build_op_graph(small_traced, {"CPU": {op.name: 100.0 for op in small_traced.fixed.graph.get_operations()}})
+    devset = resolve_devices(devices[:2])
+    on_second = {op: devset.names[1] for op in og.graph}
+    base = simulate_ops(og, devset, on_second).step_time_s
+    assert simulate_ops(og, devset, on_second, speed=[1.0, 2.0]).step_time_s == pytest.approx(2 * base)
+    assert simulate_ops(og, devset, on_second, speed=[3.0, 1.0]).step_time_s == pytest.approx(base)
+    with pytest.raises(CostError, match="positive finite factors"):
+        simulate_ops(og, devset, on_second, speed=[1.0, 0.0])
