@@ -31,7 +31,7 @@ from typing import Mapping
 log = logging.getLogger(__name__)
 
 #: Bumped when the entry layout changes; older entries are ignored.
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # 2: op times include the executor's per-op overhead
 
 
 def default_cache_dir() -> Path:
