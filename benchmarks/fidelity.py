@@ -26,11 +26,15 @@ interfaces; it exits with a message where that is not possible.
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
@@ -47,22 +51,53 @@ PLACEMENTS = [("single", "layer", "single"), ("round_robin", "layer", "round_rob
 
 
 def spearman(a, b) -> float:
-    import numpy as np
-
-    ra = np.argsort(np.argsort(a)).astype(float)
-    rb = np.argsort(np.argsort(b)).astype(float)
+    """Spearman's ρ: Pearson's correlation of the ranks (tied values share their average rank)."""
+    ra, rb = _ranks(np.asarray(a, float)), _ranks(np.asarray(b, float))
     if ra.std() == 0 or rb.std() == 0:
         return float("nan")
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
+def _ranks(x: np.ndarray) -> np.ndarray:
+    ranks = np.empty(len(x))
+    for v in np.unique(x):
+        idx = np.flatnonzero(x == v)
+        ranks[idx] = np.mean(np.argsort(np.argsort(x))[idx])
+    return ranks
+
+
+def sign_test_p(diffs) -> float:
+    """Two-sided sign test: how likely paired differences this lopsided are if neither side is faster."""
+    pos, neg = int(np.sum(np.asarray(diffs) > 0)), int(np.sum(np.asarray(diffs) < 0))
+    n, k = pos + neg, min(pos, neg)
+    if n == 0:
+        return 1.0
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n)
+
+
+def ordered_pairs(predicted, samples: list[list[float]], alpha: float = 0.05) -> tuple[int, int]:
+    """Pairs of placements the measurement tells apart, and how many of them the prediction orders rightly.
+
+    ``samples[i][r]`` is placement i's time in interleaved round r; two
+    placements are told apart when a sign test over their paired
+    differences (one per round) shows one faster at level ``alpha``.
+    """
+    right = total = 0
+    for i in range(len(samples)):
+        for j in range(i + 1, len(samples)):
+            diffs = np.subtract(samples[i], samples[j])
+            if sign_test_p(diffs) <= alpha:
+                total += 1
+                right += int((np.median(diffs) < 0) == (predicted[i] < predicted[j]))
+    return right, total
+
+
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import numpy as np
     import tensorflow as tf
     import workloads
 
-    from cost_models.profile import profile_graph
+    from cost_models.profile import GraphProfiler
     from placer.cluster import LocalCluster
     from placer.coarsen import coarsen
     from placer.costs import sample_inputs
@@ -88,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
 
     rows = []
     mem_rows = []
+    dump: dict = {}
     compute_notes: list[str] = []
     without_errs: list[float] = []
     # The BFC CPU allocator counts every allocation in its statistics; the default (oneDNN) CPU
@@ -106,13 +142,18 @@ def run(args: argparse.Namespace) -> int:
                 f"max rel. error {100 * f.max_rel_error:.0f}% ({f.points} sizes)")
         out(f"- transfer CPU cost (fan-out of tiny tensors, mean of both directions): {cpu_s * 1e6:.1f} µs per "
             "tensor, charged on both workers")
-        out(f"- ops profiled on worker 0 with Grappler {'on' if args.grappler else 'off'}")
+        out(f"- ops profiled on worker 0 with Grappler {'on' if args.grappler else 'off'}; the whole graph also on "
+            "worker 1, whose ops are simulated at worker 0's times × the ratio of the two workers' steps")
         out("- predicted = simulated makespan (calibrated worker links and transfer CPU cost) + call: the measured "
             "time of a stand-in function with the placement's interface (same inputs fed from the client, outputs "
             "fetched, variables captured per worker, an op on every worker used; no compute), timed interleaved "
-            "with the placements; 'without transfer CPU' is the same simulation without that cost")
+            "with the placements")
+        out("- op times: median kernel times from the step stats of traced runs plus the executor's per-op overhead "
+            "(untraced step − its fixed cost − Σ kernel times, spread over the ops that ran; "
+            "`OpProfile.calibrated_us`), profiled in rounds interleaved with the measurements; "
+            "'same speed' is the same simulation with worker 1 taken to be as fast as worker 0")
         out()
-        out("| model | placement | call ms | predicted ms | measured ms | error | without transfer CPU ms | error |")
+        out("| model | placement | call ms | predicted ms | measured ms | error | same speed ms | error |")
         out("|---|---|---|---|---|---|---|---|")
         for name in args.models:
             cfg = SETTINGS[name]
@@ -120,67 +161,90 @@ def run(args: argparse.Namespace) -> int:
             model = builder(cfg["size"]) if "size" in cfg else builder()
             traced = trace_model(model, batch_size=cfg["batch"])
             feeds = sample_inputs(traced, 0)
-            gd = traced.fixed.graph.as_graph_def()
-            prof = profile_graph(gd, feeds, {f"{ph}:0": v.value.numpy() for ph, v in traced.variables.items()},
-                                 traced.output_names,
-                                 constants={f"{ph}:0": t.numpy() for ph, t in traced.constants.items()},
-                                 device=names[0], repeats=args.profile_repeats,
-                                 target=f"grpc://{cluster.spec['worker'][0]}", grappler=args.grappler,
-                                 measure_step=True)
-            og = build_op_graph(traced, {"CPU": prof.median_us})
-            ran = sum(1 for v in prof.median_us.values() if v > 0)
+            inputs = [tf.constant(v) for v in feeds.values()]
+            profilers = [GraphProfiler(
+                traced.fixed.graph.as_graph_def(), feeds,
+                {f"{ph}:0": v.value.numpy() for ph, v in traced.variables.items()}, traced.output_names,
+                constants={f"{ph}:0": t.numpy() for ph, t in traced.constants.items()}, device=names[w],
+                target=f"grpc://{cluster.spec['worker'][w]}", grappler=args.grappler, measure_step=True)
+                for w in range(2)]
+            with profilers[0] as profiler, profilers[1] as other:
+                for _ in range(args.profile_repeats):
+                    profiler.round()
+                first = profiler.result()  # what the plans are made from; also the memory check
+                og = build_op_graph(traced, {"CPU": first.calibrated_us()})
+                plans = []
+                for label, group_by, algorithm in PLACEMENTS:
+                    coarse = coarsen(og, group_by)
+                    sol = solve_problem(build_problem(coarse, devset, og), algorithm,
+                                        SolveOptions(time_limit_s=5, objective="latency"))
+                    op_devices = project(coarse, sol.assignment, devset)
+                    fn = emit(traced, op_devices).function
+                    call = stand_in(call_interface(traced, op_devices))
+                    step = lambda fn=fn: fn(*inputs)  # noqa: E731
+                    for _ in range(2):  # warm-up
+                        call_seconds(step), call_seconds(call)
+                    plans.append((label, op_devices, step, call, [], []))
+                # the predictions use op times profiled in rounds interleaved with the measurements, so
+                # that the machine's drift (large on a shared VM) hits profile and measurement alike
+                profiler.clear()
+                for _ in range(args.repeats):
+                    profiler.round()
+                    other.round()
+                    for _, _, step, call, times, call_times in plans:
+                        times.append(call_seconds(step))
+                        call_times.extend(call_seconds(call) for _ in range(args.call_repeats))
+                prof, prof1 = profiler.result(), other.result()
+            # worker 1's ops at worker 0's profile times the ratio of the two workers' whole steps (the
+            # cores of a shared VM drift apart: one ran the same kernels 40% slower than the other for seconds)
+            speed = [1.0, (prof1.step_s - prof1.call_s) / (prof.step_s - prof.call_s)]
+            og = build_op_graph(traced, {"CPU": prof.calibrated_us()})
+            ran = prof.ops_run
             compute_notes.append(
                 f"- {name}: {ran} ops ran; sum of op medians {prof.op_sum_s * 1e3:.2f} ms; untraced step of the "
-                f"profiled graph (Grappler {'on' if args.grappler else 'off'}) on worker 0 {prof.step_s * 1e3:.2f} ms; "
-                f"difference {(prof.step_s - prof.op_sum_s) / max(ran, 1) * 1e6:.1f} µs per op")
-            inputs = [tf.constant(v) for v in feeds.values()]
-            model_rows = []
+                f"profiled graph (Grappler {'on' if args.grappler else 'off'}) on worker 0 {prof.step_s * 1e3:.2f} ms, "
+                f"of which fixed cost {prof.call_s * 1e3:.2f} ms; executor overhead {prof.overhead_us:.1f} µs per op; "
+                f"worker 1's step {prof1.step_s * 1e3:.2f} ms (speed factor {speed[1]:.3f})")
             single = {op: names[0] for op in og.graph}
             resident = sum(og.graph.nodes[op]["memory_bytes"] for op in og.graph)
             mem_pred = float(simulate_ops(og, devset, single).peak_memory_bytes[0]) - resident
-            if prof.activation_peak_bytes:
-                mem_err = (mem_pred - prof.activation_peak_bytes) / prof.activation_peak_bytes
-                mem_rows.append((name, mem_pred, prof.activation_peak_bytes, mem_err))
-            plans = []
-            for label, group_by, algorithm in PLACEMENTS:
-                coarse = coarsen(og, group_by)
-                problem = build_problem(coarse, devset, og)
-                sol = solve_problem(problem, algorithm, SolveOptions(time_limit_s=5, objective="latency"))
-                op_devices = project(coarse, sol.assignment, devset)
-                sim = simulate_ops(og, devset, op_devices, transfer_cpu).step_time_s
-                without = simulate_ops(og, devset, op_devices).step_time_s
-                fn = emit(traced, op_devices).function
-                call = stand_in(call_interface(traced, op_devices))
-                step = lambda fn=fn: fn(*inputs)  # noqa: E731
-                for _ in range(2):  # warm-up
-                    call_seconds(step), call_seconds(call)
-                plans.append((label, sim, without, step, call, [], []))
-            for _ in range(args.repeats):  # interleaved, so that drift hits every placement alike
-                for _, _, _, step, call, times, call_times in plans:
-                    times.append(call_seconds(step))
-                    call_times.append(call_seconds(call))
-            for label, sim, without, _, _, times, call_times in plans:
+            if first.activation_peak_bytes:  # profiled before any placement ran on the worker
+                mem_err = (mem_pred - first.activation_peak_bytes) / first.activation_peak_bytes
+                mem_rows.append((name, mem_pred, first.activation_peak_bytes, mem_err))
+            model_rows = []
+            for label, op_devices, _, _, times, call_times in plans:
                 measured = float(np.median(times))
                 call_s = float(np.median(call_times))
-                predicted, without = sim + call_s, without + call_s
+                predicted = simulate_ops(og, devset, op_devices, transfer_cpu, args.ready_order,
+                                         speed).step_time_s + call_s
+                without = simulate_ops(og, devset, op_devices, transfer_cpu, args.ready_order).step_time_s + call_s
                 err = (predicted - measured) / measured
-                model_rows.append((label, predicted, measured, err, without))
+                model_rows.append((label, predicted, measured, err, without, times))
                 without_errs.append((without - measured) / measured)
                 out(f"| {name} | {label} | {call_s * 1e3:.2f} | {predicted * 1e3:.2f} | {measured * 1e3:.2f} | "
                     f"{100 * err:+.1f}% | {without * 1e3:.2f} | {100 * (without - measured) / measured:+.1f}% |")
+            dump[name] = dict(median_us=prof.median_us, calibrated_us=prof.calibrated_us(), speed=speed,
+                              plans={label: dict(op_devices=op_devices, times=times, call_times=call_times)
+                                     for label, op_devices, _, _, times, call_times in plans})
             rho = spearman([r[1] for r in model_rows], [r[2] for r in model_rows])
             rho_without = spearman([r[4] for r in model_rows], [r[2] for r in model_rows])
-            rows.extend((name, *r[:4], rho) for r in model_rows)
+            right, told = ordered_pairs([r[1] for r in model_rows], [r[5] for r in model_rows])
+            right_without, _ = ordered_pairs([r[4] for r in model_rows], [r[5] for r in model_rows])
+            rows.extend((name, *r[:4], rho, f"{right}/{told}") for r in model_rows)
             out(f"| {name} | Spearman ρ (predicted vs measured order) | | | | {rho:.2f} | | {rho_without:.2f} |")
+            out(f"| {name} | pairs the measurement tells apart (sign test, p ≤ 0.05) that the prediction orders "
+                f"rightly | | | | {right}/{told} | | {right_without}/{told} |")
     errs = np.abs([r[4] for r in rows])
     worst = max(rows, key=lambda r: abs(r[4]))
     out()
     out(f"Median absolute error {100 * np.median(errs):.1f}% over {len(rows)} cases; worst {100 * worst[4]:+.1f}% "
         f"({worst[0]}, {worst[1]}). Spearman per model: "
         + ", ".join(f"{m} {r[5]:.2f}" for m in args.models for r in rows if r[0] == m and r[1] == "single")
-        + f". Without the transfer CPU cost: median absolute error {100 * np.median(np.abs(without_errs)):.1f}%.")
+        + ". Pairs of placements the measurement tells apart, ordered rightly: "
+        + ", ".join(f"{m} {r[6]}" for m in args.models for r in rows if r[0] == m and r[1] == "single")
+        + f". Both workers at worker 0's speed: median absolute error {100 * np.median(np.abs(without_errs)):.1f}%.")
     out()
-    out("Compute check (not used in the predictions):")
+    out("Compute: the profile behind the predictions (interleaved rounds on worker 0)")
     out()
     for line in compute_notes:
         out(line)
@@ -192,6 +256,10 @@ def run(args: argparse.Namespace) -> int:
     out("|---|---|---|---|")
     for name, pred, meas, err in mem_rows:
         out(f"| {name} | {pred / 1e6:.2f} | {meas / 1e6:.2f} | {100 * err:+.1f}% |")
+    if args.dump:
+        dump["links"] = {f"{i}-{j}": (f.link.latency_s, f.link.bandwidth_bytes_per_s) for (i, j), f in fits.items()}
+        dump["transfer_cpu_s"] = float(cpu_s)
+        Path(args.dump).write_text(json.dumps(dump))
     path = Path(args.out)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
@@ -203,9 +271,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", nargs="+", default=MODELS, choices=MODELS)
     ap.add_argument("--repeats", type=int, default=9, help="measured runs per placement")
+    ap.add_argument("--call-repeats", type=int, default=3, help="stand-in calls per placement and round")
     ap.add_argument("--profile-repeats", type=int, default=7, help="profiled runs per op")
     ap.add_argument("--no-grappler", dest="grappler", action="store_false", help="profile ops with Grappler off "
                     "(every traced op timed on its own) instead of on, as the placed function runs")
+    ap.add_argument("--ready-order", default="lifo", choices=["fifo", "lifo"],
+                    help="which ready op a simulated device runs next (cost_models.simulate)")
+    ap.add_argument("--dump", help="also write the profiles, placements and raw timings to this JSON file")
     ap.add_argument("--out", default=str(HERE / "results" / "fidelity.md"))
     args = ap.parse_args()
     if not network_isolated():
