@@ -2,25 +2,32 @@
 
 Two worker processes on 127.0.0.1, each pinned to one core with one intra-
 and one inter-op thread (genuine parallel execution with real transfers on
-this 2-core machine). Per model:
+this 2-core machine). Links (transfers of 4 KiB .. 16 MiB, least-squares fit)
+and the CPU cost of a transfer are calibrated once. Per model:
 
 1. trace the forward pass; profile every op *on worker 0* through a TF1
-   session targeting it (so op times reflect the worker's one thread);
-2. calibrate the links between the workers (transfers of 4 KiB .. 16 MiB,
-   least-squares fit);
-3. for each placement — single worker, round-robin, contiguous split, the
-   solver's plan (``auto``, latency objective) and a deliberately bad plan
-   (round-robin of individual ops) — simulate one step and measure it
-   (median of ``--repeats`` runs of the emitted function after warm-up,
-   placements interleaved run by run so that drift hits all alike).
+   session targeting it (so op times reflect the worker's one thread) and
+   plan the placements from that profile: single worker, round-robin,
+   contiguous split, the solver's plan (``auto``, latency objective) and a
+   deliberately bad plan (round-robin of individual ops);
+2. run ``--repeats`` rounds, each of: one profiling round on each worker
+   (traced step, untraced step, fixed cost), then every placement's emitted
+   function once and its stand-in call ``--call-repeats`` times. The
+   machine's speed drifts (per core, for seconds at a time), so the op times
+   behind the predictions come from these interleaved rounds;
+3. predict each placement: the simulated makespan (worker 0's calibrated op
+   times, worker 1's scaled by the ratio of the two workers' untraced steps)
+   plus the median stand-in call; compare with the median measured step.
 
 Prints predicted vs measured per case, the median absolute error, the worst
-case and each model's Spearman rank correlation; writes
+case, each model's Spearman rank correlation and how many of the pairs of
+placements that a sign test over the rounds tells apart the prediction
+orders rightly; writes
 ``benchmarks/results/fidelity.md``. Runs itself inside a loopback-only
 network namespace (``unshare -rn``) because TF's servers listen on all
 interfaces; it exits with a message where that is not possible.
 
-    python benchmarks/fidelity.py [--models resnet50 ...] [--repeats 5]
+    python benchmarks/fidelity.py [--models resnet50 ...] [--repeats 25] [--dump raw.json]
 """
 
 from __future__ import annotations
