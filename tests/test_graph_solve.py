@@ -7,7 +7,7 @@ import time
 import networkx as nx
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import placer
@@ -76,6 +76,8 @@ def check_valid(g, devices, p):
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 30), k=st.integers(1, 4),
        objective=st.sampled_from(sorted(OBJECTIVES)), coloc=st.sampled_from([0.0, 0.3]),
        hetero=st.booleans(), tight=st.booleans())
+# a GPU that can run none of the ops: METIS was given a part of target weight 0 and refused it
+@example(seed=2, n=2, k=2, objective="latency", coloc=0.0, hetero=True, tight=False)
 def test_heuristics_give_valid_plans_or_typed_errors(seed, n, k, objective, coloc, hetero, tight):
     kinds = ("CPU", "GPU") if hetero else ("CPU",)
     g = random_graph(seed, n, kinds=kinds, coloc=coloc, host_only=0.2 if hetero else 0.0)

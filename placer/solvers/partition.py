@@ -109,7 +109,12 @@ def partition(problem: PlacementProblem, options: SolveOptions) -> Solution | No
     adjncy = np.array([w for x in adj for w in x], dtype=np.int64)
     ew = np.array([w for x in wts for w in x], dtype=np.int64)
     shares = device_shares(p)
-    _, parts = pymetis.part_graph(p.k, xadj=xadj, adjncy=adjncy, vweights=vw, eweights=ew if ew.size else None,
-                                  tpwgts=list(shares), options=pymetis.Options(seed=int(options.seed)))
-    a = repair(p, np.asarray(parts, dtype=int))
+    # METIS refuses a part with no target weight: a device that can run none of the ops gets no part
+    usable = np.flatnonzero(shares > 0)
+    if usable.size == 1:
+        return finish(p, repair(p, np.full(p.n, usable[0], dtype=int)), "partition", t0, options)
+    _, parts = pymetis.part_graph(int(usable.size), xadj=xadj, adjncy=adjncy, vweights=vw,
+                                  eweights=ew if ew.size else None, tpwgts=list(shares[usable] / shares[usable].sum()),
+                                  options=pymetis.Options(seed=int(options.seed)))
+    a = repair(p, usable[np.asarray(parts, dtype=int)])
     return finish(p, a, "partition", t0, options)
