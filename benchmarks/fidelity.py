@@ -283,7 +283,8 @@ def main() -> int:
     ap.add_argument("--no-grappler", dest="grappler", action="store_false", help="profile ops with Grappler off "
                     "(every traced op timed on its own) instead of on, as the placed function runs")
     ap.add_argument("--ready-order", default="lifo", choices=["fifo", "lifo"],
-                    help="which ready op a simulated device runs next (cost_models.simulate)")
+                    help="which ready op a simulated device runs next (cost_models.simulate); the workers "
+                    "have one inter-op thread, which runs depth first (lifo)")
     ap.add_argument("--dump", help="also write the profiles, placements and raw timings to this JSON file")
     ap.add_argument("--out", default=str(HERE / "results" / "fidelity.md"))
     args = ap.parse_args()

@@ -5,13 +5,14 @@ Semantics (TensorFlow's dataflow executor, simplified):
 * an op becomes *ready* when every tensor it consumes has arrived on its
   device and every control predecessor has finished;
 * each device runs ``concurrency`` ops at a time (default 1). Which ready op
-  goes next is ``ready_order``: ``"lifo"`` (the default) takes the one that
-  became ready last, depth first, as TensorFlow's executor with one inter-op
-  thread does (a finished op's successor runs inline and further ready ops
-  go to the front of the thread's queue; a worker trace of the multi-tower
-  MLP showed each tower run to its end before the next began); ``"fifo"``
-  takes the earliest ready first. Ties go to the lower node index (the
-  topological order);
+  goes next is ``ready_order``: ``"fifo"`` (the default, which the ETF
+  heuristic's list schedule follows) takes the earliest ready first;
+  ``"lifo"`` takes the one that became ready last, depth first, as
+  TensorFlow's executor with *one* inter-op thread does (a finished op's
+  successor runs inline and other ready ops go to the front of the thread's
+  queue; a trace of two such gRPC workers running the multi-tower MLP
+  showed each tower run to its end before the next began). Ties go to the
+  lower node index (the topological order);
 * a tensor consumed on another device is sent **once per destination
   device** when its producer finishes; each ordered link carries one
   transfer at a time, in the order the transfers were issued.
@@ -113,7 +114,7 @@ def simulate(
     link_latency_s: np.ndarray | None = None,
     transfer_cpu_s: np.ndarray | None = None,
     held: Sequence[bool] | None = None,
-    ready_order: str = "lifo",
+    ready_order: str = "fifo",
 ) -> SimResult:
     """Simulate one step of a placed graph.
 

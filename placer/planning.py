@@ -72,7 +72,7 @@ def project(coarse: Coarsening, assignment: np.ndarray, devset: DeviceSet) -> di
 
 
 def simulate_ops(op_graph: OpGraph, devset: DeviceSet, op_devices: Mapping[str, str],
-                 transfer_cpu_s: np.ndarray | None = None, ready_order: str = "lifo",
+                 transfer_cpu_s: np.ndarray | None = None, ready_order: str = "fifo",
                  speed: Sequence[float] | None = None) -> SimResult:
     """Simulate one step of the op-level graph under ``op_devices``.
 

@@ -65,7 +65,7 @@ def two_towers_feeding_a_second_device():
 def test_fifo_runs_ready_ops_breadth_first():
     # device 0: x0 0-1, y0 1-2, x1 2-3, y1 3-4; device 1: x2 3-6, y2 6-9
     d, es, a = two_towers_feeding_a_second_device()
-    r = simulate(d, es, a, link(), ready_order="fifo")
+    r = simulate(d, es, a, link())  # the default
     assert r.step_time_s == pytest.approx(9.0)
     assert [v for v, dev, *_ in r.timeline if dev == 0] == [0, 1, 2, 3, 4]
 
@@ -73,7 +73,7 @@ def test_fifo_runs_ready_ops_breadth_first():
 def test_lifo_runs_the_latest_ready_op_first_depth_first_like_tensorflows_executor():
     # device 0: x0 0-1, x1 1-2 (ready last), y0 2-3, y1 3-4; device 1: x2 2-5, y2 5-8
     d, es, a = two_towers_feeding_a_second_device()
-    r = simulate(d, es, a, link())  # the default
+    r = simulate(d, es, a, link(), ready_order="lifo")
     assert r.step_time_s == pytest.approx(8.0)
     assert [v for v, dev, *_ in r.timeline if dev == 0] == [0, 1, 3, 2, 4]
     # the same through the transfer-op path, and a bad order is named
@@ -158,16 +158,16 @@ def test_transfer_cpu_time_is_spent_on_both_devices():
 
 def test_a_send_queues_behind_compute_on_its_device():
     # a -> b crosses devices; c (independent) is ready on dev 0 before the send is: FIFO runs c first,
-    # so b waits for c + send + receive (without transfer CPU cost the step is 2 s); LIFO (the default,
-    # as TensorFlow runs a finished op's successor inline) sends first and runs c after it
+    # so b waits for c + send + receive (without transfer CPU cost the step is 2 s); LIFO (as TensorFlow's
+    # one-thread executor runs a finished op's successor inline) sends first and runs c after it
     d = np.ones((3, 2))
     es = [TensorEdge(0, (1,), 8.0)]
     free = simulate(d, es, [0, 1, 0], link(bw=np.inf))
     assert free.step_time_s == pytest.approx(2.0)
     cpu = np.full((2, 2), 0.5)
-    r = simulate(d, es, [0, 1, 0], link(bw=np.inf), transfer_cpu_s=cpu, ready_order="fifo")
+    r = simulate(d, es, [0, 1, 0], link(bw=np.inf), transfer_cpu_s=cpu)
     assert r.step_time_s == pytest.approx(1 + 1 + 0.5 + 0.5 + 1)
-    lifo = simulate(d, es, [0, 1, 0], link(bw=np.inf), transfer_cpu_s=cpu)
+    lifo = simulate(d, es, [0, 1, 0], link(bw=np.inf), transfer_cpu_s=cpu, ready_order="lifo")
     assert lifo.step_time_s == pytest.approx(1 + 0.5 + 0.5 + 1)
     with pytest.raises(ValueError, match="transfer_cpu_s"):
         simulate(d, es, [0, 1, 0], link(bw=np.inf), transfer_cpu_s=np.full((2, 2), -1.0))
