@@ -214,7 +214,8 @@ def run(args: argparse.Namespace) -> int:
                 f"worker 1's step {prof1.step_s * 1e3:.2f} ms (speed factor {speed[1]:.3f})")
             single = {op: names[0] for op in og.graph}
             resident = sum(og.graph.nodes[op]["memory_bytes"] for op in og.graph)
-            mem_pred = float(simulate_ops(og, devset, single, ready_order=args.ready_order).peak_memory_bytes[0]) - resident
+            sim_single = simulate_ops(og, devset, single, ready_order=args.ready_order)
+            mem_pred = float(sim_single.peak_memory_bytes[0]) - resident
             if first.activation_peak_bytes:  # profiled before any placement ran on the worker
                 mem_err = (mem_pred - first.activation_peak_bytes) / first.activation_peak_bytes
                 mem_rows.append((name, mem_pred, first.activation_peak_bytes, mem_err))
