@@ -66,10 +66,10 @@ def spearman(a, b) -> float:
 
 
 def _ranks(x: np.ndarray) -> np.ndarray:
-    ranks = np.empty(len(x))
+    ranks = np.argsort(np.argsort(x)).astype(float)
     for v in np.unique(x):
         idx = np.flatnonzero(x == v)
-        ranks[idx] = np.mean(np.argsort(np.argsort(x))[idx])
+        ranks[idx] = ranks[idx].mean()
     return ranks
 
 
@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     mem_rows = []
     dump: dict = {}
     compute_notes: list[str] = []
-    without_errs: list[float] = []
+    same_speed_errs: list[float] = []
     # The BFC CPU allocator counts every allocation in its statistics; the default (oneDNN) CPU
     # allocator showed no growth for 128 KB tensors, which made its "peak" meaningless for small models.
     with LocalCluster(2, pin_cores=True, threads=1, env={"TF_CPU_ALLOCATOR_USE_BFC": "true"}) as cluster:
@@ -205,7 +205,8 @@ def run(args: argparse.Namespace) -> int:
             # worker 1's ops at worker 0's profile times the ratio of the two workers' whole steps (the
             # cores of a shared VM drift apart: one ran the same kernels 40% slower than the other for seconds)
             speed = [1.0, (prof1.step_s - prof1.call_s) / (prof.step_s - prof.call_s)]
-            og = build_op_graph(traced, {"CPU": prof.calibrated_us()})
+            calibrated = prof.calibrated_us()
+            og = build_op_graph(traced, {"CPU": calibrated})
             ran = prof.ops_run
             compute_notes.append(
                 f"- {name}: {ran} ops ran; sum of op medians {prof.op_sum_s * 1e3:.2f} ms; untraced step of the "
@@ -225,23 +226,23 @@ def run(args: argparse.Namespace) -> int:
                 call_s = float(np.median(call_times))
                 predicted = simulate_ops(og, devset, op_devices, transfer_cpu, args.ready_order,
                                          speed).step_time_s + call_s
-                without = simulate_ops(og, devset, op_devices, transfer_cpu, args.ready_order).step_time_s + call_s
+                same_speed = simulate_ops(og, devset, op_devices, transfer_cpu, args.ready_order).step_time_s + call_s
                 err = (predicted - measured) / measured
-                model_rows.append((label, predicted, measured, err, without, times))
-                without_errs.append((without - measured) / measured)
+                model_rows.append((label, predicted, measured, err, same_speed, times))
+                same_speed_errs.append((same_speed - measured) / measured)
                 out(f"| {name} | {label} | {call_s * 1e3:.2f} | {predicted * 1e3:.2f} | {measured * 1e3:.2f} | "
-                    f"{100 * err:+.1f}% | {without * 1e3:.2f} | {100 * (without - measured) / measured:+.1f}% |")
-            dump[name] = dict(median_us=prof.median_us, calibrated_us=prof.calibrated_us(), speed=speed,
+                    f"{100 * err:+.1f}% | {same_speed * 1e3:.2f} | {100 * (same_speed - measured) / measured:+.1f}% |")
+            dump[name] = dict(median_us=prof.median_us, calibrated_us=calibrated, speed=speed,
                               plans={label: dict(op_devices=op_devices, times=times, call_times=call_times)
                                      for label, op_devices, _, _, times, call_times in plans})
             rho = spearman([r[1] for r in model_rows], [r[2] for r in model_rows])
-            rho_without = spearman([r[4] for r in model_rows], [r[2] for r in model_rows])
+            rho_same_speed = spearman([r[4] for r in model_rows], [r[2] for r in model_rows])
             right, told = ordered_pairs([r[1] for r in model_rows], [r[5] for r in model_rows])
-            right_without, _ = ordered_pairs([r[4] for r in model_rows], [r[5] for r in model_rows])
+            right_same_speed, _ = ordered_pairs([r[4] for r in model_rows], [r[5] for r in model_rows])
             rows.extend((name, *r[:4], rho, f"{right}/{told}") for r in model_rows)
-            out(f"| {name} | Spearman ρ (predicted vs measured order) | | | | {rho:.2f} | | {rho_without:.2f} |")
+            out(f"| {name} | Spearman ρ (predicted vs measured order) | | | | {rho:.2f} | | {rho_same_speed:.2f} |")
             out(f"| {name} | pairs the measurement tells apart (sign test, p ≤ 0.05) that the prediction orders "
-                f"rightly | | | | {right}/{told} | | {right_without}/{told} |")
+                f"rightly | | | | {right}/{told} | | {right_same_speed}/{told} |")
     errs = np.abs([r[4] for r in rows])
     worst = max(rows, key=lambda r: abs(r[4]))
     out()
@@ -250,7 +251,7 @@ def run(args: argparse.Namespace) -> int:
         + ", ".join(f"{m} {r[5]:.2f}" for m in args.models for r in rows if r[0] == m and r[1] == "single")
         + ". Pairs of placements the measurement tells apart, ordered rightly: "
         + ", ".join(f"{m} {r[6]}" for m in args.models for r in rows if r[0] == m and r[1] == "single")
-        + f". Both workers at worker 0's speed: median absolute error {100 * np.median(np.abs(without_errs)):.1f}%.")
+        + f". Both workers at worker 0's speed: median absolute error {100 * np.median(np.abs(same_speed_errs)):.1f}%.")
     out()
     out("Compute: the profile behind the predictions (interleaved rounds on worker 0)")
     out()

@@ -24,6 +24,8 @@ import tensorflow as tf
 log = logging.getLogger(__name__)
 
 _PREFIX = "profiled"
+#: Length of ``_PREFIX + "/"``, cut from the imported graph's node names.
+_CUT = len(_PREFIX) + 1
 
 
 @dataclass(frozen=True)
@@ -296,8 +298,7 @@ class GraphProfiler:
         try:
             self._sess.run(self._outs, self._feeds, options=opts, run_metadata=md)
         except tf.errors.OpError as e:
-            cut = len(_PREFIX) + 1
-            op = e.op.name[cut:] if e.op is not None and e.op.name.startswith(_PREFIX) else e.op
+            op = e.op.name[_CUT:] if e.op is not None and e.op.name.startswith(_PREFIX) else e.op
             raise ValueError(f"profiling failed at op {op!r} on {self.device}: {e.message}") from e
         return md
 
@@ -309,7 +310,6 @@ class GraphProfiler:
     def round(self) -> None:
         """One traced step (and, with ``measure_step``, one untraced step and one fixed-cost run)."""
         md = self._traced_run()
-        cut = len(_PREFIX) + 1
         seen: dict[str, float] = {}
         in_use = [m.allocator_bytes_in_use for dev in md.step_stats.dev_stats for ns in dev.node_stats
                   for m in ns.memory if m.allocator_bytes_in_use > 0]
@@ -318,7 +318,7 @@ class GraphProfiler:
         for dev in md.step_stats.dev_stats:
             for ns in dev.node_stats:
                 if ns.node_name.startswith(_PREFIX + "/"):
-                    name = ns.node_name[cut:]
+                    name = ns.node_name[_CUT:]
                     dt = max(ns.op_end_rel_nanos - ns.op_start_rel_nanos, 0) / 1e3
                     seen[name] = seen.get(name, 0.0) + dt
         for name, dt in seen.items():
