@@ -258,3 +258,28 @@ def test_simulated_ops_scale_with_a_device_speed_factor(small_traced, devices):
     assert simulate_ops(og, devset, on_second, speed=[3.0, 1.0]).step_time_s == pytest.approx(base)
     with pytest.raises(CostError, match="positive finite factors"):
         simulate_ops(og, devset, on_second, speed=[1.0, 0.0])
+
+
+def test_simulated_activation_peak_matches_tfs_allocation_records():
+    """The issue's memory bound (15%) on a real Keras model: TF's allocation records vs the simulator."""
+    from cost_models.profile import profile_graph
+    from placer.costs import sample_inputs
+    from placer.devices import resolve_devices
+    from placer.opgraph import build_op_graph
+    from placer.planning import simulate_ops
+    from tests.models import branchy
+
+    t = trace_model(branchy(128), batch_size=32)
+    feeds = sample_inputs(t, 0)
+    prof = profile_graph(t.fixed.graph.as_graph_def(), feeds,
+                         {f"{ph}:0": v.value.numpy() for ph, v in t.variables.items()}, t.output_names,
+                         constants={f"{ph}:0": c.numpy() for ph, c in t.constants.items()}, repeats=2,
+                         grappler=True)
+    og = build_op_graph(t, {"CPU": prof.median_us})
+    devset = resolve_devices(["/device:CPU:0"])
+    sim = simulate_ops(og, devset, dict.fromkeys(og.graph, devset.names[0]))
+    resident = sum(og.graph.nodes[op]["memory_bytes"] for op in og.graph)
+    predicted = float(sim.peak_memory_bytes[0]) - resident - sum(v.nbytes for v in feeds.values())
+    # at least the four towers' 32x128 float outputs are live together before the concatenation
+    assert prof.activation_peak_bytes >= 4 * 32 * 128 * 4
+    assert predicted == pytest.approx(prof.activation_peak_bytes, rel=0.15)
