@@ -99,6 +99,26 @@ def ordered_pairs(predicted, samples: list[list[float]], alpha: float = 0.05) ->
     return right, total
 
 
+def split_half(samples: list[list[float]], splits: int = 1000, seed: int = 0) -> tuple[float, float]:
+    """How well the measurement reproduces its own order: the ceiling for any prediction's Spearman.
+
+    ``samples[i][r]`` is placement i's time in round r. The rounds are split
+    at random into two halves ``splits`` times; returns the median Spearman
+    ρ between the two halves' per-placement medians and the fraction of
+    splits in which it is at least 0.9.
+    """
+    t = np.asarray(samples, float)
+    n = t.shape[1]
+    rng = np.random.default_rng(seed)
+    rhos = []
+    for _ in range(splits):
+        perm = rng.permutation(n)
+        a, b = perm[: n // 2], perm[n // 2: 2 * (n // 2)]
+        rhos.append(spearman(np.median(t[:, a], axis=1), np.median(t[:, b], axis=1)))
+    rhos = np.asarray(rhos)
+    return float(np.nanmedian(rhos)), float(np.mean(rhos >= 0.9))
+
+
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
@@ -130,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
 
     rows = []
     mem_rows = []
+    half_rows: list[tuple[str, float, float]] = []
     dump: dict = {}
     compute_notes: list[str] = []
     same_speed_errs: list[float] = []
@@ -242,10 +263,14 @@ def run(args: argparse.Namespace) -> int:
             rho_same_speed = spearman([r[4] for r in model_rows], [r[2] for r in model_rows])
             right, told = ordered_pairs([r[1] for r in model_rows], [r[5] for r in model_rows])
             right_same_speed, _ = ordered_pairs([r[4] for r in model_rows], [r[5] for r in model_rows])
+            half_rho, half_ok = split_half([r[5] for r in model_rows])
             rows.extend((name, *r[:4], rho, f"{right}/{told}") for r in model_rows)
             out(f"| {name} | Spearman ρ (predicted vs measured order) | | | | {rho:.2f} | | {rho_same_speed:.2f} |")
             out(f"| {name} | pairs the measurement tells apart (sign test, p ≤ 0.05) that the prediction orders "
                 f"rightly | | | | {right}/{told} | | {right_same_speed}/{told} |")
+            out(f"| {name} | the measurement against itself: Spearman ρ between two random halves of the rounds "
+                f"(median of 1000 splits; share of splits ≥ 0.9) | | | | {half_rho:.2f} ({100 * half_ok:.0f}%) | | |")
+            half_rows.append((name, half_rho, half_ok))
     errs = np.abs([r[4] for r in rows])
     worst = max(rows, key=lambda r: abs(r[4]))
     out()
@@ -254,7 +279,9 @@ def run(args: argparse.Namespace) -> int:
         + ", ".join(f"{m} {r[5]:.2f}" for m in args.models for r in rows if r[0] == m and r[1] == "single")
         + ". Pairs of placements the measurement tells apart, ordered rightly: "
         + ", ".join(f"{m} {r[6]}" for m in args.models for r in rows if r[0] == m and r[1] == "single")
-        + f". Both workers at worker 0's speed: median absolute error {100 * np.median(np.abs(same_speed_errs)):.1f}%.")
+        + f". Both workers at worker 0's speed: median absolute error {100 * np.median(np.abs(same_speed_errs)):.1f}%. "
+        + "The measurement's own split-half Spearman (share of splits ≥ 0.9): "
+        + ", ".join(f"{m} {rho:.2f} ({100 * ok:.0f}%)" for m, rho, ok in half_rows) + ".")
     out()
     out("Compute: the profile behind the predictions (interleaved rounds on worker 0)")
     out()
