@@ -121,6 +121,11 @@ def split_half(samples: list[list[float]], splits: int = 1000, seed: int = 0) ->
 
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # LocalCluster pins worker i to core i; on a machine with more cores the client (this process)
+    # keeps off them, so that only the workers' own threads run there (before TF sizes its thread pools)
+    client_cores = sorted(os.sched_getaffinity(0) - {0, 1})
+    if client_cores:
+        os.sched_setaffinity(0, client_cores)
     import tensorflow as tf
     import workloads
 
@@ -170,6 +175,8 @@ def run(args: argparse.Namespace) -> int:
                 f"max rel. error {100 * f.max_rel_error:.0f}% ({f.points} sizes)")
         out(f"- transfer CPU cost (fan-out of tiny tensors, mean of both directions): {cpu_s * 1e6:.1f} µs per "
             "tensor, charged on both workers")
+        out(f"- the client (this process) runs on cores {client_cores}, off the workers' cores 0 and 1" if client_cores
+            else "- the client (this process) shares cores 0 and 1 with the workers (a 2-core machine)")
         out(f"- ops profiled on worker 0 with Grappler {'on' if args.grappler else 'off'}; the whole graph also on "
             "worker 1, whose ops are simulated at worker 0's times × the ratio of the two workers' steps")
         out("- predicted = simulated makespan (calibrated worker links and transfer CPU cost) + call: the measured "
