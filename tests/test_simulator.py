@@ -111,6 +111,17 @@ def test_peak_memory_counts_live_tensors_and_resident_bytes():
     assert r3.peak_memory_bytes.tolist() == [20.0]
 
 
+def test_an_op_that_took_no_time_keeps_its_input_until_the_op_it_feeds_ends():
+    # a (1 s) -> conv (0 s: fused into bias) -> bias (2 s) -> d (1 s). The fused kernel reads a's
+    # output (100 B) while bias runs, so a's output, conv's (100 B) and bias's (50 B) are live together.
+    d = np.array([[1.0], [0.0], [2.0], [1.0]])
+    es = [TensorEdge(0, (1,), 100.0), TensorEdge(1, (2,), 100.0), TensorEdge(2, (3,), 50.0)]
+    assert simulate(d, es, [0, 0, 0, 0], link()).peak_memory_bytes.tolist() == [250.0]
+    # the same chain where conv runs a kernel of its own: a's output is freed when conv ends
+    d2 = np.array([[1.0], [0.5], [2.0], [1.0]])
+    assert simulate(d2, es, [0, 0, 0, 0], link()).peak_memory_bytes.tolist() == [200.0]
+
+
 def test_in_place_ops_reuse_their_input_buffer():
     # matmul -> relu: relu writes into the matmul output (its only consumer), so one buffer of 10 bytes
     d = np.ones((3, 1))
