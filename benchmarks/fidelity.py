@@ -47,7 +47,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from placer.cluster import network_isolated  # noqa: E402
+from placer.measure.cluster import network_isolated  # noqa: E402
 
 MODELS = ["multi_tower_mlp", "transformer", "resnet50", "inception_v3"]
 #: Planning batch and input size per model (small enough for one core).
@@ -130,22 +130,22 @@ def run(args: argparse.Namespace) -> int:
     import workloads
 
     from cost_models.profile import GraphProfiler
-    from placer.cluster import LocalCluster
-    from placer.coarsen import coarsen
-    from placer.costs import sample_inputs
-    from placer.devices import resolve_devices
-    from placer.emit import emit
-    from placer.links import (
+    from cost_models import SimOptions
+    from placer.core.build import build_problem
+    from placer.core.devices import resolve_devices
+    from placer.measure.cluster import LocalCluster
+    from placer.tf.costs import sample_inputs
+    from placer.tf.emit import emit
+    from placer.measure.links import (
         calibrate_links,
         call_interface,
         call_seconds,
         measure_transfer_cpu,
         stand_in,
     )
-    from placer.opgraph import build_op_graph
-    from placer.planning import build_problem, project, simulate_ops
+    from placer.tf.opgraph import build_op_graph
     from placer.solvers import SolveOptions, solve_problem
-    from placer.trace import trace_model
+    from placer.tf.trace import trace_model
 
     lines: list[str] = []
 
@@ -210,10 +210,9 @@ def run(args: argparse.Namespace) -> int:
                 og = build_op_graph(traced, {"CPU": first.calibrated_us()})
                 plans = []
                 for label, group_by, algorithm in PLACEMENTS:
-                    coarse = coarsen(og, group_by)
-                    sol = solve_problem(build_problem(coarse, devset, og), algorithm,
-                                        SolveOptions(time_limit_s=5, objective="latency"))
-                    op_devices = project(coarse, sol.assignment, devset)
+                    built = build_problem(og.graph, devset, group_by=group_by)
+                    sol = solve_problem(built.problem, algorithm, SolveOptions(time_limit_s=5, objective="latency"))
+                    op_devices = built.node_devices(sol.assignment)
                     fn = emit(traced, op_devices).function
                     call = stand_in(call_interface(traced, op_devices))
                     step = lambda fn=fn: fn(*inputs)  # noqa: E731
@@ -235,6 +234,12 @@ def run(args: argparse.Namespace) -> int:
             speed = [1.0, (prof1.step_s - prof1.call_s) / (prof.step_s - prof.call_s)]
             calibrated = prof.calibrated_us()
             og = build_op_graph(traced, {"CPU": calibrated})
+            fine = build_problem(og.graph, devset, group_by="op")  # one group per colocation group
+
+            def simulate(op_devices, **options):
+                a = fine.group_assignment(op_devices)
+                return fine.simulate(a, SimOptions(ready_order=args.ready_order, **options))
+
             ran = prof.ops_run
             compute_notes.append(
                 f"- {name}: {ran} ops ran; sum of op medians {prof.op_sum_s * 1e3:.2f} ms; untraced step of the "
@@ -243,7 +248,7 @@ def run(args: argparse.Namespace) -> int:
                 f"worker 1's step {prof1.step_s * 1e3:.2f} ms (speed factor {speed[1]:.3f})")
             single = {op: names[0] for op in og.graph}
             resident = sum(og.graph.nodes[op]["memory_bytes"] for op in og.graph)
-            sim_single = simulate_ops(og, devset, single, ready_order=args.ready_order)
+            sim_single = simulate(single)
             # the allocation records count what the ops allocate: not the variables, nor the fed inputs
             # (the simulator holds them for the whole step, so they are a constant part of its peak)
             fed = sum(v.nbytes for v in feeds.values())
@@ -255,9 +260,8 @@ def run(args: argparse.Namespace) -> int:
             for label, op_devices, _, _, times, call_times in plans:
                 measured = float(np.median(times))
                 call_s = float(np.median(call_times))
-                predicted = simulate_ops(og, devset, op_devices, transfer_cpu, args.ready_order,
-                                         speed).step_time_s + call_s
-                same_speed = simulate_ops(og, devset, op_devices, transfer_cpu, args.ready_order).step_time_s + call_s
+                predicted = simulate(op_devices, transfer_cpu_s=transfer_cpu, time_factor=speed).step_time_s + call_s
+                same_speed = simulate(op_devices, transfer_cpu_s=transfer_cpu).step_time_s + call_s
                 err = (predicted - measured) / measured
                 model_rows.append((label, predicted, measured, err, same_speed, times))
                 same_speed_errs.append((same_speed - measured) / measured)

@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from cost_models import TensorEdge  # noqa: E402
 from placer.errors import NoFeasiblePlanError  # noqa: E402
-from placer.problem import PlacementProblem, Schedule, group_tensors  # noqa: E402
+from placer.core.problem import PlacementProblem, Schedule, group_tensors  # noqa: E402
 from placer.solvers import SolveOptions, solve_problem  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "benchmarks",
@@ -77,8 +77,8 @@ def load(path: str) -> PlacementProblem:
     tensors = group_tensors(fine_tensors, group)
     # Only accelerators have the memory cap; host memory is unlimited in this format.
     cap = np.array([float(data["maxSizePerFPGA"])] * acc + [np.inf] * cpus)
-    return PlacementProblem.build([str(s[0]) for s in groups], compute, memory, cap, tensors,
-                                  np.ones((k, k)), np.zeros((k, k)),
+    return PlacementProblem.build(names=[str(s[0]) for s in groups], compute_s=compute, memory_bytes=memory, capacity_bytes=cap, tensors=tensors,
+                                  bandwidth=np.ones((k, k)), latency=np.zeros((k, k)),
                                   order=list(nx.topological_sort(_dag(groups, tensors))), schedule=schedule)
 
 
@@ -111,7 +111,7 @@ def main() -> None:
             n_nodes = len(json.load(open(path))["nodes"])
             t = time.perf_counter()
             try:
-                ours = solve_problem(p, "auto", SolveOptions(time_limit_s=args.time_limit))
+                ours = solve_problem(p, "auto", SolveOptions(time_limit_s=args.time_limit, objective="throughput"))
             except NoFeasiblePlanError as e:
                 print(f"| {name} | {n_nodes} ({p.n}) | {p.k} | infeasible: {str(e)[:80]} | | | | | |")
                 continue
@@ -119,7 +119,7 @@ def main() -> None:
             ratios = []
             for b in ("single", "round_robin", "contiguous", "partition", "heft"):
                 try:
-                    ratios.append(f"{solve_problem(p, b).objective / ours.objective:.2f}")
+                    ratios.append(f"{solve_problem(p, b, SolveOptions(objective="throughput")).objective / ours.objective:.2f}")
                 except NoFeasiblePlanError:
                     ratios.append("infeasible")
             print(f"| {name} | {n_nodes} ({p.n}) | {p.k} | {ours.objective:.4g} ({ours.solver}) | "

@@ -15,9 +15,9 @@ from typing import Callable
 import keras
 import networkx as nx
 
-from placer.costs import compute_costs
-from placer.opgraph import build_op_graph
-from placer.trace import trace_model, trace_training_step
+from placer.tf.costs import ProfileOptions, compute_costs
+from placer.tf.opgraph import build_op_graph
+from placer.tf.trace import trace_model, trace_training_step
 
 
 def resnet50(size: int = 224) -> keras.Model:
@@ -95,7 +95,7 @@ def op_graph(name: str, training: bool, repeats: int = 3, batch: int | None = No
     traced = tracer(model, batch_size=batch or default_batch)
     t1 = time.perf_counter()
     # Every traced op timed on its own (Grappler off), as in the recorded solver tables.
-    costs = compute_costs(traced, ["CPU"], repeats=repeats, seed=0, grappler=False).us
+    costs = compute_costs(traced, ["CPU"], ProfileOptions(repeats=repeats, seed=0, grappler=False, cache=False)).us
     t2 = time.perf_counter()
     og = build_op_graph(traced, costs)
     t3 = time.perf_counter()

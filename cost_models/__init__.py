@@ -5,6 +5,7 @@ import no TensorFlow either (only :mod:`cost_models.profile` does).
 """
 
 from .comm import CalibrationError, Link, LinkFit, fit_link
-from .simulate import SimResult, TensorEdge, simulate
+from .simulate import MemoryTraits, SimOptions, SimResult, TensorEdge, simulate
 
-__all__ = ["CalibrationError", "Link", "LinkFit", "fit_link", "SimResult", "TensorEdge", "simulate"]
+__all__ = ["CalibrationError", "Link", "LinkFit", "fit_link", "MemoryTraits", "SimOptions", "SimResult", "TensorEdge",
+           "simulate"]

@@ -6,7 +6,7 @@ and the graph runs in a ``Session`` with ``FULL_TRACE``; each op's kernel time
 is read from ``RunMetadata.step_stats``. With ``grappler=False`` (this
 function's default) Grappler is switched off so that no op is fused or
 folded away (with it on, only ~15% of ResNet50's compute ops keep their own
-time); :func:`placer.costs.compute_costs` profiles with it on by default, as
+time); :func:`placer.tf.costs.compute_costs` profiles with it on by default, as
 the placed function runs. The first ``warmup`` runs are discarded; the median of
 ``repeats`` runs is the estimate and the inter-quartile range its spread.
 """

@@ -37,7 +37,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-#: Values of ``simulate(ready_order=...)``.
+#: Values of ``SimOptions.ready_order``.
 READY_ORDERS = ("fifo", "lifo")
 
 
@@ -100,6 +100,70 @@ def _check_costs(durations: np.ndarray, assignment: np.ndarray) -> None:
         )
 
 
+@dataclass(frozen=True)
+class MemoryTraits:
+    """Per-node facts the memory model reads (all optional; ``None``: none of the nodes has it).
+
+    Attributes
+    ----------
+    resident_bytes : sequence of float, optional
+        Bytes each node keeps on its device for the whole step (variables).
+    aliasing : sequence of bool, optional
+        Nodes whose outputs share an existing buffer (a variable read, a
+        reshape): their outputs allocate nothing on the producing device.
+    inplace : sequence of bool, optional
+        Nodes that may write their output into an input buffer of the same
+        size when they are its last reader (TensorFlow forwards such buffers
+        for element-wise ops).
+    held : sequence of bool, optional
+        Nodes whose outputs stay allocated until the step ends: the inputs a
+        caller feeds (its call frame holds them; a remote worker measured
+        here kept a fed 0.5 MB input for the whole step).
+    """
+
+    resident_bytes: Sequence[float] | None = None
+    aliasing: Sequence[bool] | None = None
+    inplace: Sequence[bool] | None = None
+    held: Sequence[bool] | None = None
+
+    def padded(self, n: int, pad: int, aliasing: Sequence[bool]) -> "MemoryTraits":
+        """The traits of ``n`` nodes followed by ``pad`` extra nodes (with the given ``aliasing``)."""
+
+        def ext(xs: Sequence | None, fill: object) -> list | None:
+            return None if xs is None else [*xs, *([fill] * pad)]
+
+        return MemoryTraits(ext(self.resident_bytes, 0.0), [*(self.aliasing or [False] * n), *aliasing],
+                            ext(self.inplace, False), ext(self.held, False))
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimOptions:
+    """How :func:`simulate` runs a step (defaults: TensorFlow's executor, simplified).
+
+    Attributes
+    ----------
+    concurrency : int
+        Ops a device runs at once.
+    ready_order : {"fifo", "lifo"}
+        Which of a device's ready ops runs next: the earliest ready, or the
+        latest ready (see the module docstring).
+    transfer_cpu_s : numpy.ndarray, optional
+        ``(k, k)`` compute time one tensor sent from ``i`` to ``j`` takes on
+        *each* of the two devices (serialisation and RPC handling; TensorFlow's
+        ``_Send``/``_Recv``). Each such transfer becomes a send op on the
+        producer's device and a receive op on the consumer's, which queue like
+        any op; the timeline lists original ops only (their busy time counts).
+    time_factor : sequence of float, optional
+        One factor per device multiplying its op times: a device measured 20%
+        slower than the one its kind was profiled on gets 1.2.
+    """
+
+    concurrency: int = 1
+    ready_order: str = "fifo"
+    transfer_cpu_s: np.ndarray | None = None
+    time_factor: Sequence[float] | None = None
+
+
 def simulate(
     durations_s: np.ndarray,
     tensors: Sequence[TensorEdge],
@@ -107,14 +171,9 @@ def simulate(
     link_seconds: Callable[[int, int, float], float],
     *,
     control_edges: Sequence[tuple[int, int]] = (),
-    concurrency: int = 1,
-    resident_bytes: Sequence[float] | None = None,
-    aliasing: Sequence[bool] | None = None,
-    inplace: Sequence[bool] | None = None,
     link_latency_s: np.ndarray | None = None,
-    transfer_cpu_s: np.ndarray | None = None,
-    held: Sequence[bool] | None = None,
-    ready_order: str = "fifo",
+    memory: MemoryTraits = MemoryTraits(),
+    options: SimOptions = SimOptions(),
 ) -> SimResult:
     """Simulate one step of a placed graph.
 
@@ -130,35 +189,16 @@ def simulate(
         ``(src_device, dst_device, nbytes) -> seconds`` for one transfer.
     control_edges : sequence of (int, int)
         Ordering-only dependencies (no data moves).
-    concurrency : int
-        Ops a device runs at once.
-    resident_bytes : sequence of float, optional
-        Bytes each node keeps on its device for the whole step (variables).
-    aliasing : sequence of bool, optional
-        Nodes whose outputs share an existing buffer (a variable read, a
-        reshape): their outputs allocate nothing on the producing device.
-    inplace : sequence of bool, optional
-        Nodes that may write their output into an input buffer of the same
-        size when they are its last reader (TensorFlow forwards such buffers
-        for element-wise ops).
-    held : sequence of bool, optional
-        Nodes whose outputs stay allocated until the step ends: the inputs a
-        caller feeds (its call frame holds them; a remote worker measured
-        here kept a fed 0.5 MB input for the whole step).
     link_latency_s : numpy.ndarray, optional
         ``(k, k)`` per-transfer latency that does *not* occupy the link
         (RPCs in flight overlap); ``link_seconds`` is then only the time the
         bytes occupy the link. Without it, ``link_seconds`` is the whole
         transfer and transfers on one link never overlap.
-    transfer_cpu_s : numpy.ndarray, optional
-        ``(k, k)`` compute time one tensor sent from ``i`` to ``j`` takes on
-        *each* of the two devices (serialisation and RPC handling; TensorFlow's
-        ``_Send``/``_Recv``). Each such transfer becomes a send op on the
-        producer's device and a receive op on the consumer's, which queue like
-        any op; the timeline lists original ops only (their busy time counts).
-    ready_order : {"fifo", "lifo"}
-        Which of a device's ready ops runs next: the earliest ready, or the
-        latest ready (see the module docstring).
+    memory : MemoryTraits
+        What the memory model knows of each node (resident bytes, aliasing,
+        in-place, held).
+    options : SimOptions
+        Concurrency, ready order, transfer CPU cost and per-device time factors.
 
     Returns
     -------
@@ -167,7 +207,7 @@ def simulate(
     Raises
     ------
     ValueError
-        On a cycle, a bad assignment or a non-finite/negative duration.
+        On a cycle, a bad assignment, a non-finite/negative duration or bad options.
 
     Examples
     --------
@@ -178,19 +218,27 @@ def simulate(
     >>> es = [TensorEdge(0, (1, 2), 4.0), TensorEdge(1, (3,), 4.0), TensorEdge(2, (3,), 4.0)]
     >>> simulate(d, es, [0, 0, 0, 0], lambda i, j, b: 0.0).step_time_s
     7.0
+    >>> simulate(d, es, [0, 0, 0, 0], lambda i, j, b: 0.0, options=SimOptions(concurrency=2)).step_time_s
+    5.0
     """
     durations = np.asarray(durations_s, dtype=float)
     a = np.asarray(assignment, dtype=int)
     n, k = durations.shape
-    _check_costs(durations, a)
+    concurrency, ready_order = options.concurrency, options.ready_order
     if concurrency < 1:
         raise ValueError("concurrency must be >= 1")
     if ready_order not in READY_ORDERS:
         raise ValueError(f"ready_order must be one of {READY_ORDERS}, got {ready_order!r}")
-    if transfer_cpu_s is not None:
-        return _with_transfer_ops(durations, tensors, a, link_seconds, np.asarray(transfer_cpu_s, dtype=float),
-                                  control_edges, concurrency, resident_bytes, aliasing, inplace, link_latency_s,
-                                  held, ready_order)
+    if options.time_factor is not None:
+        factors = np.asarray(options.time_factor, dtype=float)
+        if factors.shape != (k,) or not np.isfinite(factors).all() or (factors <= 0).any():
+            raise ValueError(f"time_factor must be {k} positive finite factors (one per device), "
+                             f"got {list(options.time_factor)!r}")
+        durations = durations * factors[None, :]
+    _check_costs(durations, a)
+    if options.transfer_cpu_s is not None:
+        return _with_transfer_ops(durations, tensors, a, link_seconds, control_edges, link_latency_s, memory,
+                                  options)
 
     # Dependencies: (tensor, dst) pairs and control edges.
     n_waiting = np.zeros(n, dtype=int)
@@ -284,18 +332,16 @@ def simulate(
         step = max(step, max(e for *_, e in transfers))
     if not math.isfinite(step):
         raise ValueError("simulated step time is not finite")
-    peak = _peak_memory(tensors, a, k, timeline, transfers, resident_bytes, aliasing, inplace, held)
+    peak = _peak_memory(tensors, a, k, timeline, transfers, memory)
     return SimResult(step, busy, link_bytes, tuple(timeline), tuple(transfers), peak)
 
 
 def _with_transfer_ops(durations: np.ndarray, tensors: Sequence[TensorEdge], a: np.ndarray,
-                       link_seconds: Callable[[int, int, float], float], cpu: np.ndarray,
-                       control_edges: Sequence[tuple[int, int]], concurrency: int,
-                       resident_bytes: Sequence[float] | None, aliasing: Sequence[bool] | None,
-                       inplace: Sequence[bool] | None, link_latency_s: np.ndarray | None,
-                       held: Sequence[bool] | None, ready_order: str) -> SimResult:
-    """:func:`simulate` with a send and a receive op per cross-device transfer (see ``transfer_cpu_s``)."""
+                       link_seconds: Callable[[int, int, float], float], control_edges: Sequence[tuple[int, int]],
+                       link_latency_s: np.ndarray | None, memory: MemoryTraits, options: SimOptions) -> SimResult:
+    """:func:`simulate` with a send and a receive op per cross-device transfer (``SimOptions.transfer_cpu_s``)."""
     n, k = durations.shape
+    cpu = np.asarray(options.transfer_cpu_s, dtype=float)
     if cpu.shape != (k, k) or not np.isfinite(cpu).all() or (cpu < 0).any():
         raise ValueError(f"transfer_cpu_s must be a finite non-negative ({k}, {k}) array")
     rows = [durations]
@@ -322,15 +368,9 @@ def _with_transfer_ops(durations: np.ndarray, tensors: Sequence[TensorEdge], a: 
             origin += [ti, ti]
         new_tensors.append(TensorEdge(t.src, local + tuple(sends), t.nbytes, t.count))
         origin.append(ti)
-    m = len(devs)
-    pad = m - n
     r = simulate(np.vstack(rows), new_tensors, devs, link_seconds, control_edges=control_edges,
-                 concurrency=concurrency,
-                 resident_bytes=None if resident_bytes is None else [*resident_bytes, *([0.0] * pad)],
-                 aliasing=[*(aliasing if aliasing is not None else [False] * n), *extra_alias],
-                 inplace=None if inplace is None else [*inplace, *([False] * pad)],
-                 link_latency_s=link_latency_s, held=None if held is None else [*held, *([False] * pad)],
-                 ready_order=ready_order)
+                 link_latency_s=link_latency_s, memory=memory.padded(n, len(devs) - n, extra_alias),
+                 options=SimOptions(concurrency=options.concurrency, ready_order=options.ready_order))
     timeline = tuple(x for x in r.timeline if x[0] < n)
     transfers = tuple((origin[ti], i, j, ts, te) for ti, i, j, ts, te in r.transfers)
     return SimResult(r.step_time_s, r.busy_s, r.link_bytes, timeline, transfers, r.peak_memory_bytes)
@@ -360,9 +400,8 @@ def _reads_until(tensors: Sequence[TensorEdge], a: np.ndarray,
 
 def _peak_memory(tensors: Sequence[TensorEdge], a: np.ndarray, k: int,
                  timeline: Sequence[tuple[int, int, float, float]],
-                 transfers: Sequence[tuple[int, int, int, float, float]],
-                 resident_bytes: Sequence[float] | None, aliasing: Sequence[bool] | None,
-                 inplace: Sequence[bool] | None, held: Sequence[bool] | None = None) -> np.ndarray:
+                 transfers: Sequence[tuple[int, int, int, float, float]], memory: MemoryTraits) -> np.ndarray:
+    resident_bytes, aliasing, inplace, held = memory.resident_bytes, memory.aliasing, memory.inplace, memory.held
     start = {v: s for v, _, s, _ in timeline}
     end = {v: e for v, _, _, e in timeline}
     reads = _reads_until(tensors, a, timeline)

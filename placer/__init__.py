@@ -1,8 +1,11 @@
 """autoplace: automatic model-parallel placement for Keras 3 / TensorFlow.
 
-The public API is imported lazily so that the pure solver modules
-(:mod:`placer.solvers`, :mod:`placer.problem`) can be used without paying
-for (or even having) TensorFlow.
+The public API is imported lazily so that the TensorFlow-free part
+(:mod:`placer.core`, :mod:`placer.solvers`, :func:`placer.solve`) can be
+used without paying for (or even having) TensorFlow. The folders are the
+pipeline's stages: ``core/`` and ``solvers/`` never import TensorFlow,
+``tf/`` holds the stages that do, ``measure/`` the measurement tools
+(``docs/design.md``).
 
 Examples
 --------
@@ -16,7 +19,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .devices import DeviceSpec
+from .core.devices import DeviceSpec
 from .errors import (
     AutoplaceError,
     CostError,
@@ -27,6 +30,7 @@ from .errors import (
     InsufficientMemoryError,
     ModelError,
     NoFeasiblePlanError,
+    PlanError,
     SolverError,
     UnsupportedError,
 )
@@ -34,20 +38,20 @@ from .errors import (
 __version__ = "0.1.0"
 
 _LAZY = {
-    "autoplace": ("placer.api", "autoplace"),
-    "PlacementOptions": ("placer.api", "PlacementOptions"),
-    "PlacedModel": ("placer.placed_model", "PlacedModel"),
-    "Plan": ("placer.plan", "Plan"),
+    "autoplace": ("placer.tf.pipeline", "autoplace"),
+    "PlacementOptions": ("placer.tf.pipeline", "PlacementOptions"),
+    "PlacedModel": ("placer.tf.placed_model", "PlacedModel"),
+    "Plan": ("placer.core.plan", "Plan"),
     "solvers": ("placer.solvers", None),
-    "solve": ("placer.placement", "solve"),
-    "Placement": ("placer.placement", "Placement"),
-    "load_graph": ("placer.graphs", "load_graph"),
-    "save_graph": ("placer.graphs", "save_graph"),
+    "solve": ("placer.planner", "solve"),
+    "PlanOptions": ("placer.planner", "PlanOptions"),
+    "load_graph": ("placer.core.graph_io", "load_graph"),
+    "save_graph": ("placer.core.graph_io", "save_graph"),
 }
 
 __all__ = [
     "AutoplaceError", "CostError", "DeviceError", "DeviceSpec", "ExportError", "GraphError",
-    "InputSignatureError", "InsufficientMemoryError", "ModelError", "NoFeasiblePlanError",
+    "InputSignatureError", "InsufficientMemoryError", "ModelError", "NoFeasiblePlanError", "PlanError",
     "SolverError", "UnsupportedError", *_LAZY,
 ]
 

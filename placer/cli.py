@@ -11,7 +11,6 @@ Output for people goes through this module (stdout); the library only logs.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -19,6 +18,24 @@ from typing import Sequence
 
 
 def _parser() -> argparse.ArgumentParser:
+    # Choices and defaults come from the registries and option dataclasses (TensorFlow-free modules:
+    # ``plan-graph`` never imports TensorFlow, and ``plan`` must not before --logical-cpus is applied).
+    from .core.build import GROUPINGS, MODEL_GROUP_BY
+    from .core.compression import WIRE_DTYPES
+    from .core.objectives import OBJECTIVES
+    from .planner import PlanOptions
+    from .solvers import available_solvers
+
+    def planning(sub: argparse.ArgumentParser, group_by: str) -> None:
+        sub.add_argument("--objective", default=PlanOptions.objective, choices=sorted(OBJECTIVES))
+        sub.add_argument("--algorithm", default=PlanOptions.algorithm, choices=available_solvers())
+        sub.add_argument("--time-limit", type=float, default=PlanOptions.time_limit_s,
+                         help=f"search budget in seconds (default {PlanOptions.time_limit_s:g})")
+        sub.add_argument("--seed", type=int, default=PlanOptions.seed)
+        sub.add_argument("--group-by", default=group_by, choices=sorted(GROUPINGS),
+                         help=f"which nodes move together (default {group_by})")
+        sub.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+
     p = argparse.ArgumentParser(prog="autoplace", description="Automatic model-parallel placement for Keras 3.")
     sub = p.add_subparsers(dest="command", required=True)
     plan = sub.add_parser("plan", help="place a saved Keras model and write a report")
@@ -27,14 +44,13 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--logical-cpus", type=int, default=0,
                       help="split the CPU into N logical devices first (to plan on one machine)")
     plan.add_argument("--batch-size", type=int, default=None)
-    plan.add_argument("--algorithm", default="auto")
-    plan.add_argument("--objective", default="latency", choices=["latency", "throughput", "memory"])
-    plan.add_argument("--time-limit", type=float, default=10.0, help="solver budget in seconds")
-    plan.add_argument("--compression", default="none", choices=["none", "bf16", "fp16"])
+    plan.add_argument("--compression", default="none", choices=sorted(WIRE_DTYPES))
     plan.add_argument("--report", default="autoplace_report.json", help="report path (.json)")
     plan.add_argument("--export", default=None, help="also write a SavedModel of the placed model here")
     plan.add_argument("--plan-json", default=None, help="also write the plan (op → device) as JSON here")
-    plan.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    plan.add_argument("--graph-json", default=None, help="also write the cost-annotated op graph here "
+                      "(re-plan it offline with plan-graph)")
+    planning(plan, MODEL_GROUP_BY)
 
     graph = sub.add_parser("plan-graph", help="place a graph JSON file (no TensorFlow needed)")
     graph.add_argument("graph", help="an autoplace graph file (docs/graph-format.md)")
@@ -42,12 +58,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="device names; default: the devices in the file")
     graph.add_argument("--memory-bytes", type=float, default=None,
                        help="capacity of each device given with --devices (default: unlimited)")
-    graph.add_argument("--objective", default="latency", choices=["latency", "throughput", "memory"])
-    graph.add_argument("--algorithm", default="auto")
-    graph.add_argument("--time-limit", type=float, default=None, help="search budget in seconds (default 5)")
-    graph.add_argument("--seed", type=int, default=0)
-    graph.add_argument("--out", default=None, help="write the placement (node → device, figures) as JSON here")
-    graph.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    graph.add_argument("--out", default=None, help="write the plan (node → device, figures) as JSON here")
+    planning(graph, PlanOptions.group_by)
     return p
 
 
@@ -60,10 +72,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _plan_graph(args: argparse.Namespace) -> int:
-    from .devices import DeviceSpec
+    from .core.devices import DeviceSpec
+    from .core.graph_io import load_graph
     from .errors import AutoplaceError
-    from .graphs import load_graph
-    from .placement import solve
+    from .planner import solve
 
     try:
         graph, devices = load_graph(args.graph)
@@ -73,25 +85,23 @@ def _plan_graph(args: argparse.Namespace) -> int:
         if devices is None:
             print(f"autoplace: error: {args.graph} lists no devices; pass --devices", file=sys.stderr)
             return 2
-        placement = solve(graph, devices, objective=args.objective, algorithm=args.algorithm,
-                          time_limit=args.time_limit, seed=args.seed)
-    except AutoplaceError as e:
+        plan = solve(graph, devices, objective=args.objective, algorithm=args.algorithm,
+                     time_limit_s=args.time_limit, seed=args.seed, group_by=args.group_by)
+        if args.out:
+            plan.save(args.out)
+    except (AutoplaceError, OSError) as e:
         print(f"autoplace: error: {e}", file=sys.stderr)
         return 2
+    print(f"{len(plan.assignment)} nodes on {len(plan.devices)} devices, objective {plan.objective}: "
+          f"{plan.value:.6g} {plan.unit} predicted (lower bound {plan.lower_bound:.6g}, gap {100 * plan.gap:.1f}%), "
+          f"solver {plan.solver}, {plan.solve_time_s:.2f} s")
+    print(f"predicted step {plan.predicted_step_time_s * 1e3:.3f} ms, predicted max load "
+          f"{plan.predicted_max_load_s * 1e3:.3f} ms, traffic {plan.traffic_bytes / 1e6:.3f} MB")
+    counts = plan.ops_per_device()
+    for name, load, mem in zip(plan.devices, plan.predicted_device_load_s, plan.device_memory_bytes):
+        print(f"  {name}: {counts[name]} nodes, predicted load {load * 1e3:.3f} ms, memory {mem / 1e6:.3f} MB")
     if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            json.dump(placement.to_dict(), f, indent=1)
-    unit = placement.unit
-    print(f"{len(placement.assignment)} nodes on {len(placement.devices)} devices, objective {placement.objective}: "
-          f"{placement.value:.6g} {unit} (lower bound {placement.lower_bound:.6g}, gap {100 * placement.gap:.1f}%), "
-          f"solver {placement.solver}, {placement.wall_s:.2f} s")
-    print(f"simulated step {placement.step_time_s * 1e3:.3f} ms, max load {placement.max_load_s * 1e3:.3f} ms, "
-          f"traffic {placement.traffic_bytes / 1e6:.3f} MB")
-    for name, load, mem in zip(placement.devices, placement.device_load_s, placement.device_memory_bytes):
-        count = sum(1 for d in placement.assignment.values() if d == name)
-        print(f"  {name}: {count} nodes, load {load * 1e3:.3f} ms, memory {mem / 1e6:.3f} MB")
-    if args.out:
-        print(f"placement: {args.out}")
+        print(f"plan: {args.out}")
     return 0
 
 
@@ -117,20 +127,23 @@ def _plan_model(args: argparse.Namespace) -> int:
     try:
         placed = placer.autoplace(model, args.devices, batch_size=args.batch_size, algorithm=args.algorithm,
                                   time_limit_s=args.time_limit, compression=args.compression,
-                                  objective=args.objective)
+                                  objective=args.objective, seed=args.seed, group_by=args.group_by)
         placed.report(args.report)
         if args.export:
             placed.export(args.export)
-    except placer.AutoplaceError as e:
+        if args.plan_json:
+            placed.plan.save(args.plan_json)
+        if args.graph_json:
+            placed.save_graph(args.graph_json)
+    except (placer.AutoplaceError, OSError) as e:
         print(f"autoplace: error: {e}", file=sys.stderr)
         return 2
-    if args.plan_json:
-        with open(args.plan_json, "w", encoding="utf-8") as f:
-            json.dump(placed.plan.to_dict(), f, indent=1)
     print(placed.summary())
     print(f"report: {args.report}")
     if args.export:
         print(f"SavedModel: {args.export}")
+    if args.graph_json:
+        print(f"op graph: {args.graph_json}")
     return 0
 
 

@@ -14,7 +14,23 @@ from __future__ import annotations
 
 
 class AutoplaceError(Exception):
-    """Base class of every error autoplace raises on purpose."""
+    """Base class of every error autoplace raises on purpose.
+
+    Attributes
+    ----------
+    stage : str or None
+        The pipeline stage of :func:`placer.autoplace` that raised it (``None``
+        outside the pipeline); the message then starts with it.
+    """
+
+    stage: str | None = None
+
+    def in_stage(self, stage: str) -> "AutoplaceError":
+        """Record the pipeline stage that raised this error and name it in the message (once)."""
+        if self.stage is None:
+            self.stage = stage
+            self.args = (f"[{stage} stage] {self.args[0] if self.args else ''}", *self.args[1:])
+        return self
 
 
 class ModelError(AutoplaceError, TypeError):
@@ -43,6 +59,10 @@ class InsufficientMemoryError(AutoplaceError):
 
 class NoFeasiblePlanError(AutoplaceError):
     """No placement satisfying all constraints was found in the time limit."""
+
+
+class PlanError(AutoplaceError, ValueError):
+    """A saved plan is malformed or does not fit the graph or devices it is applied to."""
 
 
 class SolverError(AutoplaceError, ValueError):

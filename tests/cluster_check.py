@@ -17,8 +17,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import placer  # noqa: E402
-from placer.cluster import LocalCluster  # noqa: E402
-from placer.links import measure_link  # noqa: E402
+from placer.measure.cluster import LocalCluster  # noqa: E402
+from placer.measure.links import measure_link  # noqa: E402
 
 
 def model() -> keras.Model:

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from placer.cluster import LocalCluster, network_isolated
+from placer.measure.cluster import LocalCluster, network_isolated
 from placer.errors import DeviceError
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -19,9 +19,9 @@ from cost_models.analytic import (
     op_flops_bytes,
 )
 from cost_models.cache import CacheKey, ProfileCache
-from placer.costs import compute_costs, op_shapes
+from placer.tf.costs import ProfileOptions, compute_costs, op_shapes
 from placer.errors import CostError
-from placer.trace import trace_model
+from placer.tf.trace import trace_model
 
 
 def test_formulas_known_answers():
@@ -73,20 +73,20 @@ def test_analytic_costs_for_absent_hardware(small_traced):
     shapes = op_shapes(small_traced.fixed.graph)
     matmuls = [s for s in shapes.values() if s.op_type == "MatMul"]
     assert sorted(s.inputs[0] for s in matmuls) == [(16, 32), (16, 64)]
-    costs = compute_costs(small_traced, ["GPU"], repeats=1, seed=0, hardware={"GPU": "nvidia-a100-40gb"})
+    costs = compute_costs(small_traced, ["GPU"], ProfileOptions(repeats=1, seed=0, hardware={"GPU": "nvidia-a100-40gb"}))
     assert costs.source["GPU"] == "analytic:nvidia-a100-40gb"
     assert all(v >= 0 for v in costs.us["GPU"].values())
     with pytest.raises(CostError, match="no GPU device in this process"):
-        compute_costs(small_traced, ["GPU"], repeats=1, seed=0)
+        compute_costs(small_traced, ["GPU"], ProfileOptions(repeats=1, seed=0))
     with pytest.raises(CostError, match="unknown hardware"):
-        compute_costs(small_traced, ["GPU"], repeats=1, seed=0, hardware={"GPU": "tpu-v9"})
+        compute_costs(small_traced, ["GPU"], ProfileOptions(repeats=1, seed=0, hardware={"GPU": "tpu-v9"}))
 
 
 def test_profile_cache_hit_and_foreign_entry(small_traced, tmp_path, caplog):
     cache = ProfileCache(tmp_path)
-    first = compute_costs(small_traced, ["CPU"], repeats=1, seed=0, cache=cache)
+    first = compute_costs(small_traced, ["CPU"], ProfileOptions(repeats=1, seed=0, cache=cache))
     assert first.source["CPU"] == "measured"
-    second = compute_costs(small_traced, ["CPU"], repeats=1, seed=0, cache=cache)
+    second = compute_costs(small_traced, ["CPU"], ProfileOptions(repeats=1, seed=0, cache=cache))
     assert second.source["CPU"] == "measured (cached)" and second.us == first.us
     # an entry written for another TF version (e.g. copied between machines) is not used
     (entry,) = tmp_path.glob("profile-CPU-*.json")
@@ -94,14 +94,14 @@ def test_profile_cache_hit_and_foreign_entry(small_traced, tmp_path, caplog):
     doc["key"]["tf_version"] = "1.15.0"
     entry.write_text(json.dumps(doc))
     with caplog.at_level(logging.WARNING):
-        third = compute_costs(small_traced, ["CPU"], repeats=1, seed=0, cache=cache)
+        third = compute_costs(small_traced, ["CPU"], ProfileOptions(repeats=1, seed=0, cache=cache))
     assert third.source["CPU"] == "measured"
     assert "ignoring profile cache entry" in caplog.text
     assert cache.get(CacheKey("other-graph", "CPU", 16, "x")) is None
     # a profile taken with Grappler off is a different measurement: not a hit for the default (on)
-    off = compute_costs(small_traced, ["CPU"], repeats=1, seed=0, cache=cache, grappler=False)
+    off = compute_costs(small_traced, ["CPU"], ProfileOptions(repeats=1, seed=0, cache=cache, grappler=False))
     assert off.source["CPU"] == "measured" and len(list(tmp_path.glob("profile-CPU-*.json"))) == 2
-    assert compute_costs(small_traced, ["CPU"], repeats=1, seed=0, cache=cache, grappler=False).us == off.us
+    assert compute_costs(small_traced, ["CPU"], ProfileOptions(repeats=1, seed=0, cache=cache, grappler=False)).us == off.us
 
 
 def test_autoplace_plans_with_an_analytic_spec_for_the_local_kind(devices):
@@ -112,12 +112,12 @@ def test_autoplace_plans_with_an_analytic_spec_for_the_local_kind(devices):
     x = np.ones((8, 32), "float32")
     assert np.allclose(p(x).numpy(), model(x).numpy(), atol=1e-5)
     assert p.plan.value > 0
-    assert p.report_data["costs"]["source"] == {"CPU": "analytic:slow-cpu"}
+    assert p.report_data["cost_model"]["compute"] == {"CPU": "analytic:slow-cpu"}
 
 
 def test_link_calibration_on_logical_devices(devices):
-    from placer.devices import resolve_devices
-    from placer.links import calibrate_links
+    from placer.core.devices import resolve_devices
+    from placer.measure.links import calibrate_links
 
     devset = resolve_devices(devices[:2])
     calibrated, fits = calibrate_links(devset, sizes=(1 << 10, 1 << 16, 1 << 20), repeats=3)
@@ -127,7 +127,7 @@ def test_link_calibration_on_logical_devices(devices):
     assert calibrated.link(0, 1) == fits[(0, 1)].link
     with pytest.raises(CostError, match="at least three sizes"):
         calibrate_links(devset, sizes=(1 << 10, 1 << 16), repeats=1)
-    from placer.links import measure_link, measure_transfer_cpu
+    from placer.measure.links import measure_link, measure_transfer_cpu
 
     assert measure_transfer_cpu(devset.names[0], devset.names[1], counts=(2, 6), repeats=3) >= 0.0
     with pytest.raises(CostError, match="increasing"):
@@ -137,7 +137,7 @@ def test_link_calibration_on_logical_devices(devices):
 
 
 def test_call_interface_and_stand_in_of_a_split_model(small_traced, devices):
-    from placer.links import TensorAt, call_interface, measure_call
+    from placer.measure.links import TensorAt, call_interface, measure_call
 
     ops = [op.name for op in small_traced.fixed.graph.get_operations()]
     second = ops.index(small_traced.fixed.graph.get_operations()[-1].name) // 2  # the second Dense onwards
@@ -182,7 +182,7 @@ def test_profiling_with_grappler_times_fused_ops_under_one_name(small_traced):
     # Dense(relu) = MatMul + BiasAdd + Relu; with Grappler on they run as one fused kernel, so fewer
     # ops carry time, and the untraced step time is recorded either way
     from cost_models.profile import profile_graph
-    from placer.costs import sample_inputs
+    from placer.tf.costs import sample_inputs
 
     t = small_traced
     args = (t.fixed.graph.as_graph_def(), sample_inputs(t, 0),
@@ -223,7 +223,7 @@ def test_calibrated_op_times_add_up_to_the_untraced_step():
 
 def test_profiler_runs_rounds_on_demand(small_traced):
     from cost_models.profile import GraphProfiler
-    from placer.costs import sample_inputs
+    from placer.tf.costs import sample_inputs
 
     t = small_traced
     prof = GraphProfiler(t.fixed.graph.as_graph_def(), sample_inputs(t, 0),
@@ -245,28 +245,29 @@ def test_profiler_runs_rounds_on_demand(small_traced):
     assert sum(one.calibrated_us().values()) == pytest.approx((one.step_s - one.call_s) * 1e6, rel=1e-6)
 
 
-def test_simulated_ops_scale_with_a_device_speed_factor(small_traced, devices):
-    from placer.devices import resolve_devices
-    from placer.opgraph import build_op_graph
-    from placer.planning import simulate_ops
+def test_simulated_ops_scale_with_a_device_time_factor(small_traced, devices):
+    from cost_models import SimOptions
+    from placer.core.build import build_problem
+    from placer.core.devices import resolve_devices
+    from placer.tf.opgraph import build_op_graph
 
     og = build_op_graph(small_traced, {"CPU": {op.name: 100.0 for op in small_traced.fixed.graph.get_operations()}})
-    devset = resolve_devices(devices[:2])
-    on_second = {op: devset.names[1] for op in og.graph}
-    base = simulate_ops(og, devset, on_second).step_time_s
-    assert simulate_ops(og, devset, on_second, speed=[1.0, 2.0]).step_time_s == pytest.approx(2 * base)
-    assert simulate_ops(og, devset, on_second, speed=[3.0, 1.0]).step_time_s == pytest.approx(base)
+    built = build_problem(og.graph, resolve_devices(devices[:2]))
+    on_second = np.ones(built.problem.n, dtype=int)
+    base = built.simulate(on_second).step_time_s
+    assert built.simulate(on_second, SimOptions(time_factor=[1.0, 2.0])).step_time_s == pytest.approx(2 * base)
+    assert built.simulate(on_second, SimOptions(time_factor=[3.0, 1.0])).step_time_s == pytest.approx(base)
     with pytest.raises(CostError, match="positive finite factors"):
-        simulate_ops(og, devset, on_second, speed=[1.0, 0.0])
+        built.simulate(on_second, SimOptions(time_factor=[1.0, 0.0]))
 
 
 def test_simulated_activation_peak_matches_tfs_allocation_records():
     """The issue's memory bound (15%) on a real Keras model: TF's allocation records vs the simulator."""
     from cost_models.profile import profile_graph
-    from placer.costs import sample_inputs
-    from placer.devices import resolve_devices
-    from placer.opgraph import build_op_graph
-    from placer.planning import simulate_ops
+    from placer.core.build import build_problem
+    from placer.core.devices import resolve_devices
+    from placer.tf.costs import sample_inputs
+    from placer.tf.opgraph import build_op_graph
     from tests.models import branchy
 
     t = trace_model(branchy(128), batch_size=32)
@@ -276,8 +277,8 @@ def test_simulated_activation_peak_matches_tfs_allocation_records():
                          constants={f"{ph}:0": c.numpy() for ph, c in t.constants.items()}, repeats=2,
                          grappler=True)
     og = build_op_graph(t, {"CPU": prof.median_us})
-    devset = resolve_devices(["/device:CPU:0"])
-    sim = simulate_ops(og, devset, dict.fromkeys(og.graph, devset.names[0]))
+    built = build_problem(og.graph, resolve_devices(["/device:CPU:0"]))
+    sim = built.simulate(np.zeros(built.problem.n, dtype=int))
     resident = sum(og.graph.nodes[op]["memory_bytes"] for op in og.graph)
     predicted = float(sim.peak_memory_bytes[0]) - resident - sum(v.nbytes for v in feeds.values())
     # at least the four towers' 32x128 float outputs are live together before the concatenation

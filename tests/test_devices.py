@@ -1,7 +1,7 @@
 import pytest
 import tensorflow as tf
 
-from placer.devices import DeviceSpec, canonical_device_name, resolve_devices
+from placer.core.devices import DeviceSpec, canonical_device_name, resolve_devices
 from placer.errors import AutoplaceError, DeviceError
 
 LOCAL = [f"/job:localhost/replica:0/task:0/device:CPU:{i}" for i in range(4)]

@@ -76,15 +76,34 @@ def test_memory_exceeded_names_variables_and_shortfall(model, devices):
     assert_untouched(model, before)
 
 
-def test_no_feasible_plan_says_what_was_tried(devices):
-    # One huge layer that fits no single device although the total would fit.
+def test_a_layer_larger_than_every_device_is_named(devices):
+    # One huge layer that fits no single device although the total would fit: the problem stage
+    # names it before any search.
     inp = keras.Input((256,))
     m = keras.Model(inp, keras.layers.Dense(8)(keras.layers.Dense(512, name="huge")(inp)))
     before = snapshot(m)
     huge = 256 * 512 * 4
     specs = [DeviceSpec(d, memory_bytes=huge // 2) for d in devices]
-    with pytest.raises(NoFeasiblePlanError, match="tried: single.*cpsat"):
+    with pytest.raises(InsufficientMemoryError, match=r"\[problem stage\] colocation group '.*huge.*' needs 526,336 "
+                                                      "bytes") as e:
         placer.autoplace(m, specs, batch_size=2, time_limit_s=1)
+    assert e.value.stage == "problem"
+    assert_untouched(m, before)
+
+
+def test_no_feasible_plan_says_what_was_tried(devices):
+    # Three layers of 0.6 devices each on two devices: the total fits, no packing does.
+    inp = keras.Input((256,))
+    h = inp
+    for i in range(3):
+        h = keras.layers.Dense(256, name=f"d{i}")(h)
+    m = keras.Model(inp, h)
+    before = snapshot(m)
+    layer = (256 * 256 + 256) * 4
+    specs = [DeviceSpec(d, memory_bytes=int(layer / 0.6)) for d in devices[:2]]
+    with pytest.raises(NoFeasiblePlanError, match=r"\[solve stage\].*tried: single.*cpsat") as e:
+        placer.autoplace(m, specs, batch_size=2, time_limit_s=1)
+    assert e.value.stage == "solve"
     assert_untouched(m, before)
 
 

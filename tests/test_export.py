@@ -19,7 +19,7 @@ CHILD = textwrap.dedent("""
     import tensorflow as tf
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 4)
-    from placer.export import LOAD_OPTIONS
+    from placer.tf.export import LOAD_OPTIONS
     path, inp, out = sys.argv[1:4]
     loaded = tf.saved_model.load(path, options=LOAD_OPTIONS)
     fn = loaded.signatures["serving_default"]

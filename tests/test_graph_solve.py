@@ -21,9 +21,10 @@ from placer.errors import (
     NoFeasiblePlanError,
     SolverError,
 )
-from placer.graphs import problem_from_graph
-from placer.objectives import OBJECTIVES
-from placer.synthetic import training_graph
+from placer.core.build import build_problem
+from placer.core.graph_io import as_device_set
+from placer.core.objectives import OBJECTIVES
+from placer.core.synthetic import training_graph
 
 HEURISTICS = ["single", "round_robin", "contiguous", "partition", "heft", "etf"]
 
@@ -63,7 +64,7 @@ def check_valid(g, devices, p):
             assert by_group.setdefault(key, d) == d, f"colocation group {key} split"
         allowed = g.nodes[v].get("allowed_kinds")
         if allowed:
-            assert placer.devices.device_kind(d) in allowed
+            assert placer.core.devices.device_kind(d) in allowed
     for dev in devices:
         used = sum(g.nodes[v].get("memory_bytes", 0) for v, d in p.assignment.items() if d == dev.name)
         if dev.memory_bytes is not None:
@@ -87,13 +88,13 @@ def test_heuristics_give_valid_plans_or_typed_errors(seed, n, k, objective, colo
         devices = devices_for(1, ("CPU",))
     for algorithm in HEURISTICS:
         try:
-            p = placer.solve(g, devices, objective=objective, algorithm=algorithm, time_limit=1)
+            p = placer.solve(g, devices, objective=objective, algorithm=algorithm, time_limit_s=1)
         except (NoFeasiblePlanError, InsufficientMemoryError):
             assert tight or algorithm == "single", "only memory limits may make a heuristic fail"
             continue
         check_valid(g, devices, p)
         # every plan, whatever the objective, is a schedule: its makespan is bounded below
-        assert p.step_time_s >= OBJECTIVES["latency"].lower_bound(problem_from_graph(g, devices)[0]) - 1e-12
+        assert p.predicted_step_time_s >= OBJECTIVES["latency"].lower_bound(build_problem(g, as_device_set(devices)).problem) - 1e-12
 
 
 @settings(max_examples=4, deadline=None)
@@ -102,7 +103,7 @@ def test_auto_is_valid_and_no_worse_than_every_baseline(seed, k, objective):
     g = random_graph(seed, 40, coloc=0.2)
     total = sum(g.nodes[v]["memory_bytes"] for v in g)
     devices = devices_for(k, capacity=int(0.6 * total) + 1000)
-    ours = placer.solve(g, devices, objective=objective, time_limit=1)
+    ours = placer.solve(g, devices, objective=objective, time_limit_s=1)
     check_valid(g, devices, ours)
     for b in ["single", "round_robin", "contiguous", "partition", "heft"]:
         try:
@@ -126,7 +127,7 @@ def test_list_schedulers_reach_the_bound_on_independent_chains_with_free_links(a
 
 
 def brute_force(g, devices, objective):
-    problem, _ = problem_from_graph(g, devices)
+    problem = build_problem(g, as_device_set(devices)).problem
     value = OBJECTIVES[objective].value
     return min(value(problem, np.array(a)) for a in itertools.product(range(problem.k), repeat=problem.n))
 
@@ -140,9 +141,9 @@ def test_exact_solver_equals_brute_force(objective, seed, n, k):
     best = brute_force(g, devices, objective)
     if not np.isfinite(best):
         with pytest.raises((NoFeasiblePlanError, InsufficientMemoryError)):
-            placer.solve(g, devices, objective=objective, algorithm="cpsat", time_limit=5)
+            placer.solve(g, devices, objective=objective, algorithm="cpsat", time_limit_s=5)
         return
-    p = placer.solve(g, devices, objective=objective, algorithm="cpsat", time_limit=5)
+    p = placer.solve(g, devices, objective=objective, algorithm="cpsat", time_limit_s=5)
     assert p.status == "optimal"
     assert p.value == pytest.approx(best, rel=1e-6, abs=1e-9)
     assert p.lower_bound == pytest.approx(best, rel=1e-4, abs=1e-6)
@@ -156,7 +157,7 @@ def test_no_fit_gives_typed_errors():
     g.add_edge("b", "c", bytes=1)
     # 180 bytes fit 2 x 100 in total, but no device holds two nodes
     with pytest.raises(NoFeasiblePlanError, match="tried"):
-        placer.solve(g, devices_for(2, capacity=100), time_limit=1)
+        placer.solve(g, devices_for(2, capacity=100), time_limit_s=1)
     with pytest.raises(InsufficientMemoryError, match="180"):
         placer.solve(g, devices_for(2, capacity=80))
     g.nodes["a"]["colocation"] = g.nodes["b"]["colocation"] = "w"
@@ -200,7 +201,7 @@ def test_bad_arguments():
     with pytest.raises(SolverError, match="unknown algorithm"):
         placer.solve(g, ["/CPU:0"], algorithm="magic")
     with pytest.raises(SolverError, match="time_limit"):
-        placer.solve(g, ["/CPU:0"], time_limit=0)
+        placer.solve(g, ["/CPU:0"], time_limit_s=0)
     with pytest.raises(GraphError, match="DiGraph"):
         placer.solve(nx.Graph(), ["/CPU:0"])
     with pytest.raises(DeviceError, match="empty"):
@@ -216,7 +217,7 @@ def test_heterogeneous_devices_and_host_only_ops():
     for v in host_only:
         g.nodes[v]["allowed_kinds"] = ["CPU"]
     devices = [DeviceSpec("/CPU:0"), DeviceSpec("/GPU:0"), DeviceSpec("/GPU:1")]
-    p = placer.solve(g, devices, objective="throughput", time_limit=2)
+    p = placer.solve(g, devices, objective="throughput", time_limit_s=2)
     check_valid(g, devices, p)
     cpu = "/job:localhost/replica:0/task:0/device:CPU:0"
     for v in host_only:  # their whole colocation group follows them to the host
@@ -229,8 +230,8 @@ def test_heterogeneous_devices_and_host_only_ops():
 def test_same_seed_same_plan_and_coarsening_keeps_plans_valid():
     g = training_graph(layers=40, ops_per_layer=6, seed=3)  # 600 nodes, coarsened below 150
     devices = devices_for(4)
-    a = placer.solve(g, devices, objective="throughput", time_limit=1.5, seed=7, max_nodes=150)
-    b = placer.solve(g, devices, objective="throughput", time_limit=1.5, seed=7, max_nodes=150)
+    a = placer.solve(g, devices, objective="throughput", time_limit_s=1.5, seed=7, max_nodes=150)
+    b = placer.solve(g, devices, objective="throughput", time_limit_s=1.5, seed=7, max_nodes=150)
     check_valid(g, devices, a)
     assert a.assignment == b.assignment and a.value == b.value
     for base in ["single", "round_robin", "contiguous"]:
@@ -243,18 +244,18 @@ def test_plans_do_not_depend_on_the_clock(monkeypatch, objective):
     # (every stage "over budget") must give the same plan as the real one
     g = training_graph(layers=30, ops_per_layer=6, seed=5)
     devices = devices_for(4)
-    a = placer.solve(g, devices, objective=objective, time_limit=1.0, seed=3, max_nodes=120)
+    a = placer.solve(g, devices, objective=objective, time_limit_s=1.0, seed=3, max_nodes=120)
     real = time.perf_counter
     monkeypatch.setattr(time, "perf_counter", lambda: 1000.0 * real())
-    b = placer.solve(g, devices, objective=objective, time_limit=1.0, seed=3, max_nodes=120)
+    b = placer.solve(g, devices, objective=objective, time_limit_s=1.0, seed=3, max_nodes=120)
     assert a.assignment == b.assignment and a.value == b.value and a.solver == b.solver
 
 
 def test_time_limit_returns_the_incumbent_with_its_gap():
     g = training_graph(layers=60, ops_per_layer=8, seed=4)
-    p = placer.solve(g, devices_for(4), objective="latency", time_limit=0.05, max_nodes=100)
+    p = placer.solve(g, devices_for(4), objective="latency", time_limit_s=0.05, max_nodes=100)
     assert p.status != "optimal" or p.gap == 0.0
-    assert np.isfinite(p.gap) and p.wall_s < 30
+    assert np.isfinite(p.gap) and p.solve_time_s < 30
 
 
 def test_json_round_trip_and_cli(tmp_path, capsys):
@@ -267,8 +268,8 @@ def test_json_round_trip_and_cli(tmp_path, capsys):
     for v in g:
         assert g2.nodes[v]["compute_us"] == g.nodes[v]["compute_us"]
     assert [d.speed for d in devs2.devices] == [1.0, 2.0]
-    p1 = placer.solve(g, devices, objective="throughput", time_limit=1)
-    p2 = placer.solve(g2, devs2, objective="throughput", time_limit=1)
+    p1 = placer.solve(g, devices, objective="throughput", time_limit_s=1)
+    p2 = placer.solve(g2, devs2, objective="throughput", time_limit_s=1)
     assert p1.assignment == p2.assignment
     out = tmp_path / "placement.json"
     assert cli_main(["plan-graph", str(path), "--objective", "throughput", "--time-limit", "1",
@@ -302,11 +303,11 @@ def test_plan_graph_example_runs(tmp_path, capsys):
 def test_latency_bound_never_exceeds_the_best_schedule(seed, n, k):
     # free links: the optimal makespan is the best over all assignments of the simulated
     # (earliest-ready-first) schedules, which upper-bounds the true optimum; the bound must stay below it
-    from placer.objectives import critical_path_bound, makespan
+    from placer.core.objectives import critical_path_bound, makespan
 
     g = random_graph(seed, n, mem=False)
     for _, _, d in g.edges(data=True):
         d["bytes"] = 0.0
-    problem, _ = problem_from_graph(g, devices_for(k))
+    problem = build_problem(g, as_device_set(devices_for(k))).problem
     best = min(makespan(problem, np.array(a)) for a in itertools.product(range(k), repeat=problem.n))
     assert critical_path_bound(problem) <= best + 1e-12

@@ -73,7 +73,7 @@ def test_predict_matches_keras_predict_on_other_batch_sizes(name, models, placed
 def test_bf16_within_tolerance(name, models, placed_bf16):
     model, p = models[name], placed_bf16[name]
     assert p.plan.compression == "bf16"
-    assert p.plan.compressed_edges > 0, "a contiguous split on 4 devices must cut float edges"
+    assert len(p.compressed_edges) > 0, "a contiguous split on 4 devices must cut float edges"
     x = sample(model, MODELS[name][1], seed=3)
     for r, g in zip(_flat(original(model, x)), _flat(p(x))):
         rel = np.abs(r - g).max() / max(np.abs(r).max(), 1e-12)
@@ -150,6 +150,6 @@ def test_plan_is_complete_and_reported(placed, tmp_path):
     assert data["graph"]["ops"] == len(plan.assignment)
     assert len(data["devices"]) == 4
     assert sum(d["ops"] for d in data["devices"]) == len(plan.assignment)
-    assert "profile" in data["stage_seconds"]
+    assert {"trace", "costs", "graph", "problem", "solve", "emit"} <= set(data["stage_seconds"])
     with pytest.raises(placer.AutoplaceError, match=".json"):
         p.report(tmp_path / "r.html")

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from cost_models import TensorEdge, simulate
+from cost_models import MemoryTraits, SimOptions, TensorEdge, simulate
 
 
 def link(lat=0.0, bw=1.0):
@@ -50,7 +50,7 @@ def test_control_edges_order_without_data():
 
 def test_concurrency_two_overlaps_independent_ops():
     d = np.array([[3.0], [3.0]])
-    assert simulate(d, [], [0, 0], link(), concurrency=2).step_time_s == pytest.approx(3.0)
+    assert simulate(d, [], [0, 0], link(), options=SimOptions(concurrency=2)).step_time_s == pytest.approx(3.0)
     assert simulate(d, [], [0, 0], link()).step_time_s == pytest.approx(6.0)
 
 
@@ -73,13 +73,13 @@ def test_fifo_runs_ready_ops_breadth_first():
 def test_lifo_runs_the_latest_ready_op_first_depth_first_like_tensorflows_executor():
     # device 0: x0 0-1, x1 1-2 (ready last), y0 2-3, y1 3-4; device 1: x2 2-5, y2 5-8
     d, es, a = two_towers_feeding_a_second_device()
-    r = simulate(d, es, a, link(), ready_order="lifo")
+    r = simulate(d, es, a, link(), options=SimOptions(ready_order="lifo"))
     assert r.step_time_s == pytest.approx(8.0)
     assert [v for v, dev, *_ in r.timeline if dev == 0] == [0, 1, 3, 2, 4]
     # the same through the transfer-op path, and a bad order is named
-    assert simulate(d, es, a, link(), transfer_cpu_s=np.zeros((2, 2)), ready_order="lifo").step_time_s == 8.0
+    assert simulate(d, es, a, link(), options=SimOptions(transfer_cpu_s=np.zeros((2, 2)), ready_order="lifo")).step_time_s == 8.0
     with pytest.raises(ValueError, match="ready_order"):
-        simulate(d, es, a, link(), ready_order="random")
+        simulate(d, es, a, link(), options=SimOptions(ready_order="random"))
 
 
 @pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf")])
@@ -99,7 +99,7 @@ def test_peak_memory_counts_live_tensors_and_resident_bytes():
     # from b's start until c ends, so the peak is 10 + 20 while b runs.
     d = np.ones((3, 2))
     es = [TensorEdge(0, (1,), 10.0), TensorEdge(1, (2,), 20.0)]
-    r = simulate(d, es, [0, 0, 0], link(), resident_bytes=[5.0, 0.0, 0.0])
+    r = simulate(d, es, [0, 0, 0], link(), memory=MemoryTraits(resident_bytes=[5.0, 0.0, 0.0]))
     assert r.peak_memory_bytes.tolist() == [35.0, 0.0]
     # fan-out of a to two devices: the receiver holds a copy until its consumer ends
     es2 = [TensorEdge(0, (1, 2), 8.0)]
@@ -127,29 +127,29 @@ def test_in_place_ops_reuse_their_input_buffer():
     d = np.ones((3, 1))
     es = [TensorEdge(0, (1,), 10.0), TensorEdge(1, (2,), 10.0)]
     assert simulate(d, es, [0, 0, 0], link()).peak_memory_bytes.tolist() == [20.0]
-    r = simulate(d, es, [0, 0, 0], link(), inplace=[False, True, False])
+    r = simulate(d, es, [0, 0, 0], link(), memory=MemoryTraits(inplace=[False, True, False]))
     assert r.peak_memory_bytes.tolist() == [10.0]
     # no forwarding when another op still reads the input
     es2 = [TensorEdge(0, (1, 2), 10.0), TensorEdge(1, (2,), 10.0)]
-    r2 = simulate(d, es2, [0, 0, 0], link(), inplace=[False, True, False])
+    r2 = simulate(d, es2, [0, 0, 0], link(), memory=MemoryTraits(inplace=[False, True, False]))
     assert r2.peak_memory_bytes.tolist() == [20.0]
     # ... but an in-place op that is its input's *last* reader forwards it (x -> y -> z(x, y)):
     # without forwarding x, y and z are live together (30 bytes); z writes into x, so 20
     d4 = np.ones((4, 1))
     es4 = [TensorEdge(0, (1, 2), 10.0), TensorEdge(1, (2,), 10.0), TensorEdge(2, (3,), 10.0)]
     assert simulate(d4, es4, [0] * 4, link()).peak_memory_bytes.tolist() == [30.0]
-    assert simulate(d4, es4, [0] * 4, link(), inplace=[False, False, True, False]).peak_memory_bytes.tolist() == [20.0]
+    assert simulate(d4, es4, [0] * 4, link(), memory=MemoryTraits(inplace=[False, False, True, False])).peak_memory_bytes.tolist() == [20.0]
     # a fed input (held by the caller) is never forwarded and stays allocated to the end
-    held = simulate(d, es, [0, 0, 0], link(), inplace=[False, True, False], held=[True, False, False])
+    held = simulate(d, es, [0, 0, 0], link(), memory=MemoryTraits(inplace=[False, True, False], held=[True, False, False]))
     assert held.peak_memory_bytes.tolist() == [20.0]
     es5 = [TensorEdge(0, (1,), 10.0), TensorEdge(1, (2,), 4.0)]  # x -> small y: x would be freed at 1
     assert simulate(d, es5, [0, 0, 0], link()).peak_memory_bytes.tolist() == [14.0]
     d5 = np.ones((4, 1))
     es6 = [TensorEdge(0, (1,), 10.0), TensorEdge(1, (2,), 4.0), TensorEdge(2, (3,), 4.0)]
     assert simulate(d5, es6, [0] * 4, link()).peak_memory_bytes.tolist() == [14.0]
-    assert simulate(d5, es6, [0] * 4, link(), held=[True, False, False, False]).peak_memory_bytes.tolist() == [18.0]
+    assert simulate(d5, es6, [0] * 4, link(), memory=MemoryTraits(held=[True, False, False, False])).peak_memory_bytes.tolist() == [18.0]
     # a variable read aliases the variable: nothing allocated
-    r3 = simulate(d, es, [0, 0, 0], link(), aliasing=[True, False, False])
+    r3 = simulate(d, es, [0, 0, 0], link(), memory=MemoryTraits(aliasing=[True, False, False]))
     assert r3.peak_memory_bytes.tolist() == [10.0]
 
 
@@ -158,13 +158,13 @@ def test_transfer_cpu_time_is_spent_on_both_devices():
     d = np.ones((2, 2))
     es = [TensorEdge(0, (1,), 8.0)]
     cpu = np.full((2, 2), 0.5)
-    r = simulate(d, es, [0, 1], link(bw=np.inf), transfer_cpu_s=cpu)
+    r = simulate(d, es, [0, 1], link(bw=np.inf), options=SimOptions(transfer_cpu_s=cpu))
     assert r.step_time_s == pytest.approx(3.0)
     assert r.busy_s.tolist() == pytest.approx([1.5, 1.5])
     assert [v for v, *_ in r.timeline] == [0, 1]  # the send/receive ops are not listed as ops
     assert [(ti, i, j) for ti, i, j, *_ in r.transfers] == [(0, 0, 1)]
     # the same tensor kept on one device costs nothing extra
-    assert simulate(d, es, [0, 0], link(bw=np.inf), transfer_cpu_s=cpu).step_time_s == pytest.approx(2.0)
+    assert simulate(d, es, [0, 0], link(bw=np.inf), options=SimOptions(transfer_cpu_s=cpu)).step_time_s == pytest.approx(2.0)
 
 
 def test_a_send_queues_behind_compute_on_its_device():
@@ -176,9 +176,9 @@ def test_a_send_queues_behind_compute_on_its_device():
     free = simulate(d, es, [0, 1, 0], link(bw=np.inf))
     assert free.step_time_s == pytest.approx(2.0)
     cpu = np.full((2, 2), 0.5)
-    r = simulate(d, es, [0, 1, 0], link(bw=np.inf), transfer_cpu_s=cpu)
+    r = simulate(d, es, [0, 1, 0], link(bw=np.inf), options=SimOptions(transfer_cpu_s=cpu))
     assert r.step_time_s == pytest.approx(1 + 1 + 0.5 + 0.5 + 1)
-    lifo = simulate(d, es, [0, 1, 0], link(bw=np.inf), transfer_cpu_s=cpu, ready_order="lifo")
+    lifo = simulate(d, es, [0, 1, 0], link(bw=np.inf), options=SimOptions(transfer_cpu_s=cpu, ready_order="lifo"))
     assert lifo.step_time_s == pytest.approx(1 + 0.5 + 0.5 + 1)
     with pytest.raises(ValueError, match="transfer_cpu_s"):
-        simulate(d, es, [0, 1, 0], link(bw=np.inf), transfer_cpu_s=np.full((2, 2), -1.0))
+        simulate(d, es, [0, 1, 0], link(bw=np.inf), options=SimOptions(transfer_cpu_s=np.full((2, 2), -1.0)))

@@ -10,8 +10,11 @@ from hypothesis import strategies as st
 
 from cost_models import TensorEdge
 from placer.errors import CostError, GraphError, NoFeasiblePlanError, SolverError
-from placer.problem import PlacementProblem, evaluate
+from placer.core.problem import PlacementProblem, evaluate
 from placer.solvers import SolveOptions, available_solvers, solve_problem
+
+#: These tests check the max-load model (the throughput objective) exactly.
+THROUGHPUT = SolveOptions(objective="throughput")
 from placer.solvers.mincut import min_cut_assignment
 
 FAST = ["single", "round_robin", "contiguous"]
@@ -31,8 +34,8 @@ def random_problem(seed, n, k, *, comm=1.0, capacity=np.inf, hetero=False, forbi
         mask[np.arange(n), rng.integers(0, k, n)] = False  # every node keeps one device
         compute = np.where(mask, np.inf, compute)
     memory = rng.integers(0, 100, n).astype(float)
-    return PlacementProblem.build([f"n{i}" for i in range(n)], compute, memory, np.full(k, capacity), tensors,
-                                  np.full((k, k), 1e3), np.full((k, k), 1e-3))
+    return PlacementProblem.build(names=[f"n{i}" for i in range(n)], compute_s=compute, memory_bytes=memory, capacity_bytes=np.full(k, capacity), tensors=tensors,
+                                  bandwidth=np.full((k, k), 1e3), latency=np.full((k, k), 1e-3))
 
 
 def brute_force(problem, objective):
@@ -54,9 +57,9 @@ def test_heuristics_place_every_node_validly(seed, n, k, forbid):
     for name in FAST:
         if name == "single" and not np.isfinite(p.compute_s).all(axis=0).any():
             with pytest.raises(NoFeasiblePlanError, match="single"):
-                solve_problem(p, name)
+                solve_problem(p, name, THROUGHPUT)
             continue
-        s = solve_problem(p, name)
+        s = solve_problem(p, name, THROUGHPUT)
         assert s.assignment.shape == (n,)
         assert ((0 <= s.assignment) & (s.assignment < k)).all()
         assert np.isfinite(p.compute_s[np.arange(n), s.assignment]).all(), "allowed kinds honoured"
@@ -76,7 +79,7 @@ def test_mincut_equals_brute_force_total_time(seed, n, forbid):
 @pytest.mark.parametrize("seed,n,k", [(1, 5, 2), (2, 6, 2), (3, 5, 3), (4, 4, 3), (5, 6, 2)])
 def test_cpsat_equals_brute_force_max_load(seed, n, k):
     p = random_problem(seed, n, k, comm=50.0, hetero=seed % 2 == 0)
-    s = solve_problem(p, "cpsat", SolveOptions(time_limit_s=5))
+    s = solve_problem(p, "cpsat", SolveOptions(time_limit_s=5, objective="throughput"))
     assert s.status == "optimal"
     best = brute_force(p, lambda ev: ev.objective)
     assert s.objective == pytest.approx(best, rel=1e-4)
@@ -85,23 +88,23 @@ def test_cpsat_equals_brute_force_max_load(seed, n, k):
 
 def test_auto_is_no_worse_than_any_baseline_and_deterministic():
     p = random_problem(7, 30, 4, comm=3.0)
-    a1 = solve_problem(p, "auto", SolveOptions(time_limit_s=2, seed=3))
-    a2 = solve_problem(p, "auto", SolveOptions(time_limit_s=2, seed=3))
+    a1 = solve_problem(p, "auto", SolveOptions(time_limit_s=2, seed=3, objective="throughput"))
+    a2 = solve_problem(p, "auto", SolveOptions(time_limit_s=2, seed=3, objective="throughput"))
     assert np.array_equal(a1.assignment, a2.assignment)
     for name in FAST:
-        assert a1.objective <= solve_problem(p, name).objective + 1e-12
+        assert a1.objective <= solve_problem(p, name, THROUGHPUT).objective + 1e-12
     assert 0 <= a1.gap < 1
 
 
 def test_capacity_is_respected_and_infeasible_raises():
     p = random_problem(11, 12, 3, capacity=300.0)
-    s = solve_problem(p, "auto", SolveOptions(time_limit_s=2))
+    s = solve_problem(p, "auto", SolveOptions(time_limit_s=2, objective="throughput"))
     mem = np.bincount(s.assignment, weights=p.memory_bytes, minlength=3)
     assert (mem <= 300.0).all()
     tight = random_problem(11, 12, 3, capacity=1.0)
     assert tight.memory_bytes.sum() > 3.0
     with pytest.raises(NoFeasiblePlanError, match="tried: single"):
-        solve_problem(tight, "auto", SolveOptions(time_limit_s=1))
+        solve_problem(tight, "auto", SolveOptions(time_limit_s=1, objective="throughput"))
 
 
 def test_bad_solver_requests():
@@ -117,11 +120,11 @@ def test_bad_solver_requests():
                                            ([[float("inf")]], "allowed on no device")])
 def test_invalid_costs_are_rejected(compute, match):
     with pytest.raises((CostError, GraphError), match=match):
-        PlacementProblem.build(["a"], np.array(compute), np.zeros(1), np.full(1, np.inf), [], np.ones((1, 1)),
-                               np.zeros((1, 1)))
+        PlacementProblem.build(names=["a"], compute_s=np.array(compute), memory_bytes=np.zeros(1), capacity_bytes=np.full(1, np.inf), tensors=[], bandwidth=np.ones((1, 1)),
+                               latency=np.zeros((1, 1)))
 
 
 def test_negative_tensor_size_rejected():
     with pytest.raises(CostError, match="invalid size"):
-        PlacementProblem.build(["a", "b"], np.ones((2, 1)), np.zeros(2), np.full(1, np.inf),
-                               [TensorEdge(0, (1,), -5.0)], np.ones((1, 1)), np.zeros((1, 1)))
+        PlacementProblem.build(names=["a", "b"], compute_s=np.ones((2, 1)), memory_bytes=np.zeros(2), capacity_bytes=np.full(1, np.inf),
+                               tensors=[TensorEdge(0, (1,), -5.0)], bandwidth=np.ones((1, 1)), latency=np.zeros((1, 1)))

@@ -4,9 +4,9 @@ import keras
 import numpy as np
 
 import placer
-from placer.costs import compute_costs
-from placer.opgraph import build_op_graph
-from placer.trace import trace_training_step
+from placer.tf.costs import ProfileOptions, compute_costs
+from placer.tf.opgraph import build_op_graph
+from placer.tf.trace import trace_training_step
 
 
 def test_training_step_graph_is_planned_with_optimizer_state_colocated(tmp_path):
@@ -17,12 +17,12 @@ def test_training_step_graph_is_planned_with_optimizer_state_colocated(tmp_path)
     assert {"MatMul", "ResourceApplyAdam"} <= types or "AssignVariableOp" in types
     # kernel + bias per layer, Adam's two slots each, plus the iteration counter and learning rate
     assert len(traced.variables) == 3 * 2 * 3 + 2
-    costs = compute_costs(traced, ["CPU"], repeats=1, seed=0, cache=None)
+    costs = compute_costs(traced, ["CPU"], ProfileOptions(repeats=1, seed=0, cache=False))
     og = build_op_graph(traced, costs.us)
     resident = sum(og.graph.nodes[v]["memory_bytes"] for v in og.graph)
     assert resident >= 3 * sum(int(np.prod(w.shape)) * 4 for w in model.trainable_weights)
     devices = [placer.DeviceSpec(f"/CPU:{i}", memory_bytes=int(0.7 * resident) + 4096) for i in range(2)]
-    p = placer.solve(og.graph, devices, objective="throughput", time_limit=2)
+    p = placer.solve(og.graph, devices, objective="throughput", time_limit_s=2)
     assert set(p.assignment) == set(og.graph.nodes)
     # every variable handle shares a device with everything colocated with it (reads, updates, slots)
     for v in og.graph:
@@ -33,4 +33,4 @@ def test_training_step_graph_is_planned_with_optimizer_state_colocated(tmp_path)
     # the same graph round-trips through the JSON format and plans identically
     placer.save_graph(tmp_path / "train.json", og.graph, devices)
     g2, d2 = placer.load_graph(tmp_path / "train.json")
-    assert placer.solve(g2, d2, objective="throughput", time_limit=2).value == p.value
+    assert placer.solve(g2, d2, objective="throughput", time_limit_s=2).value == p.value

@@ -1,7 +1,7 @@
 """Child-process entry of the CP-SAT solver (see :mod:`placer.solvers.cpsat`).
 
 Reads a pickled ``(PlacementProblem, SolveOptions)`` from stdin and writes the
-pickled ``Solution`` (or ``None``) to stdout; warnings go to stderr, which the
+pickled ``CpSatResult`` to stdout; warnings go to stderr, which the
 parent logs again. Never imports TensorFlow.
 """
 

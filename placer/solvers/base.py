@@ -1,4 +1,4 @@
-"""Solver registry and the result type every solver returns."""
+"""The options every solver takes, the result every solver returns, and the solver registry's decorator."""
 
 from __future__ import annotations
 
@@ -8,19 +8,24 @@ from typing import Callable, Protocol
 
 import numpy as np
 
+from ..core.objectives import DEFAULT_OBJECTIVE, get_objective
+from ..core.problem import PlacementProblem
 from ..errors import SolverError
-from ..objectives import get_objective
-from ..problem import PlacementProblem
+
+#: Search budget (seconds of estimated work) when none is given, for every entry point.
+DEFAULT_TIME_LIMIT_S = 5.0
+#: ``auto`` coarsens problems with more nodes than this before CP-SAT.
+DEFAULT_MAX_NODES = 1500
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SolveOptions:
     """Knobs shared by all solvers.
 
     Attributes
     ----------
     time_limit_s : float
-        Wall-clock budget of an exact/search solver.
+        Budget of the search (estimated work, see :mod:`placer.solvers.auto`).
     seed : int
         Random seed; same problem + options + seed gives the same plan.
     workers : int
@@ -28,7 +33,7 @@ class SolveOptions:
     warm_start : numpy.ndarray or None
         An assignment to start from (hint).
     objective : str
-        Name in :data:`placer.objectives.OBJECTIVES` that solutions are scored by.
+        Name in :data:`placer.core.objectives.OBJECTIVES` that solutions are scored by.
     max_nodes : int
         ``auto`` coarsens problems with more nodes than this before searching.
     coarsen_keys : tuple or None
@@ -36,12 +41,12 @@ class SolveOptions:
         are merged first when ``auto`` coarsens.
     """
 
-    time_limit_s: float = 10.0
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S
     seed: int = 0
     workers: int = 2
     warm_start: np.ndarray | None = None
-    objective: str = "throughput"
-    max_nodes: int = 1500
+    objective: str = DEFAULT_OBJECTIVE
+    max_nodes: int = DEFAULT_MAX_NODES
     coarsen_keys: tuple | None = None
 
 
@@ -51,6 +56,7 @@ class Solution:
 
     ``status`` is ``"optimal"`` (gap proven zero), ``"feasible"`` (a search
     solver stopped at the time limit) or ``"heuristic"`` (no proof attempted).
+    ``log`` lists what a composite solver (``auto``) tried, with outcomes.
     """
 
     assignment: np.ndarray
@@ -59,6 +65,7 @@ class Solution:
     solver: str
     wall_s: float
     status: str
+    log: tuple[str, ...] = ()
 
     @property
     def gap(self) -> float:
@@ -88,13 +95,38 @@ class SolverFn(Protocol):
     def __call__(self, problem: PlacementProblem, options: SolveOptions) -> Solution | None: ...
 
 
-def register(name: str, registry: dict[str, SolverFn]) -> Callable[[SolverFn], SolverFn]:
-    """Decorator adding a solver to ``registry`` under ``name``."""
+#: A precondition: ``None`` when a solver can place ``problem``, else the reason it cannot.
+Precondition = Callable[[PlacementProblem], "str | None"]
+
+
+@dataclass(frozen=True)
+class RegisteredSolver:
+    """A solver function with the preconditions declared at its registration."""
+
+    name: str
+    fn: SolverFn
+    requires: tuple[Precondition, ...] = ()
+
+    def __call__(self, problem: PlacementProblem, options: SolveOptions) -> Solution | None:
+        return self.fn(problem, options)
+
+    def unmet(self, problem: PlacementProblem) -> str | None:
+        """Why this solver cannot place ``problem`` (the first unmet precondition), or ``None``."""
+        for check in self.requires:
+            reason = check(problem)
+            if reason is not None:
+                return reason
+        return None
+
+
+def register(name: str, registry: dict[str, RegisteredSolver],
+             requires: tuple[Precondition, ...] = ()) -> Callable[[SolverFn], SolverFn]:
+    """Decorator adding a solver to ``registry`` under ``name``, with its preconditions."""
 
     def deco(fn: SolverFn) -> SolverFn:
         if name in registry:
             raise SolverError(f"solver {name!r} registered twice")
-        registry[name] = fn
+        registry[name] = RegisteredSolver(name, fn, tuple(requires))
         return fn
 
     return deco

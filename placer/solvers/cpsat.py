@@ -38,6 +38,7 @@ the problem and the solution travel as pickles over pipes.
 
 from __future__ import annotations
 
+import enum
 import logging
 import math
 import os
@@ -45,12 +46,13 @@ import pickle
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import SolverError
-from ..objectives import get_objective
-from ..problem import PlacementProblem
+from ..core.objectives import get_objective
+from ..core.problem import PlacementProblem
 from .base import Solution, SolveOptions, finish
 from .registry import solver
 
@@ -60,19 +62,53 @@ log = logging.getLogger(__name__)
 _RESOLUTION = 1_000_000
 
 
-@solver("cpsat")
-def cpsat(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
-    """Solve the max-load model with CP-SAT under ``options.time_limit_s``.
+class CpSatStatus(enum.Enum):
+    """How a CP-SAT search ended (its ``CpSolverStatus``, named for people)."""
 
-    Returns ``None`` when no feasible assignment was found in time (or none
-    exists); the caller turns that into :class:`NoFeasiblePlanError`.
+    OPTIMAL = "optimal"
+    FEASIBLE = "feasible (time limit)"
+    INFEASIBLE = "infeasible (no plan exists)"
+    TIMED_OUT = "no feasible plan within the time limit"
+    INVALID = "invalid model"
+
+
+@dataclass(frozen=True)
+class CpSatResult:
+    """A CP-SAT outcome: its status and, when feasible, the scored solution."""
+
+    status: CpSatStatus
+    solution: Solution | None
+
+
+def solve_cpsat(problem: PlacementProblem, options: SolveOptions) -> CpSatResult:
+    """Solve the model with CP-SAT under ``options.time_limit_s`` (deterministic time).
+
+    Runs in a child process when TensorFlow is loaded here (see the module docstring).
     """
     if "tensorflow" in sys.modules:
         return _solve_in_child(problem, options)
     return _solve(problem, options)
 
 
-def _solve_in_child(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
+@solver("cpsat")
+def cpsat(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
+    """The registered CP-SAT solver: the solution, or ``None`` when none was found (status logged).
+
+    Raises
+    ------
+    SolverError
+        If CP-SAT calls its model invalid (a bug in this module: please report it).
+    """
+    result = solve_cpsat(problem, options)
+    if result.status is CpSatStatus.INVALID:
+        raise SolverError(f"CP-SAT rejected the model of {problem.n} nodes on {problem.k} devices as invalid; "
+                          "this is a bug in autoplace, please report it")
+    if result.solution is None:
+        log.info("CP-SAT: %s", result.status.value)
+    return result.solution
+
+
+def _solve_in_child(problem: PlacementProblem, options: SolveOptions) -> CpSatResult:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     try:
         proc = subprocess.run([sys.executable, "-m", "placer.solvers._child"], input=pickle.dumps((problem, options)),
@@ -88,7 +124,7 @@ def _solve_in_child(problem: PlacementProblem, options: SolveOptions) -> Solutio
     return pickle.loads(proc.stdout)
 
 
-def _solve(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
+def _solve(problem: PlacementProblem, options: SolveOptions) -> CpSatResult:
     from ortools.sat.python import cp_model
 
     t0 = time.perf_counter()
@@ -182,11 +218,14 @@ def _solve(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
         log.warning("CP-SAT stopped at its wall-clock safety cap (%.0f s) before its deterministic budget; "
                     "this plan may differ from a run on an idle machine", cp.parameters.max_time_in_seconds)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return None
+        named = {cp_model.INFEASIBLE: CpSatStatus.INFEASIBLE, cp_model.UNKNOWN: CpSatStatus.TIMED_OUT,
+                 cp_model.MODEL_INVALID: CpSatStatus.INVALID}
+        return CpSatResult(named[status], None)
 
     # --- decode
     a = np.array([next(d for d in range(k) if allowed[v, d] and cp.Value(x[v, d])) for v in range(n)], dtype=int)
     exact_for_objective = model_kind == "traffic" or options.objective == "throughput"
     bound = cp.BestObjectiveBound() * unit if exact_for_objective else 0.0
     optimal = status == cp_model.OPTIMAL and exact_for_objective
-    return finish(p, a, "cpsat", t0, options, "optimal" if optimal else "feasible", bound)
+    return CpSatResult(CpSatStatus.OPTIMAL if status == cp_model.OPTIMAL else CpSatStatus.FEASIBLE,
+                       finish(p, a, "cpsat", t0, options, "optimal" if optimal else "feasible", bound))

@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from ..problem import PlacementProblem
+from ..core.problem import PlacementProblem
 from .base import Solution, SolveOptions, finish
 from .registry import solver
 

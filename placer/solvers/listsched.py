@@ -23,9 +23,9 @@ import time
 
 import numpy as np
 
-from ..problem import PlacementProblem, Schedule, dependencies
+from ..core.problem import PlacementProblem, Schedule, dependencies
 from .base import Solution, SolveOptions, finish
-from .registry import solver
+from .registry import acyclic_schedule, solver
 
 
 class _State:
@@ -103,7 +103,7 @@ class _State:
         return best
 
 
-@solver("heft")
+@solver("heft", requires=(acyclic_schedule,))
 def heft(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
     """HEFT: ops by decreasing upward rank, each on the device where it finishes first.
 
@@ -123,7 +123,7 @@ def heft(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
     return finish(problem, _groups(st), "heft", t0, options)
 
 
-@solver("etf")
+@solver("etf", requires=(acyclic_schedule,))
 def etf(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
     """ETF: repeatedly start the (ready op, device) pair that can start earliest.
 

@@ -19,9 +19,9 @@ import networkx as nx
 import numpy as np
 
 from ..errors import SolverError
-from ..problem import PlacementProblem
+from ..core.problem import PlacementProblem
 from .base import Solution, SolveOptions, finish
-from .registry import solver
+from .registry import two_devices, solver
 
 _S, _T = ("terminal", 0), ("terminal", 1)
 
@@ -38,8 +38,8 @@ def min_cut_assignment(problem: PlacementProblem) -> np.ndarray:
     --------
     >>> import numpy as np
     >>> from cost_models import TensorEdge
-    >>> p = PlacementProblem.build(["a", "b"], np.array([[1.0, 5.0], [5.0, 1.0]]), np.zeros(2),
-    ...     np.full(2, np.inf), [TensorEdge(0, (1,), 1.0)], np.full((2, 2), 1.0), np.zeros((2, 2)))
+    >>> p = PlacementProblem.build(names=["a", "b"], compute_s=np.array([[1.0, 5.0], [5.0, 1.0]]), memory_bytes=np.zeros(2),
+    ...     capacity_bytes=np.full(2, np.inf), tensors=[TensorEdge(0, (1,), 1.0)], bandwidth=np.full((2, 2), 1.0), latency=np.zeros((2, 2)))
     >>> min_cut_assignment(p).tolist()
     [0, 1]
     """
@@ -77,7 +77,7 @@ def min_cut_assignment(problem: PlacementProblem) -> np.ndarray:
     return np.array([0 if v in src_side else 1 for v in range(p.n)], dtype=int)
 
 
-@solver("mincut")
+@solver("mincut", requires=(two_devices,))
 def mincut(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
     """Registered wrapper of :func:`min_cut_assignment`, scored by ``options.objective``."""
     t0 = time.perf_counter()

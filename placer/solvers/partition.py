@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from ..problem import PlacementProblem
+from ..core.problem import PlacementProblem
 from .base import Solution, SolveOptions, finish
 from .registry import solver
 
@@ -28,9 +28,9 @@ def device_shares(problem: PlacementProblem) -> np.ndarray:
 
     Examples
     --------
-    >>> from placer.problem import PlacementProblem
-    >>> p = PlacementProblem.build(["a"], np.array([[1.0, 3.0]]), np.zeros(1), np.full(2, np.inf), [],
-    ...                            np.ones((2, 2)), np.zeros((2, 2)))
+    >>> from placer.core.problem import PlacementProblem
+    >>> p = PlacementProblem.build(names=["a"], compute_s=np.array([[1.0, 3.0]]), memory_bytes=np.zeros(1), capacity_bytes=np.full(2, np.inf), tensors=[],
+    ...                            bandwidth=np.ones((2, 2)), latency=np.zeros((2, 2)))
     >>> device_shares(p).round(2).tolist()
     [0.75, 0.25]
     """

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..objectives import get_objective
-from ..problem import PlacementProblem
+from ..core.objectives import get_objective
+from ..core.problem import PlacementProblem
 
 #: Tensor visits per second of refinement on the reference machine (see the module docstring).
 VISITS_PER_S = 200_000
@@ -41,8 +41,8 @@ def refine(problem: PlacementProblem, assignment: np.ndarray, objective: str, wo
     --------
     >>> import numpy as np
     >>> from cost_models import TensorEdge
-    >>> p = PlacementProblem.build(list("abcd"), np.ones((4, 2)), np.zeros(4), np.full(2, np.inf),
-    ...     [TensorEdge(0, (1,), 1.0), TensorEdge(2, (3,), 1.0)], np.full((2, 2), 1e3), np.zeros((2, 2)))
+    >>> p = PlacementProblem.build(names=list("abcd"), compute_s=np.ones((4, 2)), memory_bytes=np.zeros(4), capacity_bytes=np.full(2, np.inf),
+    ...     tensors=[TensorEdge(0, (1,), 1.0), TensorEdge(2, (3,), 1.0)], bandwidth=np.full((2, 2), 1e3), latency=np.zeros((2, 2)))
     >>> refine(p, np.array([0, 1, 1, 1]), "throughput", work=10_000).tolist()
     [0, 0, 1, 1]
     """

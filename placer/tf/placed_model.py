@@ -9,11 +9,14 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.eager import context
 
-from .emit import IMPORT_PREFIX, EmittedModel
-from .errors import InputSignatureError, UnsupportedError
+from ..core.devices import DeviceSet
+from ..core.graph_io import save_graph
+from ..core.plan import Plan
+from ..errors import InputSignatureError, UnsupportedError
+from .emit import IMPORT_PREFIX, CompressedEdge, EmittedModel
 from .export import export_saved_model
-from .plan import Plan
-from .report import write_report
+from .opgraph import OpGraph
+from .report import Report
 
 _RUNTIME_OPS = frozenset({"_Send", "_Recv", "_HostSend", "_HostRecv", "_Arg", "_Retval", "_DeviceArg",
                           "_DeviceRetval"})
@@ -23,19 +26,23 @@ class PlacedModel:
     """A Keras model's forward pass placed op by op on several devices.
 
     Call it like the model (``placed(x)``), or use :meth:`predict` for
-    arrays of any length. ``plan`` holds the placement; :meth:`report` and
-    :meth:`export` write the report and a SavedModel.
+    arrays of any length. ``plan`` holds the placement (``plan.save(path)``
+    keeps it, ``autoplace(model, devices, plan=path)`` re-applies it);
+    :meth:`report`, :meth:`export` and :meth:`save_graph` write the report,
+    a SavedModel and the cost-annotated op graph.
 
     The placed model owns *copies* of the model's variables, each created on
     its planned device; the original model is never modified.
     """
 
     def __init__(self, emitted: EmittedModel, plan: Plan, input_specs: Sequence[tf.TensorSpec],
-                 report_data: dict[str, Any], name: str) -> None:
+                 report: Report, name: str, op_graph: OpGraph, devices: DeviceSet) -> None:
         self._emitted = emitted
         self.plan = plan
         self.input_specs = tuple(input_specs)
-        self._report = report_data
+        self._report = report
+        self._op_graph = op_graph
+        self._devices = devices
         self.name = name
 
     # -- running -----------------------------------------------------------
@@ -110,15 +117,41 @@ class PlacedModel:
                     placed[node.name[len(prefix):]] = tf.DeviceSpec.from_string(node.device).to_string()
         return placed
 
+    @property
+    def compressed_edges(self) -> tuple[CompressedEdge, ...]:
+        """The (tensor, receiving device) pairs that travel in a narrow dtype."""
+        return self._emitted.compressed
+
     # -- outputs -----------------------------------------------------------
     def report(self, path: str | os.PathLike) -> str:
         """Write the placement report (``.json``) and return its path."""
-        return write_report(self._report, path)
+        return self._report.write(path)
 
     @property
     def report_data(self) -> dict[str, Any]:
-        """The report as a dictionary."""
-        return self._report
+        """The report as a dictionary (:meth:`placer.tf.report.Report.to_dict`)."""
+        return self._report.to_dict()
+
+    def save_graph(self, path: str | os.PathLike) -> str:
+        """Write the cost-annotated op graph and the devices as a graph file (``docs/graph-format.md``).
+
+        ``placer.solve(*placer.load_graph(path), group_by=self.plan.group_by, ...)`` with the
+        options of this placement re-plans it offline, without TensorFlow, and gives the same
+        plan; returns the path.
+
+        Examples
+        --------
+        >>> import keras, os, tempfile, placer
+        >>> m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+        >>> placed = placer.autoplace(m, ["/CPU:0", "/CPU:1"], batch_size=2, time_limit_s=1)
+        >>> path = placed.save_graph(os.path.join(tempfile.mkdtemp(), "ops.json"))
+        >>> graph, devices = placer.load_graph(path)
+        >>> again = placer.solve(graph, devices, group_by=placed.plan.group_by, time_limit_s=1)
+        >>> again.assignment == placed.plan.assignment, again.value == placed.plan.value
+        (True, True)
+        """
+        save_graph(path, self._op_graph.graph, self._devices)
+        return os.fspath(path)
 
     def export(self, path: str | os.PathLike) -> str:
         """Save a SavedModel whose ``serving_default`` computes the placed outputs."""

@@ -32,7 +32,7 @@ import numpy as np
 
 from cost_models import TensorEdge
 
-from .errors import CostError, GraphError
+from ..errors import CostError, GraphError
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
@@ -210,6 +210,7 @@ class PlacementProblem:
     @classmethod
     def build(
         cls,
+        *,
         names: Sequence[str],
         compute_s: np.ndarray,
         memory_bytes: np.ndarray,

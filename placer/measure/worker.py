@@ -1,6 +1,6 @@
-"""One TensorFlow gRPC worker process, started by :class:`placer.cluster.LocalCluster`.
+"""One TensorFlow gRPC worker process, started by :class:`placer.measure.cluster.LocalCluster`.
 
-``python -m placer._worker CLUSTER_JSON TASK_INDEX THREADS``
+``python -m placer.measure.worker CLUSTER_JSON TASK_INDEX THREADS``
 """
 
 from __future__ import annotations

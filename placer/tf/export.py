@@ -16,7 +16,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from .errors import ExportError
+from ..errors import ExportError
 
 log = logging.getLogger(__name__)
 

@@ -9,14 +9,16 @@ Node attributes (names are the module constants below):
 ``colocation``     key shared by ops that must sit on one device, or None.
 ``allowed_kinds``  device kinds with a registered kernel, or None (any).
 ``layer``          the Keras layer scope the op was traced in.
-``topo_index``     position in a topological order.
+``variable``       on a variable's resource placeholder: the variable's path.
 
 Edge attributes: ``bytes`` (tensor bytes moved if the edge is cut) and
 ``tensors`` (names of the tensors behind the edge); control edges have
 ``bytes == 0`` and ``control=True``.
 
 Colocation rules live in a registry (:data:`COLOCATION_RULES`): each rule
-maps an op to the tensors/ops it must share a device with.
+maps an op to the tensors/ops it must share a device with. The graph is in
+the format of ``docs/graph-format.md``: :mod:`placer.core.build` turns it
+into a placement problem exactly as it does a user's graph.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import kernels
 
-from .attrs import (  # noqa: F401  (re-exported)
+from ..core.attrs import (
     ALLOWED_KINDS,
     BYTES,
     COLOCATION,
@@ -41,31 +43,12 @@ from .attrs import (  # noqa: F401  (re-exported)
     OP_TYPE,
     OUTPUT_BYTES,
     TENSORS,
-    TOPO,
+    VARIABLE,
 )
-from .errors import GraphError
+from ..errors import GraphError
 from .trace import TracedModel
 
 log = logging.getLogger(__name__)
-
-#: Op types whose output shares a buffer that already exists (a variable's, or
-#: the input's): they allocate no new memory in the simulator's peak.
-ALIASING_OP_TYPES: set[str] = {"ReadVariableOp", "Identity", "Reshape", "Squeeze", "ExpandDims", "StopGradient",
-                               "Snapshot", "Const"}
-#: Op types whose outputs stay allocated for the whole step: the inputs a
-#: caller feeds (its call frame holds them). Variables' handles are
-#: placeholders too, but a handle has no bytes.
-HELD_OP_TYPES: set[str] = {"Placeholder"}
-#: Element-wise op types whose kernels forward an input buffer to the output
-#: when nothing else reads it (``forward_input_or_allocate_output``).
-INPLACE_OP_TYPES: set[str] = {"Relu", "Relu6", "Elu", "Selu", "Tanh", "Sigmoid", "BiasAdd", "Add", "AddV2", "Sub",
-                              "Mul", "RealDiv", "Maximum", "Minimum", "Neg", "Square", "Sqrt", "Rsqrt", "Exp",
-                              "ReluGrad", "TanhGrad", "SigmoidGrad", "AddN", "Erf", "Softplus", "Softmax",
-                              # further cwise unary/binary kernels (UnaryOp / BinaryOp forward too)
-                              "Erfc", "Log", "Log1p", "Expm1", "Abs", "Reciprocal", "Floor", "Ceil", "Round",
-                              "Sign", "Sin", "Cos", "Softsign", "LeakyRelu", "Pow", "SquaredDifference",
-                              "DivNoNan", "FloorDiv", "FloorMod", "Relu6Grad", "EluGrad", "SeluGrad",
-                              "SoftplusGrad", "SqrtGrad", "RsqrtGrad", "LeakyReluGrad"}
 
 
 @dataclass(frozen=True)
@@ -89,10 +72,6 @@ class OpGraph:
     variables: Mapping[str, str]
     batch_size: int
     kinds: tuple[str, ...]
-
-    def topological_ops(self) -> list[str]:
-        """Op names in ``topo_index`` order."""
-        return sorted(self.graph.nodes, key=lambda n: self.graph.nodes[n][TOPO])
 
 
 def tensor_bytes(t: tf.Tensor) -> int:
@@ -147,10 +126,9 @@ def _kernel_kinds(op_type: str, unchecked: frozenset[str],
     (planned for hardware not present) are assumed to have every kernel.
     """
     if op_type not in cache:
-        try:
-            kinds = {k.device_type for k in kernels.get_registered_kernels_for_op(op_type).kernel}
-        except Exception:  # noqa: BLE001  (unknown op types raise various errors)
-            kinds = set()
+        # An op type with no registered kernel (a function call, an op of a library not linked in)
+        # lists none: TensorFlow decides where it runs, so no kind is excluded.
+        kinds = {k.device_type for k in kernels.get_registered_kernels_for_op(op_type).kernel}
         if not kinds or "DEFAULT" in kinds:  # DEFAULT kernels run on any device
             cache[op_type] = None
         else:
@@ -210,6 +188,8 @@ def build_op_graph(traced: TracedModel, compute_us: Mapping[str, Mapping[str, fl
             MEMORY_BYTES: mem, ALLOWED_KINDS: _kernel_kinds(op.type, unchecked, cache), LAYER: layer_of(op.name),
             COLOCATION: None,
         })
+        if op.name in variables:
+            dg.nodes[op.name][VARIABLE] = variables[op.name]
         uf[op.name]
         for rule in COLOCATION_RULES:
             for other in rule(op):
@@ -233,9 +213,6 @@ def build_op_graph(traced: TracedModel, compute_us: Mapping[str, Mapping[str, fl
                 dg.add_edge(op.name, c.name, **{BYTES: 0, TENSORS: (), CONTROL: True})
     if not nx.is_directed_acyclic_graph(dg):
         raise GraphError("the traced graph has a cycle; control flow loops are not supported yet")
-    created = {op.name: i for i, op in enumerate(ops)}
-    for i, name in enumerate(nx.lexicographical_topological_sort(dg, key=created.__getitem__)):
-        dg.nodes[name][TOPO] = i
     for group in uf.to_sets():
         if len(group) > 1:
             key = min(group)

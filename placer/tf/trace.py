@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 import keras
 import tensorflow as tf
 
-from .errors import InputSignatureError, ModelError
+from ..errors import InputSignatureError, ModelError
 
 log = logging.getLogger(__name__)
 

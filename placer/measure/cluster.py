@@ -35,7 +35,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Mapping
 
-from .errors import DeviceError
+from ..errors import DeviceError
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ class LocalCluster:
                     self.workers, self.ports)
         try:
             for i in range(self.workers):
-                cmd = [sys.executable, "-m", "placer._worker", json.dumps(self.spec), str(i), str(self.threads)]
+                cmd = [sys.executable, "-m", "placer.measure.worker", json.dumps(self.spec), str(i), str(self.threads)]
                 if self.pin_cores and shutil.which("taskset"):
                     cmd = ["taskset", "-c", str(i % cores), *cmd]
                 self.procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,

@@ -29,7 +29,7 @@ import numpy as np
 
 from cost_models.comm import Link
 
-from .errors import DeviceError
+from ..errors import DeviceError
 
 #: Assumed link between two devices when nothing better is known: these are
 #: planning defaults, not measurements (see ``docs/costs.md``).

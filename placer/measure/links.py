@@ -31,9 +31,9 @@ import tensorflow as tf
 
 from cost_models.comm import CalibrationError, LinkFit, fit_link
 
-from .devices import DeviceSet
-from .errors import CostError
-from .trace import TracedModel
+from ..core.devices import DeviceSet
+from ..errors import CostError
+from ..tf.trace import TracedModel
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ latency        s       one step's makespan, simulated on the fine dataflow graph
                        transfer at a time per link)
 throughput     s       pipelined steady state: the maximum device load, compute
                        plus send and receive time (Tarnawski et al., NeurIPS'20;
-                       :func:`placer.problem.evaluate`)
+                       :func:`placer.core.problem.evaluate`)
 memory         bytes   bytes crossing devices, with every device under its
                        capacity (the least traffic that fits)
 =============  ======  ==========================================================
@@ -21,9 +21,9 @@ Examples
 --------
 >>> import numpy as np
 >>> from cost_models import TensorEdge
->>> from placer.problem import PlacementProblem
->>> p = PlacementProblem.build(["a", "b", "c"], np.ones((3, 2)), np.zeros(3), np.full(2, np.inf),
-...     [TensorEdge(0, (1, 2), 1e3)], np.full((2, 2), 1e6), np.zeros((2, 2)))
+>>> from placer.core.problem import PlacementProblem
+>>> p = PlacementProblem.build(names=["a", "b", "c"], compute_s=np.ones((3, 2)), memory_bytes=np.zeros(3), capacity_bytes=np.full(2, np.inf),
+...     tensors=[TensorEdge(0, (1, 2), 1e3)], bandwidth=np.full((2, 2), 1e6), latency=np.zeros((2, 2)))
 >>> a = np.array([0, 0, 1])
 >>> [round(OBJECTIVES[o].value(p, a), 6) for o in ("latency", "throughput", "memory")]
 [2.001, 2.001, 1000.0]
@@ -40,7 +40,7 @@ import numpy as np
 
 from cost_models import simulate
 
-from .errors import GraphError, SolverError
+from ..errors import GraphError, SolverError
 from .problem import PlacementProblem, dependencies, evaluate, trivial_lower_bound
 
 #: The objective used when none is named (a single step is what an
@@ -114,8 +114,8 @@ def critical_path_bound(problem: PlacementProblem, grid: int = 48) -> float:
 
     >>> import numpy as np
     >>> from cost_models import TensorEdge
-    >>> p = PlacementProblem.build(list("abc"), np.ones((3, 2)), np.zeros(3), np.full(2, np.inf),
-    ...     [TensorEdge(0, (1,), 0.0)], np.ones((2, 2)), np.zeros((2, 2)))
+    >>> p = PlacementProblem.build(names=list("abc"), compute_s=np.ones((3, 2)), memory_bytes=np.zeros(3), capacity_bytes=np.full(2, np.inf),
+    ...     tensors=[TensorEdge(0, (1,), 0.0)], bandwidth=np.ones((2, 2)), latency=np.zeros((2, 2)))
     >>> critical_path_bound(p)
     2.0
     """

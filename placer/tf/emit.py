@@ -22,7 +22,8 @@ from typing import Any, Callable, Mapping
 
 import tensorflow as tf
 
-from .errors import GraphError
+from ..core.compression import WIRE_DTYPES
+from ..errors import GraphError
 from .trace import TracedModel
 
 log = logging.getLogger(__name__)
@@ -44,11 +45,10 @@ def _float32_non_scalar(t: tf.Tensor) -> bool:
     return t.dtype == tf.float32 and t.shape.rank is not None and t.shape.rank >= 1
 
 
-#: Compression registry: name → cast pair (``"none"`` inserts nothing).
+#: Compression name → cast pair (``"none"`` inserts nothing), from :data:`placer.core.compression.WIRE_DTYPES`.
 COMPRESSORS: dict[str, Compressor | None] = {
-    "none": None,
-    "bf16": Compressor(tf.bfloat16, _float32_non_scalar),
-    "fp16": Compressor(tf.float16, _float32_non_scalar),
+    name: None if wire is None else Compressor(tf.as_dtype(wire), _float32_non_scalar)
+    for name, wire in WIRE_DTYPES.items()
 }
 
 

@@ -13,6 +13,7 @@ For each device kind of the target devices:
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -26,13 +27,57 @@ from cost_models.analytic import (
     SpecError,
     estimate_graph,
 )
-from cost_models.cache import CacheKey, ProfileCache, fingerprint
+from cost_models.cache import CacheKey, ProfileCache, default_cache_dir, fingerprint
 from cost_models.profile import profile_graph
 
-from .errors import CostError
+from ..errors import CostError
 from .trace import TracedModel
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfileOptions:
+    """How op costs are obtained (keyword-only).
+
+    Attributes
+    ----------
+    repeats : int
+        Measured runs per op (after the warm-up runs).
+    grappler : bool
+        Profile ops with TensorFlow's graph optimizer on, as the placed
+        function runs them (fused kernels are timed under one op's name);
+        ``False`` times every traced op on its own.
+    cache : bool, str or ProfileCache
+        Reuse measured op times across runs: ``True`` caches in
+        ``$AUTOPLACE_CACHE_DIR`` / ``~/.cache/autoplace``, a path (or a
+        :class:`~cost_models.cache.ProfileCache`) caches there, ``False``
+        always profiles.
+    hardware : Mapping or None
+        Device kind → analytic spec (a name in
+        ``cost_models.analytic.HARDWARE``, a dict or a ``HardwareSpec``): ops
+        of that kind are costed by the roofline model instead of measured.
+    seed : int
+        Seed of the random profiling inputs.
+    """
+
+    repeats: int = 5
+    grappler: bool = True
+    cache: bool | str | os.PathLike | ProfileCache = True
+    hardware: Mapping[str, Any] | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats < 1:
+            raise CostError(f"profile_repeats must be a positive integer, got {self.repeats!r}")
+
+    def profile_cache(self) -> ProfileCache | None:
+        """The cache these options name, or ``None`` for none."""
+        if self.cache is False:
+            return None
+        if isinstance(self.cache, ProfileCache):
+            return self.cache
+        return ProfileCache(default_cache_dir() if self.cache is True else self.cache)
 
 
 @dataclass(frozen=True)
@@ -97,12 +142,11 @@ def hardware_spec(value: Any) -> HardwareSpec:
     raise CostError(f"cannot use {value!r} as a hardware spec; pass a name, a dict or a HardwareSpec")
 
 
-def compute_costs(traced: TracedModel, kinds: Sequence[str], *, repeats: int, seed: int,
-                  hardware: Mapping[str, Any] | None = None, cache: ProfileCache | None = None,
-                  grappler: bool = True) -> ComputeCosts:
+def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOptions = ProfileOptions()
+                  ) -> ComputeCosts:
     """µs of every op of ``traced.fixed`` on each device kind.
 
-    With ``grappler`` (the default) ops are profiled as the placed function
+    With ``options.grappler`` (the default) ops are profiled as the placed function
     runs them, TensorFlow's graph optimizer on: a fused kernel's time lands on
     the op whose name it keeps and folded ops cost 0 (see
     :func:`cost_models.profile.profile_graph`). In the fidelity benchmark of
@@ -118,7 +162,9 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], *, repeats: int, se
         A kind that is neither present here nor described in ``hardware``,
         a bad hardware spec, or an op that fails to profile (named with its device).
     """
-    hardware = dict(hardware or {})
+    hardware = dict(options.hardware or {})
+    cache = options.profile_cache()
+    repeats, seed, grappler = options.repeats, options.seed, options.grappler
     local = {d.device_type for d in tf.config.list_logical_devices()}
     us: dict[str, Mapping[str, float]] = {}
     source: dict[str, str] = {}

@@ -1,0 +1,53 @@
+"""Node and edge attribute names shared by the op graph and the graph API (no TensorFlow).
+
+The TensorFlow op graph (:mod:`placer.tf.opgraph`) and a user's
+``networkx.DiGraph`` handed to :func:`placer.solve` use the same names, so
+one graph format and one problem builder (:mod:`placer.core.build`) serve
+both (see ``docs/graph-format.md``). The op-type sets at the end are the
+per-op knowledge the simulator's memory model reads from ``op_type``.
+"""
+
+#: Node: µs per run, a float (any device kind) or a dict device kind -> µs.
+COMPUTE_US = "compute_us"
+#: Node: bytes resident on the node's device (variables, optimizer slots).
+MEMORY_BYTES = "memory_bytes"
+#: Node: hashable key; nodes sharing it share a device.
+COLOCATION = "colocation"
+#: Node: device kinds with a kernel for the node (None = any).
+ALLOWED_KINDS = "allowed_kinds"
+#: Node: the layer scope the op belongs to (a coarsening hint).
+LAYER = "layer"
+#: Node: the variable a resource placeholder holds (op graphs; names it in memory errors).
+VARIABLE = "variable"
+#: Node: TensorFlow op type.
+OP_TYPE = "op_type"
+#: Node: bytes of all outputs at the planning batch size.
+OUTPUT_BYTES = "output_bytes"
+#: Edge: bytes moved when the edge crosses devices.
+BYTES = "bytes"
+#: Edge: names of the tensors behind the edge (op graph), or a key that groups
+#: a node's out-edges carrying the same tensor (graph API).
+TENSORS = "tensors"
+TENSOR = "tensor"
+#: Edge: True for an ordering-only dependency.
+CONTROL = "control"
+
+# --- per-op-type knowledge of the memory model (read from ``op_type``) -------
+#: Op types whose output shares a buffer that already exists (a variable's, or
+#: the input's): they allocate no new memory in the simulator's peak.
+ALIASING_OP_TYPES: frozenset[str] = frozenset({"ReadVariableOp", "Identity", "Reshape", "Squeeze", "ExpandDims",
+                                               "StopGradient", "Snapshot", "Const"})
+#: Op types whose outputs stay allocated for the whole step: the inputs a
+#: caller feeds (its call frame holds them). Variables' handles are
+#: placeholders too, but a handle has no bytes.
+HELD_OP_TYPES: frozenset[str] = frozenset({"Placeholder"})
+#: Element-wise op types whose kernels forward an input buffer to the output
+#: when nothing else reads it (``forward_input_or_allocate_output``).
+INPLACE_OP_TYPES: frozenset[str] = frozenset({
+    "Relu", "Relu6", "Elu", "Selu", "Tanh", "Sigmoid", "BiasAdd", "Add", "AddV2", "Sub", "Mul", "RealDiv", "Maximum",
+    "Minimum", "Neg", "Square", "Sqrt", "Rsqrt", "Exp", "ReluGrad", "TanhGrad", "SigmoidGrad", "AddN", "Erf",
+    "Softplus", "Softmax",
+    # further cwise unary/binary kernels (UnaryOp / BinaryOp forward too)
+    "Erfc", "Log", "Log1p", "Expm1", "Abs", "Reciprocal", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "Softsign",
+    "LeakyRelu", "Pow", "SquaredDifference", "DivNoNan", "FloorDiv", "FloorMod", "Relu6Grad", "EluGrad", "SeluGrad",
+    "SoftplusGrad", "SqrtGrad", "RsqrtGrad", "LeakyReluGrad"})

@@ -1,0 +1,372 @@
+"""Stage 3a — the one problem builder: annotated graph + devices + grouping → problem (no TensorFlow).
+
+Both paths build their problem here: :func:`placer.autoplace` from the
+traced model's op graph, :func:`placer.solve` from a user's graph, in the
+one attribute format of :mod:`placer.core.attrs` (``docs/graph-format.md``).
+
+* The fine nodes are the graph's nodes in ``networkx.topological_sort``
+  order; they form the problem's :class:`~placer.core.problem.Schedule`,
+  so latency is always simulated node by node.
+* The problem's nodes are *groups*: the connected components of "same
+  group key" ∪ "same ``colocation`` key" (a networkx union-find). The group
+  key comes from the registry :data:`GROUPINGS`, chosen by name: ``"op"``
+  (no merging beyond colocation) or ``"layer"`` (the ``layer`` scope, so
+  a Keras layer, its variables and their reads move together). Groups are
+  numbered by their first node in the fine order.
+* Costs become seconds per device (µs of the device's kind / its speed,
+  ``inf`` where ``allowed_kinds`` excludes the kind); a group may run where
+  all of its nodes may.
+* Memory is checked before any search: more resident bytes than all
+  devices hold, or a group larger than every device that may hold it, is
+  an :class:`~placer.errors.InsufficientMemoryError` naming the largest
+  holders.
+
+Examples
+--------
+>>> import networkx as nx
+>>> from placer.core.devices import resolve_devices
+>>> g = nx.DiGraph()
+>>> g.add_node("a", compute_us=10.0, layer="dense")
+>>> g.add_node("b", compute_us={"CPU": 30.0, "GPU": 3.0}, memory_bytes=1024, layer="dense")
+>>> g.add_node("c", compute_us=5.0, layer="head")
+>>> g.add_edge("a", "b", bytes=4096)
+>>> g.add_edge("b", "c", bytes=64)
+>>> devs = resolve_devices(["/CPU:0", "/GPU:0"])
+>>> built = build_problem(g, devs, group_by="op")
+>>> built.nodes, (built.problem.compute_s * 1e6).round(3).tolist()
+(('a', 'b', 'c'), [[10.0, 10.0], [30.0, 3.0], [5.0, 5.0]])
+>>> by_layer = build_problem(g, devs, group_by="layer")
+>>> by_layer.problem.names, by_layer.problem.schedule.group.tolist()
+(('dense', 'c'), [0, 0, 1])
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Any, Callable, Hashable, Mapping, Sequence
+
+import networkx as nx
+import numpy as np
+
+from cost_models import MemoryTraits, SimOptions, SimResult, TensorEdge, simulate
+
+from ..errors import CostError, DeviceError, GraphError, InsufficientMemoryError, PlanError
+from .attrs import (
+    ALIASING_OP_TYPES,
+    ALLOWED_KINDS,
+    BYTES,
+    COLOCATION,
+    COMPUTE_US,
+    CONTROL,
+    HELD_OP_TYPES,
+    INPLACE_OP_TYPES,
+    LAYER,
+    MEMORY_BYTES,
+    OP_TYPE,
+    TENSOR,
+    TENSORS,
+    VARIABLE,
+)
+from .devices import DeviceSet
+from .problem import PlacementProblem, Schedule, group_tensors
+
+#: Grouping registry: name → the group key of a node (``None``: no key; the node is its own group
+#: unless colocation merges it).
+GROUPINGS: dict[str, Callable[[Hashable, Mapping], Hashable | None]] = {
+    "op": lambda node, attrs: None,
+    "layer": lambda node, attrs: attrs.get(LAYER),
+}
+#: Grouping of :func:`placer.solve` (a user's graph: layers are only coarsening hints there).
+DEFAULT_GROUP_BY = "op"
+#: Grouping of :func:`placer.autoplace`: a Keras layer stays on one device, so TensorFlow fuses the
+#: same patterns as in the original model and outputs stay bit-exact.
+MODEL_GROUP_BY = "layer"
+
+
+@dataclass(frozen=True)
+class BuiltProblem:
+    """A placement problem and what maps it back to the graph it came from.
+
+    Attributes
+    ----------
+    problem : PlacementProblem
+        Groups × devices; its ``schedule`` holds the fine nodes.
+    nodes : tuple
+        The graph's nodes in the schedule's order (fine node ``i`` is
+        ``nodes[i]``, in group ``problem.schedule.group[i]``).
+    devices : DeviceSet
+        The devices, in the problem's column order.
+    group_by : str
+        The grouping used (a key of :data:`GROUPINGS`).
+    layer_keys : tuple or None
+        The ``layer`` of each group's first node (``None`` when the graph has
+        no layers): the keys ``auto`` merges first when it coarsens.
+    memory : MemoryTraits
+        Per fine node: resident bytes and the op-type facts of the memory model.
+    """
+
+    problem: PlacementProblem
+    nodes: tuple[Hashable, ...]
+    devices: DeviceSet
+    group_by: str
+    layer_keys: tuple | None
+    memory: MemoryTraits
+
+    @property
+    def schedule(self) -> Schedule:
+        """The fine DAG."""
+        return self.problem.schedule_view()
+
+    def node_devices(self, group_assignment: np.ndarray) -> dict[Hashable, str]:
+        """Graph node → device name, from one device index per group."""
+        fine = np.asarray(group_assignment, dtype=int)[self.schedule.group]
+        names = self.devices.names
+        return {v: names[int(fine[i])] for i, v in enumerate(self.nodes)}
+
+    def group_assignment(self, node_devices: Mapping[Any, str]) -> np.ndarray:
+        """Device index per group from graph node → device name (the inverse of :meth:`node_devices`).
+
+        Node keys are matched as given or by ``str`` (JSON turns keys into strings).
+
+        Raises
+        ------
+        PlanError
+            Nodes the mapping lacks or has in excess (named), devices that are
+            not in :attr:`devices`, or a group whose nodes were given two devices.
+        """
+        given = {str(k): v for k, v in node_devices.items()}
+        ours = {str(v) for v in self.nodes}
+        missing, extra = sorted(ours - set(given)), sorted(set(given) - ours)
+        if missing or extra:
+            raise PlanError(
+                f"the plan does not fit this graph: {len(missing)} of its {len(ours)} ops are not in the plan "
+                f"(e.g. {missing[:5]}) and the plan names {len(extra)} ops the graph lacks (e.g. {extra[:5]}). "
+                "A plan can only be re-applied to the model (and batch size) it was made for; solve again instead")
+        index = {name: i for i, name in enumerate(self.devices.names)}
+        unknown = sorted({d for d in given.values() if d not in index})
+        if unknown:
+            raise PlanError(f"the plan places ops on {unknown}, which are not among the devices "
+                            f"{list(self.devices.names)}; pass the devices the plan was made for")
+        out = np.full(self.problem.n, -1, dtype=int)
+        for i, v in enumerate(self.nodes):
+            g, d = int(self.schedule.group[i]), index[given[str(v)]]
+            if out[g] not in (-1, d):
+                raise PlanError(f"the plan splits group {self.problem.names[g]!r} (op {v!r} on "
+                                f"{given[str(v)]}) although its ops must share a device")
+            out[g] = d
+        return out
+
+    def simulate(self, group_assignment: np.ndarray, options: SimOptions = SimOptions()) -> SimResult:
+        """One simulated step of the fine graph under ``group_assignment`` (memory model included).
+
+        Raises
+        ------
+        CostError
+            Bad simulation options (e.g. time factors), or an assignment that puts a node on a
+            device it may not use.
+        """
+        s = self.schedule
+        fine = np.asarray(group_assignment, dtype=int)[s.group]
+        try:
+            return simulate(s.durations_s, s.tensors, fine, self.problem.occupancy_seconds, control_edges=s.control,
+                            link_latency_s=self.problem.latency, memory=self.memory, options=options)
+        except ValueError as e:
+            raise CostError(f"cannot simulate the plan: {e}") from e
+
+
+def _number(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
+        raise CostError(f"{what} must be a finite non-negative number, got {value!r}")
+    return float(value)
+
+
+def _allowed(node: Hashable, attrs: Mapping, kinds: set[str]) -> frozenset[str] | None:
+    allowed = attrs.get(ALLOWED_KINDS)
+    if allowed is None:
+        return None
+    if isinstance(allowed, str):
+        allowed = [allowed]
+    allowed = frozenset(str(a).upper() for a in allowed)
+    if not allowed & kinds:
+        raise GraphError(f"node {node!r} may only run on {sorted(allowed)}, but the devices are {sorted(kinds)}")
+    return allowed
+
+
+def _compute_row(node: Hashable, attrs: Mapping, devset: DeviceSet, allowed: frozenset[str] | None) -> np.ndarray:
+    if COMPUTE_US not in attrs:
+        raise CostError(f"node {node!r} has no {COMPUTE_US!r}; give its µs per run (a number or a dict kind -> µs)")
+    us = attrs[COMPUTE_US]
+    row = np.empty(len(devset))
+    for d, dev in enumerate(devset.devices):
+        if allowed is not None and dev.kind not in allowed:
+            row[d] = np.inf
+            continue
+        if isinstance(us, Mapping):
+            if dev.kind not in us:
+                raise DeviceError(
+                    f"node {node!r} has no {COMPUTE_US}[{dev.kind!r}] for device {dev.name}; known kinds "
+                    f"{sorted(us)}. Give its time on {dev.kind} or exclude the kind with {ALLOWED_KINDS!r}"
+                )
+            t = _number(us[dev.kind], f"node {node!r} {COMPUTE_US}[{dev.kind!r}]")
+        else:
+            t = _number(us, f"node {node!r} {COMPUTE_US}")
+        row[d] = t * 1e-6 / dev.speed
+    return row
+
+
+def _tensors(graph: nx.DiGraph, nodes: Sequence, index: Mapping) -> tuple[list[TensorEdge], list[tuple[int, int]]]:
+    """Tensors (one per producer and ``tensor`` key) and control edges, as fine node indices."""
+    tensors: list[TensorEdge] = []
+    control: list[tuple[int, int]] = []
+    for u in nodes:
+        by_key: dict[Hashable, list] = {}
+        for _, w, attrs in graph.out_edges(u, data=True):
+            if attrs.get(CONTROL, False):
+                control.append((index[u], index[w]))
+                continue
+            if BYTES not in attrs:
+                raise CostError(f"edge {u!r} -> {w!r} has no {BYTES!r}; give the bytes it moves "
+                                f"(or mark it {CONTROL}=True)")
+            b = _number(attrs[BYTES], f"edge {u!r} -> {w!r} {BYTES}")
+            key = attrs.get(TENSOR, attrs.get(TENSORS))  # op graphs name their tensors
+            if isinstance(key, list):  # JSON turns tuples into lists
+                key = tuple(key)
+            if isinstance(key, tuple) and len(key) == 1:
+                key = key[0]
+            acc = by_key.setdefault(key, [0.0, []])
+            acc[0] = max(acc[0], b)
+            acc[1].append(index[w])
+        for key in sorted(by_key, key=repr):
+            b, dsts = by_key[key]
+            tensors.append(TensorEdge(index[u], tuple(sorted(dsts)), b))
+    return tensors, control
+
+
+def _groups(graph: nx.DiGraph, nodes: Sequence, group_by: str) -> np.ndarray:
+    """Group index of each fine node: components of group key ∪ colocation, numbered by first node."""
+    key_of = GROUPINGS[group_by]
+    uf = nx.utils.UnionFind()
+    first: dict[tuple[str, Hashable], Hashable] = {}
+    for v in nodes:
+        attrs = graph.nodes[v]
+        uf[v]
+        for kind, key in (("group", key_of(v, attrs)), ("colocation", attrs.get(COLOCATION))):
+            if key is not None:
+                uf.union(first.setdefault((kind, key), v), v)
+    number: dict[Hashable, int] = {}
+    return np.array([number.setdefault(uf[v], len(number)) for v in nodes], dtype=int)
+
+
+def _group_name(graph: nx.DiGraph, members: Sequence) -> str:
+    if len(members) == 1:
+        return str(members[0])
+    layers = list(dict.fromkeys(graph.nodes[v].get(LAYER) for v in members))
+    if layers != [None]:
+        named = [x for x in layers if x is not None]
+        return str(named[0]) if len(layers) == 1 else f"{named[0]}+{len(layers) - 1}"
+    return str(graph.nodes[members[0]].get(COLOCATION, members[0]))
+
+
+def _check_memory(graph: nx.DiGraph, nodes: Sequence, members: list[list[int]], compute: np.ndarray,
+                  memory: np.ndarray, gmem: np.ndarray, cap: np.ndarray) -> None:
+    total = float(memory.sum())
+    if total > cap.sum():
+        largest = [nodes[i] for i in np.argsort(-memory, kind="stable")[:5] if memory[i] > 0]
+        listing = ", ".join(f"{graph.nodes[v].get(VARIABLE, v)} ({int(graph.nodes[v][MEMORY_BYTES]):,} B)"
+                            for v in largest)
+        raise InsufficientMemoryError(
+            f"the graph's resident state needs {int(total):,} bytes but the {len(cap)} devices hold "
+            f"{int(cap.sum()):,} bytes in all: {int(total - cap.sum()):,} bytes short. Largest: {listing}. "
+            "Add devices or declare larger memory_bytes.")
+    for g, mm in enumerate(members):
+        ok = np.isfinite(compute[g])
+        if gmem[g] > cap[ok].max():
+            coloc = graph.nodes[nodes[mm[0]]].get(COLOCATION)
+            what = (f"node {nodes[mm[0]]!r}" if len(mm) == 1 else f"colocation group {coloc!r}" if coloc is not None
+                    else f"group {_group_name(graph, [nodes[i] for i in mm])!r}")
+            raise InsufficientMemoryError(
+                f"{what} needs {int(gmem[g]):,} bytes, more than any device that may hold it "
+                f"(largest: {int(cap[ok].max()):,}); give that device more memory or split the group")
+
+
+def build_problem(graph: nx.DiGraph, devices: DeviceSet, *, group_by: str = DEFAULT_GROUP_BY) -> BuiltProblem:
+    """Validate ``graph`` and build the placement problem of its groups on ``devices``.
+
+    Parameters
+    ----------
+    graph : networkx.DiGraph
+        A DAG in the format of ``docs/graph-format.md``.
+    devices : DeviceSet
+        Target devices (see :func:`placer.core.devices.resolve_devices`).
+    group_by : str
+        A key of :data:`GROUPINGS`.
+
+    Returns
+    -------
+    BuiltProblem
+
+    Raises
+    ------
+    GraphError
+        Not a DiGraph, a cycle, an unknown grouping, a node allowed on no
+        device, a group whose ``allowed_kinds`` share no kind.
+    CostError
+        Missing, negative or non-finite ``compute_us``/``memory_bytes``/``bytes``.
+    DeviceError
+        A device kind a node's ``compute_us`` dict does not know.
+    InsufficientMemoryError
+        More memory in all than the devices hold, or a group larger than any
+        device that may hold it.
+    """
+    if not isinstance(graph, nx.DiGraph) or graph.is_multigraph():
+        raise GraphError(f"graph must be a networkx.DiGraph, got {type(graph).__name__}")
+    if group_by not in GROUPINGS:
+        raise GraphError(f"unknown group_by {group_by!r}; choose one of {sorted(GROUPINGS)}")
+    try:
+        nodes = list(nx.topological_sort(graph))
+    except nx.NetworkXUnfeasible:
+        cycle = nx.find_cycle(graph)  # slow on big graphs: only on the error path
+        raise GraphError(f"the graph has a cycle: {' -> '.join(repr(u) for u, _ in cycle)} -> {cycle[0][0]!r}; "
+                         "placement needs a DAG") from None
+    index = {v: i for i, v in enumerate(nodes)}
+    kinds = {d.kind for d in devices.devices}
+    m, k = len(nodes), len(devices)
+    durations = np.empty((m, k))
+    memory = np.zeros(m)
+    for i, v in enumerate(nodes):
+        attrs = graph.nodes[v]
+        durations[i] = _compute_row(v, attrs, devices, _allowed(v, attrs, kinds))
+        memory[i] = _number(attrs.get(MEMORY_BYTES, 0), f"node {v!r} {MEMORY_BYTES}")
+
+    group = _groups(graph, nodes, group_by)
+    n = int(group.max()) + 1 if m else 0
+    members: list[list[int]] = [[] for _ in range(n)]
+    for i in range(m):
+        members[group[i]].append(i)
+    compute = np.zeros((n, k))
+    np.add.at(compute, group, durations)
+    gmem = np.bincount(group, weights=memory, minlength=n)
+    for g, mm in enumerate(members):
+        if not np.isfinite(compute[g]).any():
+            raise GraphError(f"colocation group {graph.nodes[nodes[mm[0]]].get(COLOCATION)!r} "
+                             f"(nodes {[nodes[i] for i in mm[:5]]}) has no device kind allowed for all its nodes")
+    bw, lat, cap = devices.arrays()
+    _check_memory(graph, nodes, members, compute, memory, gmem, cap)
+
+    tensors, control = _tensors(graph, nodes, index)
+    names = [_group_name(graph, [nodes[i] for i in mm]) for mm in members]
+    problem = PlacementProblem.build(
+        names=names, compute_s=compute, memory_bytes=gmem, capacity_bytes=cap,
+        tensors=group_tensors(tensors, group), bandwidth=bw, latency=lat, order=range(n),
+        schedule=Schedule(durations, tuple(tensors), tuple(control), group))
+    layer_keys = None
+    if any(LAYER in graph.nodes[v] for v in nodes):
+        layer_keys = tuple(graph.nodes[nodes[mm[0]]].get(LAYER) for mm in members)
+    op_types = [graph.nodes[v].get(OP_TYPE) for v in nodes]
+    traits = MemoryTraits(resident_bytes=tuple(memory.tolist()),
+                          aliasing=tuple(t in ALIASING_OP_TYPES for t in op_types),
+                          inplace=tuple(t in INPLACE_OP_TYPES for t in op_types),
+                          held=tuple(t in HELD_OP_TYPES for t in op_types))
+    return BuiltProblem(problem, tuple(nodes), devices, group_by, layer_keys, traits)

@@ -1,0 +1,211 @@
+"""The plan: what was decided, why, and what it is predicted to cost (no TensorFlow).
+
+One type serves both paths: :func:`placer.solve` returns a :class:`Plan`
+of a graph's nodes, :func:`placer.autoplace` keeps one of the model's ops
+(``PlacedModel.plan``). A plan saves to versioned JSON and loads back
+(:meth:`Plan.to_dict` / :meth:`Plan.from_dict`, :meth:`Plan.save` /
+:meth:`Plan.load`), and ``autoplace(model, devices, plan=...)`` re-applies
+a saved plan without solving.
+
+Every time in a plan is *predicted* by the cost model (the field names say
+so); nothing in it was measured on the devices.
+
+Examples
+--------
+>>> p = Plan(devices=("/CPU:0", "/CPU:1"), assignment={"a": "/CPU:0", "b": "/CPU:1"}, objective="latency",
+...          unit="s", value=0.003, lower_bound=0.002, gap=1 / 3, solver="auto/etf", status="heuristic")
+>>> Plan.from_dict(p.to_dict()) == p
+True
+>>> p.ops_per_device()
+{'/CPU:0': 1, '/CPU:1': 1}
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import Counter
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Hashable, Mapping
+
+from ..errors import PlanError
+
+#: Identifies the JSON written by :meth:`Plan.to_dict`.
+PLAN_FORMAT = "autoplace-plan"
+#: Version of that format; :meth:`Plan.from_dict` reads this and older versions.
+PLAN_VERSION = 1
+
+
+@dataclass(frozen=True)
+class BaselineResult:
+    """A baseline placement scored by the same cost model (both figures predicted)."""
+
+    value: float
+    predicted_step_time_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """A placement of every node, with its objective, bound and predictions.
+
+    Attributes
+    ----------
+    devices : tuple of str
+        Target devices (canonical names) in the user's order.
+    assignment : Mapping
+        Node (op name, for a model) → device name, for every node.
+    objective, unit : str
+        What the solver minimised (``latency``, ``throughput``, ``memory``;
+        see :mod:`placer.core.objectives`) and its unit (``s`` or ``bytes``).
+    value, lower_bound, gap : float
+        The plan's objective value (predicted), a proven lower bound of it,
+        and ``(value - lower_bound) / value``.
+    solver, status : str
+        Which algorithm produced the plan; ``optimal`` / ``feasible`` /
+        ``heuristic``, or ``given`` for a re-applied plan.
+    solve_time_s : float
+        Wall seconds of the solve stage (building the problem, searching, scoring).
+    group_by : str
+        The grouping the solver placed (see :data:`placer.core.build.GROUPINGS`).
+    groups : int
+        Problem nodes the solver saw (groups).
+    predicted_step_time_s, predicted_max_load_s : float
+        The plan under the other objectives: one simulated step, and the
+        pipelined maximum device load.
+    traffic_bytes : float
+        Bytes crossing devices per step.
+    predicted_device_load_s, device_memory_bytes : tuple of float
+        Per device: compute + communication load, and resident bytes.
+    baselines : Mapping[str, BaselineResult]
+        Single-device, round-robin and contiguous placements, same cost model
+        (a baseline with no feasible plan is absent, and named in ``log``).
+    log : tuple of str
+        What the solver tried, in order, with each outcome.
+    compression : str
+        Cast pair for cut float edges (``none``, ``bf16``, ``fp16``; models only).
+    batch_size : int or None
+        Batch size the costs were measured at (models only).
+    """
+
+    devices: tuple[str, ...]
+    assignment: Mapping[Hashable, str]
+    objective: str
+    unit: str
+    value: float
+    lower_bound: float
+    gap: float
+    solver: str
+    status: str
+    solve_time_s: float = 0.0
+    group_by: str = "op"
+    groups: int = 0
+    predicted_step_time_s: float = 0.0
+    predicted_max_load_s: float = 0.0
+    traffic_bytes: float = 0.0
+    predicted_device_load_s: tuple[float, ...] = ()
+    device_memory_bytes: tuple[float, ...] = ()
+    baselines: Mapping[str, BaselineResult] = field(default_factory=dict)
+    log: tuple[str, ...] = ()
+    compression: str = "none"
+    batch_size: int | None = None
+
+    def ops_per_device(self) -> dict[str, int]:
+        """Number of nodes on each device (devices with none included)."""
+        c = Counter(self.assignment.values())
+        return {d: c.get(d, 0) for d in self.devices}
+
+    # -- JSON ----------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (node keys as strings; non-finite numbers as ``None``)."""
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["devices"] = list(self.devices)
+        d["assignment"] = {str(k): v for k, v in self.assignment.items()}
+        d["baselines"] = {k: asdict(v) for k, v in self.baselines.items()}
+        d["predicted_device_load_s"] = list(self.predicted_device_load_s)
+        d["device_memory_bytes"] = list(self.device_memory_bytes)
+        d["log"] = list(self.log)
+        for k, v in d.items():
+            if isinstance(v, float) and not math.isfinite(v):
+                d[k] = None
+        return {"format": PLAN_FORMAT, "version": PLAN_VERSION, **d}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Plan":
+        """The plan written by :meth:`to_dict`.
+
+        Raises
+        ------
+        PlanError
+            Not a plan, a newer format version, or missing / malformed fields (named).
+        """
+        if not isinstance(data, Mapping) or data.get("format") != PLAN_FORMAT:
+            raise PlanError(f"not an autoplace plan (expected \"format\": \"{PLAN_FORMAT}\")")
+        if not isinstance(data.get("version"), int) or data["version"] > PLAN_VERSION:
+            raise PlanError(f"plan format version {data.get('version')!r}; this autoplace reads up to {PLAN_VERSION}")
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        try:
+            values["devices"] = tuple(values["devices"])
+            values["assignment"] = dict(values["assignment"])
+            values["baselines"] = {k: BaselineResult(**v) for k, v in values.get("baselines", {}).items()}
+            for name in ("predicted_device_load_s", "device_memory_bytes", "log"):
+                values[name] = tuple(values.get(name, ()))
+            for name in ("value", "lower_bound", "gap"):
+                values[name] = math.inf if values.get(name) is None else float(values[name])
+            plan = cls(**values)
+        except (KeyError, TypeError, ValueError) as e:
+            raise PlanError(f"malformed plan: {e!r}; write plans with Plan.save or Plan.to_dict") from None
+        bad = sorted({d for d in plan.assignment.values() if d not in plan.devices})
+        if bad:
+            raise PlanError(f"the plan places nodes on {bad}, which its device list {list(plan.devices)} lacks")
+        return plan
+
+    def to_json(self, **kwargs: Any) -> str:
+        """The plan as JSON text (:meth:`to_dict`)."""
+        return json.dumps(self.to_dict(), **kwargs)
+
+    def save(self, path: str | os.PathLike) -> str:
+        """Write the plan as JSON to ``path``; returns the path."""
+        path = os.fspath(path)
+        Path(path).write_text(self.to_json(indent=1), encoding="utf-8")
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Plan":
+        """Read a plan written by :meth:`save`.
+
+        Raises
+        ------
+        PlanError
+            The file cannot be read, is not JSON, or is not a plan.
+        """
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as e:
+            raise PlanError(f"cannot read plan file {os.fspath(path)!r}: {e}") from None
+        return cls.from_dict(data)
+
+    # -- for people ----------------------------------------------------------
+    def _fmt(self, x: float) -> str:
+        return f"{x * 1e3:.3f} ms" if self.unit == "s" else f"{x / 1e6:.3f} MB"
+
+    def summary(self) -> str:
+        """A few human-readable lines about the plan (every time is predicted)."""
+        lines = [
+            f"placed {len(self.assignment)} ops ({self.groups} groups) on {len(self.devices)} devices "
+            f"with {self.solver} [{self.status}] in {self.solve_time_s:.2f} s",
+            f"{self.objective} {self._fmt(self.value)} predicted (lower bound {self._fmt(self.lower_bound)}, "
+            f"gap {100 * self.gap:.1f}%), predicted step {self.predicted_step_time_s * 1e3:.3f} ms"
+            + (f" at batch {self.batch_size}" if self.batch_size is not None else ""),
+        ]
+        for dev, n in self.ops_per_device().items():
+            lines.append(f"  {dev}: {n} ops")
+        for name, b in self.baselines.items():
+            ratio = b.value / self.value if self.value > 0 else float("nan")
+            lines.append(f"  baseline {name}: {self.objective} {self._fmt(b.value)} predicted ({ratio:.2f}x ours), "
+                         f"predicted step {b.predicted_step_time_s * 1e3:.3f} ms")
+        if self.compression != "none":
+            lines.append(f"  cut float edges travel as {self.compression}")
+        return "\n".join(lines)

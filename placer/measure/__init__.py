@@ -1,0 +1,1 @@
+"""Measurement tools on real devices: link calibration (:mod:`.links`) and local gRPC clusters (:mod:`.cluster`)."""

@@ -1,0 +1,229 @@
+"""Stage 3 — the planner: a built problem → a :class:`~placer.core.plan.Plan` (no TensorFlow).
+
+:func:`plan_problem` is the solve stage of both paths: :func:`solve` (a
+user's cost-annotated graph) and :func:`placer.autoplace` (a traced
+model's op graph) call it on the problem of :mod:`placer.core.build`, so
+the same graph, devices and :class:`PlanOptions` give the same plan either
+way. It searches (or re-applies a given assignment), scores the plan under
+every objective, and scores the baselines on the same problem.
+
+Examples
+--------
+Two independent 3 ms branches and a join, on two devices:
+
+>>> import networkx as nx
+>>> g = nx.DiGraph()
+>>> for v, us in {"in": 1.0, "left": 3000.0, "right": 3000.0, "join": 1.0}.items():
+...     g.add_node(v, compute_us=us)
+>>> g.add_edges_from([("in", "left"), ("in", "right"), ("left", "join"), ("right", "join")], bytes=1024)
+>>> p = solve(g, ["/CPU:0", "/CPU:1"], time_limit_s=1.0)
+>>> p.assignment["left"] != p.assignment["right"], p.objective, p.status
+(True, 'latency', 'heuristic')
+>>> round(p.value * 1e3, 3), round(p.lower_bound * 1e3, 3)   # ms, predicted: makespan, critical path
+(3.022, 3.002)
+>>> round(p.baselines["single"].value * 1e3, 3)
+6.002
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, fields
+from typing import Any, Hashable, Mapping, Sequence
+
+import networkx as nx
+import numpy as np
+
+from .core.build import DEFAULT_GROUP_BY, GROUPINGS, BuiltProblem, build_problem
+from .core.devices import DeviceSet
+from .core.graph_io import as_device_set
+from .core.objectives import DEFAULT_OBJECTIVE, OBJECTIVES, get_objective
+from .core.plan import BaselineResult, Plan
+from .core.problem import evaluate
+from .errors import AutoplaceError, PlanError, SolverError
+from .solvers import (
+    DEFAULT_MAX_NODES,
+    DEFAULT_SOLVER,
+    DEFAULT_TIME_LIMIT_S,
+    Solution,
+    SolveOptions,
+    available_solvers,
+    solve_problem,
+)
+
+log = logging.getLogger(__name__)
+
+#: Baselines scored next to every plan, on the same problem and cost model.
+BASELINES = ("single", "round_robin", "contiguous")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanOptions:
+    """What to plan for and how (keyword-only; the defaults are the library's).
+
+    Attributes
+    ----------
+    objective : str
+        ``"latency"`` (one step's simulated makespan), ``"throughput"``
+        (pipelined max device load) or ``"memory"`` (least bytes across
+        devices with every device under capacity); see
+        :mod:`placer.core.objectives`.
+    algorithm : str
+        A name from :func:`placer.solvers.available_solvers`; ``"auto"``
+        runs all heuristics, CP-SAT and local refinement.
+    time_limit_s : float
+        Search budget in seconds of *estimated* work (never read from the
+        clock, so the plan does not depend on the machine's load).
+    seed : int
+        Same graph, devices, options and seed give the same plan.
+    max_nodes : int
+        ``auto`` coarsens problems with more groups than this before CP-SAT.
+    group_by : str
+        Which nodes move together (:data:`placer.core.build.GROUPINGS`).
+    baselines : tuple of str
+        Solvers scored next to the plan (``()`` for none).
+    """
+
+    objective: str = DEFAULT_OBJECTIVE
+    algorithm: str = DEFAULT_SOLVER
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S
+    seed: int = 0
+    max_nodes: int = DEFAULT_MAX_NODES
+    group_by: str = DEFAULT_GROUP_BY
+    baselines: tuple[str, ...] = BASELINES
+
+    def __post_init__(self) -> None:
+        get_objective(self.objective)
+        for name in (self.algorithm, *self.baselines):
+            if name not in available_solvers():
+                raise SolverError(f"unknown algorithm {name!r}; choose one of {available_solvers()}")
+        if self.group_by not in GROUPINGS:
+            raise SolverError(f"unknown group_by {self.group_by!r}; choose one of {sorted(GROUPINGS)}")
+        t = self.time_limit_s
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
+            raise SolverError(f"time_limit_s must be a positive number of seconds, got {t!r}")
+        if isinstance(self.max_nodes, bool) or not isinstance(self.max_nodes, int) or self.max_nodes < 1:
+            raise SolverError(f"max_nodes must be a positive integer, got {self.max_nodes!r}")
+
+    def solve_options(self, built: BuiltProblem) -> SolveOptions:
+        """The solvers' options for ``built`` (its layer keys guide ``auto``'s coarsening)."""
+        return SolveOptions(time_limit_s=float(self.time_limit_s), seed=self.seed, objective=self.objective,
+                            max_nodes=self.max_nodes, coarsen_keys=built.layer_keys)
+
+
+def options_from(kwargs: Mapping[str, Any], cls: type) -> Any:
+    """``cls(**kwargs)``, or :class:`AutoplaceError` naming unknown options and listing the valid ones."""
+    valid = [f.name for f in fields(cls)]
+    unknown = sorted(set(kwargs) - set(valid))
+    if unknown:
+        raise AutoplaceError(f"unknown option(s) {unknown}; valid options: {valid}")
+    return cls(**kwargs)
+
+
+def _baseline(built: BuiltProblem, name: str, options: SolveOptions) -> BaselineResult | None:
+    try:
+        sol = solve_problem(built.problem, name, options)
+    except AutoplaceError as e:  # logged and named in the plan's log, never silently dropped
+        log.info("baseline %s dropped: %s", name, e)
+        return None
+    step = OBJECTIVES["latency"].value(built.problem, sol.assignment)
+    return BaselineResult(float(sol.objective), float(step))
+
+
+def _given(built: BuiltProblem, assignment: Mapping[Hashable, str], options: SolveOptions) -> Solution:
+    """A re-applied assignment, scored like a solver's plan."""
+    t0 = time.perf_counter()
+    a = built.group_assignment(assignment)
+    obj = get_objective(options.objective)
+    value = obj.value(built.problem, a)
+    if not math.isfinite(value):
+        ev = evaluate(built.problem, a)
+        raise PlanError(f"the given plan is infeasible on these devices (resident bytes per device "
+                        f"{ev.memory_bytes.tolist()}, capacities {built.problem.capacity_bytes.tolist()}); "
+                        "give the devices it was made for, or solve again")
+    lb = min(obj.lower_bound(built.problem), value)
+    return Solution(a, value, lb, "given", time.perf_counter() - t0, "given", ("given: re-applied a saved plan",))
+
+
+def plan_problem(built: BuiltProblem, options: PlanOptions, *,
+                 given: Mapping[Hashable, str] | None = None) -> Plan:
+    """Solve ``built`` (or score the ``given`` node → device assignment) and describe the plan.
+
+    Raises
+    ------
+    NoFeasiblePlanError
+        No algorithm found a plan within the budget.
+    PlanError
+        ``given`` does not fit the graph or devices.
+    """
+    t0 = time.perf_counter()
+    solve_options = options.solve_options(built)
+    problem = built.problem
+    log.info("placing %d nodes (%d groups) on %d devices, objective %s", len(built.nodes), problem.n, problem.k,
+             options.objective)
+    if given is None:
+        sol = solve_problem(problem, options.algorithm, solve_options)
+    else:
+        sol = _given(built, given, solve_options)
+    a = np.asarray(sol.assignment, dtype=int)
+    ev = evaluate(problem, a)
+    step = sol.objective if options.objective == "latency" else OBJECTIVES["latency"].value(problem, a)
+    baselines = {}
+    attempts = list(sol.log) or [f"{sol.solver}: {sol.objective:.6g}"]
+    for name in options.baselines:
+        b = _baseline(built, name, solve_options)
+        if b is None:
+            attempts.append(f"baseline {name}: no feasible plan (dropped)")
+        else:
+            baselines[name] = b
+    wall = time.perf_counter() - t0
+    obj = get_objective(options.objective)
+    log.info("placed with %s [%s]: %s %.6g %s predicted (lower bound %.6g, gap %.1f%%) in %.2f s", sol.solver,
+             sol.status, options.objective, sol.objective, obj.unit, sol.lower_bound, 100 * sol.gap, wall)
+    return Plan(
+        devices=built.devices.names, assignment=built.node_devices(a), objective=options.objective, unit=obj.unit,
+        value=float(sol.objective), lower_bound=float(sol.lower_bound), gap=float(sol.gap), solver=sol.solver,
+        status=sol.status, solve_time_s=wall, group_by=built.group_by, groups=problem.n,
+        predicted_step_time_s=float(step), predicted_max_load_s=float(ev.objective),
+        traffic_bytes=float(ev.traffic_bytes.sum()), predicted_device_load_s=tuple(float(x) for x in ev.load_s),
+        device_memory_bytes=tuple(float(x) for x in ev.memory_bytes), baselines=baselines, log=tuple(attempts),
+    )
+
+
+def solve(graph: nx.DiGraph, devices: Sequence[Any] | DeviceSet, **options: Any) -> Plan:
+    """Place every node of ``graph`` on one of ``devices``.
+
+    Parameters
+    ----------
+    graph : networkx.DiGraph
+        A DAG in the format of ``docs/graph-format.md`` (``compute_us``,
+        ``memory_bytes``, ``colocation``, ``allowed_kinds``, ``layer``;
+        edges ``bytes``), e.g. a file read by :func:`placer.load_graph`.
+    devices : sequence or DeviceSet
+        Device strings or :class:`~placer.DeviceSpec` (name, memory, speed,
+        link); a :class:`~placer.core.devices.DeviceSet` to give every link.
+    **options
+        Fields of :class:`PlanOptions` (``objective``, ``algorithm``,
+        ``time_limit_s``, ``seed``, ``max_nodes``, ``group_by``, ``baselines``).
+
+    Returns
+    -------
+    Plan
+        Every time in it is predicted by the cost model.
+
+    Raises
+    ------
+    GraphError, CostError, DeviceError
+        Bad graph or devices; the message names the node or device.
+    InsufficientMemoryError
+        A group or the whole graph cannot fit.
+    NoFeasiblePlanError
+        No algorithm found a plan within the budget.
+    SolverError, AutoplaceError
+        Unknown objective, algorithm or option, or a bad time limit.
+    """
+    opts = options_from(options, PlanOptions)
+    built = build_problem(graph, as_device_set(devices), group_by=opts.group_by)
+    return plan_problem(built, opts)

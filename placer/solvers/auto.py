@@ -1,0 +1,181 @@
+"""The ``auto`` policy: every heuristic, refinement, CP-SAT, refinement; the best plan (no TensorFlow).
+
+1. every heuristic of :data:`HEURISTICS` whose preconditions hold, on the
+   full problem (stopping early when one reaches the lower bound);
+2. greedy refinement of the best (:mod:`placer.solvers.refine`);
+3. CP-SAT warm-started from the best plan, on a coarsened problem above
+   ``max_nodes`` nodes (:mod:`placer.solvers.multilevel`);
+4. a short refinement of CP-SAT's plan when it is the best and not proven.
+
+**Determinism.** Every decision reads the *estimated* work spent (sizes ×
+the per-op rates measured on the 2-core reference machine), never the
+clock: the same problem, options and seed give the same plan on an idle or
+a loaded machine.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from ..core.objectives import get_objective
+from ..core.problem import PlacementProblem
+from ..errors import NoFeasiblePlanError, SolverError
+from .base import Solution, SolveOptions, finish
+from .cpsat import CpSatStatus, solve_cpsat
+from .multilevel import coarsen_problem
+from .refine import VISITS_PER_S, refine
+from .registry import SOLVERS
+
+log = logging.getLogger(__name__)
+
+#: The algorithm every entry point uses when none is named.
+DEFAULT_SOLVER = "auto"
+#: Heuristics ``auto`` runs on the full problem (each where its preconditions hold).
+HEURISTICS = ("single", "round_robin", "contiguous", "partition", "heft", "etf", "mincut")
+#: The least refinement ``auto`` does (estimated seconds), even when the heuristics used the budget.
+MIN_REFINE_S = 0.5
+#: Estimated cost of each heuristic in µs per fine op: (fixed, per device), scoring excluded (that is
+#: ``Objective.score_us_per_op``). ``auto`` spends its time limit by these estimates (measured on the
+#: 2-core reference machine), not by the clock, so that its choices, and hence its plans, are
+#: reproducible.
+HEURISTIC_US_PER_OP: dict[str, tuple[float, float]] = {
+    "single": (1.0, 0.0), "round_robin": (1.0, 0.0), "contiguous": (2.0, 0.0), "partition": (8.0, 0.0),
+    "heft": (25.0, 10.0), "etf": (5.0, 15.0), "mincut": (250.0, 0.0),
+}
+
+
+def _describe(name: str, sol: Solution | None) -> str:
+    return f"{name}: {'no feasible plan' if sol is None else f'{sol.objective:.6g}'}"
+
+
+def _estimated_s(name: str, m: int, k: int, objective: str) -> float:
+    """Estimated seconds of heuristic ``name`` on ``m`` fine ops and ``k`` devices, scoring included."""
+    per_op, per_op_device = HEURISTIC_US_PER_OP[name]
+    return 1e-6 * m * (per_op + per_op_device * k + get_objective(objective).score_us_per_op)
+
+
+def _proven(value: float, bound: float) -> bool:
+    """Whether ``value`` equals the lower ``bound`` (relative tolerance 1e-9): nothing to improve."""
+    return value - bound <= 1e-9 * max(abs(value), 1e-300)
+
+
+def no_plan_error(problem: PlacementProblem, options: SolveOptions, tried: list[str]) -> NoFeasiblePlanError:
+    """The error for "nothing feasible was found", listing what was tried."""
+    return NoFeasiblePlanError(
+        f"no feasible placement of {problem.n} nodes on {problem.k} devices within "
+        f"{options.time_limit_s:g} s; tried: {'; '.join(tried)}. Give the devices more memory, "
+        "add devices, or raise time_limit_s.")
+
+
+def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
+    """The default policy: heuristics, refinement, CP-SAT, refinement; the best plan and bound.
+
+    ``Solution.log`` lists what was tried with each outcome.
+
+    Raises
+    ------
+    NoFeasiblePlanError
+        Nothing feasible was found; the message lists what was tried.
+    """
+    # Every decision below reads the *estimated* work spent (sizes × measured rates), never the
+    # clock, so the same problem, options and seed always give the same plan.
+    t0 = time.perf_counter()
+    m = problem.schedule_view().m
+    left = options.time_limit_s
+    tried: list[str] = []
+    found: list[Solution] = []
+    for name in HEURISTICS:
+        reason = SOLVERS[name].unmet(problem)
+        if reason is None and name == "mincut" and np.array_equal(problem.compute_s[:, 0], problem.compute_s[:, 1]):
+            # min total busy time on two identical devices is one device (or infeasible): nothing new
+            reason = "identical devices"
+        if reason is not None:
+            tried.append(f"{name}: skipped ({reason})")
+            continue
+        left -= _estimated_s(name, m, problem.k, options.objective)
+        sol = SOLVERS[name](problem, options)
+        tried.append(_describe(name, sol))
+        log.info("%s (%.1f s)", tried[-1], time.perf_counter() - t0)
+        if sol is not None:
+            found.append(sol)
+            if _proven(sol.objective, sol.lower_bound):
+                tried.append(f"stopped: {name} reached the lower bound")
+                break
+    bound = max((s.lower_bound for s in found), default=0.0)
+    best = min(found, key=lambda s: s.objective, default=None)
+    cpsat_min_left = min(1.0, 0.25 * options.time_limit_s)  # less: building the model alone takes that
+    search_on = problem.k > 1 and not (best is not None and _proven(best.objective, bound))
+
+    if search_on and best is not None:
+        model = "throughput" if get_objective(options.objective).cpsat_model == "max_load" else "memory"
+
+        def polish(start: Solution, share_s: float) -> None:
+            refined = refine(problem, start.assignment, model, work=int(max(share_s, MIN_REFINE_S) * VISITS_PER_S))
+            sol = finish(problem, refined, f"{start.solver}+refine", t0, options, "feasible")
+            tried.append(_describe(f"refine {start.solver}", sol))
+            log.info("%s (%.1f s)", tried[-1], time.perf_counter() - t0)
+            if sol is not None and sol.objective < start.objective:
+                found.append(sol)
+
+        # 1. local refinement of the best heuristic plan (a third of what is left)
+        # (all of it when too little would be left for CP-SAT anyway)
+        share = left / 3 if 2 * left / 3 >= cpsat_min_left else left
+        polish(best, share)
+        left -= max(share, MIN_REFINE_S)
+        best = min(found, key=lambda s: s.objective)
+    if search_on and found and left < cpsat_min_left:
+        # building a CP-SAT model of a large problem alone takes seconds: keep the time limit
+        tried.append("cpsat: skipped (the heuristics used the time limit)")
+        log.info("%s (%.1f s)", tried[-1], time.perf_counter() - t0)
+    elif search_on:
+        # 2. CP-SAT, warm-started from the best plan so far, with the rest of the budget
+        search, contraction = problem, None
+        warm = best.assignment if best is not None else None
+        if problem.n > options.max_nodes:
+            contraction = coarsen_problem(problem, options.max_nodes, keys=options.coarsen_keys, seed=options.seed)
+            search = contraction.coarse
+            tried.append(f"coarsened {problem.n} -> {search.n} nodes")
+            starts = [SOLVERS["partition"](search, replace(options, coarsen_keys=None))]
+            if best is not None:
+                work = np.where(np.isfinite(problem.compute_s), problem.compute_s, 0.0).max(axis=1)
+                restricted = contraction.restrict(best.assignment, work)
+                starts.append(finish(search, restricted, "restricted", t0, options))
+            starts = [s for s in starts if s is not None]
+            warm = min(starts, key=lambda s: s.objective).assignment if starts else None
+        # CP-SAT's budget is deterministic time (reproducible plans). On the 2-core reference machine
+        # one deterministic second took 1.5-4 wall seconds (overshoot included), so it gets a third
+        # of what is left to keep the wall budget.
+        budget = max(0.3, left / 3)
+        result = solve_cpsat(search, replace(options, time_limit_s=budget, warm_start=warm, coarsen_keys=None))
+        if result.status is CpSatStatus.INVALID:
+            raise SolverError(f"CP-SAT rejected the model of {search.n} nodes on {search.k} devices as invalid; "
+                              "this is a bug in autoplace, please report it")
+        exact = result.solution
+        tried.append(f"cpsat: {result.status.value}" if exact is None
+                     else f"cpsat: {exact.objective:.6g} ({exact.status})")
+        log.info("%s (%.1f s)", tried[-1], time.perf_counter() - t0)
+        if exact is not None:
+            if contraction is None:
+                bound = max(bound, exact.lower_bound)
+                found.append(exact)
+            else:  # a coarse bound does not bound the full problem; re-score the projection
+                exact = finish(problem, contraction.expand(exact.assignment), "cpsat", t0, options, "feasible")
+                if exact is not None:
+                    found.append(exact)
+        # 3. a short refinement of CP-SAT's plan when it is the best and not proven optimal
+        if exact is not None and exact.status != "optimal" and exact.objective <= min(s.objective for s in found):
+            polish(exact, left - 3 * budget)
+        # equal values: prefer a plan proven optimal
+        best = min(found, key=lambda s: (s.objective, s.status != "optimal"), default=None)
+    if best is None:
+        raise no_plan_error(problem, options, tried)
+    lb = min(max(bound, best.lower_bound), best.objective)
+    status = "optimal" if _proven(best.objective, lb) else best.status
+    return Solution(best.assignment, best.objective, lb, f"auto/{best.solver}", time.perf_counter() - t0,
+                    status, tuple(tried))
+
+

@@ -1,0 +1,223 @@
+"""``autoplace(model, devices)``: the pipeline, one explicit list of stages.
+
+==========  ==================================  =================================  =========================
+stage       function                            takes                              returns (frozen)
+==========  ==================================  =================================  =========================
+devices     :func:`~placer.core.devices.        the user's device list             ``DeviceSet``
+            resolve_devices`
+trace       :func:`~placer.tf.trace.            the Keras model                    ``TracedModel``
+            trace_model`
+costs       :func:`~placer.tf.costs.            traced model, device kinds         ``ComputeCosts``
+            compute_costs`
+graph       :func:`~placer.tf.opgraph.          traced model, costs                ``OpGraph``
+            build_op_graph`
+problem     :func:`~placer.core.build.          op graph, devices, grouping        ``BuiltProblem``
+            build_problem`
+solve       :func:`~placer.planner.             built problem, options             ``Plan``
+            plan_problem`                       (or a saved plan)
+emit        :func:`~placer.tf.emit.emit`        traced model, plan's assignment    ``EmittedModel``
+report      :func:`~placer.tf.report.           what the stages returned           ``Report``
+            build_report`
+==========  ==================================  =================================  =========================
+
+One :class:`StageTimer` runs them: it times each stage, logs it, and puts
+the stage's name on any error it raises (``AutoplaceError.stage``, and the
+message starts with ``[solve stage]``, say). The problem and solve stages
+are the same code :func:`placer.solve` runs on a saved op graph.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Mapping, Sequence, TypeVar
+
+import tensorflow as tf
+
+from ..core.build import MODEL_GROUP_BY, build_problem
+from ..core.compression import WIRE_DTYPES
+from ..core.devices import resolve_devices
+from ..core.plan import Plan
+from ..errors import AutoplaceError, PlanError
+from ..planner import PlanOptions, options_from, plan_problem
+from .costs import ProfileOptions, compute_costs
+from .emit import emit
+from .opgraph import build_op_graph
+from .placed_model import PlacedModel
+from .report import build_report
+from .trace import trace_model
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlacementOptions:
+    """Options of :func:`autoplace` (all keyword arguments; defaults are the library's own).
+
+    Attributes
+    ----------
+    batch_size : int or None
+        Planning batch size; required when the model's batch is unknown.
+    input_signature : sequence or None
+        ``tf.TensorSpec``s or shape tuples overriding the model's inputs.
+    objective, algorithm, time_limit_s, seed, max_nodes
+        As in :class:`placer.planner.PlanOptions` (same defaults).
+    group_by : str
+        Which ops move together: ``"layer"`` (default: a Keras layer stays on
+        one device, so TensorFlow fuses the same kernels and outputs stay
+        bit-exact) or ``"op"`` (only colocation constraints).
+    compression : str
+        ``"none"`` (bit-exact), ``"bf16"`` or ``"fp16"`` on cut float edges.
+    profile_repeats, profile_grappler, profile_cache, hardware
+        How op costs are obtained: :class:`placer.tf.costs.ProfileOptions`'
+        ``repeats``, ``grappler``, ``cache`` and ``hardware`` (same defaults).
+    """
+
+    batch_size: int | None = None
+    input_signature: Sequence[Any] | None = None
+    objective: str = PlanOptions.objective
+    algorithm: str = PlanOptions.algorithm
+    time_limit_s: float = PlanOptions.time_limit_s
+    seed: int = PlanOptions.seed
+    max_nodes: int = PlanOptions.max_nodes
+    group_by: str = MODEL_GROUP_BY
+    compression: str = "none"
+    profile_repeats: int = ProfileOptions.repeats
+    profile_grappler: bool = ProfileOptions.grappler
+    profile_cache: bool | str | os.PathLike = ProfileOptions.cache
+    hardware: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.compression not in WIRE_DTYPES:
+            raise AutoplaceError(f"unknown compression {self.compression!r}; choose one of {sorted(WIRE_DTYPES)}")
+        self.plan_options()
+        self.profile_options()
+
+    def plan_options(self) -> PlanOptions:
+        """The solve stage's options."""
+        return PlanOptions(objective=self.objective, algorithm=self.algorithm, time_limit_s=self.time_limit_s,
+                           seed=self.seed, max_nodes=self.max_nodes, group_by=self.group_by)
+
+    def profile_options(self) -> ProfileOptions:
+        """The costs stage's options."""
+        return ProfileOptions(repeats=self.profile_repeats, grappler=self.profile_grappler, cache=self.profile_cache,
+                              hardware=self.hardware, seed=self.seed)
+
+
+@dataclass
+class StageTimer:
+    """Runs pipeline stages: one timer, one log line each, the stage's name on its errors."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def run(self, name: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)`` as stage ``name``.
+
+        Raises
+        ------
+        AutoplaceError
+            Whatever the stage raised, its message starting with the stage's name;
+            other exceptions get a note naming the stage.
+        """
+        t = time.perf_counter()
+        try:
+            out = fn(*args, **kwargs)
+        except AutoplaceError as e:
+            raise e.in_stage(name)
+        except Exception as e:
+            if hasattr(e, "add_note"):  # Python 3.11+
+                e.add_note(f"raised in autoplace's {name!r} stage")
+            raise
+        self.seconds[name] = time.perf_counter() - t
+        log.info("%s: %.2f s", name, self.seconds[name])
+        return out
+
+
+def _as_plan(plan: Plan | str | os.PathLike | None) -> Plan | None:
+    if plan is None or isinstance(plan, Plan):
+        return plan
+    if isinstance(plan, (str, os.PathLike)):
+        return Plan.load(plan)
+    raise PlanError(f"plan must be a Plan or the path of a saved plan, got {type(plan).__name__}")
+
+
+def _solve(built: Any, options: PlanOptions, given: Plan | None, batch_size: int, compression: str) -> Plan:
+    """The solve stage: search, or re-apply ``given`` (its objective and grouping)."""
+    if given is not None:
+        if tuple(given.devices) != built.devices.names:
+            raise PlanError(f"the plan was made for devices {list(given.devices)}, not {list(built.devices.names)}; "
+                            "pass the devices it was made for, or solve again")
+        options = replace(options, objective=given.objective)
+    plan = plan_problem(built, options, given=None if given is None else given.assignment)
+    return replace(plan, batch_size=batch_size, compression=compression)
+
+
+def autoplace(model: Any, devices: Sequence[Any], *, plan: Plan | str | os.PathLike | None = None,
+              **options: Any) -> PlacedModel:
+    """Place a Keras model's ops on ``devices`` and return a placed model.
+
+    Parameters
+    ----------
+    model : keras.Model
+        A built Keras 3 model (TensorFlow backend). It is never modified.
+    devices : sequence
+        Device strings (``"/CPU:1"``, ``"/GPU:0"``,
+        ``"/job:worker/replica:0/task:1/device:CPU:0"``),
+        ``tf.config.LogicalDevice`` objects or :class:`placer.DeviceSpec`.
+    plan : Plan or path, optional
+        A plan saved from an earlier placement of the same model
+        (``placed.plan.save(path)``): it is re-applied without solving (and
+        re-scored with this run's costs).
+    **options
+        Fields of :class:`PlacementOptions`.
+
+    Returns
+    -------
+    PlacedModel
+
+    Raises
+    ------
+    ModelError, InputSignatureError, DeviceError, InsufficientMemoryError,
+    NoFeasiblePlanError, PlanError, AutoplaceError
+        Each with a message that starts with the stage that raised it and says what to change.
+
+    Examples
+    --------
+    >>> import keras, numpy as np, placer
+    >>> m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    >>> placed = placer.autoplace(m, ["/CPU:0"], batch_size=2, time_limit_s=1)
+    >>> x = np.ones((2, 4), "float32")
+    >>> bool(np.array_equal(placed(x).numpy(), m(x).numpy()))
+    True
+    >>> again = placer.autoplace(m, ["/CPU:0"], batch_size=2, plan=placed.plan)
+    >>> again.plan.assignment == placed.plan.assignment, again.plan.solver
+    (True, 'given')
+    """
+    opts = options_from(options, PlacementOptions)
+    given = _as_plan(plan)
+    if given is not None:
+        opts = replace(opts, group_by=given.group_by)
+    stages = StageTimer()
+    available = [d.name for d in tf.config.list_logical_devices()]
+    devset = stages.run("devices", resolve_devices, devices, available=available)
+    traced = stages.run("trace", trace_model, model, batch_size=opts.batch_size,
+                        input_signature=opts.input_signature)
+    kinds = sorted({d.kind for d in devset.devices})
+    costs = stages.run("costs", compute_costs, traced, kinds, opts.profile_options())
+    op_graph = stages.run("graph", build_op_graph, traced, costs.us)
+    built = stages.run("problem", build_problem, op_graph.graph, devset, group_by=opts.group_by)
+    placed_plan = stages.run("solve", _solve, built, opts.plan_options(), given, traced.batch_size, opts.compression)
+    emitted = stages.run("emit", emit, traced, placed_plan.assignment, opts.compression)
+
+    def report() -> Any:
+        sim = built.simulate(built.group_assignment(placed_plan.assignment))
+        return build_report(placed_plan, op_graph, built, sim, costs, opts.profile_grappler, emitted,
+                            dict(stages.seconds))
+
+    rep = stages.run("report", report)
+    log.info("autoplace %s: %s", model.name, " ".join(f"{k}={v:.2f}s" for k, v in stages.seconds.items()))
+    return PlacedModel(emitted, placed_plan, traced.input_specs, rep, model.name, op_graph, devset)
