@@ -77,9 +77,10 @@ def load(path: str) -> PlacementProblem:
     tensors = group_tensors(fine_tensors, group)
     # Only accelerators have the memory cap; host memory is unlimited in this format.
     cap = np.array([float(data["maxSizePerFPGA"])] * acc + [np.inf] * cpus)
-    return PlacementProblem.build(names=[str(s[0]) for s in groups], compute_s=compute, memory_bytes=memory, capacity_bytes=cap, tensors=tensors,
-                                  bandwidth=np.ones((k, k)), latency=np.zeros((k, k)),
-                                  order=list(nx.topological_sort(_dag(groups, tensors))), schedule=schedule)
+    return PlacementProblem.build(names=[str(s[0]) for s in groups], compute_s=compute, memory_bytes=memory,
+                                  capacity_bytes=cap, tensors=tensors, bandwidth=np.ones((k, k)),
+                                  latency=np.zeros((k, k)), order=list(nx.topological_sort(_dag(groups, tensors))),
+                                  schedule=schedule)
 
 
 def _dag(groups, tensors):

@@ -34,7 +34,8 @@ def random_problem(seed, n, k, *, comm=1.0, capacity=np.inf, hetero=False, forbi
         mask[np.arange(n), rng.integers(0, k, n)] = False  # every node keeps one device
         compute = np.where(mask, np.inf, compute)
     memory = rng.integers(0, 100, n).astype(float)
-    return PlacementProblem.build(names=[f"n{i}" for i in range(n)], compute_s=compute, memory_bytes=memory, capacity_bytes=np.full(k, capacity), tensors=tensors,
+    return PlacementProblem.build(names=[f"n{i}" for i in range(n)], compute_s=compute, memory_bytes=memory,
+                                  capacity_bytes=np.full(k, capacity), tensors=tensors,
                                   bandwidth=np.full((k, k), 1e3), latency=np.full((k, k), 1e-3))
 
 
@@ -120,11 +121,13 @@ def test_bad_solver_requests():
                                            ([[float("inf")]], "allowed on no device")])
 def test_invalid_costs_are_rejected(compute, match):
     with pytest.raises((CostError, GraphError), match=match):
-        PlacementProblem.build(names=["a"], compute_s=np.array(compute), memory_bytes=np.zeros(1), capacity_bytes=np.full(1, np.inf), tensors=[], bandwidth=np.ones((1, 1)),
+        PlacementProblem.build(names=["a"], compute_s=np.array(compute), memory_bytes=np.zeros(1),
+                               capacity_bytes=np.full(1, np.inf), tensors=[], bandwidth=np.ones((1, 1)),
                                latency=np.zeros((1, 1)))
 
 
 def test_negative_tensor_size_rejected():
     with pytest.raises(CostError, match="invalid size"):
-        PlacementProblem.build(names=["a", "b"], compute_s=np.ones((2, 1)), memory_bytes=np.zeros(2), capacity_bytes=np.full(1, np.inf),
-                               tensors=[TensorEdge(0, (1,), -5.0)], bandwidth=np.ones((1, 1)), latency=np.zeros((1, 1)))
+        PlacementProblem.build(names=["a", "b"], compute_s=np.ones((2, 1)), memory_bytes=np.zeros(2),
+                               capacity_bytes=np.full(1, np.inf), tensors=[TensorEdge(0, (1,), -5.0)],
+                               bandwidth=np.ones((1, 1)), latency=np.zeros((1, 1)))

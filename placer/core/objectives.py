@@ -22,8 +22,9 @@ Examples
 >>> import numpy as np
 >>> from cost_models import TensorEdge
 >>> from placer.core.problem import PlacementProblem
->>> p = PlacementProblem.build(names=["a", "b", "c"], compute_s=np.ones((3, 2)), memory_bytes=np.zeros(3), capacity_bytes=np.full(2, np.inf),
-...     tensors=[TensorEdge(0, (1, 2), 1e3)], bandwidth=np.full((2, 2), 1e6), latency=np.zeros((2, 2)))
+>>> p = PlacementProblem.build(names=["a", "b", "c"], compute_s=np.ones((3, 2)), memory_bytes=np.zeros(3),
+...     capacity_bytes=np.full(2, np.inf), tensors=[TensorEdge(0, (1, 2), 1e3)], bandwidth=np.full((2, 2), 1e6),
+...     latency=np.zeros((2, 2)))
 >>> a = np.array([0, 0, 1])
 >>> [round(OBJECTIVES[o].value(p, a), 6) for o in ("latency", "throughput", "memory")]
 [2.001, 2.001, 1000.0]
@@ -114,8 +115,9 @@ def critical_path_bound(problem: PlacementProblem, grid: int = 48) -> float:
 
     >>> import numpy as np
     >>> from cost_models import TensorEdge
-    >>> p = PlacementProblem.build(names=list("abc"), compute_s=np.ones((3, 2)), memory_bytes=np.zeros(3), capacity_bytes=np.full(2, np.inf),
-    ...     tensors=[TensorEdge(0, (1,), 0.0)], bandwidth=np.ones((2, 2)), latency=np.zeros((2, 2)))
+    >>> p = PlacementProblem.build(names=list("abc"), compute_s=np.ones((3, 2)), memory_bytes=np.zeros(3),
+    ...     capacity_bytes=np.full(2, np.inf), tensors=[TensorEdge(0, (1,), 0.0)], bandwidth=np.ones((2, 2)),
+    ...     latency=np.zeros((2, 2)))
     >>> critical_path_bound(p)
     2.0
     """

@@ -35,8 +35,9 @@ from cost_models import TensorEdge
 from ..errors import CostError, GraphError
 
 
-def _frozen(a: np.ndarray) -> np.ndarray:
-    a = np.array(a, dtype=float)
+def _frozen(a: np.ndarray, dtype: type = float) -> np.ndarray:
+    """A read-only copy of ``a`` (problems are immutable)."""
+    a = np.array(a, dtype=dtype)
     a.setflags(write=False)
     return a
 
@@ -72,7 +73,7 @@ class Schedule:
 
     def regroup(self, coarse_of: np.ndarray) -> "Schedule":
         """The same DAG, with problem nodes merged by ``coarse_of[old] = new``."""
-        return Schedule(self.durations_s, self.tensors, self.control, _frozen_int(np.asarray(coarse_of)[self.group]))
+        return Schedule(self.durations_s, self.tensors, self.control, _frozen(np.asarray(coarse_of)[self.group], int))
 
 
 Edge = tuple[int, int]  # (tensor index, or -1 for a control edge; the other node)
@@ -148,12 +149,6 @@ def group_tensors(tensors: Sequence[TensorEdge], group_of: Sequence[int] | np.nd
             acc[0] += t.nbytes
             acc[1] += t.count
     return [TensorEdge(s, d, nb, int(c)) for (s, d), (nb, c) in sorted(merged.items())]
-
-
-def _frozen_int(a: np.ndarray) -> np.ndarray:
-    a = np.array(a, dtype=int)
-    a.setflags(write=False)
-    return a
 
 
 @dataclass(frozen=True)
@@ -294,7 +289,7 @@ class PlacementProblem:
         """The fine DAG to simulate (the nodes themselves when there is no coarser view)."""
         if self.schedule is not None:
             return self.schedule
-        return Schedule(self.compute_s, self.tensors, self.control, _frozen_int(np.arange(self.n)))
+        return Schedule(self.compute_s, self.tensors, self.control, _frozen(np.arange(self.n), int))
 
     def occupancy_seconds(self, i: int, j: int, nbytes: float) -> float:
         """Seconds ``nbytes`` occupy the link ``i -> j`` (bandwidth only; latency overlaps)."""

@@ -26,8 +26,9 @@ Examples
 >>> import numpy as np
 >>> from cost_models import TensorEdge
 >>> from placer.core.problem import PlacementProblem
->>> p = PlacementProblem.build(names=["a", "b", "c"], compute_s=np.ones((3, 2)), memory_bytes=np.zeros(3), capacity_bytes=np.full(2, np.inf),
-...     tensors=[TensorEdge(0, (1, 2), 0.0)], bandwidth=np.full((2, 2), 1e9), latency=np.zeros((2, 2)))
+>>> p = PlacementProblem.build(names=["a", "b", "c"], compute_s=np.ones((3, 2)), memory_bytes=np.zeros(3),
+...     capacity_bytes=np.full(2, np.inf), tensors=[TensorEdge(0, (1, 2), 0.0)], bandwidth=np.full((2, 2), 1e9),
+...     latency=np.zeros((2, 2)))
 >>> s = solve_problem(p, "auto", SolveOptions(time_limit_s=1.0))
 >>> s.objective, round(s.gap, 4), s.status
 (2.0, 0.0, 'optimal')

@@ -38,8 +38,9 @@ def min_cut_assignment(problem: PlacementProblem) -> np.ndarray:
     --------
     >>> import numpy as np
     >>> from cost_models import TensorEdge
-    >>> p = PlacementProblem.build(names=["a", "b"], compute_s=np.array([[1.0, 5.0], [5.0, 1.0]]), memory_bytes=np.zeros(2),
-    ...     capacity_bytes=np.full(2, np.inf), tensors=[TensorEdge(0, (1,), 1.0)], bandwidth=np.full((2, 2), 1.0), latency=np.zeros((2, 2)))
+    >>> p = PlacementProblem.build(names=["a", "b"], compute_s=np.array([[1.0, 5.0], [5.0, 1.0]]),
+    ...     memory_bytes=np.zeros(2), capacity_bytes=np.full(2, np.inf), tensors=[TensorEdge(0, (1,), 1.0)],
+    ...     bandwidth=np.full((2, 2), 1.0), latency=np.zeros((2, 2)))
     >>> min_cut_assignment(p).tolist()
     [0, 1]
     """

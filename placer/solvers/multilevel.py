@@ -59,9 +59,10 @@ def coarsen_problem(problem: PlacementProblem, target: int, keys: Sequence[Hasha
     A chain of 6 equal nodes with 2 devices, shrunk to 3 nodes:
 
     >>> from cost_models import TensorEdge
-    >>> p = PlacementProblem.build(names=[f"n{i}" for i in range(6)], compute_s=np.ones((6, 2)), memory_bytes=np.zeros(6),
-    ...     capacity_bytes=np.full(2, np.inf), tensors=[TensorEdge(i, (i + 1,), 10.0 * (i + 1)) for i in range(5)],
-    ...     bandwidth=np.full((2, 2), 1e3), latency=np.zeros((2, 2)))
+    >>> p = PlacementProblem.build(names=[f"n{i}" for i in range(6)], compute_s=np.ones((6, 2)),
+    ...     memory_bytes=np.zeros(6), capacity_bytes=np.full(2, np.inf),
+    ...     tensors=[TensorEdge(i, (i + 1,), 10.0 * (i + 1)) for i in range(5)], bandwidth=np.full((2, 2), 1e3),
+    ...     latency=np.zeros((2, 2)))
     >>> c = coarsen_problem(p, 3)
     >>> c.coarse.n, c.coarse_of.tolist()
     (3, [0, 0, 1, 1, 2, 2])
@@ -155,6 +156,7 @@ def _contract(p: PlacementProblem, roots: np.ndarray) -> Contraction:
         c = coarse_of[v]
         if not names[c]:
             names[c] = p.names[v] if sizes[c] == 1 else f"{p.names[v]}+{sizes[c] - 1}"
-    coarse = PlacementProblem.build(names=names, compute_s=compute, memory_bytes=memory, capacity_bytes=p.capacity_bytes, tensors=tensors, bandwidth=p.bandwidth, latency=p.latency,
-                                    order=range(m), schedule=p.schedule_view().regroup(coarse_of))
+    coarse = PlacementProblem.build(names=names, compute_s=compute, memory_bytes=memory,
+                                    capacity_bytes=p.capacity_bytes, tensors=tensors, bandwidth=p.bandwidth,
+                                    latency=p.latency, order=range(m), schedule=p.schedule_view().regroup(coarse_of))
     return Contraction(coarse, coarse_of)

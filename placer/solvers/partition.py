@@ -29,8 +29,8 @@ def device_shares(problem: PlacementProblem) -> np.ndarray:
     Examples
     --------
     >>> from placer.core.problem import PlacementProblem
-    >>> p = PlacementProblem.build(names=["a"], compute_s=np.array([[1.0, 3.0]]), memory_bytes=np.zeros(1), capacity_bytes=np.full(2, np.inf), tensors=[],
-    ...                            bandwidth=np.ones((2, 2)), latency=np.zeros((2, 2)))
+    >>> p = PlacementProblem.build(names=["a"], compute_s=np.array([[1.0, 3.0]]), memory_bytes=np.zeros(1),
+    ...     capacity_bytes=np.full(2, np.inf), tensors=[], bandwidth=np.ones((2, 2)), latency=np.zeros((2, 2)))
     >>> device_shares(p).round(2).tolist()
     [0.75, 0.25]
     """

@@ -41,8 +41,9 @@ def refine(problem: PlacementProblem, assignment: np.ndarray, objective: str, wo
     --------
     >>> import numpy as np
     >>> from cost_models import TensorEdge
-    >>> p = PlacementProblem.build(names=list("abcd"), compute_s=np.ones((4, 2)), memory_bytes=np.zeros(4), capacity_bytes=np.full(2, np.inf),
-    ...     tensors=[TensorEdge(0, (1,), 1.0), TensorEdge(2, (3,), 1.0)], bandwidth=np.full((2, 2), 1e3), latency=np.zeros((2, 2)))
+    >>> p = PlacementProblem.build(names=list("abcd"), compute_s=np.ones((4, 2)), memory_bytes=np.zeros(4),
+    ...     capacity_bytes=np.full(2, np.inf), tensors=[TensorEdge(0, (1,), 1.0), TensorEdge(2, (3,), 1.0)],
+    ...     bandwidth=np.full((2, 2), 1e3), latency=np.zeros((2, 2)))
     >>> refine(p, np.array([0, 1, 1, 1]), "throughput", work=10_000).tolist()
     [0, 0, 1, 1]
     """
