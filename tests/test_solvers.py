@@ -108,6 +108,25 @@ def test_capacity_is_respected_and_infeasible_raises():
         solve_problem(tight, "auto", SolveOptions(time_limit_s=1, objective="throughput"))
 
 
+def test_cpsat_outcomes_are_typed():
+    from placer.solvers.cpsat import CpSatStatus, solve_cpsat
+
+    ok = solve_cpsat(random_problem(3, 6, 2), THROUGHPUT)
+    assert ok.status in (CpSatStatus.OPTIMAL, CpSatStatus.FEASIBLE) and ok.solution is not None
+    # the nodes need more memory than the two devices hold: CP-SAT proves there is no plan
+    none = solve_cpsat(random_problem(3, 6, 2, capacity=1.0), THROUGHPUT)
+    assert none.status is CpSatStatus.INFEASIBLE and none.solution is None
+    with pytest.raises(NoFeasiblePlanError, match=r"tried: cpsat"):
+        solve_problem(random_problem(3, 6, 2, capacity=1.0), "cpsat", THROUGHPUT)
+
+
+def test_auto_logs_each_attempt_and_skips_solvers_by_their_preconditions():
+    s = solve_problem(random_problem(5, 10, 3), "auto", SolveOptions(time_limit_s=1, objective="throughput"))
+    assert s.log[0].startswith("single: ")
+    assert "mincut: skipped (it places on exactly 2 devices, not 3)" in s.log
+    assert any(line.startswith("cpsat: ") for line in s.log) or any("lower bound" in line for line in s.log)
+
+
 def test_bad_solver_requests():
     p = random_problem(0, 4, 3)
     with pytest.raises(SolverError, match="unknown algorithm"):

@@ -81,6 +81,10 @@ def coarsen_problem(problem: PlacementProblem, target: int, keys: Sequence[Hasha
     mem = p.memory_bytes.copy()
     mask = allowed_mask.copy()
 
+    # An array union-find rather than networkx's: a merge is refused unless the merged node may still run
+    # somewhere and stays under the work and memory caps (kept per root below), and the representative is
+    # always the lowest index, because the matching below orders candidate pairs by their roots: another
+    # representative would break ties differently and change the plans.
     def find(v: int) -> int:
         while label[v] != v:
             label[v] = label[label[v]]
