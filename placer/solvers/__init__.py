@@ -23,14 +23,16 @@ single        everything on the best single device that fits
 
 Examples
 --------
+Two independent 1 s nodes and a third that reads the first, on two devices:
+
 >>> import numpy as np
 >>> from cost_models import TensorEdge
 >>> from placer.core.problem import PlacementProblem
 >>> p = PlacementProblem.build(names=["a", "b", "c"], compute_s=np.ones((3, 2)), memory_bytes=np.zeros(3),
-...     capacity_bytes=np.full(2, np.inf), tensors=[TensorEdge(0, (1, 2), 0.0)], bandwidth=np.full((2, 2), 1e9),
-...     latency=np.zeros((2, 2)))
+...                            capacity_bytes=np.full(2, np.inf), tensors=[TensorEdge(0, (2,), 0.0)],
+...                            bandwidth=np.full((2, 2), 1e9), latency=np.zeros((2, 2)))
 >>> s = solve_problem(p, "auto", SolveOptions(time_limit_s=1.0))
->>> s.objective, round(s.gap, 4), s.status
+>>> s.objective, round(s.gap, 4), s.status   # a then c: the critical path
 (2.0, 0.0, 'optimal')
 """
 
