@@ -29,6 +29,9 @@ BYTES = "bytes"
 #: a node's out-edges carrying the same tensor (graph API).
 TENSORS = "tensors"
 TENSOR = "tensor"
+#: Edge (op graphs): bytes of each tensor named in ``tensors``, in the same order; with it, every
+#: tensor is its own transfer (as TensorFlow sends it), sent once per receiving device.
+TENSOR_BYTES = "tensor_bytes"
 #: Edge: True for an ordering-only dependency.
 CONTROL = "control"
 

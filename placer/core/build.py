@@ -6,7 +6,9 @@ one attribute format of :mod:`placer.core.attrs` (``docs/graph-format.md``).
 
 * The fine nodes are the graph's nodes in ``networkx.topological_sort``
   order; they form the problem's :class:`~placer.core.problem.Schedule`,
-  so latency is always simulated node by node.
+  so latency is always simulated node by node. Tensors are one per producer
+  and key: each name of an op graph's ``tensors`` with its ``tensor_bytes``
+  (each travels on its own, as in TensorFlow), else the edge's ``tensor``.
 * The problem's nodes are *groups*: the connected components of "same
   group key" ∪ "same ``colocation`` key" (a networkx union-find). The group
   key comes from the registry :data:`GROUPINGS`, chosen by name: ``"op"``
@@ -66,6 +68,7 @@ from .attrs import (
     MEMORY_BYTES,
     OP_TYPE,
     TENSOR,
+    TENSOR_BYTES,
     TENSORS,
     VARIABLE,
 )
@@ -216,8 +219,27 @@ def _compute_row(node: Hashable, attrs: Mapping, devset: DeviceSet, allowed: fro
     return row
 
 
+def _edge_tensors(u: Hashable, w: Hashable, attrs: Mapping) -> list[tuple[Hashable, float]]:
+    """``(key, bytes)`` of the tensors an edge carries: one per name with ``tensor_bytes`` (op graphs),
+    else one keyed by ``tensor`` (or the edge's tensor names) of the edge's ``bytes``."""
+    names, sizes = attrs.get(TENSORS), attrs.get(TENSOR_BYTES)
+    if names is not None and sizes is not None:
+        if len(names) != len(sizes):
+            raise CostError(f"edge {u!r} -> {w!r} names {len(names)} tensors but gives {len(sizes)} "
+                            f"{TENSOR_BYTES!r}; give one size per tensor")
+        return [(name, _number(b, f"edge {u!r} -> {w!r} {TENSOR_BYTES}[{name!r}]")) for name, b in zip(names, sizes)]
+    if BYTES not in attrs:
+        raise CostError(f"edge {u!r} -> {w!r} has no {BYTES!r}; give the bytes it moves (or mark it {CONTROL}=True)")
+    key = attrs.get(TENSOR, names)
+    if isinstance(key, list):  # JSON turns tuples into lists
+        key = tuple(key)
+    if isinstance(key, tuple) and len(key) == 1:
+        key = key[0]
+    return [(key, _number(attrs[BYTES], f"edge {u!r} -> {w!r} {BYTES}"))]
+
+
 def _tensors(graph: nx.DiGraph, nodes: Sequence, index: Mapping) -> tuple[list[TensorEdge], list[tuple[int, int]]]:
-    """Tensors (one per producer and ``tensor`` key) and control edges, as fine node indices."""
+    """Tensors (one per producer and tensor key) and control edges, as fine node indices."""
     tensors: list[TensorEdge] = []
     control: list[tuple[int, int]] = []
     for u in nodes:
@@ -226,18 +248,10 @@ def _tensors(graph: nx.DiGraph, nodes: Sequence, index: Mapping) -> tuple[list[T
             if attrs.get(CONTROL, False):
                 control.append((index[u], index[w]))
                 continue
-            if BYTES not in attrs:
-                raise CostError(f"edge {u!r} -> {w!r} has no {BYTES!r}; give the bytes it moves "
-                                f"(or mark it {CONTROL}=True)")
-            b = _number(attrs[BYTES], f"edge {u!r} -> {w!r} {BYTES}")
-            key = attrs.get(TENSOR, attrs.get(TENSORS))  # op graphs name their tensors
-            if isinstance(key, list):  # JSON turns tuples into lists
-                key = tuple(key)
-            if isinstance(key, tuple) and len(key) == 1:
-                key = key[0]
-            acc = by_key.setdefault(key, [0.0, []])
-            acc[0] = max(acc[0], b)
-            acc[1].append(index[w])
+            for key, b in _edge_tensors(u, w, attrs):
+                acc = by_key.setdefault(key, [0.0, []])
+                acc[0] = max(acc[0], b)
+                acc[1].append(index[w])
         for key in sorted(by_key, key=repr):
             b, dsts = by_key[key]
             tensors.append(TensorEdge(index[u], tuple(sorted(dsts)), b))

@@ -11,9 +11,9 @@ Node attributes (names are the module constants below):
 ``layer``          the Keras layer scope the op was traced in.
 ``variable``       on a variable's resource placeholder: the variable's path.
 
-Edge attributes: ``bytes`` (tensor bytes moved if the edge is cut) and
-``tensors`` (names of the tensors behind the edge); control edges have
-``bytes == 0`` and ``control=True``.
+Edge attributes: ``bytes`` (tensor bytes moved if the edge is cut),
+``tensors`` (names of the tensors behind the edge) and ``tensor_bytes``
+(each one's bytes); control edges have ``bytes == 0`` and ``control=True``.
 
 Colocation rules live in a registry (:data:`COLOCATION_RULES`): each rule
 maps an op to the tensors/ops it must share a device with. The graph is in
@@ -42,6 +42,7 @@ from ..core.attrs import (
     MEMORY_BYTES,
     OP_TYPE,
     OUTPUT_BYTES,
+    TENSOR_BYTES,
     TENSORS,
     VARIABLE,
 )
@@ -206,8 +207,9 @@ def build_op_graph(traced: TracedModel, compute_us: Mapping[str, Mapping[str, fl
                 if dg.has_edge(op.name, c):
                     dg.edges[op.name, c][BYTES] += nb
                     dg.edges[op.name, c][TENSORS] += (t.name,)
+                    dg.edges[op.name, c][TENSOR_BYTES] += (nb,)
                 else:
-                    dg.add_edge(op.name, c, **{BYTES: nb, TENSORS: (t.name,), CONTROL: False})
+                    dg.add_edge(op.name, c, **{BYTES: nb, TENSORS: (t.name,), TENSOR_BYTES: (nb,), CONTROL: False})
         for c in op._control_outputs:  # noqa: SLF001  (no public accessor in TF 2.21)
             if not dg.has_edge(op.name, c.name):
                 dg.add_edge(op.name, c.name, **{BYTES: 0, TENSORS: (), CONTROL: True})
