@@ -311,3 +311,19 @@ def test_latency_bound_never_exceeds_the_best_schedule(seed, n, k):
     problem = build_problem(g, as_device_set(devices_for(k))).problem
     best = min(makespan(problem, np.array(a)) for a in itertools.product(range(k), repeat=problem.n))
     assert critical_path_bound(problem) <= best + 1e-12
+
+
+def test_op_graph_edges_carry_each_tensor_apart():
+    from cost_models import TensorEdge
+
+    g = nx.DiGraph()
+    for v in "abc":
+        g.add_node(v, compute_us=1.0)
+    g.add_edge("a", "b", bytes=12, tensors=("a:0", "a:1"), tensor_bytes=(4, 8))
+    g.add_edge("a", "c", bytes=4, tensors=("a:0",), tensor_bytes=(4,))
+    sched = build_problem(g, as_device_set(["/CPU:0", "/CPU:1"])).schedule
+    # a:0 goes to b and c (sent once per receiving device), a:1 to b only
+    assert sorted(sched.tensors, key=lambda t: t.nbytes) == [TensorEdge(0, (1, 2), 4.0), TensorEdge(0, (1,), 8.0)]
+    g.edges["a", "b"]["tensor_bytes"] = (4,)
+    with pytest.raises(CostError, match="names 2 tensors but gives 1 'tensor_bytes'"):
+        build_problem(g, as_device_set(["/CPU:0"]))
