@@ -120,7 +120,8 @@ def main() -> None:
             ratios = []
             for b in ("single", "round_robin", "contiguous", "partition", "heft"):
                 try:
-                    ratios.append(f"{solve_problem(p, b, SolveOptions(objective="throughput")).objective / ours.objective:.2f}")
+                    base = solve_problem(p, b, SolveOptions(objective="throughput"))
+                    ratios.append(f"{base.objective / ours.objective:.2f}")
                 except NoFeasiblePlanError:
                     ratios.append("infeasible")
             print(f"| {name} | {n_nodes} ({p.n}) | {p.k} | {ours.objective:.4g} ({ours.solver}) | "
