@@ -240,9 +240,12 @@ def test_profiler_runs_rounds_on_demand(small_traced):
         prof.round()
         one = prof.result()
     assert (two.repeats, one.repeats) == (2, 1)
-    assert one.step_s > one.call_s > 0 and one.overhead_us is not None
-    # either way (overhead added or kernels scaled down) the calibrated ops add up to the step less its fixed cost
-    assert sum(one.calibrated_us().values()) == pytest.approx((one.step_s - one.call_s) * 1e6, rel=1e-6)
+    # no timing order is asserted: on this tiny model the untraced step and its fixed cost are both ~0.4 ms,
+    # and a loaded machine measured the step 2 µs below the fixed cost once (CI, 2026-12-01)
+    assert one.step_s > 0 and one.call_s > 0 and one.overhead_us is not None
+    # either way (overhead added or kernels scaled down) the calibrated ops add up to the step less its fixed
+    # cost, or to nothing when the noise put the step below it
+    assert sum(one.calibrated_us().values()) == pytest.approx(max(one.step_s - one.call_s, 0.0) * 1e6, rel=1e-6)
 
 
 def test_simulated_ops_scale_with_a_device_time_factor(small_traced, devices):
