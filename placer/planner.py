@@ -122,14 +122,18 @@ def options_from(kwargs: Mapping[str, Any], cls: type) -> Any:
     return cls(**kwargs)
 
 
+def _predicted_step(built: BuiltProblem, sol: Solution, objective: str) -> float:
+    """The simulated step of ``sol``: its value when it was scored by latency, else one simulation."""
+    return sol.objective if objective == "latency" else OBJECTIVES["latency"].value(built.problem, sol.assignment)
+
+
 def _baseline(built: BuiltProblem, name: str, options: SolveOptions) -> BaselineResult | None:
     try:
         sol = solve_problem(built.problem, name, options)
     except AutoplaceError as e:  # logged and named in the plan's log, never silently dropped
         log.info("baseline %s dropped: %s", name, e)
         return None
-    step = OBJECTIVES["latency"].value(built.problem, sol.assignment)
-    return BaselineResult(float(sol.objective), float(step))
+    return BaselineResult(float(sol.objective), float(_predicted_step(built, sol, options.objective)))
 
 
 def _given(built: BuiltProblem, assignment: Mapping[Hashable, str], options: SolveOptions) -> Solution:
@@ -169,7 +173,7 @@ def plan_problem(built: BuiltProblem, options: PlanOptions, *,
         sol = _given(built, given, solve_options)
     a = np.asarray(sol.assignment, dtype=int)
     ev = evaluate(problem, a)
-    step = sol.objective if options.objective == "latency" else OBJECTIVES["latency"].value(problem, a)
+    step = _predicted_step(built, sol, options.objective)
     baselines = {}
     attempts = list(sol.log) or [f"{sol.solver}: {sol.objective:.6g}"]
     for name in options.baselines:

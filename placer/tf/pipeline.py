@@ -146,12 +146,10 @@ def _as_plan(plan: Plan | str | os.PathLike | None) -> Plan | None:
 
 
 def _solve(built: Any, options: PlanOptions, given: Plan | None, batch_size: int, compression: str) -> Plan:
-    """The solve stage: search, or re-apply ``given`` (its objective and grouping)."""
-    if given is not None:
-        if tuple(given.devices) != built.devices.names:
-            raise PlanError(f"the plan was made for devices {list(given.devices)}, not {list(built.devices.names)}; "
-                            "pass the devices it was made for, or solve again")
-        options = replace(options, objective=given.objective)
+    """The solve stage: search, or re-apply ``given`` (on the devices it was made for)."""
+    if given is not None and tuple(given.devices) != built.devices.names:
+        raise PlanError(f"the plan was made for devices {list(given.devices)}, not {list(built.devices.names)}; "
+                        "pass the devices it was made for, or solve again")
     plan = plan_problem(built, options, given=None if given is None else given.assignment)
     return replace(plan, batch_size=batch_size, compression=compression)
 
@@ -199,8 +197,8 @@ def autoplace(model: Any, devices: Sequence[Any], *, plan: Plan | str | os.PathL
     """
     opts = options_from(options, PlacementOptions)
     given = _as_plan(plan)
-    if given is not None:
-        opts = replace(opts, group_by=given.group_by)
+    if given is not None:  # a re-applied plan is grouped and scored as it was made
+        opts = replace(opts, group_by=given.group_by, objective=given.objective)
     stages = StageTimer()
     available = [d.name for d in tf.config.list_logical_devices()]
     devset = stages.run("devices", resolve_devices, devices, available=available)
