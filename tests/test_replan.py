@@ -71,6 +71,8 @@ def test_a_plan_for_another_graph_names_the_ops_that_differ(devices, placed, tmp
     assert e.value.stage == "solve"
     with pytest.raises(PlanError, match="made for devices"):
         placer.autoplace(other, devices[:2], batch_size=8, plan=placed["latency"].plan)
+    with pytest.raises(PlanError, match="a Plan or the path of a saved plan, got dict"):
+        placer.autoplace(other, devices, batch_size=8, plan=placed["latency"].plan.to_dict())
 
 
 def test_bad_plan_files_are_refused(tmp_path, placed):
