@@ -32,6 +32,7 @@ from .errors import (
     NoFeasiblePlanError,
     PlanError,
     SolverError,
+    TrainingError,
     UnsupportedError,
 )
 
@@ -52,7 +53,7 @@ _LAZY = {
 __all__ = [
     "AutoplaceError", "CostError", "DeviceError", "DeviceSpec", "ExportError", "GraphError",
     "InputSignatureError", "InsufficientMemoryError", "ModelError", "NoFeasiblePlanError", "PlanError",
-    "SolverError", "UnsupportedError", *_LAZY,
+    "SolverError", "TrainingError", "UnsupportedError", *_LAZY,
 ]
 
 

@@ -73,5 +73,10 @@ class ExportError(AutoplaceError):
     """A placed model could not be exported."""
 
 
+class TrainingError(AutoplaceError, ValueError):
+    """Placed training cannot run as asked: no optimizer or loss, a placement made for inference,
+    labels that do not fit the model, replicas that do not divide the devices or the batch."""
+
+
 class UnsupportedError(AutoplaceError, NotImplementedError):
     """A feature autoplace does not have yet (the message says which)."""

@@ -47,7 +47,7 @@ def main() -> None:
         got = placed(x).numpy()
         out["max_abs_diff"] = float(np.abs(got - ref).max())
         out["used_devices"] = sorted(set(placed.plan.assignment.values()))
-        out["variable_devices"] = sorted({v.device for v in placed.variables})
+        out["variable_devices"] = sorted({v.value.device for v in placed.variables})
     print("RESULT " + json.dumps(out), flush=True)
 
 

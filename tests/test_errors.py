@@ -127,7 +127,11 @@ def test_success_leaves_the_model_untouched(model, devices):
     assert not {id(v) for v in p.variables} & {id(v.value) for v in model.variables}
 
 
-def test_training_call_is_refused_clearly(model, devices):
+def test_fit_on_an_inference_placement_says_how_to_place_for_training(model, devices):
     p = placer.autoplace(model, devices[:1], batch_size=2)
-    with pytest.raises(placer.UnsupportedError, match="not implemented yet"):
-        p(np.zeros((2, 16), "float32"), training=True)
+    x, y = np.zeros((4, 16), "float32"), np.zeros((4, 3), "float32")
+    for call in (lambda: p.fit(x, y, verbose=0), lambda: p.evaluate(x, y, verbose=0)):
+        with pytest.raises(placer.TrainingError, match="training=True"):
+            call()
+    # the forward pass in training mode runs placed (no dropout here: the same outputs)
+    np.testing.assert_array_equal(p(x, training=True).numpy(), model(x, training=True).numpy())

@@ -45,7 +45,7 @@ def test_export_reloads_in_fresh_process_with_same_outputs(tmp_path, devices):
     for i, e in enumerate(expected):
         assert np.array_equal(got[f"output_{i}"], e)
     var_devices = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert set(var_devices) == {v.device for v in p.variables}
+    assert set(var_devices) == {v.value.device for v in p.variables}
     assert len(var_devices) > 1, "variables keep their planned devices after reload"
 
 

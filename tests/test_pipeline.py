@@ -78,7 +78,7 @@ def test_bf16_within_tolerance(name, models, placed_bf16):
     for r, g in zip(_flat(original(model, x)), _flat(p(x))):
         rel = np.abs(r - g).max() / max(np.abs(r).max(), 1e-12)
         assert rel <= 1e-2
-    casts = [n for n in p._emitted.graph_def.node if n.name.endswith("/autoplace_narrow")]
+    casts = [n for n in p.emitted.graph_def.node if n.name.endswith("/autoplace_narrow")]
     assert casts and all(n.attr["DstT"].type == tf.bfloat16.as_datatype_enum for n in casts)
 
 
@@ -118,7 +118,7 @@ def test_every_op_runs_where_planned_with_grappler_off(devices):
 
 def test_variables_live_on_their_planned_devices(placed):
     p = placed["resnet50"]
-    devs = {v.device for v in p.variables}
+    devs = {v.value.device for v in p.variables}
     assert devs <= set(p.plan.devices)
     readers = {op: d for op, d in p.plan.assignment.items() if op.endswith("/resource")}
     assert len(readers) == len(p.variables)
@@ -143,7 +143,7 @@ def test_plan_is_complete_and_reported(placed, tmp_path):
     assert set(plan.baselines) == {"single", "round_robin", "contiguous"}
     for b in plan.baselines.values():
         assert plan.value <= b.value * (1 + 1e-12)
-    assert len(plan.assignment) == len(p._emitted.graph_def.node)
+    assert len(plan.assignment) == len(p.emitted.graph_def.node)
     path = p.report(tmp_path / "r.json")
     import json
     data = json.load(open(path))

@@ -1,10 +1,12 @@
-"""Stage 4 — emit the placed model: a rewritten GraphDef in a new ``tf.function``.
+"""Stage 4 — emit a placed function: a rewritten GraphDef in a new ``tf.function``.
+
+The same code places the forward pass, Keras' ``train_step`` and ``test_step``:
 
 * every node of the traced (unknown-batch) graph gets its planned device;
-* every variable is **created** on its planned device (a copy of the user's
-  value: TensorFlow moves reads to wherever a variable lives, so placing the
-  reads alone would not move the weights); the user's variables are not
-  touched;
+* every captured variable is replaced by one the placed model created on
+  its planned device (:mod:`placer.tf.placed_model`: TensorFlow moves reads
+  to wherever a variable lives, so placing the reads alone would not move
+  the weights); the user's variables are not touched;
 * with compression, each float tensor that crosses devices is cast to a
   narrow dtype on the sending device and back on each receiving device, so
   the transfer carries the narrow dtype;
@@ -24,6 +26,7 @@ import tensorflow as tf
 
 from ..core.compression import WIRE_DTYPES
 from ..errors import GraphError
+from .opgraph import layer_of
 from .trace import TracedModel
 
 log = logging.getLogger(__name__)
@@ -64,14 +67,17 @@ class CompressedEdge:
 
 @dataclass(frozen=True)
 class EmittedModel:
-    """The placed forward function and the variables it owns."""
+    """One placed function (forward pass, training or test step) and what it was built from.
+
+    The variables it reads and updates belong to the placed model; the
+    function captures their handles.
+    """
 
     function: Any
-    variables: tuple[tf.Variable, ...]
-    variable_paths: tuple[str, ...]
     graph_def: tf.compat.v1.GraphDef
     compressed: tuple[CompressedEdge, ...]
     structured_outputs: Any
+    step: str = "predict"
 
 
 def _ref(tensor_name: str) -> str:
@@ -120,21 +126,29 @@ def _insert_casts(gd: tf.compat.v1.GraphDef, graph: tf.Graph, devices: Mapping[s
     return edges
 
 
-def complete_assignment(graph: tf.Graph, op_devices: Mapping[str, str]) -> dict[str, str]:
-    """Give ops the plan does not name the device of a neighbour.
+def complete_assignment(graph: tf.Graph, op_devices: Mapping[str, str],
+                        layer_devices: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Give every op of ``graph`` a device: the plan's, else its layer's, else a neighbour's.
 
-    Ops of the unknown-batch trace that the fixed-batch trace lacks are
-    shape computations (``Shape``, ``StridedSlice``, ``Pack``); each takes
-    the device of its first placed producer, else of its first placed
-    consumer. Plan entries for ops this graph lacks are ignored.
+    The plan names the ops of the trace it was made on. Another trace of the
+    same model (unknown batch: extra shape computations; Keras' test step or
+    the forward pass of a plan made on the training step) has ops the plan
+    does not name: each takes the device of its Keras layer in the plan
+    (``layer_devices``, keyed by :func:`~placer.tf.opgraph.layer_of`), else
+    of its first placed producer, else of its first placed consumer. Plan
+    entries for ops this graph lacks are ignored.
 
     Raises
     ------
     GraphError
-        If some op has no placed neighbour at all.
+        If some op has no planned device and no placed neighbour at all.
     """
     ops = graph.get_operations()
     out = {op.name: op_devices[op.name] for op in ops if op.name in op_devices}
+    if layer_devices:
+        for op in ops:
+            if op.name not in out and layer_of(op.name) in layer_devices:
+                out[op.name] = layer_devices[layer_of(op.name)]
     for _ in range(2):
         for op in ops:
             if op.name in out:
@@ -156,57 +170,66 @@ def complete_assignment(graph: tf.Graph, op_devices: Mapping[str, str]) -> dict[
     return out
 
 
-def emit(traced: TracedModel, op_devices: Mapping[str, str], compression: str = "none") -> EmittedModel:
-    """Build the placed forward function.
+def _handle(variable: Any) -> Any:
+    """The resource handle of a Keras variable (its ``tf.Variable`` at ``.value``) or a ``tf.Variable``."""
+    return getattr(variable, "value", variable).handle
+
+
+def emit(traced: TracedModel, op_devices: Mapping[str, str], variables: Mapping[str, Any],
+         compression: str = "none", layer_devices: Mapping[str, str] | None = None) -> EmittedModel:
+    """Build the placed function of one trace.
 
     Parameters
     ----------
     traced : TracedModel
+        Its ``dynamic`` trace is what is placed.
     op_devices : Mapping[str, str]
-        Device of every op of the fixed-batch trace (see :func:`complete_assignment`).
+        The plan: op name → device (see :func:`complete_assignment` for ops it does not name).
+    variables : Mapping[str, keras.Variable or tf.Variable]
+        Each captured resource placeholder of the trace → the variable that
+        replaces it, already created on its planned device.
     compression : str
         A key of :data:`COMPRESSORS`.
+    layer_devices : Mapping[str, str], optional
+        Layer → device, for ops the plan does not name.
 
     Raises
     ------
     GraphError
-        If an op has no planned device or ``compression`` is unknown.
+        If an op has no device, a captured variable has no replacement, or ``compression`` is unknown.
     """
     if compression not in COMPRESSORS:
         raise GraphError(f"unknown compression {compression!r}; choose one of {sorted(COMPRESSORS)}")
+    missing = sorted(set(traced.variables) - set(variables))
+    if missing:
+        raise GraphError(f"{len(missing)} captured variables have no placed copy, e.g. {missing[:3]}")
     graph = traced.dynamic.graph
     gd = graph.as_graph_def()
-    op_devices = complete_assignment(graph, op_devices)
+    op_devices = complete_assignment(graph, op_devices, layer_devices)
     for node in gd.node:
         node.device = op_devices[node.name]
     comp = COMPRESSORS[compression]
     compressed = _insert_casts(gd, graph, op_devices, comp) if comp is not None else []
 
     placeholders = list(traced.variables)
-    new_vars: list[tf.Variable] = []
-    for ph in placeholders:
-        src = traced.variables[ph]
-        with tf.device(op_devices[ph]):
-            new_vars.append(tf.Variable(src.value.read_value(), trainable=src.trainable,
-                                        name=src.path.replace("/", "_")))
+    handles = [variables[ph] for ph in placeholders]
     constants = dict(traced.constants)
     input_names = list(traced.input_names)
     output_names = list(traced.output_names)
     structured = traced.dynamic.structured_outputs
 
-    def placed_forward(*xs: tf.Tensor) -> Any:
+    def placed_step(*xs: tf.Tensor) -> Any:
         fg = tf.compat.v1.get_default_graph()
         input_map: dict[str, Any] = dict(zip(input_names, xs))
-        for ph, var in zip(placeholders, new_vars):
-            input_map[f"{ph}:0"] = fg.capture(var.handle)
+        for ph, var in zip(placeholders, handles):
+            input_map[f"{ph}:0"] = fg.capture(_handle(var))
         for ph, value in constants.items():
             input_map[f"{ph}:0"] = fg.capture(value)
         outs = tf.graph_util.import_graph_def(gd, input_map=input_map, return_elements=output_names,
                                               name=IMPORT_PREFIX)
         return tf.nest.pack_sequence_as(structured, outs)
 
-    fn = tf.function(placed_forward, input_signature=list(traced.input_specs), autograph=False)
-    log.info("emitted placed model: %d variables on %d devices, %d compressed edges", len(new_vars),
-             len(set(op_devices.values())), len(compressed))
-    return EmittedModel(fn, tuple(new_vars), tuple(traced.variables[ph].path for ph in placeholders), gd,
-                        tuple(compressed), structured)
+    fn = tf.function(placed_step, input_signature=list(traced.input_specs), autograph=False)
+    log.info("emitted the placed %s function: %d ops on %d devices, %d compressed edges", traced.step,
+             len(gd.node), len(set(op_devices.values())), len(compressed))
+    return EmittedModel(fn, gd, tuple(compressed), structured, traced.step)

@@ -137,18 +137,59 @@ def _kernel_kinds(op_type: str, unchecked: frozenset[str],
     return cache[op_type]
 
 
+#: Name scope TensorFlow gives the ops of ``GradientTape.gradient``.
+GRADIENT_SCOPE = "gradient_tape"
+
+
 def layer_of(op_name: str) -> str:
     """The Keras layer scope of an op (``model/layer``), or the op name itself.
+
+    A gradient op belongs to the layer of the forward op it differentiates
+    (TensorFlow names it ``gradient_tape/<forward op>/...``), so grouping by
+    layer keeps a layer's backward pass on the layer's device.
 
     Examples
     --------
     >>> layer_of("resnet50_1/conv1_conv_1/convolution")
     'resnet50_1/conv1_conv_1'
+    >>> layer_of("gradient_tape/resnet50_1/conv1_conv_1/convolution/Conv2DBackpropFilter")
+    'resnet50_1/conv1_conv_1'
     >>> layer_of("Identity")
     'Identity'
     """
     parts = op_name.split("/")
-    return "/".join(parts[:2]) if len(parts) >= 3 else op_name
+    if parts[0] == GRADIENT_SCOPE and len(parts) > 1:
+        parts = parts[1:]
+    return "/".join(parts[:2]) if len(parts) >= 3 else "/".join(parts)
+
+
+def optimizer_owners(graph: tf.Graph, scope: str, trainable: Iterable[str]) -> dict[str, str]:
+    """Optimizer ops → the trainable variable (placeholder op) whose update they alone compute.
+
+    Walks back from each op under ``scope/`` that takes a trainable
+    variable's resource (its update, e.g. ``AssignSubVariableOp``) through
+    the ops of the same scope. An op reached from exactly one variable
+    belongs to it, and so does a slot variable's placeholder reached that
+    way; shared state (the iteration counter, the learning rate) belongs to
+    none.
+    """
+    prefix = scope + "/"
+    trainable = set(trainable)
+    reached: dict[str, set[str]] = {}
+    for op in graph.get_operations():
+        if not op.name.startswith(prefix):
+            continue
+        owners = [t.op.name for t in op.inputs if t.dtype == tf.resource and t.op.name in trainable]
+        for var in owners:
+            stack, seen = [op], set()
+            while stack:
+                cur = stack.pop()
+                if cur.name in seen:
+                    continue
+                seen.add(cur.name)
+                reached.setdefault(cur.name, set()).add(var)
+                stack.extend(t.op for t in cur.inputs if t.op.name.startswith(prefix))
+    return {name: next(iter(vs)) for name, vs in reached.items() if len(vs) == 1}
 
 
 def build_op_graph(traced: TracedModel, compute_us: Mapping[str, Mapping[str, float]]) -> OpGraph:
@@ -195,6 +236,14 @@ def build_op_graph(traced: TracedModel, compute_us: Mapping[str, Mapping[str, fl
         for rule in COLOCATION_RULES:
             for other in rule(op):
                 uf.union(op.name, other)
+    if traced.optimizer_scope:
+        # The optimizer's update of a variable runs where the variable lives, and its slots live there too.
+        trainable = [ph for ph, var in traced.variables.items() if var.trainable
+                     and not ph.startswith(traced.optimizer_scope + "/")]
+        for name, var_ph in optimizer_owners(g, traced.optimizer_scope, trainable).items():
+            dg.nodes[name][LAYER] = dg.nodes[var_ph][LAYER]
+            if name in variables:
+                uf.union(name, var_ph)
     tensors: list[TensorInfo] = []
     for op in ops:
         for t in op.outputs:

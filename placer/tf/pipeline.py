@@ -6,7 +6,9 @@ stage       function                            takes                           
 devices     :func:`~placer.core.devices.        the user's device list             ``DeviceSet``
             resolve_devices`
 trace       :func:`~placer.tf.trace.            the Keras model                    ``TracedModel``
-            trace_model`
+            trace_model` (training:
+            :func:`~placer.tf.training.
+            trace_training`)
 costs       :func:`~placer.tf.costs.            traced model, device kinds         ``ComputeCosts``
             compute_costs`
 graph       :func:`~placer.tf.opgraph.          traced model, costs                ``OpGraph``
@@ -15,7 +17,8 @@ problem     :func:`~placer.core.build.          op graph, devices, grouping     
             build_problem`
 solve       :func:`~placer.planner.             built problem, options             ``Plan``
             plan_problem`                       (or a saved plan)
-emit        :func:`~placer.tf.emit.emit`        traced model, plan's assignment    ``EmittedModel``
+emit        :meth:`PlacedModel.place`           traced model, plan                 ``EmittedModel``
+            (:func:`~placer.tf.emit.emit`)
 report      :func:`~placer.tf.report.           what the stages returned           ``Report``
             build_report`
 ==========  ==================================  =================================  =========================
@@ -43,11 +46,11 @@ from ..core.plan import Plan
 from ..errors import AutoplaceError, PlanError
 from ..planner import PlanOptions, options_from, plan_problem
 from .costs import ProfileOptions, compute_costs
-from .emit import emit
 from .opgraph import build_op_graph
 from .placed_model import PlacedModel
 from .report import build_report
 from .trace import trace_model
+from .training import trace_training
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +78,17 @@ class PlacementOptions:
     profile_repeats, profile_grappler, profile_cache, hardware
         How op costs are obtained: :class:`placer.tf.costs.ProfileOptions`'
         ``repeats``, ``grappler``, ``cache`` and ``hardware`` (same defaults).
+    training : bool
+        Plan and place the whole training step (Keras' ``train_step``:
+        forward, loss, gradients, optimizer update) so that ``fit`` and
+        ``evaluate`` run placed; ``False`` (default) places inference only.
+    optimizer, loss, metrics, loss_weights
+        Compile settings for training (as ``keras.Model.compile`` takes them);
+        ``None``: the compiled model's own (fresh objects, same configuration).
+    targets : tf.TensorSpec, shape tuple or list of them, optional
+        The labels' shapes and dtypes for planning (default: those of the
+        model's outputs; labels of another shape, e.g. sparse class ids, are
+        traced when ``fit`` first sees them, on the same plan).
     """
 
     batch_size: int | None = None
@@ -90,8 +104,16 @@ class PlacementOptions:
     profile_grappler: bool = ProfileOptions.grappler
     profile_cache: bool | str | os.PathLike = ProfileOptions.cache
     hardware: Mapping[str, Any] | None = None
+    training: bool = False
+    optimizer: Any = None
+    loss: Any = None
+    metrics: Any = None
+    loss_weights: Any = None
+    targets: Any = None
 
     def __post_init__(self) -> None:
+        if not isinstance(self.training, bool):
+            raise AutoplaceError(f"training must be True or False, got {self.training!r}")
         if self.compression not in WIRE_DTYPES:
             raise AutoplaceError(f"unknown compression {self.compression!r}; choose one of {sorted(WIRE_DTYPES)}")
         self.plan_options()
@@ -202,20 +224,27 @@ def autoplace(model: Any, devices: Sequence[Any], *, plan: Plan | str | os.PathL
     stages = StageTimer()
     available = [d.name for d in tf.config.list_logical_devices()]
     devset = stages.run("devices", resolve_devices, devices, available=available)
-    traced = stages.run("trace", trace_model, model, batch_size=opts.batch_size,
-                        input_signature=opts.input_signature)
+    if opts.training:
+        shell, traced, input_specs = stages.run(
+            "trace", trace_training, model, batch_size=opts.batch_size, input_signature=opts.input_signature,
+            targets=opts.targets, optimizer=opts.optimizer, loss=opts.loss, metrics=opts.metrics,
+            loss_weights=opts.loss_weights)
+    else:
+        traced = stages.run("trace", trace_model, model, batch_size=opts.batch_size,
+                            input_signature=opts.input_signature)
+        shell, input_specs = PlacedModel(model), traced.input_specs
     kinds = sorted({d.kind for d in devset.devices})
     costs = stages.run("costs", compute_costs, traced, kinds, opts.profile_options())
     op_graph = stages.run("graph", build_op_graph, traced, costs.us)
     built = stages.run("problem", build_problem, op_graph.graph, devset, group_by=opts.group_by)
     placed_plan = stages.run("solve", _solve, built, opts.plan_options(), given, traced.batch_size, opts.compression)
-    emitted = stages.run("emit", emit, traced, placed_plan.assignment, opts.compression)
+    emitted = stages.run("emit", shell.place, traced, placed_plan, op_graph, devset, input_specs, opts.compression)
 
     def report() -> Any:
         sim = built.simulate(built.group_assignment(placed_plan.assignment))
         return build_report(placed_plan, op_graph, built, sim, costs, opts.profile_grappler, emitted,
                             dict(stages.seconds))
 
-    rep = stages.run("report", report)
+    shell.set_report(stages.run("report", report))
     log.info("autoplace %s: %s", model.name, " ".join(f"{k}={v:.2f}s" for k, v in stages.seconds.items()))
-    return PlacedModel(emitted, placed_plan, traced.input_specs, rep, model.name, op_graph, devset)
+    return shell

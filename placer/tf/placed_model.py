@@ -1,67 +1,273 @@
-"""The object :func:`placer.autoplace` returns."""
+"""The object :func:`placer.autoplace` returns: a ``keras.Model`` whose steps run placed functions.
+
+:class:`PlacedModel` subclasses ``keras.Model`` and overrides only
+``train_step``, ``test_step`` and ``__call__`` (which ``predict_step``
+uses). Each runs a placed function: a trace of the user's model — or of
+Keras' *own* ``train_step``/``test_step`` on it — rewritten op by op onto
+the planned devices (:mod:`placer.tf.emit`). Keras keeps its job:
+``fit``, ``evaluate`` and ``predict`` with their data handling, callbacks,
+progress bar, ``History``, validation and ``save_weights``/``load_weights``
+are Keras' own, so the logs are the ones ``model.fit`` gives.
+
+Variables. Before placement, the model is a *shell*: it calls the user's
+model (held untracked, never modified), and its compiled optimizer and
+metrics are built on the user's variables, so that tracing Keras' step
+captures exactly the state ``model.fit`` would use. Placement then gives
+every captured variable a home on its planned device:
+
+* each of the user's variables gets a **copy** (a ``keras.Variable``
+  created under ``tf.device``); the user's model is never written;
+* the shell's own optimizer and metric variables (slots, iteration count,
+  learning rate, metric totals) are **moved**: the ``tf.Variable`` behind
+  each ``keras.Variable`` is re-created on its device with the same value,
+  so ``placed.optimizer.learning_rate = …`` (a learning-rate callback) and
+  ``reset_metrics`` act on what the placed step reads.
+
+Functions are emitted lazily, one per step and batch structure (as
+``tf.function`` retraces), all from the one plan: ops the plan names get
+its device, the others their layer's (:func:`placer.tf.emit.complete_assignment`).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
-from typing import Any, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping, Sequence
 
-import numpy as np
+import keras
 import tensorflow as tf
 from tensorflow.python.eager import context
 
 from ..core.devices import DeviceSet
 from ..core.graph_io import save_graph
 from ..core.plan import Plan
-from ..errors import InputSignatureError, UnsupportedError
-from .emit import IMPORT_PREFIX, CompressedEdge, EmittedModel
+from ..errors import InputSignatureError, ModelError, TrainingError, UnsupportedError
+from .emit import IMPORT_PREFIX, CompressedEdge, EmittedModel, emit
 from .export import export_saved_model
-from .opgraph import OpGraph
+from .opgraph import OpGraph, layer_of
 from .report import Report
+from .trace import TracedModel, trace_model, trace_step
+
+log = logging.getLogger(__name__)
 
 _RUNTIME_OPS = frozenset({"_Send", "_Recv", "_HostSend", "_HostRecv", "_Arg", "_Retval", "_DeviceArg",
                           "_DeviceRetval"})
 
 
-class PlacedModel:
-    """A Keras model's forward pass placed op by op on several devices.
+def _spec_of(t: Any) -> tf.TensorSpec:
+    return tf.TensorSpec((None, *t.shape[1:]), t.dtype)
 
-    Call it like the model (``placed(x)``), or use :meth:`predict` for
-    arrays of any length. ``plan`` holds the placement (``plan.save(path)``
-    keeps it, ``autoplace(model, devices, plan=path)`` re-applies it);
-    :meth:`report`, :meth:`export` and :meth:`save_graph` write the report,
-    a SavedModel and the cost-annotated op graph.
+
+@dataclass
+class _Placement:
+    """What placement gave the shell (mutable: functions are added as new batch structures arrive)."""
+
+    plan: Plan
+    op_graph: OpGraph
+    devices: DeviceSet
+    input_specs: tuple[tf.TensorSpec, ...]
+    compression: str
+    training: bool
+    placed: dict[int, Any]             # id(user's or shell's keras.Variable) -> the variable on its device
+    layer_devices: dict[str, str]
+    functions: dict[Any, EmittedModel] = field(default_factory=dict)
+    planned: EmittedModel | None = None  # the function of the planned trace
+    report: Report | None = None
+
+
+class PlacedModel(keras.Model):
+    """A Keras model placed op by op on several devices; trains, evaluates and predicts like Keras.
+
+    Call it like the model (``placed(x)``, ``placed(x, training=True)``),
+    or use Keras' ``predict``, ``fit`` and ``evaluate`` (training needs a
+    placement made with ``training=True``). ``plan`` holds the placement
+    (``plan.save(path)`` keeps it, ``autoplace(model, devices, plan=path)``
+    re-applies it); :meth:`report`, :meth:`export` and :meth:`save_graph`
+    write the report, a SavedModel and the cost-annotated op graph.
 
     The placed model owns *copies* of the model's variables, each created on
     its planned device; the original model is never modified.
+    :meth:`sync_to` writes the trained weights into a Keras model on
+    request.
     """
 
-    def __init__(self, emitted: EmittedModel, plan: Plan, input_specs: Sequence[tf.TensorSpec],
-                 report: Report, name: str, op_graph: OpGraph, devices: DeviceSet) -> None:
-        self._emitted = emitted
-        self.plan = plan
-        self.input_specs = tuple(input_specs)
-        self._report = report
-        self._op_graph = op_graph
-        self._devices = devices
-        self.name = name
+    def __init__(self, source: Any, *, name: str | None = None) -> None:
+        super().__init__(name=name or source.name)
+        # Untracked on purpose: the user's variables must not become this model's weights.
+        object.__setattr__(self, "_source", source)
+        object.__setattr__(self, "_placement", None)
+        object.__setattr__(self, "_tracing", False)
 
-    # -- running -----------------------------------------------------------
+    # -- the shell: what tracing sees -------------------------------------------
+    def call(self, inputs: Any, training: bool = False) -> Any:  # noqa: D102  (see __call__)
+        return self.__call__(inputs, training=training)
+
+    @contextlib.contextmanager
+    def _tracing_source(self) -> Iterator[None]:
+        object.__setattr__(self, "_tracing", True)
+        try:
+            yield
+        finally:
+            object.__setattr__(self, "_tracing", False)
+
+    def prepare_training(self, compile_kwargs: Mapping[str, Any] | None, compile_config: Mapping[str, Any] | None,
+                         sample_batch: Any) -> None:
+        """Compile the shell and build its optimizer and metrics on the user's variables.
+
+        Exactly one of ``compile_kwargs`` (arguments of ``compile``) and
+        ``compile_config`` (``model.get_compile_config()``: fresh objects with
+        the same settings) is given. ``sample_batch`` is one ``(x, y)`` batch
+        of arrays, used only for shapes.
+        """
+        with self._tracing_source():
+            if compile_config is not None:
+                self.compile_from_config(dict(compile_config))
+            else:
+                self.compile(**compile_kwargs)
+            self.optimizer.build(self._source.trainable_variables)
+            self._symbolic_build(data_batch=sample_batch)
+        self.built = True
+
+    def training_variables(self) -> list[Any]:
+        """Every variable a traced step may capture: the user's, the optimizer's, the metrics'."""
+        own = [*(self.optimizer.variables if self.optimizer is not None else []), *self.metrics_variables]
+        return [*self._source.variables, *own]
+
+    def trace(self, step: str, data_structure: Any, batch_size: int | None) -> TracedModel:
+        """Trace Keras' ``train_step``/``test_step`` of this shell (:func:`placer.tf.trace.trace_step`)."""
+        with self._tracing_source():
+            return trace_step(self, step, data_structure, batch_size=batch_size,
+                              known_variables=self._known_variables())
+
+    def _known_variables(self) -> list[Any]:
+        return self.training_variables() if self.compiled else list(self._source.variables)
+
+    # -- placement -------------------------------------------------------------
+    def place(self, traced: TracedModel, plan: Plan, op_graph: OpGraph, devices: DeviceSet,
+              input_specs: Sequence[tf.TensorSpec], compression: str) -> EmittedModel:
+        """Create every variable on its planned device and emit the planned function.
+
+        Raises
+        ------
+        UnsupportedError
+            If this model was placed already.
+        """
+        if self._placement is not None:
+            raise UnsupportedError("this PlacedModel is placed already; call placer.autoplace again")
+        home: dict[int, str] = {}
+        for ph, var in traced.variables.items():
+            home.setdefault(id(var), plan.assignment.get(ph, devices.names[0]))
+        user = {id(v) for v in self._source.variables}
+        placed: dict[int, Any] = {}
+        for var in self._known_variables():
+            device = home.get(id(var), devices.names[0])
+            with tf.device(device):
+                if id(var) in user:
+                    placed[id(var)] = keras.Variable(var.value.read_value(), dtype=var.dtype, trainable=var.trainable,
+                                                     name=var.name)
+                else:  # the shell's own optimizer/metric state: moved, so Keras' objects keep working
+                    var._value = tf.Variable(var.value.read_value(), trainable=var.trainable,  # noqa: SLF001
+                                             name=var.name)
+                    placed[id(var)] = var
+        layer_devices: dict[str, str] = {}
+        for op, device in plan.assignment.items():
+            layer_devices.setdefault(layer_of(op), device)
+        object.__setattr__(self, "_placement", _Placement(
+            plan=plan, op_graph=op_graph, devices=devices, input_specs=tuple(input_specs),
+            compression=compression, training=traced.step == "train", placed=placed, layer_devices=layer_devices))
+        self.built = True
+        emitted = (self._forward(False) if traced.step == "predict"
+                   else self._step_function(traced.step, traced.data_structure))
+        self._placement.planned = emitted
+        return emitted
+
+    def set_report(self, report: Report) -> None:
+        """Attach the placement report (the pipeline's last stage)."""
+        self._placed.report = report
+
     @property
-    def variables(self) -> tuple[tf.Variable, ...]:
-        """The placed copies of the model's variables."""
-        return self._emitted.variables
+    def _placed(self) -> _Placement:
+        if self._placement is None:
+            raise UnsupportedError("this model is not placed yet; use placer.autoplace(model, devices)")
+        return self._placement
+
+    def _emit(self, key: Any, traced: TracedModel) -> EmittedModel:
+        p = self._placed
+        by_var = {ph: p.placed[id(var)] for ph, var in traced.variables.items()}
+        emitted = emit(traced, p.plan.assignment, by_var, p.compression, p.layer_devices)
+        p.functions[key] = emitted
+        return emitted
+
+    def _forward(self, training: bool) -> EmittedModel:
+        key = ("call", bool(training))
+        if key not in self._placed.functions:
+            traced = trace_model(self._source, input_signature=list(self._placed.input_specs),
+                                 batch_size=max(self._placed.plan.batch_size or 1, 1), training=training)
+            self._emit(key, traced)
+        return self._placed.functions[key]
+
+    def _step_function(self, step: str, data_structure: Any) -> EmittedModel:
+        key = (step, repr(tf.nest.map_structure(lambda s: (tuple(s.shape), s.dtype.name), data_structure)))
+        if key not in self._placed.functions:
+            self._emit(key, self.trace(step, data_structure, None))
+        return self._placed.functions[key]
+
+    # -- running ---------------------------------------------------------------
+    @property
+    def plan(self) -> Plan:
+        """The placement (op → device and its predicted figures)."""
+        return self._placed.plan
+
+    @property
+    def input_specs(self) -> tuple[tf.TensorSpec, ...]:
+        """The inputs' specs (unknown batch dimension)."""
+        return self._placed.input_specs
+
+    @property
+    def variables(self) -> list[Any]:
+        """The placed copies of the model's variables, in the model's ``variables`` order."""
+        if self._placement is None or self._tracing:
+            return list(self._source.variables)
+        return [self._placement.placed[id(v)] for v in self._source.variables]
+
+    @property
+    def weights(self) -> list[Any]:
+        """The placed copies of the model's weights, in the model's ``weights`` order (``get_weights``)."""
+        if self._placement is None or self._tracing:
+            return list(self._source.weights)
+        return [self._placement.placed[id(v)] for v in self._source.weights]
+
+    @property
+    def trainable_weights(self) -> list[Any]:  # what Keras' train_step differentiates
+        if self._placement is None or self._tracing:
+            return list(self._source.trainable_weights)
+        return [self._placement.placed[id(v)] for v in self._source.trainable_weights]
+
+    @property
+    def non_trainable_weights(self) -> list[Any]:
+        if self._placement is None or self._tracing:
+            return list(self._source.non_trainable_weights)
+        return [self._placement.placed[id(v)] for v in self._source.non_trainable_weights]
+
+    trainable_variables = trainable_weights
+    non_trainable_variables = non_trainable_weights
 
     @property
     def function(self) -> Any:
-        """The placed ``tf.function`` (takes the inputs positionally)."""
-        return self._emitted.function
+        """The placed forward ``tf.function`` (inference; takes the inputs positionally)."""
+        return self._forward(False).function
 
     def _as_inputs(self, x: Any) -> list[tf.Tensor]:
-        flat = [x] if len(self.input_specs) == 1 and not isinstance(x, (list, tuple)) else list(x)
-        if len(flat) != len(self.input_specs):
-            raise InputSignatureError(f"{self.name} takes {len(self.input_specs)} inputs, got {len(flat)}")
+        specs = self._placed.input_specs
+        flat = [x] if len(specs) == 1 and not isinstance(x, (list, tuple)) else list(x)
+        if isinstance(x, Mapping):
+            raise InputSignatureError(f"{self.name} takes its inputs as a tensor or a list, not a dict")
+        if len(flat) != len(specs):
+            raise InputSignatureError(f"{self.name} takes {len(specs)} inputs, got {len(flat)}")
         out = []
-        for value, spec in zip(flat, self.input_specs):
+        for value, spec in zip(flat, specs):
             t = tf.convert_to_tensor(value, dtype=spec.dtype)
             if not spec.shape.is_compatible_with(t.shape):
                 raise InputSignatureError(
@@ -69,42 +275,103 @@ class PlacedModel:
             out.append(t)
         return out
 
-    def __call__(self, x: Any, training: bool = False) -> Any:
-        """Run the placed forward pass (inference) on one batch."""
-        if training:
-            raise UnsupportedError("training through a placed model is not implemented yet; "
-                                   "train the original model and place it again")
-        return self._emitted.function(*self._as_inputs(x))
+    def __call__(self, x: Any, training: bool = False, **kwargs: Any) -> Any:
+        """Run the placed forward pass on one batch (``training=True``: dropout on, batch statistics)."""
+        if self._tracing or self._placement is None:
+            return self._source(x, training=training, **kwargs)
+        return self._forward(training).function(*self._as_inputs(x))
 
-    def predict(self, x: Any, batch_size: int | None = None, verbose: int = 0) -> Any:
-        """Run over ``x`` in batches and return numpy outputs (like ``Model.predict``)."""
-        inputs = [np.asarray(v) for v in ([x] if len(self.input_specs) == 1 and not isinstance(x, (list, tuple))
-                                          else list(x))]
-        n = len(inputs[0])
-        bs = batch_size or self.plan.batch_size
-        parts = []
-        for start in range(0, n, bs):
-            out = self(inputs[0][start:start + bs] if len(inputs) == 1 else [v[start:start + bs] for v in inputs])
-            parts.append(tf.nest.map_structure(lambda t: t.numpy(), out))
-        if not parts:
-            raise InputSignatureError("predict got an empty input")
-        return tf.nest.map_structure(lambda *xs: np.concatenate(xs, axis=0), *parts)
+    def _run_step(self, step: str, data: Any) -> Any:
+        structure = tf.nest.map_structure(_spec_of, data)
+        fn = self._step_function(step, structure).function
+        return fn(*tf.nest.flatten(data))
 
-    def observed_placement(self, x: Any) -> dict[str, str]:
+    def _check_trainable(self, what: str) -> None:
+        if not self._placed.training:
+            raise TrainingError(
+                f"{what} needs a placement of the training step; this one was planned for inference. "
+                "Place again with placer.autoplace(model, devices, training=True) (the model compiled, or "
+                "optimizer= and loss= given)")
+
+    def train_step(self, data: Any) -> Any:
+        """Keras' ``train_step``, placed (forward, loss, gradients, update, metrics)."""
+        if self._tracing or self._placement is None:
+            return super().train_step(data)
+        return self._run_step("train", data)
+
+    def test_step(self, data: Any) -> Any:
+        """Keras' ``test_step``, placed (forward, loss, metrics)."""
+        if self._tracing or self._placement is None:
+            return super().test_step(data)
+        return self._run_step("test", data)
+
+    def fit(self, *args: Any, **kwargs: Any) -> Any:
+        """Keras' ``fit`` on the placed training step (same arguments, logs, callbacks and ``History``)."""
+        self._check_trainable("fit")
+        return super().fit(*args, **kwargs)
+
+    def evaluate(self, *args: Any, **kwargs: Any) -> Any:
+        """Keras' ``evaluate`` on the placed test step."""
+        self._check_trainable("evaluate")
+        return super().evaluate(*args, **kwargs)
+
+    def sync_to(self, model: Any) -> None:
+        """Write the placed model's weights into ``model`` (never done implicitly).
+
+        Raises
+        ------
+        ModelError
+            If ``model`` is not a Keras model with weights of the same shapes.
+        """
+        if not isinstance(model, keras.Model):
+            raise ModelError(f"sync_to needs a keras.Model, got {type(model).__name__}")
+        ours, theirs = self.weights, model.weights
+        shapes = [tuple(v.shape) for v in ours], [tuple(v.shape) for v in theirs]
+        if shapes[0] != shapes[1]:
+            raise ModelError(f"model {model.name!r} has weights of shapes {shapes[1][:4]}… ({len(theirs)} in all), "
+                             f"not this placed model's {shapes[0][:4]}… ({len(ours)}); sync to the model that "
+                             "was placed (or a clone of it)")
+        model.set_weights([v.numpy() for v in ours])
+
+    def save_own_variables(self, store: Any) -> None:
+        """Keras' ``save_weights`` hook: the placed copies (in the model's ``variables`` order)."""
+        for i, v in enumerate(self.variables):
+            store[str(i)] = v.numpy()
+
+    def load_own_variables(self, store: Any) -> None:
+        """Keras' ``load_weights`` hook (the inverse of :meth:`save_own_variables`)."""
+        own = self.variables
+        if len(store.keys()) != len(own):
+            raise ModelError(f"the weights file holds {len(store.keys())} variables, this placed model has "
+                             f"{len(own)}; load weights saved from a placement of the same model")
+        for i, v in enumerate(own):
+            v.assign(store[str(i)])
+
+    def observed_placement(self, x: Any, y: Any = None, *, step: str = "predict") -> dict[str, str]:
         """Run one batch and return op name → device where it *actually* ran.
 
-        Read from the runtime's partition graphs; ops Grappler fused or folded
-        away do not appear (fused kernels keep one original op's name). The
-        runtime reports partition graphs only when a function is instantiated,
-        so this traces a fresh copy of the placed function for the run.
+        ``step="predict"`` runs the forward pass; ``"train"`` runs one training
+        step on ``(x, y)`` (it updates the variables, like one step of
+        ``fit``); ``"test"`` one test step. Read from the runtime's partition
+        graphs; ops Grappler fused or folded away do not appear (fused kernels
+        keep one original op's name). The runtime reports partition graphs only
+        when a function is instantiated, so this traces a fresh copy of the
+        placed function for the run.
         """
-        fresh = tf.function(self._emitted.function.python_function, input_signature=list(self.input_specs),
+        if step == "predict":
+            emitted, args = self._forward(False), self._as_inputs(x)
+        elif step in ("train", "test"):
+            data = (x, y)
+            emitted = self._step_function(step, tf.nest.map_structure(_spec_of, data))
+            args = [tf.convert_to_tensor(a) for a in tf.nest.flatten(data)]
+        else:
+            raise UnsupportedError(f"unknown step {step!r}; choose 'predict', 'train' or 'test'")
+        fresh = tf.function(emitted.function.python_function, input_signature=emitted.function.input_signature,
                             autograph=False)
-        inputs = self._as_inputs(x)
         ctx = context.context()
         ctx.enable_run_metadata()
         try:
-            fresh(*inputs)
+            fresh(*args)
             md = ctx.export_run_metadata()
         finally:
             ctx.disable_run_metadata()
@@ -118,19 +385,24 @@ class PlacedModel:
         return placed
 
     @property
+    def emitted(self) -> EmittedModel:
+        """The placed function of the planned trace (its rewritten ``graph_def``, compressed edges)."""
+        return self._placed.planned
+
+    @property
     def compressed_edges(self) -> tuple[CompressedEdge, ...]:
-        """The (tensor, receiving device) pairs that travel in a narrow dtype."""
-        return self._emitted.compressed
+        """The (tensor, receiving device) pairs of the planned function that travel in a narrow dtype."""
+        return self._placed.planned.compressed
 
     # -- outputs -----------------------------------------------------------
     def report(self, path: str | os.PathLike) -> str:
         """Write the placement report (``.json``) and return its path."""
-        return self._report.write(path)
+        return self._placed.report.write(path)
 
     @property
     def report_data(self) -> dict[str, Any]:
         """The report as a dictionary (:meth:`placer.tf.report.Report.to_dict`)."""
-        return self._report.to_dict()
+        return self._placed.report.to_dict()
 
     def save_graph(self, path: str | os.PathLike) -> str:
         """Write the cost-annotated op graph and the devices as a graph file (``docs/graph-format.md``).
@@ -150,16 +422,23 @@ class PlacedModel:
         >>> again.assignment == placed.plan.assignment, again.value == placed.plan.value
         (True, True)
         """
-        save_graph(path, self._op_graph.graph, self._devices)
+        save_graph(path, self._placed.op_graph.graph, self._placed.devices)
         return os.fspath(path)
 
     def export(self, path: str | os.PathLike) -> str:
         """Save a SavedModel whose ``serving_default`` computes the placed outputs."""
-        return export_saved_model(self._emitted.function, self._emitted.variables, self.input_specs, path)
+        return export_saved_model(self.function, tuple(v.value for v in self.variables), self.input_specs, path)
 
-    def summary(self) -> str:
-        """Human-readable summary of the plan."""
+    def summary(self, *args: Any, **kwargs: Any) -> str:  # type: ignore[override]
+        """The plan in words (returned, not printed; Keras' layer table is the original model's)."""
         return self.plan.summary()
 
+    def get_config(self) -> dict[str, Any]:
+        raise UnsupportedError("a PlacedModel cannot be saved as a .keras file; use placed.export(path) for a "
+                               "SavedModel, save_weights(...) for its weights, or placed.plan.save(...) for the plan")
+
     def __repr__(self) -> str:
+        if self._placement is None:
+            return f"<PlacedModel {self.name!r}: not placed>"
         return f"<PlacedModel {self.name!r}: {len(self.plan.assignment)} ops on {len(self.plan.devices)} devices>"
+

@@ -42,6 +42,14 @@ class TracedModel:
         Captured resource placeholder op name → the Keras variable behind it.
     constants : Mapping[str, tf.Tensor]
         Other captured placeholder op names → captured eager tensor.
+    step : str
+        ``"predict"`` (the forward pass, inputs are the model's), ``"train"``
+        or ``"test"`` (Keras' own ``train_step``/``test_step``: inputs are the
+        flattened ``(x, y[, sample_weight])`` batch, outputs the metric logs).
+    data_structure : nested structure of tf.TensorSpec or None
+        For steps: the batch structure the flat inputs are packed into.
+    optimizer_scope : str or None
+        For training steps: the name scope of the optimizer's update ops.
     """
 
     model: Any
@@ -53,6 +61,9 @@ class TracedModel:
     output_names: tuple[str, ...]
     variables: Mapping[str, Any]
     constants: Mapping[str, Any]
+    step: str = "predict"
+    data_structure: Any = None
+    optimizer_scope: str | None = None
 
     @property
     def single_input(self) -> bool:
@@ -154,8 +165,8 @@ def _captures(fn: Any, known_variables: Sequence[Any]) -> tuple[dict[str, Any], 
 
 
 def trace_model(model: Any, *, batch_size: int | None = None,
-                input_signature: Sequence[Any] | None = None) -> TracedModel:
-    """Trace ``model(x, training=False)`` with fixed and unknown batch size.
+                input_signature: Sequence[Any] | None = None, training: bool = False) -> TracedModel:
+    """Trace ``model(x, training=training)`` with fixed and unknown batch size.
 
     Parameters
     ----------
@@ -165,6 +176,8 @@ def trace_model(model: Any, *, batch_size: int | None = None,
     input_signature : sequence of tf.TensorSpec or shape tuples, optional
         Overrides the model's own input shapes (needed for subclassed models
         that were never built).
+    training : bool
+        The forward pass in training mode (dropout on, batch statistics).
 
     Raises
     ------
@@ -183,7 +196,7 @@ def trace_model(model: Any, *, batch_size: int | None = None,
     single = len(specs) == 1
 
     def forward(*xs: tf.Tensor) -> Any:
-        return model(xs[0] if single else list(xs), training=False)
+        return model(xs[0] if single else list(xs), training=training)
 
     fn = tf.function(forward, autograph=False)
     fixed_specs = [tf.TensorSpec((batch, *s.shape[1:]), s.dtype, name=s.name) for s in specs]
@@ -217,6 +230,64 @@ def trace_model(model: Any, *, batch_size: int | None = None,
         variables=variables,
         constants=constants,
     )
+
+
+def _fixed(spec: tf.TensorSpec, batch: int | None) -> tf.TensorSpec:
+    return tf.TensorSpec((batch, *spec.shape[1:]), spec.dtype, name=spec.name)
+
+
+def trace_step(shell: Any, step: str, data_structure: Any, *, batch_size: int | None,
+               known_variables: Sequence[Any]) -> TracedModel:
+    """Trace Keras' own ``train_step`` or ``test_step`` of ``shell`` on one batch structure.
+
+    ``shell`` is the compiled :class:`~placer.tf.placed_model.PlacedModel`
+    before placement: it calls the user's model, so the traced step is the
+    same math as ``model.fit`` / ``model.evaluate`` (loss, regularisation
+    losses, gradients, the optimizer's update and the metric updates).
+
+    Parameters
+    ----------
+    shell : keras.Model
+    step : str
+        ``"train"`` or ``"test"``.
+    data_structure : nested structure of tf.TensorSpec
+        ``(x, y)`` or ``(x, y, sample_weight)``, batch dimension ``None``.
+    batch_size : int or None
+        Batch size of the trace (``None``: any batch; what the placed step runs).
+    known_variables : sequence of keras.Variable
+        Every variable the step may capture (model, optimizer, metrics).
+
+    Raises
+    ------
+    InputSignatureError
+        If the model cannot be called on the batch (e.g. labels of the wrong shape).
+    """
+    import keras
+
+    base = {"train": keras.Model.train_step, "test": keras.Model.test_step}[step]
+    specs = [_fixed(s, batch_size) for s in tf.nest.flatten(data_structure)]
+
+    def body(*flat: tf.Tensor) -> Any:
+        return base(shell, tf.nest.pack_sequence_as(data_structure, list(flat)))
+
+    fn = tf.function(body, autograph=False)
+    try:
+        concrete = fn.get_concrete_function(*specs)
+    except (TypeError, ValueError) as e:
+        shapes = tf.nest.map_structure(lambda s: tuple(s.shape), data_structure)
+        raise InputSignatureError(
+            f"tracing the {step} step of {shell.name!r} on a batch of shapes {shapes} failed: {e}. "
+            "Check that the labels match the model's outputs (shape and structure) and the loss") from e
+    variables, constants = _captures(concrete, known_variables)
+    log.info("traced the %s step: %d ops, %d variables, batch %s", step, len(concrete.graph.get_operations()),
+             len(variables), batch_size)
+    optimizer = getattr(shell, "optimizer", None)
+    return TracedModel(
+        model=shell, input_specs=tuple(tf.nest.flatten(data_structure)), batch_size=batch_size or 0,
+        fixed=concrete, dynamic=concrete, input_names=tuple(t.name for t in concrete.inputs[:len(specs)]),
+        output_names=tuple(t.name for t in tf.nest.flatten(concrete.structured_outputs)),
+        variables=variables, constants=constants, step=step, data_structure=data_structure,
+        optimizer_scope=optimizer.name if step == "train" and optimizer is not None else None)
 
 
 def trace_training_step(model: Any, *, batch_size: int | None = None, loss: Any = "mean_squared_error",

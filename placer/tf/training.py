@@ -1,0 +1,121 @@
+"""Stage 1 for training: the compile settings and the traced training step of a placed model.
+
+The training step placed is Keras' own ``train_step`` on a shell
+:class:`~placer.tf.placed_model.PlacedModel` that calls the user's model,
+compiled with the user's settings (fresh optimizer and metric objects with
+the same configuration): forward, loss (with loss weights and the model's
+regularisation losses), gradients, the optimizer's update and the metric
+updates, exactly what ``model.fit`` runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from ..errors import InputSignatureError, TrainingError, UnsupportedError
+from .placed_model import PlacedModel
+from .trace import TracedModel, _normalise_specs, check_model
+
+#: Compile settings a placed step cannot honour, and what they become.
+_PLACED_COMPILE = {"jit_compile": False, "run_eagerly": False, "steps_per_execution": 1}
+
+
+def _copy(obj: Any) -> Any:
+    """A fresh Keras object with ``obj``'s configuration (strings and callables are kept)."""
+    if isinstance(obj, (str, type(None))) or not hasattr(obj, "get_config"):
+        return obj
+    return keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(obj))
+
+
+def compile_settings(model: Any, *, optimizer: Any = None, loss: Any = None, metrics: Any = None,
+                     loss_weights: Any = None) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """``(compile kwargs, None)`` from the options, or ``(None, compile config)`` from the compiled model.
+
+    Optimizer and metric objects are copied (same configuration, fresh
+    state): the user's objects are never shared with the placed model.
+
+    Raises
+    ------
+    TrainingError
+        The model is not compiled and no optimizer/loss is given, or only one
+        of the two is given.
+    UnsupportedError
+        The model overrides ``train_step``/``test_step`` (autoplace places
+        Keras' own steps and would silently ignore the override).
+
+    Examples
+    --------
+    >>> import keras
+    >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    >>> kwargs, config = compile_settings(m, optimizer="sgd", loss="mse")
+    >>> kwargs["loss"], config
+    ('mse', None)
+    """
+    for step in ("train_step", "test_step"):
+        if getattr(type(model), step) is not getattr(keras.Model, step):
+            raise UnsupportedError(
+                f"model {model.name!r} overrides {step}; autoplace places Keras' own {step} and would ignore "
+                "yours. Move the custom logic into the loss or layers, or place for inference only")
+    if optimizer is None and loss is None:
+        config = model.get_compile_config() if getattr(model, "compiled", False) else None
+        if not config or config.get("optimizer") is None or config.get("loss") is None:
+            raise TrainingError(
+                f"model {model.name!r} is not compiled with an optimizer and a loss; call "
+                "model.compile(optimizer=..., loss=...) first or pass optimizer= and loss= to autoplace")
+        return None, {**config, **_PLACED_COMPILE}
+    if optimizer is None or loss is None:
+        raise TrainingError("give both optimizer= and loss= (or neither, to use the model's compile settings)")
+    copied_metrics = None if metrics is None else tf.nest.map_structure(_copy, metrics)
+    return {"optimizer": _copy(keras.optimizers.get(optimizer)), "loss": _copy(loss), "metrics": copied_metrics,
+            "loss_weights": loss_weights, **_PLACED_COMPILE}, None
+
+
+def _target_specs(model: Any, x_specs: Sequence[tf.TensorSpec], batch: int, targets: Any) -> Any:
+    """The labels' structure: given by the user, else one per model output with its shape and dtype."""
+    if targets is not None:
+        def spec(s: Any) -> tf.TensorSpec:
+            if isinstance(s, tf.TensorSpec):
+                return tf.TensorSpec((None, *s.shape[1:]), s.dtype)
+            if isinstance(s, (tuple, list)) and all(isinstance(d, (int, type(None))) for d in s):
+                return tf.TensorSpec((None, *tuple(s)[1:]), "float32")
+            raise InputSignatureError(f"targets entry {s!r} is neither a tf.TensorSpec nor a shape tuple")
+        if isinstance(targets, tf.TensorSpec) or (isinstance(targets, tuple) and
+                                                   all(isinstance(d, (int, type(None))) for d in targets)):
+            return spec(targets)
+        return [spec(s) for s in targets]
+    single = len(x_specs) == 1
+    fn = tf.function(lambda *xs: model(xs[0] if single else list(xs), training=False), autograph=False)
+    out = fn.get_concrete_function(*[tf.TensorSpec((batch, *s.shape[1:]), s.dtype) for s in x_specs]).structured_outputs
+    return tf.nest.map_structure(lambda t: tf.TensorSpec((None, *t.shape[1:]), t.dtype), out)
+
+
+def trace_training(model: Any, *, batch_size: int | None, input_signature: Sequence[Any] | None,
+                   targets: Any, optimizer: Any, loss: Any, metrics: Any,
+                   loss_weights: Any) -> tuple[PlacedModel, TracedModel, tuple[tf.TensorSpec, ...]]:
+    """A shell :class:`PlacedModel` compiled like ``model``, its training step traced at the planning batch size.
+
+    Returns the shell (placed later by the emit stage), the traced step and
+    the model's input specs (unknown batch).
+
+    Raises
+    ------
+    ModelError, InputSignatureError, TrainingError, UnsupportedError
+    """
+    check_model(model)
+    x_specs, batch = _normalise_specs(model, input_signature, batch_size)
+    kwargs, config = compile_settings(model, optimizer=optimizer, loss=loss, metrics=metrics,
+                                      loss_weights=loss_weights)
+    y_struct = _target_specs(model, x_specs, batch, targets)
+    x_struct = x_specs[0] if len(x_specs) == 1 else list(x_specs)
+
+    def zeros(s: tf.TensorSpec) -> np.ndarray:
+        return np.zeros((batch, *s.shape[1:]), s.dtype.as_numpy_dtype)
+
+    shell = PlacedModel(model)
+    shell.prepare_training(kwargs, config, tf.nest.map_structure(zeros, (x_struct, y_struct)))
+    traced = shell.trace("train", (x_struct, y_struct), batch)
+    return shell, traced, x_specs
