@@ -121,6 +121,9 @@ class PlacedModel(keras.Model):
         the same settings) is given. ``sample_batch`` is one ``(x, y)`` batch
         of arrays, used only for shapes.
         """
+        names = getattr(self._source, "output_names", None)
+        if names:  # Keras names per-output losses and metrics after them ("o1_loss", "o1_mae")
+            self.output_names = list(names)
         with self._tracing_source():
             if compile_config is not None:
                 self.compile_from_config(dict(compile_config))

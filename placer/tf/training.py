@@ -116,6 +116,13 @@ def trace_training(model: Any, *, batch_size: int | None, input_signature: Seque
         return np.zeros((batch, *s.shape[1:]), s.dtype.as_numpy_dtype)
 
     shell = PlacedModel(model)
-    shell.prepare_training(kwargs, config, tf.nest.map_structure(zeros, (x_struct, y_struct)))
+    try:
+        shell.prepare_training(kwargs, config, tf.nest.map_structure(zeros, (x_struct, y_struct)))
+    except (TypeError, ValueError) as e:
+        shapes = tf.nest.map_structure(lambda s: (None, *s.shape[1:]), y_struct)
+        raise InputSignatureError(
+            f"the loss or metrics of {model.name!r} cannot take labels of shapes {shapes}: {e}. Pass "
+            "targets= with the labels' shapes and dtypes (e.g. tf.TensorSpec((None,), 'int32') for sparse "
+            "class ids)") from e
     traced = shell.trace("train", (x_struct, y_struct), batch)
     return shell, traced, x_specs
