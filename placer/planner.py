@@ -42,7 +42,7 @@ from .core.graph_io import as_device_set
 from .core.objectives import DEFAULT_OBJECTIVE, OBJECTIVES, get_objective
 from .core.plan import BaselineResult, Plan
 from .core.problem import evaluate
-from .errors import AutoplaceError, PlanError, SolverError
+from .errors import AutoplaceError, InsufficientMemoryError, NoFeasiblePlanError, PlanError, SolverError
 from .solvers import (
     DEFAULT_MAX_NODES,
     DEFAULT_SOLVER,
@@ -84,6 +84,12 @@ class PlanOptions:
         Which nodes move together (:data:`placer.core.build.GROUPINGS`).
     baselines : tuple of str
         Solvers scored next to the plan (``()`` for none).
+    memory : str
+        What must fit each device's capacity: ``"resident"`` (the nodes'
+        ``memory_bytes``, default: what a user's graph declares) or
+        ``"peak"`` (the simulated step's peak: resident bytes plus the live
+        tensors, e.g. the activations a training step keeps for its backward
+        pass; :func:`placer.autoplace`'s default). See :data:`MEMORY_MODELS`.
     """
 
     objective: str = DEFAULT_OBJECTIVE
@@ -93,8 +99,11 @@ class PlanOptions:
     max_nodes: int = DEFAULT_MAX_NODES
     group_by: str = DEFAULT_GROUP_BY
     baselines: tuple[str, ...] = BASELINES
+    memory: str = "resident"
 
     def __post_init__(self) -> None:
+        if self.memory not in MEMORY_MODELS:
+            raise SolverError(f"unknown memory model {self.memory!r}; choose one of {list(MEMORY_MODELS)}")
         get_objective(self.objective)
         for name in (self.algorithm, *self.baselines):
             if name not in available_solvers():
@@ -151,6 +160,71 @@ def _given(built: BuiltProblem, assignment: Mapping[Hashable, str], options: Sol
     return Solution(a, value, lb, "given", time.perf_counter() - t0, "given", ("given: re-applied a saved plan",))
 
 
+#: What must fit a device's capacity: resident bytes only, or the simulated step's peak.
+MEMORY_MODELS = ("resident", "peak")
+#: Rounds of :func:`_fit_peak`: each tightens the capacity of every device whose simulated peak overflows.
+PEAK_ROUNDS = 8
+
+
+def _over(peak: np.ndarray, cap: np.ndarray) -> np.ndarray:
+    return np.flatnonzero(peak > cap * (1 + 1e-9))
+
+
+def _peak_error(built: BuiltProblem, peak: np.ndarray, why: str) -> InsufficientMemoryError:
+    cap = built.problem.capacity_bytes
+    names = built.devices.names
+    over = ", ".join(f"{names[d]} {int(peak[d]):,} B of {int(cap[d]):,} B ({int(peak[d] - cap[d]):,} B over)"
+                     for d in _over(peak, cap)) or "none on the last plan"
+    act = built.activation_bytes()
+    res = np.asarray(built.problem.memory_bytes)
+    def top(values: np.ndarray) -> str:
+        idx = [int(i) for i in np.argsort(-values, kind="stable")[:3] if values[i] > 0]
+        return ", ".join(f"{built.problem.names[i]} ({int(values[i]):,} B)" for i in idx) or "none"
+    return InsufficientMemoryError(
+        f"no plan keeps every device's predicted peak memory (resident state + live tensors of one step) "
+        f"under its capacity: {why}. Over: {over}. Largest resident groups: {top(res)}; largest activation "
+        f"producers: {top(act)}. Add devices, declare larger memory_bytes or use a smaller batch")
+
+
+def _fit_peak(built: BuiltProblem, sol: Solution, algorithm: str, options: SolveOptions) -> tuple[Solution, list[str]]:
+    """Re-solve until the simulated peak (resident + live tensors) fits every device's capacity.
+
+    The solvers constrain resident bytes per device (a sum, which they can
+    reason about); the live tensors depend on the schedule, so the simulator
+    measures them. Each round lowers the resident budget of every device
+    that overflowed by its overflow (×1.25), up to :data:`PEAK_ROUNDS` rounds.
+
+    Raises
+    ------
+    InsufficientMemoryError
+        No round fits: names each device's peak against its capacity and the
+        largest resident and activation holders.
+    """
+    cap = np.asarray(built.problem.capacity_bytes, dtype=float)
+    if not np.isfinite(cap).any():
+        return sol, []
+    notes: list[str] = []
+    budget = cap.copy()
+    peak = built.simulate(sol.assignment).peak_memory_bytes
+    for _ in range(PEAK_ROUNDS):
+        over = _over(peak, cap)
+        if not over.size:
+            return sol, notes
+        budget[over] -= 1.25 * (peak[over] - cap[over])
+        if (budget[over] <= 0).any():
+            break
+        notes.append(f"predicted peak memory over capacity on {[built.devices.names[d] for d in over]}: "
+                     f"re-solving with resident budgets {[int(b) if np.isfinite(b) else None for b in budget]}")
+        try:
+            sol = solve_problem(built.problem.with_capacity(budget), algorithm, options)
+        except (InsufficientMemoryError, NoFeasiblePlanError) as e:
+            raise _peak_error(built, peak, f"with resident budgets lowered to leave room for activations, {e}") from e
+        peak = built.simulate(sol.assignment).peak_memory_bytes
+    if not _over(peak, cap).size:
+        return sol, notes
+    raise _peak_error(built, peak, f"after {len(notes)} rounds of lowering resident budgets")
+
+
 def plan_problem(built: BuiltProblem, options: PlanOptions, *,
                  given: Mapping[Hashable, str] | None = None) -> Plan:
     """Solve ``built`` (or score the ``given`` node → device assignment) and describe the plan.
@@ -167,15 +241,19 @@ def plan_problem(built: BuiltProblem, options: PlanOptions, *,
     problem = built.problem
     log.info("placing %d nodes (%d groups) on %d devices, objective %s", len(built.nodes), problem.n, problem.k,
              options.objective)
+    notes: list[str] = []
     if given is None:
         sol = solve_problem(problem, options.algorithm, solve_options)
+        if options.memory == "peak":
+            sol, notes = _fit_peak(built, sol, options.algorithm, solve_options)
     else:
         sol = _given(built, given, solve_options)
     a = np.asarray(sol.assignment, dtype=int)
     ev = evaluate(problem, a)
+    sim = built.simulate(a)
     step = _predicted_step(built, sol, options.objective)
     baselines = {}
-    attempts = list(sol.log) or [f"{sol.solver}: {sol.objective:.6g}"]
+    attempts = [*notes, *(list(sol.log) or [f"{sol.solver}: {sol.objective:.6g}"])]
     for name in options.baselines:
         b = _baseline(built, name, solve_options)
         if b is None:
@@ -192,7 +270,9 @@ def plan_problem(built: BuiltProblem, options: PlanOptions, *,
         status=sol.status, solve_time_s=wall, group_by=built.group_by, groups=problem.n,
         predicted_step_time_s=float(step), predicted_max_load_s=float(ev.objective),
         traffic_bytes=float(ev.traffic_bytes.sum()), predicted_device_load_s=tuple(float(x) for x in ev.load_s),
-        device_memory_bytes=tuple(float(x) for x in ev.memory_bytes), baselines=baselines, log=tuple(attempts),
+        device_memory_bytes=tuple(float(x) for x in ev.memory_bytes),
+        predicted_peak_memory_bytes=tuple(float(x) for x in sim.peak_memory_bytes), baselines=baselines,
+        log=tuple(attempts),
     )
 
 

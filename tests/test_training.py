@@ -278,3 +278,28 @@ def test_a_custom_train_step_is_refused_not_ignored(devices):
     model.compile(optimizer="sgd", loss="mse")
     with pytest.raises(placer.UnsupportedError, match="overrides train_step"):
         placer.autoplace(model, devices[:2], training=True, batch_size=4)
+
+
+def test_training_footprint_is_planned_under_each_devices_capacity(devices):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((128,))] + [keras.layers.Dense(256, activation="relu") for _ in range(4)]
+                             + [keras.layers.Dense(4)], name="wide_mlp")
+    model.compile(optimizer="adam", loss="mse")
+    one = placer.autoplace(model, devices[:1], training=True, batch_size=32, time_limit_s=2)
+    peak = one.plan.predicted_peak_memory_bytes[0]
+    params = sum(int(np.prod(w.shape)) * 4 for w in model.trainable_weights)
+    assert peak > 3 * params                       # parameters + 2 Adam slots + gradients and activations
+    cap = int(0.7 * peak)
+    specs = [placer.DeviceSpec(d, memory_bytes=cap) for d in devices[:2]]
+    two = placer.autoplace(model, specs, training=True, batch_size=32, time_limit_s=2)
+    assert max(two.plan.predicted_peak_memory_bytes) <= cap
+    assert len(set(two.plan.assignment.values())) == 2
+    report = {d["name"]: d for d in two.report_data["devices"]}
+    assert all(d["predicted_peak_memory_bytes"] <= d["memory_capacity_bytes"] for d in report.values())
+    x = np.random.default_rng(0).standard_normal((64, 128)).astype("float32")
+    h = two.fit(x, np.zeros((64, 4), "float32"), batch_size=32, epochs=1, verbose=0)
+    assert np.isfinite(h.history["loss"][0])
+    tiny = [placer.DeviceSpec(d, memory_bytes=int(0.3 * peak)) for d in devices[:2]]
+    with pytest.raises(placer.InsufficientMemoryError, match=r"over|short") as err:
+        placer.autoplace(model, tiny, training=True, batch_size=32, time_limit_s=2)
+    assert "Largest" in str(err.value) or "largest" in str(err.value)

@@ -161,6 +161,14 @@ class BuiltProblem:
             out[g] = d
         return out
 
+    def activation_bytes(self) -> np.ndarray:
+        """Per group: the bytes of the tensors its nodes produce (an upper bound on what they keep live)."""
+        s = self.schedule
+        out = np.zeros(self.problem.n)
+        for t in s.tensors:
+            out[s.group[t.src]] += t.nbytes
+        return out
+
     def simulate(self, group_assignment: np.ndarray, options: SimOptions = SimOptions()) -> SimResult:
         """One simulated step of the fine graph under ``group_assignment`` (memory model included).
 

@@ -78,6 +78,11 @@ class Plan:
         Bytes crossing devices per step.
     predicted_device_load_s, device_memory_bytes : tuple of float
         Per device: compute + communication load, and resident bytes.
+    predicted_peak_memory_bytes : tuple of float
+        Per device: the simulated step's peak (resident bytes + live tensors;
+        for a training step, parameters, optimizer slots, gradients and the
+        activations kept for the backward pass). The planner keeps it under
+        each device's capacity.
     baselines : Mapping[str, BaselineResult]
         Single-device, round-robin and contiguous placements, same cost model
         (a baseline with no feasible plan is absent, and named in ``log``).
@@ -106,6 +111,7 @@ class Plan:
     traffic_bytes: float = 0.0
     predicted_device_load_s: tuple[float, ...] = ()
     device_memory_bytes: tuple[float, ...] = ()
+    predicted_peak_memory_bytes: tuple[float, ...] = ()
     baselines: Mapping[str, BaselineResult] = field(default_factory=dict)
     log: tuple[str, ...] = ()
     compression: str = "none"
@@ -125,6 +131,7 @@ class Plan:
         d["baselines"] = {k: asdict(v) for k, v in self.baselines.items()}
         d["predicted_device_load_s"] = list(self.predicted_device_load_s)
         d["device_memory_bytes"] = list(self.device_memory_bytes)
+        d["predicted_peak_memory_bytes"] = list(self.predicted_peak_memory_bytes)
         d["log"] = list(self.log)
         for k, v in d.items():
             if isinstance(v, float) and not math.isfinite(v):
@@ -150,7 +157,7 @@ class Plan:
             values["devices"] = tuple(values["devices"])
             values["assignment"] = dict(values["assignment"])
             values["baselines"] = {k: BaselineResult(**v) for k, v in values.get("baselines", {}).items()}
-            for name in ("predicted_device_load_s", "device_memory_bytes", "log"):
+            for name in ("predicted_device_load_s", "device_memory_bytes", "predicted_peak_memory_bytes", "log"):
                 values[name] = tuple(values.get(name, ()))
             for name in ("value", "lower_bound", "gap"):
                 values[name] = math.inf if values.get(name) is None else float(values[name])
@@ -200,8 +207,10 @@ class Plan:
             f"gap {100 * self.gap:.1f}%), predicted step {self.predicted_step_time_s * 1e3:.3f} ms"
             + (f" at batch {self.batch_size}" if self.batch_size is not None else ""),
         ]
+        peaks = dict(zip(self.devices, self.predicted_peak_memory_bytes))
         for dev, n in self.ops_per_device().items():
-            lines.append(f"  {dev}: {n} ops")
+            peak = f", predicted peak memory {peaks[dev] / 2**20:.1f} MiB" if dev in peaks else ""
+            lines.append(f"  {dev}: {n} ops{peak}")
         for name, b in self.baselines.items():
             ratio = b.value / self.value if self.value > 0 else float("nan")
             lines.append(f"  baseline {name}: {self.objective} {self._fmt(b.value)} predicted ({ratio:.2f}x ours), "

@@ -25,7 +25,7 @@ Examples
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -273,6 +273,20 @@ class PlacementProblem:
         )
         return cls(tuple(names), _frozen(c), _frozen(mem), _frozen(cap), tuple(tensors),
                    _frozen(bw), _frozen(lat), order_t, symmetric, control_t, schedule)
+
+    def with_capacity(self, capacity_bytes: np.ndarray) -> "PlacementProblem":
+        """The same problem with other device capacities (e.g. tightened to leave room for activations).
+
+        Raises
+        ------
+        CostError
+            Capacities that are not positive (``inf`` for unlimited), one per device.
+        """
+        cap = np.asarray(capacity_bytes, dtype=float)
+        if cap.shape != (self.k,) or np.isnan(cap).any() or (cap <= 0).any():
+            raise CostError("capacity_bytes must be positive (inf for unlimited), one per device")
+        return replace(self, capacity_bytes=_frozen(cap),
+                       symmetric=self.symmetric and bool(np.allclose(cap, cap[0])))
 
     def memo(self, key: str, compute: Callable[[], Any]) -> Any:
         """``compute()`` once per problem (bounds, orders): the problem is immutable."""

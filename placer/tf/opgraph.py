@@ -189,7 +189,12 @@ def optimizer_owners(graph: tf.Graph, scope: str, trainable: Iterable[str]) -> d
                 seen.add(cur.name)
                 reached.setdefault(cur.name, set()).add(var)
                 stack.extend(t.op for t in cur.inputs if t.op.name.startswith(prefix))
-    return {name: next(iter(vs)) for name, vs in reached.items() if len(vs) == 1}
+    owned = {name: next(iter(vs)) for name, vs in reached.items() if len(vs) == 1}
+    # A reader of shared state (each variable's own read of the learning rate) stays with that state.
+    ops = {name: graph.get_operation_by_name(name) for name in owned}
+    return {name: var for name, var in owned.items()
+            if all(t.op.name == var or owned.get(t.op.name) == var
+                   for t in ops[name].inputs if t.dtype == tf.resource)}
 
 
 def build_op_graph(traced: TracedModel, compute_us: Mapping[str, Mapping[str, float]]) -> OpGraph:

@@ -73,6 +73,11 @@ class PlacementOptions:
         Which ops move together: ``"layer"`` (default: a Keras layer stays on
         one device, so TensorFlow fuses the same kernels and outputs stay
         bit-exact) or ``"op"`` (only colocation constraints).
+    memory : str
+        What must fit each device's ``memory_bytes``: ``"peak"`` (default:
+        the simulated step's peak, i.e. parameters, optimizer slots,
+        gradients and live activations) or ``"resident"`` (variables only);
+        see :class:`placer.planner.PlanOptions`.
     compression : str
         ``"none"`` (bit-exact), ``"bf16"`` or ``"fp16"`` on cut float edges.
     profile_repeats, profile_grappler, profile_cache, hardware
@@ -99,6 +104,7 @@ class PlacementOptions:
     seed: int = PlanOptions.seed
     max_nodes: int = PlanOptions.max_nodes
     group_by: str = MODEL_GROUP_BY
+    memory: str = "peak"
     compression: str = "none"
     profile_repeats: int = ProfileOptions.repeats
     profile_grappler: bool = ProfileOptions.grappler
@@ -122,7 +128,7 @@ class PlacementOptions:
     def plan_options(self) -> PlanOptions:
         """The solve stage's options."""
         return PlanOptions(objective=self.objective, algorithm=self.algorithm, time_limit_s=self.time_limit_s,
-                           seed=self.seed, max_nodes=self.max_nodes, group_by=self.group_by)
+                           seed=self.seed, max_nodes=self.max_nodes, group_by=self.group_by, memory=self.memory)
 
     def profile_options(self) -> ProfileOptions:
         """The costs stage's options."""
