@@ -21,7 +21,7 @@ def _parser() -> argparse.ArgumentParser:
     # Choices and defaults come from the registries and option dataclasses (TensorFlow-free modules:
     # ``plan-graph`` never imports TensorFlow, and ``plan`` must not before --logical-cpus is applied).
     from .core.build import GROUPINGS, MODEL_GROUP_BY
-    from .core.compression import WIRE_DTYPES
+    from .core.compression import COMPRESSION_CHOICES
     from .core.objectives import OBJECTIVES
     from .planner import PlanOptions
     from .solvers import available_solvers
@@ -44,7 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--logical-cpus", type=int, default=0,
                       help="split the CPU into N logical devices first (to plan on one machine)")
     plan.add_argument("--batch-size", type=int, default=None)
-    plan.add_argument("--compression", default="none", choices=sorted(WIRE_DTYPES))
+    plan.add_argument("--compression", default="none", choices=list(COMPRESSION_CHOICES))
     plan.add_argument("--report", default="autoplace_report.json", help="report path (.json)")
     plan.add_argument("--export", default=None, help="also write a SavedModel of the placed model here")
     plan.add_argument("--plan-json", default=None, help="also write the plan (op → device) as JSON here")

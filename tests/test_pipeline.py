@@ -78,8 +78,24 @@ def test_bf16_within_tolerance(name, models, placed_bf16):
     for r, g in zip(_flat(original(model, x)), _flat(p(x))):
         rel = np.abs(r - g).max() / max(np.abs(r).max(), 1e-12)
         assert rel <= 1e-2
-    casts = [n for n in p.emitted.graph_def.node if n.name.endswith("/autoplace_narrow")]
+    casts = [n for n in p.emitted.graph_def.node if "/autoplace_bf16_enc/" in n.name and n.op == "Cast"]
     assert casts and all(n.attr["DstT"].type == tf.bfloat16.as_datatype_enum for n in casts)
+    assert all(e.codec == "bf16" and e.bytes_after * 2 == e.bytes_before > 0 for e in p.compressed_edges)
+    listed = p.report_data["compressed_edges"]
+    assert len(listed) == len(p.compressed_edges) and {"codec", "bytes_before", "bytes_after"} <= set(listed[0])
+
+
+@pytest.mark.parametrize("name", ["branchy", "multi_input", "mobilenet_v2"])
+def test_int8_on_cut_edges_within_tolerance(name, models, devices):
+    model = models[name]
+    p = placer.autoplace(model, devices, batch_size=MODELS[name][1], compression="int8", algorithm="contiguous",
+                         time_limit_s=TIME_LIMIT)
+    assert p.compressed_edges and all(e.codec == "int8" for e in p.compressed_edges)
+    for e in p.compressed_edges:  # a quarter of the bytes, plus the 4-byte scale
+        assert e.bytes_after == e.bytes_before // 4 + 4
+    x = sample(model, MODELS[name][1], seed=3)
+    for r, g in zip(_flat(original(model, x)), _flat(p(x))):
+        assert np.abs(r - g).max() / max(np.abs(r).max(), 1e-12) <= 5e-2
 
 
 @pytest.mark.parametrize("name", ["resnet50", "branchy", "mobilenet_v2"])

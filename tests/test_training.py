@@ -303,3 +303,46 @@ def test_training_footprint_is_planned_under_each_devices_capacity(devices):
     with pytest.raises(placer.InsufficientMemoryError, match=r"over|short") as err:
         placer.autoplace(model, tiny, training=True, batch_size=32, time_limit_s=2)
     assert "Largest" in str(err.value) or "largest" in str(err.value)
+
+
+def test_fp16_compresses_forward_activations_only(trained, devices):
+    t = trained["transformer"]
+    placed = placer.autoplace(t["model"], devices, training=True, batch_size=BATCH, algorithm="contiguous",
+                              compression="fp16", time_limit_s=2)
+    edges = placed.compressed_edges
+    assert edges and all(e.codec == "fp16" for e in edges)
+    assert not [e for e in edges if e.tensor.startswith(("gradient_tape/", f"{placed.optimizer.name}/"))]
+    h = placed.fit(t["x"], t["y"], batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    assert np.isfinite(h.history["loss"][0])
+
+
+def test_auto_compression_follows_the_links(trained, devices):
+    t = trained["transformer"]
+    slow = [placer.DeviceSpec(d, bandwidth_bytes_per_s=2e6, latency_s=1e-4) for d in devices]
+    fast = [placer.DeviceSpec(d, bandwidth_bytes_per_s=1e13, latency_s=1e-4) for d in devices]
+    common = dict(training=True, batch_size=BATCH, algorithm="contiguous", compression="auto", time_limit_s=2)
+    on_slow = placer.autoplace(t["model"], slow, **common)
+    assert on_slow.compressed_edges, "a 2 MB/s link makes every codec pay on activations"
+    backward = [e for e in on_slow.compressed_edges if e.tensor.startswith("gradient_tape/")]
+    assert backward and all(e.codec == "bf16" for e in backward)   # fp16 and int8 are forward-only
+    with pytest.warns(UserWarning, match="no codec saves time"):
+        on_fast = placer.autoplace(t["model"], fast, **common)
+    assert not on_fast.compressed_edges
+    with pytest.warns(UserWarning, match="no codec meets the error budget"):
+        placer.autoplace(t["model"], slow, **common, compression_error=1e-6)
+    ref_logs, auto_logs = Logs(), Logs()
+    twin(t["model"], CASES["transformer"][1]).fit(t["x"], t["y"], batch_size=BATCH, epochs=1, shuffle=False,
+                                                  verbose=0, callbacks=[ref_logs])
+    on_slow.fit(t["x"], t["y"], batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=[auto_logs])
+    a = np.array([b["loss"] for b in ref_logs.batches])
+    b = np.array([b["loss"] for b in auto_logs.batches])
+    assert np.max(np.abs(a - b) / np.abs(a)) <= 5e-2
+
+
+def test_compression_with_no_float_cut_edge_says_nothing_was_compressed(devices):
+    inp = keras.Input((4,), dtype="int32")
+    h = keras.layers.Embedding(10, 3, name="emb")(inp)
+    model = keras.Model(inp, keras.layers.Flatten(name="flat")(h), name="ints")
+    with pytest.warns(UserWarning, match="nothing compressed"):
+        p = placer.autoplace(model, devices[:1], batch_size=2, compression="bf16")
+    assert not p.compressed_edges

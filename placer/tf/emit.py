@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import tensorflow as tf
 
-from ..core.compression import WIRE_DTYPES
+from ..core.compression import CompressionPolicy
 from ..errors import GraphError
+from .codecs import CompressedEdge, insert_codecs
 from .opgraph import layer_of
 from .trace import TracedModel
 
@@ -33,36 +34,8 @@ log = logging.getLogger(__name__)
 
 #: Name scope of the imported graph inside the placed function.
 IMPORT_PREFIX = "autoplace"
-
-
-@dataclass(frozen=True)
-class Compressor:
-    """A lossy cast pair for cut edges."""
-
-    wire_dtype: tf.DType
-    eligible: Callable[[tf.Tensor], bool]
-
-
-def _float32_non_scalar(t: tf.Tensor) -> bool:
-    # Never scalars (a loss came back rounded), integers, bools or resources.
-    return t.dtype == tf.float32 and t.shape.rank is not None and t.shape.rank >= 1
-
-
-#: Compression name → cast pair (``"none"`` inserts nothing), from :data:`placer.core.compression.WIRE_DTYPES`.
-COMPRESSORS: dict[str, Compressor | None] = {
-    name: None if wire is None else Compressor(tf.as_dtype(wire), _float32_non_scalar)
-    for name, wire in WIRE_DTYPES.items()
-}
-
-
-@dataclass(frozen=True)
-class CompressedEdge:
-    """A tensor sent in a narrow dtype from ``src_device`` to ``dst_device``."""
-
-    tensor: str
-    src_device: str
-    dst_device: str
-    wire_dtype: str
+#: The policy of an uncompressed (bit-exact) placement.
+NO_COMPRESSION = CompressionPolicy("none")
 
 
 @dataclass(frozen=True)
@@ -78,52 +51,6 @@ class EmittedModel:
     compressed: tuple[CompressedEdge, ...]
     structured_outputs: Any
     step: str = "predict"
-
-
-def _ref(tensor_name: str) -> str:
-    op, idx = tensor_name.rsplit(":", 1)
-    return op if idx == "0" else tensor_name
-
-
-def _insert_casts(gd: tf.compat.v1.GraphDef, graph: tf.Graph, devices: Mapping[str, str],
-                  comp: Compressor) -> list[CompressedEdge]:
-    edges: list[CompressedEdge] = []
-    narrow: dict[str, str] = {}          # tensor → narrow cast node
-    widened: dict[tuple[str, str], str] = {}  # (tensor, device) → widening cast node
-    for node in list(gd.node):
-        dst_dev = devices[node.name]
-        for i, inp in enumerate(node.input):
-            if inp.startswith("^"):
-                continue
-            op_name, _, idx = inp.partition(":")
-            tname = f"{op_name}:{idx or '0'}"
-            src_dev = devices.get(op_name)
-            if src_dev is None or src_dev == dst_dev:
-                continue
-            t = graph.get_tensor_by_name(tname)
-            if not comp.eligible(t):
-                continue
-            safe = tname.replace(":", "_")
-            if tname not in narrow:
-                c = gd.node.add()
-                c.name, c.op, c.device = f"{safe}/autoplace_narrow", "Cast", src_dev
-                c.input.append(inp)
-                c.attr["SrcT"].type = t.dtype.as_datatype_enum
-                c.attr["DstT"].type = comp.wire_dtype.as_datatype_enum
-                c.attr["Truncate"].b = False
-                narrow[tname] = c.name
-            if (tname, dst_dev) not in widened:
-                w = gd.node.add()
-                w.name = f"{safe}/autoplace_widen_{len(widened)}"
-                w.op, w.device = "Cast", dst_dev
-                w.input.append(narrow[tname])
-                w.attr["SrcT"].type = comp.wire_dtype.as_datatype_enum
-                w.attr["DstT"].type = t.dtype.as_datatype_enum
-                w.attr["Truncate"].b = False
-                widened[(tname, dst_dev)] = w.name
-                edges.append(CompressedEdge(tname, src_dev, dst_dev, comp.wire_dtype.name))
-            node.input[i] = widened[(tname, dst_dev)]
-    return edges
 
 
 def complete_assignment(graph: tf.Graph, op_devices: Mapping[str, str],
@@ -175,8 +102,9 @@ def _handle(variable: Any) -> Any:
     return getattr(variable, "value", variable).handle
 
 
-def emit(traced: TracedModel, op_devices: Mapping[str, str], variables: Mapping[str, Any],
-         compression: str = "none", layer_devices: Mapping[str, str] | None = None) -> EmittedModel:
+def emit(traced: TracedModel, op_devices: Mapping[str, str], variables: Mapping[str, Any], *,
+         compression: CompressionPolicy = NO_COMPRESSION, layer_devices: Mapping[str, str] | None = None,
+         batch_size: int = 1) -> EmittedModel:
     """Build the placed function of one trace.
 
     Parameters
@@ -188,18 +116,18 @@ def emit(traced: TracedModel, op_devices: Mapping[str, str], variables: Mapping[
     variables : Mapping[str, keras.Variable or tf.Variable]
         Each captured resource placeholder of the trace → the variable that
         replaces it, already created on its planned device.
-    compression : str
-        A key of :data:`COMPRESSORS`.
+    compression : CompressionPolicy
+        Which codec each cut edge gets (:mod:`placer.tf.codecs` inserts it).
     layer_devices : Mapping[str, str], optional
         Layer → device, for ops the plan does not name.
+    batch_size : int
+        Batch size the compressed edges' bytes are reported at.
 
     Raises
     ------
     GraphError
-        If an op has no device, a captured variable has no replacement, or ``compression`` is unknown.
+        If an op has no device or a captured variable has no replacement.
     """
-    if compression not in COMPRESSORS:
-        raise GraphError(f"unknown compression {compression!r}; choose one of {sorted(COMPRESSORS)}")
     missing = sorted(set(traced.variables) - set(variables))
     if missing:
         raise GraphError(f"{len(missing)} captured variables have no placed copy, e.g. {missing[:3]}")
@@ -208,8 +136,8 @@ def emit(traced: TracedModel, op_devices: Mapping[str, str], variables: Mapping[
     op_devices = complete_assignment(graph, op_devices, layer_devices)
     for node in gd.node:
         node.device = op_devices[node.name]
-    comp = COMPRESSORS[compression]
-    compressed = _insert_casts(gd, graph, op_devices, comp) if comp is not None else []
+    compressed = insert_codecs(gd, graph, op_devices, compression, batch_size=batch_size,
+                               optimizer_scope=traced.optimizer_scope)
 
     placeholders = list(traced.variables)
     handles = [variables[ph] for ph in placeholders]

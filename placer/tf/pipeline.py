@@ -17,6 +17,7 @@ problem     :func:`~placer.core.build.          op graph, devices, grouping     
             build_problem`
 solve       :func:`~placer.planner.             built problem, options             ``Plan``
             plan_problem`                       (or a saved plan)
+codecs      :func:`compression_policy`          compression options, devices       ``CompressionPolicy``
 emit        :meth:`PlacedModel.place`           traced model, plan                 ``EmittedModel``
             (:func:`~placer.tf.emit.emit`)
 report      :func:`~placer.tf.report.           what the stages returned           ``Report``
@@ -40,7 +41,7 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 import tensorflow as tf
 
 from ..core.build import MODEL_GROUP_BY, build_problem
-from ..core.compression import WIRE_DTYPES
+from ..core.compression import COMPRESSION_CHOICES, DEFAULT_ERROR_BUDGET, CompressionPolicy
 from ..core.devices import resolve_devices
 from ..core.plan import Plan
 from ..errors import AutoplaceError, PlanError
@@ -79,7 +80,14 @@ class PlacementOptions:
         gradients and live activations) or ``"resident"`` (variables only);
         see :class:`placer.planner.PlanOptions`.
     compression : str
-        ``"none"`` (bit-exact), ``"bf16"`` or ``"fp16"`` on cut float edges.
+        Codec of cut float edges (:data:`placer.core.compression.CODECS`):
+        ``"none"`` (default, bit-exact), ``"bf16"``, ``"fp16"`` or ``"int8"``
+        (forward activations only) on every eligible cut edge, or ``"auto"``:
+        per edge, the codec that sends it fastest on its link (measured codec
+        cost on both devices) within ``compression_error``, else none.
+    compression_error : float
+        ``auto``'s error budget: the largest per-tensor relative error
+        (``max|decoded - x| / max|x|``) a codec may introduce.
     profile_repeats, profile_grappler, profile_cache, hardware
         How op costs are obtained: :class:`placer.tf.costs.ProfileOptions`'
         ``repeats``, ``grappler``, ``cache`` and ``hardware`` (same defaults).
@@ -106,6 +114,7 @@ class PlacementOptions:
     group_by: str = MODEL_GROUP_BY
     memory: str = "peak"
     compression: str = "none"
+    compression_error: float = DEFAULT_ERROR_BUDGET
     profile_repeats: int = ProfileOptions.repeats
     profile_grappler: bool = ProfileOptions.grappler
     profile_cache: bool | str | os.PathLike = ProfileOptions.cache
@@ -120,8 +129,10 @@ class PlacementOptions:
     def __post_init__(self) -> None:
         if not isinstance(self.training, bool):
             raise AutoplaceError(f"training must be True or False, got {self.training!r}")
-        if self.compression not in WIRE_DTYPES:
-            raise AutoplaceError(f"unknown compression {self.compression!r}; choose one of {sorted(WIRE_DTYPES)}")
+        try:
+            CompressionPolicy(self.compression, self.compression_error)
+        except ValueError as e:
+            raise AutoplaceError(str(e)) from None
         self.plan_options()
         self.profile_options()
 
@@ -163,6 +174,18 @@ class StageTimer:
         self.seconds[name] = time.perf_counter() - t
         log.info("%s: %.2f s", name, self.seconds[name])
         return out
+
+
+def compression_policy(compression: str, error_budget: float, devices: Any) -> CompressionPolicy:
+    """The codec choice of one placement; ``auto`` measures each codec's cost on each device here."""
+    if compression != "auto":
+        return CompressionPolicy(compression, error_budget)
+    from .codecs import measure_codec_costs
+
+    names = devices.names
+    links = {(names[i], names[j]): (link.bandwidth_bytes_per_s, link.latency_s)
+             for (i, j), link in devices.links.items()}
+    return CompressionPolicy(compression, error_budget, links, measure_codec_costs(names))
 
 
 def _as_plan(plan: Plan | str | os.PathLike | None) -> Plan | None:
@@ -244,7 +267,8 @@ def autoplace(model: Any, devices: Sequence[Any], *, plan: Plan | str | os.PathL
     op_graph = stages.run("graph", build_op_graph, traced, costs.us)
     built = stages.run("problem", build_problem, op_graph.graph, devset, group_by=opts.group_by)
     placed_plan = stages.run("solve", _solve, built, opts.plan_options(), given, traced.batch_size, opts.compression)
-    emitted = stages.run("emit", shell.place, traced, placed_plan, op_graph, devset, input_specs, opts.compression)
+    policy = stages.run("codecs", compression_policy, opts.compression, opts.compression_error, devset)
+    emitted = stages.run("emit", shell.place, traced, placed_plan, op_graph, devset, input_specs, policy)
 
     def report() -> Any:
         sim = built.simulate(built.group_assignment(placed_plan.assignment))

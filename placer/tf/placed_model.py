@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -40,11 +41,13 @@ import keras
 import tensorflow as tf
 from tensorflow.python.eager import context
 
+from ..core.compression import CODECS, CompressionPolicy
 from ..core.devices import DeviceSet
 from ..core.graph_io import save_graph
 from ..core.plan import Plan
 from ..errors import InputSignatureError, ModelError, TrainingError, UnsupportedError
-from .emit import IMPORT_PREFIX, CompressedEdge, EmittedModel, emit
+from .codecs import CompressedEdge
+from .emit import IMPORT_PREFIX, EmittedModel, emit
 from .export import export_saved_model
 from .opgraph import OpGraph, layer_of
 from .report import Report
@@ -68,13 +71,29 @@ class _Placement:
     op_graph: OpGraph
     devices: DeviceSet
     input_specs: tuple[tf.TensorSpec, ...]
-    compression: str
+    compression: CompressionPolicy
     training: bool
     placed: dict[int, Any]             # id(user's or shell's keras.Variable) -> the variable on its device
     layer_devices: dict[str, str]
     functions: dict[Any, EmittedModel] = field(default_factory=dict)
     planned: EmittedModel | None = None  # the function of the planned trace
     report: Report | None = None
+
+
+def _say_what_compression_did(policy: CompressionPolicy, emitted: EmittedModel) -> None:
+    """Warn when compression was asked for and nothing was compressed, saying why."""
+    if policy.compression == "none" or emitted.compressed:
+        return
+    if policy.budget_excludes_all:
+        why = (f"no codec meets the error budget compression_error={policy.error_budget:g} "
+               f"(smallest error: {min(c.max_error for n, c in CODECS.items() if n != 'none'):.2g})")
+    elif policy.compression == "auto":
+        why = "no codec saves time on these links (or no cut edge carries a float tensor of rank >= 1)"
+    else:
+        why = ("no cut edge carries a tensor the codec may take (float32 of rank >= 1"
+               + (", forward pass only" if CODECS[policy.compression].forward_only else "") + ")")
+    warnings.warn(f"compression={policy.compression!r}: nothing compressed, every edge is sent as it is: {why}",
+                  stacklevel=3)
 
 
 class PlacedModel(keras.Model):
@@ -149,7 +168,7 @@ class PlacedModel(keras.Model):
 
     # -- placement -------------------------------------------------------------
     def place(self, traced: TracedModel, plan: Plan, op_graph: OpGraph, devices: DeviceSet,
-              input_specs: Sequence[tf.TensorSpec], compression: str) -> EmittedModel:
+              input_specs: Sequence[tf.TensorSpec], compression: CompressionPolicy) -> EmittedModel:
         """Create every variable on its planned device and emit the planned function.
 
         Raises
@@ -184,6 +203,7 @@ class PlacedModel(keras.Model):
         emitted = (self._forward(False) if traced.step == "predict"
                    else self._step_function(traced.step, traced.data_structure))
         self._placement.planned = emitted
+        _say_what_compression_did(compression, emitted)
         return emitted
 
     def set_report(self, report: Report) -> None:
@@ -199,7 +219,8 @@ class PlacedModel(keras.Model):
     def _emit(self, key: Any, traced: TracedModel) -> EmittedModel:
         p = self._placed
         by_var = {ph: p.placed[id(var)] for ph, var in traced.variables.items()}
-        emitted = emit(traced, p.plan.assignment, by_var, p.compression, p.layer_devices)
+        emitted = emit(traced, p.plan.assignment, by_var, compression=p.compression, layer_devices=p.layer_devices,
+                       batch_size=p.plan.batch_size or 1)
         p.functions[key] = emitted
         return emitted
 

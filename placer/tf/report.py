@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
 import numpy as np
@@ -29,7 +29,7 @@ from .emit import EmittedModel
 from .opgraph import OpGraph, graph_summary
 
 #: Version of the report's JSON layout.
-REPORT_VERSION = 2
+REPORT_VERSION = 3
 
 
 def _clean(x: Any) -> Any:
@@ -81,7 +81,7 @@ class Report:
     costs: CostSource
     links: Mapping[str, Mapping[str, float]]
     ops: tuple[Mapping[str, Any], ...]
-    compressed_edges: int
+    compressed_edges: tuple[Mapping[str, Any], ...]
     stage_seconds: Mapping[str, float]
 
     def to_dict(self) -> dict[str, Any]:
@@ -92,7 +92,8 @@ class Report:
         plan = {k: v for k, v in self.plan.to_dict().items() if k != "assignment"}
         return _clean({
             "report_version": REPORT_VERSION,
-            "plan": {**plan, "compressed_edges": self.compressed_edges},
+            "plan": {**plan, "compressed_edges": len(self.compressed_edges)},
+            "compressed_edges": list(self.compressed_edges),
             "graph": dict(self.graph),
             "devices": list(self.devices),
             "traffic_bytes": {"devices": names, "matrix": self.traffic_bytes},
@@ -144,4 +145,4 @@ def build_report(plan: Plan, op_graph: OpGraph, built: BuiltProblem, sim: SimRes
              for (i, j), link in devset.links.items()}
     source = CostSource(dict(costs.source), grappler, dict(costs.unknown_op_types))
     return Report(plan, graph_summary(op_graph), devices, sim.link_bytes, sim, source, links, ops,
-                  len(emitted.compressed), dict(stage_seconds))
+                  tuple(asdict(e) for e in emitted.compressed), dict(stage_seconds))
