@@ -346,3 +346,41 @@ def test_compression_with_no_float_cut_edge_says_nothing_was_compressed(devices)
     with pytest.warns(UserWarning, match="nothing compressed"):
         p = placer.autoplace(model, devices[:1], batch_size=2, compression="bf16")
     assert not p.compressed_edges
+
+
+def test_two_replicas_over_four_devices_equal_full_batch_training(trained, devices):
+    t = trained["transformer"]
+    ref = twin(t["model"], CASES["transformer"][1])
+    placed = placer.autoplace(t["model"], devices, training=True, batch_size=BATCH, replicas=2,
+                              algorithm="contiguous", time_limit_s=2)
+    assert len(placed.plan.devices) == 2                     # the plan is one replica's, on the first group
+    ref_logs, pl_logs = Logs(), Logs()
+    ref.fit(t["x"], t["y"], batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=[ref_logs])
+    placed.fit(t["x"], t["y"], batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=[pl_logs])
+    close_logs(pl_logs.batches, ref_logs.batches)
+    for a, b in zip(ref.get_weights(), placed.get_weights(), strict=True):
+        close(a, b)
+    # replica 1 really runs on the second group
+    observed = placed.observed_placement(t["x"][:BATCH], t["y"][:BATCH], step="train")
+    second = {op: d for op, d in observed.items() if op.startswith("replica_1/")}
+    elsewhere = [op for op, d in second.items() if d not in devices_full(devices)[2:]
+                 and not op.endswith("ReadVariableOp")]   # reads run where the variable lives (first group)
+    assert len(second) > 50 and not elsewhere, elsewhere[:10]
+
+
+def devices_full(devices):
+    return [tf.DeviceSpec.from_string("/job:localhost/replica:0/task:0/device:" + d.strip("/")).to_string()
+            for d in devices]
+
+
+def test_bad_replicas_are_refused(trained, devices):
+    t = trained["transformer"]
+    with pytest.raises(placer.TrainingError, match="does not divide the 4 devices"):
+        placer.autoplace(t["model"], devices, training=True, batch_size=BATCH, replicas=3)
+    with pytest.raises(placer.TrainingError, match="does not divide the batch size"):
+        placer.autoplace(t["model"], devices, training=True, batch_size=7, replicas=2)
+    with pytest.raises(placer.TrainingError, match="training=True"):
+        placer.autoplace(t["model"], devices, batch_size=BATCH, replicas=2)
+    with pytest.raises(placer.TrainingError, match="batch normalization"):
+        placer.autoplace(trained["cnn"]["model"], devices, training=True, batch_size=BATCH, replicas=2,
+                         targets=tf.TensorSpec((None,), "int32"))

@@ -44,7 +44,7 @@ from ..core.build import MODEL_GROUP_BY, build_problem
 from ..core.compression import COMPRESSION_CHOICES, DEFAULT_ERROR_BUDGET, CompressionPolicy
 from ..core.devices import resolve_devices
 from ..core.plan import Plan
-from ..errors import AutoplaceError, PlanError
+from ..errors import AutoplaceError, PlanError, TrainingError
 from ..planner import PlanOptions, options_from, plan_problem
 from .costs import ProfileOptions, compute_costs
 from .opgraph import build_op_graph
@@ -98,6 +98,13 @@ class PlacementOptions:
     optimizer, loss, metrics, loss_weights
         Compile settings for training (as ``keras.Model.compile`` takes them);
         ``None``: the compiled model's own (fresh objects, same configuration).
+    replicas : int
+        Hybrid data + model parallelism for training: the devices are split
+        into this many equal groups, in order; the plan is made for the first
+        group at ``batch_size / replicas`` and run by every group on its part
+        of each batch; gradients are summed where each variable lives and one
+        update is applied (the full-batch step; models with batch
+        normalization are refused, random ops draw per replica).
     targets : tf.TensorSpec, shape tuple or list of them, optional
         The labels' shapes and dtypes for planning (default: those of the
         model's outputs; labels of another shape, e.g. sparse class ids, are
@@ -125,8 +132,11 @@ class PlacementOptions:
     metrics: Any = None
     loss_weights: Any = None
     targets: Any = None
+    replicas: int = 1
 
     def __post_init__(self) -> None:
+        if isinstance(self.replicas, bool) or not isinstance(self.replicas, int) or self.replicas < 1:
+            raise TrainingError(f"replicas must be a positive integer, got {self.replicas!r}")
         if not isinstance(self.training, bool):
             raise AutoplaceError(f"training must be True or False, got {self.training!r}")
         try:
@@ -174,6 +184,20 @@ class StageTimer:
         self.seconds[name] = time.perf_counter() - t
         log.info("%s: %.2f s", name, self.seconds[name])
         return out
+
+
+def _replica_groups(devices: Any, opts: PlacementOptions) -> list[tuple[str, ...]]:
+    """The device groups of ``opts.replicas`` (one group: all devices)."""
+    if opts.replicas == 1:
+        return [devices.names]
+    if not opts.training:
+        raise TrainingError(f"replicas={opts.replicas} applies to training; pass training=True (inference "
+                            "places one copy of the model)")
+    if len(devices) % opts.replicas:
+        raise TrainingError(f"replicas={opts.replicas} does not divide the {len(devices)} devices; give a multiple "
+                            f"of {opts.replicas} devices (the replicas split them into equal groups, in order)")
+    size = len(devices) // opts.replicas
+    return [devices.names[r * size:(r + 1) * size] for r in range(opts.replicas)]
 
 
 def compression_policy(compression: str, error_budget: float, devices: Any) -> CompressionPolicy:
@@ -252,12 +276,16 @@ def autoplace(model: Any, devices: Sequence[Any], *, plan: Plan | str | os.PathL
         opts = replace(opts, group_by=given.group_by, objective=given.objective)
     stages = StageTimer()
     available = [d.name for d in tf.config.list_logical_devices()]
-    devset = stages.run("devices", resolve_devices, devices, available=available)
+    all_devices = stages.run("devices", resolve_devices, devices, available=available)
+    groups = _replica_groups(all_devices, opts)
+    devset = all_devices if len(groups) == 1 else resolve_devices(list(devices)[:len(groups[0])], available)
     if opts.training:
         shell, traced, input_specs = stages.run(
             "trace", trace_training, model, batch_size=opts.batch_size, input_signature=opts.input_signature,
             targets=opts.targets, optimizer=opts.optimizer, loss=opts.loss, metrics=opts.metrics,
-            loss_weights=opts.loss_weights)
+            loss_weights=opts.loss_weights, replicas=opts.replicas)
+        if len(groups) > 1:
+            shell.set_replicas(groups)
     else:
         traced = stages.run("trace", trace_model, model, batch_size=opts.batch_size,
                             input_signature=opts.input_signature)

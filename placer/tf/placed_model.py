@@ -49,7 +49,7 @@ from ..errors import InputSignatureError, ModelError, TrainingError, Unsupported
 from .codecs import CompressedEdge
 from .emit import IMPORT_PREFIX, EmittedModel, emit
 from .export import export_saved_model
-from .opgraph import OpGraph, layer_of
+from .opgraph import GRADIENT_SCOPE, OpGraph, layer_of
 from .report import Report
 from .trace import TracedModel, trace_model, trace_step
 
@@ -78,6 +78,79 @@ class _Placement:
     functions: dict[Any, EmittedModel] = field(default_factory=dict)
     planned: EmittedModel | None = None  # the function of the planned trace
     report: Report | None = None
+
+
+REPLICA_SCOPE = "replica"
+
+
+def replicated_train_step(model: Any, data: Any) -> Any:
+    """One training step of ``model`` split over its replicas: the math of the full-batch step.
+
+    The batch is split in ``R`` parts of sizes differing by at most one row;
+    replica ``r`` (ops under the name scope ``replica_r/``) runs the forward
+    pass, the loss and the gradients of its part, its loss weighted by its
+    share of the rows, so the gradients' sum is the gradient of the
+    full-batch loss. The sums and the single optimizer update run where the
+    variables live (the first group's devices); the metrics see the whole
+    batch. Random ops draw per replica (dropout masks differ from the
+    unsplit step); batch normalization is refused (:func:`placer.tf.training.check_replicable`).
+    """
+    x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+    replicas = len(model._replica_groups)  # noqa: SLF001
+    n = tf.shape(tf.nest.flatten(x)[0])[0]
+    sizes = [(n + replicas - 1 - r) // replicas for r in range(replicas)]
+
+    def part(t: Any, r: int) -> Any:
+        return None if t is None else tf.split(t, sizes, axis=0)[r]
+
+    trainable = model.trainable_weights
+    total_grads: list[Any] | None = None
+    total_loss = tf.constant(0.0)
+    preds = []
+    for r in range(replicas):
+        xr, yr, swr = (tf.nest.map_structure(lambda t, r=r: part(t, r), v) for v in (x, y, sample_weight))
+        share = tf.cast(sizes[r], "float32") / tf.cast(n, "float32")
+        with tf.name_scope(f"{REPLICA_SCOPE}_{r}"):
+            with tf.GradientTape() as tape:
+                y_pred = model(xr, training=True)
+                loss = model._compute_loss(x=xr, y=yr, y_pred=y_pred, sample_weight=swr,  # noqa: SLF001
+                                           training=True) * share
+                scaled = model.optimizer.scale_loss(loss)
+            grads = tape.gradient(scaled, trainable)
+        total_grads = grads if total_grads is None else [
+            g if a is None else a if g is None else a + g for a, g in zip(total_grads, grads)]
+        total_loss = total_loss + loss
+        preds.append(y_pred)
+    model._loss_tracker.update_state(total_loss, sample_weight=n)  # noqa: SLF001
+    model.optimizer.apply_gradients(zip(total_grads, trainable))
+    y_pred = tf.nest.map_structure(lambda *ps: tf.concat(ps, axis=0), *preds)
+    return model.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+
+
+def replica_assignment(graph: tf.Graph, plan: Mapping[str, str], layer_devices: Mapping[str, str],
+                       groups: Sequence[Sequence[str]]) -> dict[str, str]:
+    """Op → device for a replicated step: ``replica_r/<op>`` gets ``<op>``'s planned device, mapped to group ``r``.
+
+    Reads of variables stay on the variable's device. Ops outside the
+    replica scopes (gradient sums, the update, metrics)
+    keep the plan's names and devices (the first group, where the variables
+    live); :func:`placer.tf.emit.complete_assignment` places the rest.
+    """
+    maps = [dict(zip(groups[0], g)) for g in groups]
+    out: dict[str, str] = {}
+    for op in graph.get_operations():
+        parts = op.name.split("/")
+        at = 1 if parts[0] == GRADIENT_SCOPE and len(parts) > 2 else 0  # gradient_tape/replica_r/<forward op>
+        head = parts[at]
+        if head.startswith(REPLICA_SCOPE + "_") and head[len(REPLICA_SCOPE) + 1:].isdigit():
+            rest = "/".join(parts[:at] + parts[at + 1:])
+            device = plan.get(rest) or layer_devices.get(layer_of(rest))
+            if device is not None:  # a read of a variable runs where the variable lives (TensorFlow moves it)
+                reads = any(t.dtype == tf.resource for t in op.inputs)
+                out[op.name] = device if reads else maps[int(head[len(REPLICA_SCOPE) + 1:])][device]
+        elif op.name in plan:
+            out[op.name] = plan[op.name]
+    return out
 
 
 def _say_what_compression_did(policy: CompressionPolicy, emitted: EmittedModel) -> None:
@@ -118,6 +191,7 @@ class PlacedModel(keras.Model):
         object.__setattr__(self, "_source", source)
         object.__setattr__(self, "_placement", None)
         object.__setattr__(self, "_tracing", False)
+        object.__setattr__(self, "_replica_groups", ())
 
     # -- the shell: what tracing sees -------------------------------------------
     def call(self, inputs: Any, training: bool = False) -> Any:  # noqa: D102  (see __call__)
@@ -157,11 +231,24 @@ class PlacedModel(keras.Model):
         own = [*(self.optimizer.variables if self.optimizer is not None else []), *self.metrics_variables]
         return [*self._source.variables, *own]
 
-    def trace(self, step: str, data_structure: Any, batch_size: int | None) -> TracedModel:
-        """Trace Keras' ``train_step``/``test_step`` of this shell (:func:`placer.tf.trace.trace_step`)."""
+    def trace(self, step: str, data_structure: Any, batch_size: int | None, *,
+              replicated: bool = False) -> TracedModel:
+        """Trace Keras' ``train_step``/``test_step`` of this shell (:func:`placer.tf.trace.trace_step`).
+
+        ``replicated``: the training step of :meth:`set_replicas` instead.
+        """
         with self._tracing_source():
             return trace_step(self, step, data_structure, batch_size=batch_size,
-                              known_variables=self._known_variables())
+                              known_variables=self._known_variables(),
+                              body=replicated_train_step if replicated else None)
+
+    def set_replicas(self, groups: Sequence[Sequence[str]]) -> None:
+        """Train on ``len(groups)`` replicas: group ``r``'s devices run replica ``r`` of every placed op.
+
+        The plan is made for ``groups[0]``; replica ``r`` runs the same
+        plan with device ``groups[0][i]`` mapped to ``groups[r][i]``.
+        """
+        object.__setattr__(self, "_replica_groups", tuple(tuple(g) for g in groups))
 
     def _known_variables(self) -> list[Any]:
         return self.training_variables() if self.compiled else list(self._source.variables)
@@ -219,7 +306,10 @@ class PlacedModel(keras.Model):
     def _emit(self, key: Any, traced: TracedModel) -> EmittedModel:
         p = self._placed
         by_var = {ph: p.placed[id(var)] for ph, var in traced.variables.items()}
-        emitted = emit(traced, p.plan.assignment, by_var, compression=p.compression, layer_devices=p.layer_devices,
+        assignment = p.plan.assignment
+        if self._replica_groups and traced.step == "train":
+            assignment = replica_assignment(traced.dynamic.graph, assignment, p.layer_devices, self._replica_groups)
+        emitted = emit(traced, assignment, by_var, compression=p.compression, layer_devices=p.layer_devices,
                        batch_size=p.plan.batch_size or 1)
         p.functions[key] = emitted
         return emitted
@@ -235,7 +325,8 @@ class PlacedModel(keras.Model):
     def _step_function(self, step: str, data_structure: Any) -> EmittedModel:
         key = (step, repr(tf.nest.map_structure(lambda s: (tuple(s.shape), s.dtype.name), data_structure)))
         if key not in self._placed.functions:
-            self._emit(key, self.trace(step, data_structure, None))
+            replicated = step == "train" and len(self._replica_groups) > 1
+            self._emit(key, self.trace(step, data_structure, None, replicated=replicated))
         return self._placed.functions[key]
 
     # -- running ---------------------------------------------------------------

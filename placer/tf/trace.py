@@ -237,7 +237,7 @@ def _fixed(spec: tf.TensorSpec, batch: int | None) -> tf.TensorSpec:
 
 
 def trace_step(shell: Any, step: str, data_structure: Any, *, batch_size: int | None,
-               known_variables: Sequence[Any]) -> TracedModel:
+               known_variables: Sequence[Any], body: Any = None) -> TracedModel:
     """Trace Keras' own ``train_step`` or ``test_step`` of ``shell`` on one batch structure.
 
     ``shell`` is the compiled :class:`~placer.tf.placed_model.PlacedModel`
@@ -256,6 +256,9 @@ def trace_step(shell: Any, step: str, data_structure: Any, *, batch_size: int | 
         Batch size of the trace (``None``: any batch; what the placed step runs).
     known_variables : sequence of keras.Variable
         Every variable the step may capture (model, optimizer, metrics).
+    body : callable, optional
+        ``body(shell, data)`` to trace instead of Keras' own step (the
+        replicated training step).
 
     Raises
     ------
@@ -264,13 +267,13 @@ def trace_step(shell: Any, step: str, data_structure: Any, *, batch_size: int | 
     """
     import keras
 
-    base = {"train": keras.Model.train_step, "test": keras.Model.test_step}[step]
+    base = body or {"train": keras.Model.train_step, "test": keras.Model.test_step}[step]
     specs = [_fixed(s, batch_size) for s in tf.nest.flatten(data_structure)]
 
-    def body(*flat: tf.Tensor) -> Any:
+    def run(*flat: tf.Tensor) -> Any:
         return base(shell, tf.nest.pack_sequence_as(data_structure, list(flat)))
 
-    fn = tf.function(body, autograph=False)
+    fn = tf.function(run, autograph=False)
     try:
         concrete = fn.get_concrete_function(*specs)
     except (TypeError, ValueError) as e:

@@ -74,6 +74,30 @@ def compile_settings(model: Any, *, optimizer: Any = None, loss: Any = None, met
             "loss_weights": loss_weights, **_PLACED_COMPILE}, None
 
 
+def check_replicable(model: Any, replicas: int, batch_size: int) -> None:
+    """Refuse ``replicas`` that would not give the math of one full-batch step, saying why.
+
+    Raises
+    ------
+    TrainingError
+        ``replicas`` not dividing the batch, or a model with batch normalization (each replica would
+        normalise by its own part's statistics and update the moving
+        statistics once per replica: not the full-batch step).
+    """
+    if replicas == 1:
+        return
+    if batch_size % replicas:
+        raise TrainingError(f"replicas={replicas} does not divide the batch size {batch_size}; use a batch size "
+                            f"that is a multiple of {replicas}")
+    bn = [layer.name for layer in model._flatten_layers(include_self=False)  # noqa: SLF001
+          if type(layer).__name__ == "BatchNormalization"]
+    if bn:
+        raise TrainingError(
+            f"replicas={replicas} with batch normalization ({bn[:3]}) would not be the full-batch step: each "
+            "replica normalises by its part's statistics and updates the moving statistics once per replica. "
+            "Train with replicas=1, or replace BatchNormalization (e.g. LayerNormalization)")
+
+
 def _target_specs(model: Any, x_specs: Sequence[tf.TensorSpec], batch: int, targets: Any) -> Any:
     """The labels' structure: given by the user, else one per model output with its shape and dtype."""
     if targets is not None:
@@ -94,12 +118,13 @@ def _target_specs(model: Any, x_specs: Sequence[tf.TensorSpec], batch: int, targ
 
 
 def trace_training(model: Any, *, batch_size: int | None, input_signature: Sequence[Any] | None,
-                   targets: Any, optimizer: Any, loss: Any, metrics: Any,
-                   loss_weights: Any) -> tuple[PlacedModel, TracedModel, tuple[tf.TensorSpec, ...]]:
+                   targets: Any, optimizer: Any, loss: Any, metrics: Any, loss_weights: Any,
+                   replicas: int = 1) -> tuple[PlacedModel, TracedModel, tuple[tf.TensorSpec, ...]]:
     """A shell :class:`PlacedModel` compiled like ``model``, its training step traced at the planning batch size.
 
     Returns the shell (placed later by the emit stage), the traced step and
-    the model's input specs (unknown batch).
+    the model's input specs (unknown batch). With ``replicas``, the
+    planning trace is one replica's step: ``batch_size / replicas`` rows.
 
     Raises
     ------
@@ -107,6 +132,8 @@ def trace_training(model: Any, *, batch_size: int | None, input_signature: Seque
     """
     check_model(model)
     x_specs, batch = _normalise_specs(model, input_signature, batch_size)
+    check_replicable(model, replicas, batch)
+    batch //= replicas
     kwargs, config = compile_settings(model, optimizer=optimizer, loss=loss, metrics=metrics,
                                       loss_weights=loss_weights)
     y_struct = _target_specs(model, x_specs, batch, targets)
