@@ -19,11 +19,15 @@ Examples
 ['bf16', 'fp16', 'int8', 'none']
 >>> CODECS["int8"].wire_bytes(1024)
 260.0
+>>> costs = {"bf16": (2e-5, 1e-10), "int8": (5e-5, 1e-9)}   # (fixed s, s per byte): encode + decode
 >>> choose_codec(4_000_000, bandwidth_bytes_per_s=1e8, latency_s=1e-4, error_budget=1e-2,
-...              backward=False, costs={"bf16": 1e-10, "int8": 1e-9})
+...              backward=False, costs=costs)
 'int8'
 >>> choose_codec(4_000_000, bandwidth_bytes_per_s=1e12, latency_s=1e-4, error_budget=1e-2,
-...              backward=False, costs={"bf16": 1e-10, "int8": 1e-9})
+...              backward=False, costs=costs)
+'none'
+>>> choose_codec(4_000, bandwidth_bytes_per_s=1e8, latency_s=1e-4, error_budget=1e-2,
+...              backward=False, costs=costs)   # a small tensor: the codecs' fixed cost outweighs 20 µs saved
 'none'
 """
 
@@ -90,7 +94,7 @@ def eligible(codec: Codec, *, dtype: str, rank: int | None, backward: bool) -> b
 
 
 def choose_codec(nbytes: float, *, bandwidth_bytes_per_s: float, latency_s: float, error_budget: float,
-                 backward: bool, costs: Mapping[str, float]) -> str:
+                 backward: bool, costs: Mapping[str, tuple[float, float]]) -> str:
     """The fastest codec for one float32 cut edge of ``nbytes`` within ``error_budget``.
 
     Parameters
@@ -103,25 +107,25 @@ def choose_codec(nbytes: float, *, bandwidth_bytes_per_s: float, latency_s: floa
         Largest :attr:`Codec.max_error` allowed.
     backward : bool
         A backward-pass or optimizer tensor (``forward_only`` codecs excluded).
-    costs : Mapping[str, float]
-        Codec name → measured seconds per input byte for encode plus decode
-        (codecs absent here are not considered).
+    costs : Mapping[str, tuple of float]
+        Codec name → measured (fixed seconds, seconds per input byte) of
+        encode plus decode (codecs absent here are not considered).
 
     Returns
     -------
     str
         A key of :data:`CODECS` (``"none"`` when no codec saves time).
     """
-    def seconds(codec: Codec, per_byte: float) -> float:
+    def seconds(codec: Codec, fixed: float, per_byte: float) -> float:
         return ((1 + codec.extra_tensors) * latency_s + codec.wire_bytes(nbytes) / bandwidth_bytes_per_s
-                + per_byte * nbytes)
+                + fixed + per_byte * nbytes)
 
-    best, best_s = "none", seconds(CODECS["none"], 0.0)
-    for name, per_byte in sorted(costs.items()):
+    best, best_s = "none", seconds(CODECS["none"], 0.0, 0.0)
+    for name, (fixed, per_byte) in sorted(costs.items()):
         codec = CODECS[name]
         if name == "none" or codec.max_error > error_budget or (backward and codec.forward_only):
             continue
-        s = seconds(codec, per_byte)
+        s = seconds(codec, fixed, per_byte)
         if math.isfinite(s) and s < best_s:
             best, best_s = name, s
     return best
@@ -139,8 +143,9 @@ class CompressionPolicy:
         Largest :attr:`Codec.max_error` ``auto`` may use.
     links : Mapping[tuple[str, str], tuple[float, float]]
         ``(src, dst)`` device names → (bandwidth bytes/s, latency s).
-    costs : Mapping[str, Mapping[str, float]]
-        Device name → codec → measured seconds per input byte (encode + decode; ``auto`` only).
+    costs : Mapping[str, Mapping[str, tuple of float]]
+        Device name → codec → measured (fixed seconds, seconds per input
+        byte) of encode + decode (``auto`` only).
 
     Examples
     --------
@@ -154,7 +159,7 @@ class CompressionPolicy:
     compression: str
     error_budget: float = DEFAULT_ERROR_BUDGET
     links: Mapping[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
-    costs: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    costs: Mapping[str, Mapping[str, tuple[float, float]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.compression not in COMPRESSION_CHOICES:
@@ -177,8 +182,10 @@ class CompressionPolicy:
             codec = CODECS[self.compression]
             return codec.name if eligible(codec, dtype=dtype, rank=rank, backward=backward) else "none"
         bandwidth, latency = self.links.get((src, dst), (math.inf, 0.0))
-        per_device = [self.costs.get(src, {}), self.costs.get(dst, {})]
-        costs = {name: (per_device[0].get(name, math.inf) + per_device[1].get(name, math.inf)) / 2
+        unknown = (math.inf, math.inf)
+        at_src, at_dst = self.costs.get(src, {}), self.costs.get(dst, {})
+        # encode runs on the sender, decode on the receiver: half of each device's round trip
+        costs = {name: tuple((a + b) / 2 for a, b in zip(at_src.get(name, unknown), at_dst.get(name, unknown)))
                  for name in CODECS if name != "none"}
         return choose_codec(nbytes, bandwidth_bytes_per_s=bandwidth, latency_s=latency,
                             error_budget=self.error_budget, backward=backward, costs=costs)

@@ -159,17 +159,22 @@ def _wire_specs(encode: Callable, shape: tf.TensorShape, dtype: tf.DType) -> lis
     return [tf.TensorSpec(o.shape, o.dtype) for o in outs]
 
 
-def measure_codec_costs(devices: Sequence[str], *, elements: int = 1 << 20, repeats: int = 5) -> dict[str, dict[str, float]]:
-    """Measured encode + decode seconds per input byte of each codec on each device (median of ``repeats``).
+def measure_codec_costs(devices: Sequence[str], *, sizes: Sequence[int] = (1 << 10, 1 << 20),
+                        repeats: int = 5) -> dict[str, dict[str, tuple[float, float]]]:
+    """Measured encode + decode cost of each codec on each device: (fixed seconds, seconds per input byte).
+
+    Each codec round-trips float32 tensors of ``sizes`` elements on the
+    device, timed as the median of ``repeats`` calls minus the same call
+    without the codec; a line through the two sizes gives the fixed and the
+    per-byte cost (the fixed part is what makes small tensors not pay).
 
     Examples
     --------
-    >>> costs = measure_codec_costs(["/CPU:0"], elements=1024, repeats=2)
-    >>> sorted(costs["/CPU:0"]), all(v > 0 for v in costs["/CPU:0"].values())
+    >>> costs = measure_codec_costs(["/CPU:0"], sizes=(256, 4096), repeats=2)
+    >>> sorted(costs["/CPU:0"]), all(f >= 0 and b > 0 for f, b in costs["/CPU:0"].values())
     (['bf16', 'fp16', 'int8'], True)
     """
-    out: dict[str, dict[str, float]] = {}
-    x = np.random.default_rng(0).standard_normal(elements).astype("float32")
+    small, large = sizes
 
     def timed(fn: Callable, v: tf.Tensor) -> float:
         fn(v).numpy()  # trace and warm up
@@ -180,17 +185,24 @@ def measure_codec_costs(devices: Sequence[str], *, elements: int = 1 << 20, repe
             times.append(time.perf_counter() - t0)
         return float(np.median(times))
 
+    out: dict[str, dict[str, tuple[float, float]]] = {}
     for device in devices:
-        with tf.device(device):
-            xt = tf.constant(x)
-
-        def call(fn: Callable) -> Callable:
+        def call(fn: Callable, device: str = device) -> Callable:
             def body(v: tf.Tensor) -> tf.Tensor:
                 with tf.device(device):
                     return tf.reduce_sum(fn(v))
             return tf.function(body, autograph=False)
 
-        base = timed(call(tf.identity), xt)  # the call and the reduction, without a codec
-        out[device] = {name: max(timed(call(lambda v, e=enc, d=dec: d(*e(v))), xt) - base, 1e-3 * base) / x.nbytes
-                       for name, (enc, dec) in TF_CODECS.items()}
+        points: dict[str, list[float]] = {name: [] for name in TF_CODECS}
+        for n in (small, large):
+            with tf.device(device):
+                v = tf.constant(np.random.default_rng(0).standard_normal(n).astype("float32"))
+            base = timed(call(tf.identity), v)  # the call and the reduction, without a codec
+            for name, (enc, dec) in TF_CODECS.items():
+                points[name].append(max(timed(call(lambda t, e=enc, d=dec: d(*e(t))), v) - base, 0.0))
+        per = {}
+        for name, (t_small, t_large) in points.items():
+            per_byte = max((t_large - t_small) / (4 * (large - small)), 1e-13)
+            per[name] = (max(t_small - per_byte * 4 * small, 0.0), per_byte)
+        out[device] = per
     return out
