@@ -23,10 +23,10 @@ def _parser() -> argparse.ArgumentParser:
     from .core.build import GROUPINGS, MODEL_GROUP_BY
     from .core.compression import COMPRESSION_CHOICES
     from .core.objectives import OBJECTIVES
-    from .planner import PlanOptions
+    from .planner import MEMORY_MODELS, MODEL_MEMORY, PlanOptions
     from .solvers import available_solvers
 
-    def planning(sub: argparse.ArgumentParser, group_by: str) -> None:
+    def planning(sub: argparse.ArgumentParser, group_by: str, memory: str) -> None:
         sub.add_argument("--objective", default=PlanOptions.objective, choices=sorted(OBJECTIVES))
         sub.add_argument("--algorithm", default=PlanOptions.algorithm, choices=available_solvers())
         sub.add_argument("--time-limit", type=float, default=PlanOptions.time_limit_s,
@@ -34,6 +34,9 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--seed", type=int, default=PlanOptions.seed)
         sub.add_argument("--group-by", default=group_by, choices=sorted(GROUPINGS),
                          help=f"which nodes move together (default {group_by})")
+        sub.add_argument("--memory", default=memory, choices=list(MEMORY_MODELS),
+                         help=f"what must fit each device's memory: resident bytes or the step's simulated peak "
+                         f"(default {memory})")
         sub.add_argument("-q", "--quiet", action="store_true", help="no progress output")
 
     p = argparse.ArgumentParser(prog="autoplace", description="Automatic model-parallel placement for Keras 3.")
@@ -44,13 +47,17 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--logical-cpus", type=int, default=0,
                       help="split the CPU into N logical devices first (to plan on one machine)")
     plan.add_argument("--batch-size", type=int, default=None)
-    plan.add_argument("--compression", default="none", choices=list(COMPRESSION_CHOICES))
+    plan.add_argument("--compression", default="none", choices=list(COMPRESSION_CHOICES),
+                      help="codec of cut float edges; auto: per edge, the fastest within the error budget")
+    plan.add_argument("--training", action="store_true",
+                      help="place the training step (the model file must be saved compiled)")
+    plan.add_argument("--replicas", type=int, default=1, help="with --training: data-parallel groups of devices")
     plan.add_argument("--report", default="autoplace_report.json", help="report path (.json)")
     plan.add_argument("--export", default=None, help="also write a SavedModel of the placed model here")
     plan.add_argument("--plan-json", default=None, help="also write the plan (op → device) as JSON here")
     plan.add_argument("--graph-json", default=None, help="also write the cost-annotated op graph here "
                       "(re-plan it offline with plan-graph)")
-    planning(plan, MODEL_GROUP_BY)
+    planning(plan, MODEL_GROUP_BY, MODEL_MEMORY)
 
     graph = sub.add_parser("plan-graph", help="place a graph JSON file (no TensorFlow needed)")
     graph.add_argument("graph", help="an autoplace graph file (docs/graph-format.md)")
@@ -59,7 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     graph.add_argument("--memory-bytes", type=float, default=None,
                        help="capacity of each device given with --devices (default: unlimited)")
     graph.add_argument("--out", default=None, help="write the plan (node → device, figures) as JSON here")
-    planning(graph, PlanOptions.group_by)
+    planning(graph, PlanOptions.group_by, PlanOptions.memory)
     return p
 
 
@@ -86,7 +93,7 @@ def _plan_graph(args: argparse.Namespace) -> int:
             print(f"autoplace: error: {args.graph} lists no devices; pass --devices", file=sys.stderr)
             return 2
         plan = solve(graph, devices, objective=args.objective, algorithm=args.algorithm,
-                     time_limit_s=args.time_limit, seed=args.seed, group_by=args.group_by)
+                     time_limit_s=args.time_limit, seed=args.seed, group_by=args.group_by, memory=args.memory)
         if args.out:
             plan.save(args.out)
     except (AutoplaceError, OSError) as e:
@@ -120,14 +127,15 @@ def _plan_model(args: argparse.Namespace) -> int:
         print(f"autoplace: error: model file {args.model!r} does not exist", file=sys.stderr)
         return 2
     try:
-        model = keras.saving.load_model(args.model, compile=False)
+        model = keras.saving.load_model(args.model, compile=args.training)
     except Exception as e:  # noqa: BLE001  (keras raises many types)
         print(f"autoplace: error: cannot load {args.model!r} as a Keras model: {e}", file=sys.stderr)
         return 2
     try:
         placed = placer.autoplace(model, args.devices, batch_size=args.batch_size, algorithm=args.algorithm,
                                   time_limit_s=args.time_limit, compression=args.compression,
-                                  objective=args.objective, seed=args.seed, group_by=args.group_by)
+                                  objective=args.objective, seed=args.seed, group_by=args.group_by,
+                                  memory=args.memory, training=args.training, replicas=args.replicas)
         placed.report(args.report)
         if args.export:
             placed.export(args.export)

@@ -162,6 +162,9 @@ def _given(built: BuiltProblem, assignment: Mapping[Hashable, str], options: Sol
 
 #: What must fit a device's capacity: resident bytes only, or the simulated step's peak.
 MEMORY_MODELS = ("resident", "peak")
+#: The memory model of :func:`placer.autoplace`: an op graph's tensors are real, so the step's peak must fit
+#: (``placer.solve`` keeps ``resident``: a user's graph declares its own memory).
+MODEL_MEMORY = "peak"
 #: Rounds of :func:`_fit_peak`: each tightens the capacity of every device whose simulated peak overflows.
 PEAK_ROUNDS = 8
 

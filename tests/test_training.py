@@ -16,6 +16,7 @@ import pytest
 import tensorflow as tf
 
 import placer
+from tests.models import multi_input
 
 STEPS = 20
 BATCH = 8
@@ -55,16 +56,6 @@ def small_transformer() -> keras.Model:
     return keras.Model(inp, keras.layers.Dense(3, name="head")(h), name="small_transformer")
 
 
-def multi_io() -> keras.Model:
-    x1 = keras.Input((8,), name="left")
-    x2 = keras.Input((6, 4), name="right")
-    h1 = keras.layers.Dense(16, activation="relu", name="l1")(x1)
-    h2 = keras.layers.Flatten(name="flat")(keras.layers.Conv1D(8, 3, name="c1")(x2))
-    h = keras.layers.Concatenate(name="cat")([h1, h2])
-    return keras.Model([x1, x2], [keras.layers.Dense(4, name="o1")(h), keras.layers.Dense(1, name="o2")(h)],
-                       name="multi_io")
-
-
 #: name → (factory, compile settings, data maker, autoplace extras)
 CASES = {
     "cnn": (small_cnn,
@@ -76,7 +67,7 @@ CASES = {
     "transformer": (small_transformer, dict(optimizer="sgd", loss="mse", metrics=["mae"]),
                     lambda rng, n: (rng.standard_normal((n, 6, 16)).astype("float32"),
                                     rng.standard_normal((n, 3)).astype("float32")), {}),
-    "multi_io": (multi_io, dict(optimizer=keras.optimizers.RMSprop(1e-3), loss=["mse", "mse"],
+    "multi_io": (multi_input, dict(optimizer=keras.optimizers.RMSprop(1e-3), loss=["mse", "mse"],
                                 loss_weights=[1.0, 0.5], metrics=[["mae"], []]),
                  lambda rng, n: ([rng.standard_normal((n, 8)).astype("float32"),
                                   rng.standard_normal((n, 6, 4)).astype("float32")],
@@ -384,3 +375,31 @@ def test_bad_replicas_are_refused(trained, devices):
     with pytest.raises(placer.TrainingError, match="batch normalization"):
         placer.autoplace(trained["cnn"]["model"], devices, training=True, batch_size=BATCH, replicas=2,
                          targets=tf.TensorSpec((None,), "int32"))
+
+
+def test_a_variable_without_gradient_is_warned_about_as_keras_does(devices):
+    inp = keras.Input((4,))
+    frozen_path = keras.layers.Lambda(lambda t: tf.stop_gradient(t), name="stop")(keras.layers.Dense(3, name="cut")(inp))
+    out = keras.layers.Dense(2, name="head")(keras.layers.Concatenate()([frozen_path, inp]))
+    model = keras.Model(inp, out, name="no_grad")
+    model.compile(optimizer="sgd", loss="mse")
+    with pytest.warns(UserWarning, match="[Gg]radients do not exist"):
+        placer.autoplace(model, devices[:2], training=True, batch_size=4)
+
+
+def test_an_error_during_fit_leaves_the_last_completed_step(trained, devices):
+    t = trained["transformer"]
+    placed = placer.autoplace(t["model"], devices, training=True, batch_size=BATCH, plan=t["placed"].plan)
+    ref = twin(t["model"], CASES["transformer"][1])
+
+    class Boom(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 2:
+                raise RuntimeError("interrupted")
+
+    with pytest.raises(RuntimeError, match="interrupted"):
+        placed.fit(t["x"], t["y"], batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=[Boom()])
+    ref.fit(t["x"][:3 * BATCH], t["y"][:3 * BATCH], batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    for a, b in zip(ref.get_weights(), placed.get_weights(), strict=True):
+        close(a, b)                                   # exactly three steps applied
+    assert int(placed.optimizer.iterations.numpy()) == 3

@@ -27,7 +27,7 @@ import tensorflow as tf
 from ..core.compression import CompressionPolicy
 from ..errors import GraphError
 from .codecs import CompressedEdge, insert_codecs
-from .opgraph import layer_of
+from .opgraph import bypass_pass_through, layer_of
 from .trace import TracedModel
 
 log = logging.getLogger(__name__)
@@ -133,6 +133,7 @@ def emit(traced: TracedModel, op_devices: Mapping[str, str], variables: Mapping[
         raise GraphError(f"{len(missing)} captured variables have no placed copy, e.g. {missing[:3]}")
     graph = traced.dynamic.graph
     gd = graph.as_graph_def()
+    bypass_pass_through(gd, graph)
     op_devices = complete_assignment(graph, op_devices, layer_devices)
     for node in gd.node:
         node.device = op_devices[node.name]

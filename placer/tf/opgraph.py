@@ -188,13 +188,53 @@ def optimizer_owners(graph: tf.Graph, scope: str, trainable: Iterable[str]) -> d
                     continue
                 seen.add(cur.name)
                 reached.setdefault(cur.name, set()).add(var)
-                stack.extend(t.op for t in cur.inputs if t.op.name.startswith(prefix))
+                for t in cur.inputs:
+                    while _bypassable(t.op):  # IdentityN's output k is its input k
+                        t = t.op.inputs[t.value_index]
+                    if t.op.name.startswith(prefix):
+                        stack.append(t.op)
     owned = {name: next(iter(vs)) for name, vs in reached.items() if len(vs) == 1}
     # A reader of shared state (each variable's own read of the learning rate) stays with that state.
     ops = {name: graph.get_operation_by_name(name) for name in owned}
     return {name: var for name, var in owned.items()
             if all(t.op.name == var or owned.get(t.op.name) == var
                    for t in ops[name].inputs if t.dtype == tf.resource)}
+
+
+#: Op types that only pass tensors through (``IdentityN`` gathers *every* gradient in Keras' optimizer:
+#: kept, it would pull them all onto one device). Planned and emitted as if each consumer read the input.
+PASS_THROUGH_OP_TYPES = frozenset({"IdentityN"})
+
+
+def _bypassable(op: tf.Operation) -> bool:
+    return op.type in PASS_THROUGH_OP_TYPES and not op.control_inputs
+
+
+def passed_through(graph: tf.Graph) -> dict[str, list[tf.Tensor]]:
+    """Tensor name → the outputs of pass-through ops that forward it (see :data:`PASS_THROUGH_OP_TYPES`)."""
+    out: dict[str, list[tf.Tensor]] = {}
+    for op in graph.get_operations():
+        if _bypassable(op):
+            for inp, outp in zip(op.inputs, op.outputs):
+                out.setdefault(inp.name, []).append(outp)
+    return out
+
+
+def bypass_pass_through(gd: Any, graph: tf.Graph) -> None:
+    """Rewire a GraphDef so that consumers of a pass-through op read its inputs (the op is then pruned)."""
+    alias: dict[str, str] = {}
+    for op in graph.get_operations():
+        if _bypassable(op):
+            node_inputs = [i for i in next(n for n in gd.node if n.name == op.name).input if not i.startswith("^")]
+            for k, src in enumerate(node_inputs):
+                alias[op.name if k == 0 else f"{op.name}:{k}"] = src
+                alias[f"{op.name}:{k}"] = src
+    if not alias:
+        return
+    for node in gd.node:
+        for i, inp in enumerate(node.input):
+            if inp in alias:
+                node.input[i] = alias[inp]
 
 
 def build_op_graph(traced: TracedModel, compute_us: Mapping[str, Mapping[str, float]]) -> OpGraph:
@@ -241,6 +281,14 @@ def build_op_graph(traced: TracedModel, compute_us: Mapping[str, Mapping[str, fl
         for rule in COLOCATION_RULES:
             for other in rule(op):
                 uf.union(op.name, other)
+    for op in ops:
+        # An op outside every layer scope that reads one layer's outputs only (the tape's gradient sums,
+        # AddN_k; the optimizer's per-gradient Identity_k) belongs to that layer: a layer's backward pass
+        # stays on its device.
+        if dg.nodes[op.name][LAYER] == op.name and op.inputs:
+            layers = {dg.nodes[t.op.name][LAYER] for t in op.inputs}
+            if len(layers) == 1 and next(iter(layers)) != op.inputs[0].op.name:
+                dg.nodes[op.name][LAYER] = layers.pop()
     if traced.optimizer_scope:
         # The optimizer's update of a variable runs where the variable lives, and its slots live there too.
         trainable = [ph for ph, var in traced.variables.items() if var.trainable
@@ -250,9 +298,11 @@ def build_op_graph(traced: TracedModel, compute_us: Mapping[str, Mapping[str, fl
             if name in variables:
                 uf.union(name, var_ph)
     tensors: list[TensorInfo] = []
+    bypass = passed_through(g)
     for op in ops:
-        for t in op.outputs:
-            consumers = tuple(dict.fromkeys(c.name for c in t.consumers()))
+        for t in ([] if _bypassable(op) else op.outputs):
+            consumers = tuple(dict.fromkeys(c.name for u in [t, *bypass.get(t.name, ())] for c in u.consumers()
+                                            if c.type not in PASS_THROUGH_OP_TYPES or not _bypassable(c)))
             if not consumers:
                 continue
             nb = tensor_bytes(t)

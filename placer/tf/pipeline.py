@@ -45,7 +45,7 @@ from ..core.compression import COMPRESSION_CHOICES, DEFAULT_ERROR_BUDGET, Compre
 from ..core.devices import resolve_devices
 from ..core.plan import Plan
 from ..errors import AutoplaceError, PlanError, TrainingError
-from ..planner import PlanOptions, options_from, plan_problem
+from ..planner import MODEL_MEMORY, PlanOptions, options_from, plan_problem
 from .costs import ProfileOptions, compute_costs
 from .opgraph import build_op_graph
 from .placed_model import PlacedModel
@@ -119,7 +119,7 @@ class PlacementOptions:
     seed: int = PlanOptions.seed
     max_nodes: int = PlanOptions.max_nodes
     group_by: str = MODEL_GROUP_BY
-    memory: str = "peak"
+    memory: str = MODEL_MEMORY
     compression: str = "none"
     compression_error: float = DEFAULT_ERROR_BUDGET
     profile_repeats: int = ProfileOptions.repeats
