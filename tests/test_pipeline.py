@@ -105,13 +105,16 @@ def test_ops_run_where_planned(name, models, placed_bf16):
     planned = p.plan.assignment
     checked = {op: dev for op, dev in observed.items() if op in planned}
     assert len(checked) >= 0.3 * len(planned), "most ops must be visible in the partition graphs"
-    wrong = {op: (dev, planned[op]) for op, dev in checked.items() if dev != planned[op]}
+    # Grappler may fold, merge or re-home constants and no-ops (identical shape constants of two layers
+    # became one, seen once in ~10 runs); every op that computes must run where planned.
+    types = {o["name"]: o["type"] for o in p.report_data["ops"]}
+    foldable = {"Const", "Identity", "NoOp", "Placeholder"}
+    wrong = {op: (dev, planned[op]) for op, dev in checked.items()
+             if dev != planned[op] and types.get(op) not in foldable}
     assert not wrong, f"{len(wrong)} ops ran off-plan, e.g. {list(wrong.items())[:3]}"
     assert len(set(checked.values())) >= 2
     # A planned device may be absent from the partition graphs only if Grappler
     # folded away every op on it (constants, identities, no-ops).
-    types = {o["name"]: o["type"] for o in p.report_data["ops"]}
-    foldable = {"Const", "Identity", "NoOp", "Placeholder"}
     for dev in set(planned.values()) - set(checked.values()):
         hidden = {types[op] for op, d in planned.items() if d == dev}
         assert hidden <= foldable, f"{dev} ran none of its planned ops of types {hidden - foldable}"

@@ -24,7 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..core.compression import CODECS, CompressionPolicy
-from .opgraph import GRADIENT_SCOPE
+from .opgraph import GRADIENT_SCOPE, tensor_bytes
 
 
 def _int8_encode(x: tf.Tensor) -> list[tf.Tensor]:
@@ -126,12 +126,8 @@ def insert_codecs(gd: tf.compat.v1.GraphDef, graph: tf.Graph, devices: Mapping[s
                 node.input[i] = decoded[(tname, dst_dev)]
                 continue
             t = graph.get_tensor_by_name(tname)
-            shape = t.shape
-            rank = shape.rank
-            nbytes = 0
-            if rank is not None and t.dtype.is_floating:
-                dims = [batch_size if d is None else int(d) for d in shape.as_list()]
-                nbytes = int(np.prod(dims, dtype=np.int64)) * t.dtype.size
+            shape, rank = t.shape, t.shape.rank
+            nbytes = tensor_bytes(t, batch_size)
             codec = policy.codec_for(nbytes=nbytes, dtype=t.dtype.name, rank=rank,
                                      backward=_backward(op_name, optimizer_scope), src=src_dev, dst=dst_dev)
             if codec == "none":

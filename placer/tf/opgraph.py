@@ -75,20 +75,29 @@ class OpGraph:
     kinds: tuple[str, ...]
 
 
-def tensor_bytes(t: tf.Tensor) -> int:
+def tensor_bytes(t: tf.Tensor, batch: int | None = None) -> int:
     """Bytes of a tensor with a static shape; 0 for resources, strings, variants.
+
+    With ``batch``, unknown dimensions count as ``batch`` (a trace with an
+    unknown batch dimension, sized at the planning batch); without it, a
+    tensor of unknown shape has 0 bytes.
 
     Examples
     --------
     >>> import tensorflow as tf
     >>> tensor_bytes(tf.zeros((2, 3)))
     24
+    >>> tensor_bytes(tf.TensorSpec((None, 3)), batch=8)
+    96
     """
     if t.dtype in (tf.resource, tf.variant, tf.string) or t.shape.rank is None:
         return 0
-    if not t.shape.is_fully_defined():
-        return 0
-    return int(np.prod(t.shape.as_list(), dtype=np.int64)) * t.dtype.size
+    dims = t.shape.as_list()
+    if any(d is None for d in dims):
+        if batch is None:
+            return 0
+        dims = [batch if d is None else d for d in dims]
+    return int(np.prod(dims, dtype=np.int64)) * t.dtype.size
 
 
 # --- colocation registry -----------------------------------------------------
@@ -221,7 +230,7 @@ def passed_through(graph: tf.Graph) -> dict[str, list[tf.Tensor]]:
 
 
 def bypass_pass_through(gd: Any, graph: tf.Graph) -> None:
-    """Rewire a GraphDef so that consumers of a pass-through op read its inputs (the op is then pruned)."""
+    """Rewire a GraphDef so that consumers of a pass-through op read its inputs, and drop the op."""
     alias: dict[str, str] = {}
     for op in graph.get_operations():
         if _bypassable(op):
@@ -235,6 +244,13 @@ def bypass_pass_through(gd: Any, graph: tf.Graph) -> None:
         for i, inp in enumerate(node.input):
             if inp in alias:
                 node.input[i] = alias[inp]
+    # Drop the bypassed ops (unless a control edge names them): left in, each would still pull every
+    # tensor it forwards onto its own device before TensorFlow prunes it.
+    bypassed = {name.split(":")[0] for name in alias}
+    held = {i[1:] for n in gd.node for i in n.input if i.startswith("^")}
+    keep = [n for n in gd.node if n.name not in bypassed or n.name in held]
+    del gd.node[:]
+    gd.node.extend(keep)
 
 
 def build_op_graph(traced: TracedModel, compute_us: Mapping[str, Mapping[str, float]]) -> OpGraph:
@@ -252,6 +268,7 @@ def build_op_graph(traced: TracedModel, compute_us: Mapping[str, Mapping[str, fl
         If the graph has a cycle or an op's cost is negative/NaN.
     """
     g = traced.fixed.graph
+    batch = traced.batch_size or None  # a step traced with an unknown batch is sized at the planning batch
     dg = nx.DiGraph()
     cache: dict[str, frozenset[str] | None] = {}
     local = {d.device_type for d in tf.config.list_physical_devices()}
@@ -271,7 +288,7 @@ def build_op_graph(traced: TracedModel, compute_us: Mapping[str, Mapping[str, fl
             var = traced.variables[op.name]
             mem = int(np.prod(var.shape, dtype=np.int64)) * tf.as_dtype(var.dtype).size
         dg.add_node(op.name, **{
-            OP_TYPE: op.type, COMPUTE_US: costs, OUTPUT_BYTES: sum(tensor_bytes(t) for t in op.outputs),
+            OP_TYPE: op.type, COMPUTE_US: costs, OUTPUT_BYTES: sum(tensor_bytes(t, batch) for t in op.outputs),
             MEMORY_BYTES: mem, ALLOWED_KINDS: _kernel_kinds(op.type, unchecked, cache), LAYER: layer_of(op.name),
             COLOCATION: None,
         })
@@ -305,7 +322,7 @@ def build_op_graph(traced: TracedModel, compute_us: Mapping[str, Mapping[str, fl
                                             if c.type not in PASS_THROUGH_OP_TYPES or not _bypassable(c)))
             if not consumers:
                 continue
-            nb = tensor_bytes(t)
+            nb = tensor_bytes(t, batch)
             tensors.append(TensorInfo(t.name, op.name, consumers, nb, t.dtype.name, t.shape.rank))
             for c in consumers:
                 if dg.has_edge(op.name, c):

@@ -421,7 +421,23 @@ class PlacedModel(keras.Model):
         return self._run_step("test", data)
 
     def fit(self, *args: Any, **kwargs: Any) -> Any:
-        """Keras' ``fit`` on the placed training step (same arguments, logs, callbacks and ``History``)."""
+        """Keras' ``fit`` on the placed training step (same arguments, logs, callbacks and ``History``).
+
+        Raises
+        ------
+        TrainingError
+            If the placement was made for inference (``training=False``).
+
+        Examples
+        --------
+        >>> import keras, numpy as np, placer
+        >>> m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+        >>> m.compile(optimizer="sgd", loss="mse")
+        >>> placed = placer.autoplace(m, ["/CPU:0", "/CPU:1"], training=True, batch_size=4, time_limit_s=1)
+        >>> h = placed.fit(np.ones((8, 4), "float32"), np.zeros((8, 2), "float32"), batch_size=4, verbose=0)
+        >>> len(h.history["loss"]), int(placed.optimizer.iterations.numpy())
+        (1, 2)
+        """
         self._check_trainable("fit")
         return super().fit(*args, **kwargs)
 

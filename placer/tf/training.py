@@ -10,6 +10,7 @@ updates, exactly what ``model.fit`` runs.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Sequence
 
 import keras
@@ -151,5 +152,8 @@ def trace_training(model: Any, *, batch_size: int | None, input_signature: Seque
             f"the loss or metrics of {model.name!r} cannot take labels of shapes {shapes}: {e}. Pass "
             "targets= with the labels' shapes and dtypes (e.g. tf.TensorSpec((None,), 'int32') for sparse "
             "class ids)") from e
-    traced = shell.trace("train", (x_struct, y_struct), batch)
+    # Planned on the trace that runs: an unknown batch (Keras' fit feeds any batch), sized at ``batch``. The
+    # fixed-batch trace of the same step has other ops where gradients broadcast (Reshape pairs that carry
+    # each gradient twice across a cut), so a plan made on it would under-count the real traffic.
+    traced = replace(shell.trace("train", (x_struct, y_struct), None), batch_size=batch)
     return shell, traced, x_specs
