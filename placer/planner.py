@@ -195,7 +195,9 @@ def _fit_peak(built: BuiltProblem, sol: Solution, algorithm: str, options: Solve
     The solvers constrain resident bytes per device (a sum, which they can
     reason about); the live tensors depend on the schedule, so the simulator
     measures them. Each round lowers the resident budget of every device
-    that overflowed by its overflow (×1.25), up to :data:`PEAK_ROUNDS` rounds.
+    that overflowed: by its overflow (×1.25), or to its capacity minus
+    what the last plan kept live there (×1.1) when that is lower, up to
+    :data:`PEAK_ROUNDS` rounds.
 
     Raises
     ------
@@ -213,7 +215,10 @@ def _fit_peak(built: BuiltProblem, sol: Solution, algorithm: str, options: Solve
         over = _over(peak, cap)
         if not over.size:
             return sol, notes
-        budget[over] -= 1.25 * (peak[over] - cap[over])
+        # Room for what the last plan kept live there (its peak above its resident bytes), or at least
+        # its overflow: whichever lowers the budget more.
+        live = peak - evaluate(built.problem, np.asarray(sol.assignment, dtype=int)).memory_bytes
+        budget[over] = np.minimum(budget[over] - 1.25 * (peak[over] - cap[over]), cap[over] - 1.1 * live[over])
         if (budget[over] <= 0).any():
             break
         notes.append(f"predicted peak memory over capacity on {[built.devices.names[d] for d in over]}: "

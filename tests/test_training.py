@@ -200,7 +200,10 @@ def test_checkpoint_restore_continue_equals_uninterrupted(trained, tmp_path, dev
     first.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
     first.save_weights(tmp_path / "step.weights.h5")
     resumed = fresh()
+    before = [v.numpy().copy() for v in t["model"].variables]
     resumed.load_weights(tmp_path / "step.weights.h5")
+    for v, b in zip(t["model"].variables, before, strict=True):   # loading never writes the user's model
+        np.testing.assert_array_equal(v.numpy(), b)
     assert int(resumed.optimizer.iterations.numpy()) == int(first.optimizer.iterations.numpy()) > 0
     h_rest = resumed.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
     # the same placed graph on both sides: bit for bit
@@ -403,3 +406,25 @@ def test_an_error_during_fit_leaves_the_last_completed_step(trained, devices):
     for a, b in zip(ref.get_weights(), placed.get_weights(), strict=True):
         close(a, b)                                   # exactly three steps applied
     assert int(placed.optimizer.iterations.numpy()) == 3
+
+
+def test_bad_calls_on_a_placed_model_are_typed_errors(trained, tmp_path, devices):
+    t = trained["transformer"]
+    placed = t["placed"]
+    with pytest.raises(placer.UnsupportedError, match="placed already"):
+        placed.place(None, placed.plan, None, None, (), None)
+    with pytest.raises(placer.UnsupportedError, match="unknown step"):
+        placed.observed_placement(t["x"][:BATCH], step="backward")
+    with pytest.raises(placer.InputSignatureError, match="not a dict"):
+        placed({"tokens": t["x"][:BATCH]})
+    with pytest.raises(placer.ModelError, match="keras.Model"):
+        placed.sync_to(object())
+    other = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)], name="other")
+    other.save_weights(tmp_path / "other.weights.h5")
+    with pytest.raises(placer.ModelError, match="same model"):
+        placed.load_weights(tmp_path / "other.weights.h5")
+    with pytest.raises(placer.InputSignatureError, match="targets entry"):
+        placer.autoplace(t["model"], devices, training=True, batch_size=BATCH, targets=["labels"])
+    with pytest.raises(placer.AutoplaceError, match="compression_error"):
+        placer.autoplace(t["model"], devices, training=True, batch_size=BATCH, compression="auto",
+                         compression_error=-1.0)

@@ -216,5 +216,5 @@ class Plan:
             lines.append(f"  baseline {name}: {self.objective} {self._fmt(b.value)} predicted ({ratio:.2f}x ours), "
                          f"predicted step {b.predicted_step_time_s * 1e3:.3f} ms")
         if self.compression != "none":
-            lines.append(f"  cut float edges travel as {self.compression}")
+            lines.append(f"  compression of cut float edges: {self.compression} (the report lists each compressed edge)")
         return "\n".join(lines)

@@ -231,22 +231,22 @@ def passed_through(graph: tf.Graph) -> dict[str, list[tf.Tensor]]:
 
 def bypass_pass_through(gd: Any, graph: tf.Graph) -> None:
     """Rewire a GraphDef so that consumers of a pass-through op read its inputs, and drop the op."""
-    alias: dict[str, str] = {}
-    for op in graph.get_operations():
-        if _bypassable(op):
-            node_inputs = [i for i in next(n for n in gd.node if n.name == op.name).input if not i.startswith("^")]
-            for k, src in enumerate(node_inputs):
-                alias[op.name if k == 0 else f"{op.name}:{k}"] = src
-                alias[f"{op.name}:{k}"] = src
-    if not alias:
+    bypassed = {op.name for op in graph.get_operations() if _bypassable(op)}
+    if not bypassed:
         return
+    alias: dict[str, str] = {}  # input reference as written in the GraphDef → what the op forwards there
+    for node in gd.node:
+        if node.name in bypassed:
+            for k, src in enumerate(i for i in node.input if not i.startswith("^")):
+                alias[f"{node.name}:{k}"] = src
+                if k == 0:
+                    alias[node.name] = src
     for node in gd.node:
         for i, inp in enumerate(node.input):
             if inp in alias:
                 node.input[i] = alias[inp]
     # Drop the bypassed ops (unless a control edge names them): left in, each would still pull every
     # tensor it forwards onto its own device before TensorFlow prunes it.
-    bypassed = {name.split(":")[0] for name in alias}
     held = {i[1:] for n in gd.node for i in n.input if i.startswith("^")}
     keep = [n for n in gd.node if n.name not in bypassed or n.name in held]
     del gd.node[:]

@@ -63,6 +63,15 @@ def _spec_of(t: Any) -> tf.TensorSpec:
     return tf.TensorSpec((None, *t.shape[1:]), t.dtype)
 
 
+class _Origin:
+    """Holds the user's model where Keras does not look (not a Keras object, not a container)."""
+
+    __slots__ = ("model",)
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+
 @dataclass
 class _Placement:
     """What placement gave the shell (mutable: functions are added as new batch structures arrive)."""
@@ -141,13 +150,13 @@ def replica_assignment(graph: tf.Graph, plan: Mapping[str, str], layer_devices: 
     for op in graph.get_operations():
         parts = op.name.split("/")
         at = 1 if parts[0] == GRADIENT_SCOPE and len(parts) > 2 else 0  # gradient_tape/replica_r/<forward op>
-        head = parts[at]
-        if head.startswith(REPLICA_SCOPE + "_") and head[len(REPLICA_SCOPE) + 1:].isdigit():
+        scope, _, replica = parts[at].rpartition("_")
+        if scope == REPLICA_SCOPE and replica.isdigit():
             rest = "/".join(parts[:at] + parts[at + 1:])
             device = plan.get(rest) or layer_devices.get(layer_of(rest))
             if device is not None:  # a read of a variable runs where the variable lives (TensorFlow moves it)
                 reads = any(t.dtype == tf.resource for t in op.inputs)
-                out[op.name] = device if reads else maps[int(head[len(REPLICA_SCOPE) + 1:])][device]
+                out[op.name] = device if reads else maps[int(replica)][device]
         elif op.name in plan:
             out[op.name] = plan[op.name]
     return out
@@ -187,8 +196,10 @@ class PlacedModel(keras.Model):
 
     def __init__(self, source: Any, *, name: str | None = None) -> None:
         super().__init__(name=name or source.name)
-        # Untracked on purpose: the user's variables must not become this model's weights.
-        object.__setattr__(self, "_source", source)
+        # Untracked and out of reach of Keras' saving walk (which visits every attribute, properties
+        # included): the user's variables must neither become this model's weights nor be written by
+        # load_weights.
+        object.__setattr__(self, "_origin", _Origin(source))
         object.__setattr__(self, "_placement", None)
         object.__setattr__(self, "_tracing", False)
         object.__setattr__(self, "_replica_groups", ())
@@ -214,7 +225,7 @@ class PlacedModel(keras.Model):
         the same settings) is given. ``sample_batch`` is one ``(x, y)`` batch
         of arrays, used only for shapes.
         """
-        names = getattr(self._source, "output_names", None)
+        names = getattr(self._origin.model, "output_names", None)
         if names:  # Keras names per-output losses and metrics after them ("o1_loss", "o1_mae")
             self.output_names = list(names)
         with self._tracing_source():
@@ -222,14 +233,14 @@ class PlacedModel(keras.Model):
                 self.compile_from_config(dict(compile_config))
             else:
                 self.compile(**compile_kwargs)
-            self.optimizer.build(self._source.trainable_variables)
+            self.optimizer.build(self._origin.model.trainable_variables)
             self._symbolic_build(data_batch=sample_batch)
         self.built = True
 
     def training_variables(self) -> list[Any]:
         """Every variable a traced step may capture: the user's, the optimizer's, the metrics'."""
         own = [*(self.optimizer.variables if self.optimizer is not None else []), *self.metrics_variables]
-        return [*self._source.variables, *own]
+        return [*self._origin.model.variables, *own]
 
     def trace(self, step: str, data_structure: Any, batch_size: int | None, *,
               replicated: bool = False) -> TracedModel:
@@ -251,7 +262,7 @@ class PlacedModel(keras.Model):
         object.__setattr__(self, "_replica_groups", tuple(tuple(g) for g in groups))
 
     def _known_variables(self) -> list[Any]:
-        return self.training_variables() if self.compiled else list(self._source.variables)
+        return self.training_variables() if self.compiled else list(self._origin.model.variables)
 
     # -- placement -------------------------------------------------------------
     def place(self, traced: TracedModel, plan: Plan, op_graph: OpGraph, devices: DeviceSet,
@@ -268,7 +279,7 @@ class PlacedModel(keras.Model):
         home: dict[int, str] = {}
         for ph, var in traced.variables.items():
             home.setdefault(id(var), plan.assignment.get(ph, devices.names[0]))
-        user = {id(v) for v in self._source.variables}
+        user = {id(v) for v in self._origin.model.variables}
         placed: dict[int, Any] = {}
         for var in self._known_variables():
             device = home.get(id(var), devices.names[0])
@@ -317,7 +328,7 @@ class PlacedModel(keras.Model):
     def _forward(self, training: bool) -> EmittedModel:
         key = ("call", bool(training))
         if key not in self._placed.functions:
-            traced = trace_model(self._source, input_signature=list(self._placed.input_specs),
+            traced = trace_model(self._origin.model, input_signature=list(self._placed.input_specs),
                                  batch_size=max(self._placed.plan.batch_size or 1, 1), training=training)
             self._emit(key, traced)
         return self._placed.functions[key]
@@ -340,31 +351,29 @@ class PlacedModel(keras.Model):
         """The inputs' specs (unknown batch dimension)."""
         return self._placed.input_specs
 
+    def _mirror(self, source_variables: Sequence[Any]) -> list[Any]:
+        """The placed copies of ``source_variables`` (the user's own while tracing or before placement)."""
+        if self._placement is None or self._tracing:
+            return list(source_variables)
+        return [self._placement.placed[id(v)] for v in source_variables]
+
     @property
     def variables(self) -> list[Any]:
         """The placed copies of the model's variables, in the model's ``variables`` order."""
-        if self._placement is None or self._tracing:
-            return list(self._source.variables)
-        return [self._placement.placed[id(v)] for v in self._source.variables]
+        return self._mirror(self._origin.model.variables)
 
     @property
     def weights(self) -> list[Any]:
         """The placed copies of the model's weights, in the model's ``weights`` order (``get_weights``)."""
-        if self._placement is None or self._tracing:
-            return list(self._source.weights)
-        return [self._placement.placed[id(v)] for v in self._source.weights]
+        return self._mirror(self._origin.model.weights)
 
     @property
     def trainable_weights(self) -> list[Any]:  # what Keras' train_step differentiates
-        if self._placement is None or self._tracing:
-            return list(self._source.trainable_weights)
-        return [self._placement.placed[id(v)] for v in self._source.trainable_weights]
+        return self._mirror(self._origin.model.trainable_weights)
 
     @property
     def non_trainable_weights(self) -> list[Any]:
-        if self._placement is None or self._tracing:
-            return list(self._source.non_trainable_weights)
-        return [self._placement.placed[id(v)] for v in self._source.non_trainable_weights]
+        return self._mirror(self._origin.model.non_trainable_weights)
 
     trainable_variables = trainable_weights
     non_trainable_variables = non_trainable_weights
@@ -376,9 +385,9 @@ class PlacedModel(keras.Model):
 
     def _as_inputs(self, x: Any) -> list[tf.Tensor]:
         specs = self._placed.input_specs
-        flat = [x] if len(specs) == 1 and not isinstance(x, (list, tuple)) else list(x)
         if isinstance(x, Mapping):
             raise InputSignatureError(f"{self.name} takes its inputs as a tensor or a list, not a dict")
+        flat = [x] if len(specs) == 1 and not isinstance(x, (list, tuple)) else list(x)
         if len(flat) != len(specs):
             raise InputSignatureError(f"{self.name} takes {len(specs)} inputs, got {len(flat)}")
         out = []
@@ -393,7 +402,7 @@ class PlacedModel(keras.Model):
     def __call__(self, x: Any, training: bool = False, **kwargs: Any) -> Any:
         """Run the placed forward pass on one batch (``training=True``: dropout on, batch statistics)."""
         if self._tracing or self._placement is None:
-            return self._source(x, training=training, **kwargs)
+            return self._origin.model(x, training=training, **kwargs)
         return self._forward(training).function(*self._as_inputs(x))
 
     def _run_step(self, step: str, data: Any) -> Any:
@@ -468,6 +477,20 @@ class PlacedModel(keras.Model):
         """Keras' ``save_weights`` hook: the placed copies (in the model's ``variables`` order)."""
         for i, v in enumerate(self.variables):
             store[str(i)] = v.numpy()
+
+    def load_weights(self, filepath: Any, *args: Any, **kwargs: Any) -> None:
+        """Keras' ``load_weights`` (placed copies and optimizer state).
+
+        Raises
+        ------
+        ModelError
+            If the file was not saved from a placement of the same model (Keras'
+            own ``ValueError``, with this model's reason inside, is its cause).
+        """
+        try:
+            super().load_weights(filepath, *args, **kwargs)
+        except ValueError as e:
+            raise ModelError(f"cannot load {os.fspath(filepath)!r} into {self.name!r}: {e}") from e
 
     def load_own_variables(self, store: Any) -> None:
         """Keras' ``load_weights`` hook (the inverse of :meth:`save_own_variables`)."""

@@ -94,20 +94,39 @@ def _specs_from_model(model: Any) -> list[tf.TensorSpec]:
     )
 
 
+def is_shape(entry: Any) -> bool:
+    """Whether ``entry`` is a shape: a tuple or list of ints and ``None``."""
+    return isinstance(entry, (tuple, list)) and all(
+        d is None or (isinstance(d, int) and not isinstance(d, bool)) for d in entry)
+
+
+def as_spec(entry: Any, what: str) -> tf.TensorSpec:
+    """``entry`` as a ``tf.TensorSpec``: a spec as it is, a shape as float32.
+
+    Raises
+    ------
+    InputSignatureError
+        If ``entry`` is neither (``what`` names the option in the message).
+
+    Examples
+    --------
+    >>> as_spec((None, 3), "input_signature")
+    TensorSpec(shape=(None, 3), dtype=tf.float32, name=None)
+    """
+    if isinstance(entry, tf.TensorSpec):
+        return entry
+    if is_shape(entry):
+        return tf.TensorSpec(tuple(entry), "float32")
+    raise InputSignatureError(f"{what} entry {entry!r} is neither a tf.TensorSpec nor a shape tuple")
+
+
 def _normalise_specs(
     model: Any, input_signature: Sequence[Any] | None, batch_size: int | None
 ) -> tuple[tuple[tf.TensorSpec, ...], int]:
     if input_signature is not None:
         if isinstance(input_signature, tf.TensorSpec):
             input_signature = [input_signature]
-        specs = []
-        for s in input_signature:
-            if isinstance(s, tf.TensorSpec):
-                specs.append(s)
-            elif isinstance(s, (tuple, list)):
-                specs.append(tf.TensorSpec(tuple(s), "float32"))
-            else:
-                raise InputSignatureError(f"input_signature entry {s!r} is neither a tf.TensorSpec nor a shape tuple")
+        specs = [as_spec(s, "input_signature") for s in input_signature]
     else:
         specs = _specs_from_model(model)
     batches = {s.shape[0] for s in specs if s.shape.rank and s.shape[0] is not None}
@@ -131,7 +150,7 @@ def _normalise_specs(
                 f"input {s.name!r} has unknown non-batch dimensions {tuple(s.shape)}; "
                 "pass an input_signature with every non-batch dimension known"
             )
-    dyn = tuple(tf.TensorSpec((None, *s.shape[1:]), s.dtype, name=s.name) for s in specs)
+    dyn = tuple(with_batch(s, None) for s in specs)
     return dyn, batch
 
 
@@ -199,7 +218,7 @@ def trace_model(model: Any, *, batch_size: int | None = None,
         return model(xs[0] if single else list(xs), training=training)
 
     fn = tf.function(forward, autograph=False)
-    fixed_specs = [tf.TensorSpec((batch, *s.shape[1:]), s.dtype, name=s.name) for s in specs]
+    fixed_specs = [with_batch(s, batch) for s in specs]
     try:
         fixed = fn.get_concrete_function(*fixed_specs)
         dynamic = fn.get_concrete_function(*specs)
@@ -232,7 +251,8 @@ def trace_model(model: Any, *, batch_size: int | None = None,
     )
 
 
-def _fixed(spec: tf.TensorSpec, batch: int | None) -> tf.TensorSpec:
+def with_batch(spec: Any, batch: int | None) -> tf.TensorSpec:
+    """``spec`` with batch dimension ``batch`` (``None``: unknown), its other dimensions and name kept."""
     return tf.TensorSpec((batch, *spec.shape[1:]), spec.dtype, name=spec.name)
 
 
@@ -268,7 +288,7 @@ def trace_step(shell: Any, step: str, data_structure: Any, *, batch_size: int | 
     import keras
 
     base = body or {"train": keras.Model.train_step, "test": keras.Model.test_step}[step]
-    specs = [_fixed(s, batch_size) for s in tf.nest.flatten(data_structure)]
+    specs = [with_batch(s, batch_size) for s in tf.nest.flatten(data_structure)]
 
     def run(*flat: tf.Tensor) -> Any:
         return base(shell, tf.nest.pack_sequence_as(data_structure, list(flat)))
@@ -329,7 +349,7 @@ def trace_training_step(model: Any, *, batch_size: int | None = None, loss: Any 
     loss_fn = keras.losses.get(loss)
     trainable = list(model.trainable_variables)
     opt.build(trainable)
-    fixed_specs = [tf.TensorSpec((batch, *s.shape[1:]), s.dtype, name=s.name) for s in specs]
+    fixed_specs = [with_batch(s, batch) for s in specs]
     try:
         sample = model([tf.zeros(s.shape, s.dtype) for s in fixed_specs][0] if single else
                        [tf.zeros(s.shape, s.dtype) for s in fixed_specs], training=False)
@@ -358,7 +378,7 @@ def trace_training_step(model: Any, *, batch_size: int | None = None, loss: Any 
              len(fixed.graph.get_operations()), len(variables), batch)
     return TracedModel(
         model=model,
-        input_specs=(*specs, *(tf.TensorSpec((None, *t.shape[1:]), t.dtype, name=t.name) for t in target_specs)),
+        input_specs=(*specs, *(with_batch(t, None) for t in target_specs)),
         batch_size=batch,
         fixed=fixed,
         dynamic=fixed,

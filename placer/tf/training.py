@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from ..errors import InputSignatureError, TrainingError, UnsupportedError
 from .placed_model import PlacedModel
-from .trace import TracedModel, _normalise_specs, check_model
+from .trace import TracedModel, _normalise_specs, as_spec, check_model, is_shape, with_batch
 
 #: Compile settings a placed step cannot honour, and what they become.
 _PLACED_COMPILE = {"jit_compile": False, "run_eagerly": False, "steps_per_execution": 1}
@@ -102,19 +102,13 @@ def check_replicable(model: Any, replicas: int, batch_size: int) -> None:
 def _target_specs(model: Any, x_specs: Sequence[tf.TensorSpec], batch: int, targets: Any) -> Any:
     """The labels' structure: given by the user, else one per model output with its shape and dtype."""
     if targets is not None:
-        def spec(s: Any) -> tf.TensorSpec:
-            if isinstance(s, tf.TensorSpec):
-                return tf.TensorSpec((None, *s.shape[1:]), s.dtype)
-            if isinstance(s, (tuple, list)) and all(isinstance(d, (int, type(None))) for d in s):
-                return tf.TensorSpec((None, *tuple(s)[1:]), "float32")
-            raise InputSignatureError(f"targets entry {s!r} is neither a tf.TensorSpec nor a shape tuple")
-        if isinstance(targets, tf.TensorSpec) or (isinstance(targets, tuple) and
-                                                   all(isinstance(d, (int, type(None))) for d in targets)):
-            return spec(targets)
-        return [spec(s) for s in targets]
+        if isinstance(targets, tf.TensorSpec) or (isinstance(targets, tuple) and is_shape(targets)):
+            return with_batch(as_spec(targets, "targets"), None)
+        return [with_batch(as_spec(s, "targets"), None) for s in targets]
     single = len(x_specs) == 1
     fn = tf.function(lambda *xs: model(xs[0] if single else list(xs), training=False), autograph=False)
-    out = fn.get_concrete_function(*[tf.TensorSpec((batch, *s.shape[1:]), s.dtype) for s in x_specs]).structured_outputs
+    out = fn.get_concrete_function(*[with_batch(s, batch) for s in x_specs]).structured_outputs
+    # Unnamed: an output tensor's name ("Identity:0") is no valid placeholder name.
     return tf.nest.map_structure(lambda t: tf.TensorSpec((None, *t.shape[1:]), t.dtype), out)
 
 
