@@ -34,6 +34,7 @@ from .errors import (
     SolverError,
     TrainingError,
     UnsupportedError,
+    WorkerError,
 )
 
 __version__ = "0.1.0"
@@ -53,7 +54,7 @@ _LAZY = {
 __all__ = [
     "AutoplaceError", "CostError", "DeviceError", "DeviceSpec", "ExportError", "GraphError",
     "InputSignatureError", "InsufficientMemoryError", "ModelError", "NoFeasiblePlanError", "PlanError",
-    "SolverError", "TrainingError", "UnsupportedError", *_LAZY,
+    "SolverError", "TrainingError", "UnsupportedError", "WorkerError", *_LAZY,
 ]
 
 

@@ -78,5 +78,9 @@ class TrainingError(AutoplaceError, ValueError):
     labels that do not fit the model, replicas that do not divide the devices or the batch."""
 
 
+class WorkerError(AutoplaceError, RuntimeError):
+    """A remote worker died, froze or cannot be reached while autoplace (or a placed call) used it."""
+
+
 class UnsupportedError(AutoplaceError, NotImplementedError):
     """A feature autoplace does not have yet (the message says which)."""

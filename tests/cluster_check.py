@@ -1,13 +1,19 @@
 """Run by tests/test_cluster.py inside a loopback-only network namespace (not collected by pytest).
 
-Starts two pinned gRPC workers, connects, calibrates the link between them,
-places a small Keras model across them and compares outputs with the
-original; prints one JSON line. The workers are stopped on every path.
+Starts two pinned gRPC workers (from a directory holding planted ``tensorflow``
+and ``placer`` packages, which they must not import), connects, calibrates the
+link between them, places a small Keras model across them and compares
+outputs with the original. Then the faults: worker 1 frozen (SIGSTOP) under a
+direct call and under ``predict``, continued, then killed. Prints one JSON
+line. The workers are stopped on every path.
 """
 
 import json
 import os
+import signal
 import sys
+import tempfile
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -28,9 +34,34 @@ def model() -> keras.Model:
     return keras.Model(inp, out, name="two_towers")
 
 
+def plant(directory: str) -> str:
+    """Packages named like the real ones in ``directory``; importing either writes ``HIJACKED``."""
+    marker = os.path.join(directory, "HIJACKED")
+    for pkg in ("tensorflow", "placer"):
+        os.makedirs(os.path.join(directory, pkg))
+        with open(os.path.join(directory, pkg, "__init__.py"), "w") as f:
+            f.write(f"open({marker!r}, 'w').write({pkg!r})\n")
+    return marker
+
+
+def timed_error(fn) -> dict:
+    t = time.monotonic()
+    try:
+        fn()
+        return {"error": None, "s": time.monotonic() - t}
+    except Exception as e:  # noqa: BLE001  (reported to the test, which checks the type)
+        return {"error": type(e).__name__, "message": str(e)[:300], "s": time.monotonic() - t}
+
+
 def main() -> None:
     out = {}
+    here = os.getcwd()
+    planted = tempfile.mkdtemp()
+    marker = plant(planted)
+    os.chdir(planted)  # the workers start here
     with LocalCluster(2) as cluster:
+        os.chdir(here)
+        out["hijacked"] = os.path.exists(marker)
         out["worker_pids"] = [p.pid for p in cluster.procs]
         tf.config.experimental_connect_to_cluster(tf.train.ClusterSpec(cluster.spec))
         devices = [cluster.device(0), cluster.device(1)]
@@ -48,6 +79,18 @@ def main() -> None:
         out["max_abs_diff"] = float(np.abs(got - ref).max())
         out["used_devices"] = sorted(set(placed.plan.assignment.values()))
         out["variable_devices"] = sorted({v.value.device for v in placed.variables})
+        out["healthy"] = timed_error(lambda: (placed.check_workers(), cluster.check()))
+        pid = cluster.procs[1].pid
+        os.kill(pid, signal.SIGSTOP)
+        out["frozen_call"] = timed_error(lambda: placed(x))
+        out["frozen_predict"] = timed_error(lambda: placed.predict(x, verbose=0))
+        out["frozen_check"] = timed_error(lambda: cluster.check(timeout_s=2))
+        os.kill(pid, signal.SIGCONT)
+        time.sleep(1)
+        out["resumed_max_abs_diff"] = float(np.abs(placed(x).numpy() - ref).max())
+        os.kill(pid, signal.SIGKILL)
+        cluster.procs[1].wait()
+        out["killed_call"] = timed_error(lambda: placed(x))
     print("RESULT " + json.dumps(out), flush=True)
 
 

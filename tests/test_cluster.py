@@ -48,5 +48,11 @@ def test_two_pinned_workers_place_a_model_and_shut_down():
     assert set(out["variable_devices"]) <= workers
     assert out["max_abs_diff"] <= 1e-5, out
     assert out["link"]["latency_s"] > 0  # a cross-process call costs something, unlike logical devices
+    assert not out["hijacked"]  # the workers imported the installed packages, not the planted ones
+    assert out["healthy"]["error"] is None
+    for case in ("frozen_call", "frozen_predict", "frozen_check", "killed_call"):  # typed, within 30 s
+        assert out[case]["error"] == "WorkerError" and out[case]["s"] < 30, (case, out[case])
+    assert "task:1" in out["frozen_call"]["message"] and "not answering" in out["frozen_call"]["message"]
+    assert out["resumed_max_abs_diff"] <= 1e-5  # a worker that comes back serves the placed model again
     for pid in out["worker_pids"]:  # the workers are gone
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"

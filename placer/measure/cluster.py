@@ -22,6 +22,7 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -29,13 +30,14 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from types import TracebackType
 from typing import Mapping
 
-from ..errors import DeviceError
+from ..core.processes import child_environment, python_module_command
+from ..errors import DeviceError, WorkerError
+from .health import probe_worker
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +91,13 @@ class LocalCluster:
 
     def __init__(self, workers: int = 2, *, pin_cores: bool = True, threads: int = 1, start_timeout_s: float = 90.0,
                  require_isolated_network: bool = True, env: Mapping[str, str] | None = None) -> None:
-        if workers < 1:
-            raise DeviceError(f"a cluster needs at least one worker, got {workers}")
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise DeviceError(f"workers must be a positive integer (the number of worker processes), got {workers!r}")
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise DeviceError(f"threads must be a positive integer, got {threads!r}")
+        if env is not None and not (isinstance(env, Mapping)
+                                    and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
+            raise DeviceError(f"env must map environment variable names to strings, got {env!r}")
         self.workers = workers
         self.pin_cores = pin_cores
         self.threads = threads
@@ -117,14 +124,13 @@ class LocalCluster:
                 "require_isolated_network=False on a firewalled host")
         self.ports = [_free_port() for _ in range(self.workers)]
         cores = os.cpu_count() or 1
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), TF_CPP_MIN_LOG_LEVEL="2",
-                   **self.env)
+        env = child_environment({"TF_CPP_MIN_LOG_LEVEL": "2", **self.env})
         env.pop("AUTOPLACE_CACHE_DIR", None)
         log.warning("starting %d TensorFlow gRPC workers (ports %s); they accept unauthenticated connections",
                     self.workers, self.ports)
         try:
             for i in range(self.workers):
-                cmd = [sys.executable, "-m", "placer.measure.worker", json.dumps(self.spec), str(i), str(self.threads)]
+                cmd = python_module_command("placer.measure.worker", json.dumps(self.spec), str(i), str(self.threads))
                 if self.pin_cores and shutil.which("taskset"):
                     cmd = ["taskset", "-c", str(i % cores), *cmd]
                 self.procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -149,11 +155,32 @@ class LocalCluster:
                     raise DeviceError(f"worker {i} did not open port {port} within {self.start_timeout_s:.0f} s")
                 time.sleep(0.2)
 
+    def check(self, timeout_s: float = 5.0) -> None:
+        """Probe every worker (:func:`placer.measure.health.probe_worker`).
+
+        Raises
+        ------
+        WorkerError
+            Naming each worker that exited, does not answer within ``timeout_s`` or refuses connections.
+        """
+        bad = []
+        for i, (proc, address) in enumerate(zip(self.procs, self.spec["worker"])):
+            if proc.poll() is not None:
+                bad.append(f"worker {i} ({address}) exited with status {proc.returncode}")
+                continue
+            status = probe_worker(address, timeout_s=timeout_s)
+            if not status.alive:
+                bad.append(f"worker {i} ({address}) is {status.state.value} ({status.detail})")
+        if bad:
+            raise WorkerError("; ".join(bad) + ". Stop the cluster and start a new one")
+
     def stop(self) -> None:
-        """Terminate every worker (kill after 10 s); safe to call twice."""
+        """Terminate every worker (kill after 10 s); safe to call twice; stopped (SIGSTOP) workers too."""
         for proc in self.procs:
             if proc.poll() is None:
                 proc.terminate()
+                with contextlib.suppress(ProcessLookupError):  # it exited since poll(): nothing to wake
+                    os.kill(proc.pid, signal.SIGCONT)  # a stopped process acts on SIGTERM only once continued
         for proc in self.procs:
             try:
                 proc.wait(timeout=10)

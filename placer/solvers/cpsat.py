@@ -32,8 +32,9 @@ up to 2×; one worker keeps it but often failed to repair the hint).
 abseil/protobuf; with TensorFlow imported first, CP-SAT crashed the process
 (segmentation fault in ``CpSolver.Solve``, TF 2.21 + OR-Tools 9.15). So when
 TensorFlow is loaded in this process, the model is solved in a child Python
-process (``python -m placer.solvers._child``) that never imports TensorFlow;
-the problem and the solution travel as pickles over pipes.
+process (``placer.solvers._child``) that never imports TensorFlow;
+the problem and the solution travel as pickles over pipes. The child imports
+nothing from the current directory (:mod:`placer.core.processes`).
 """
 
 from __future__ import annotations
@@ -41,7 +42,6 @@ from __future__ import annotations
 import enum
 import logging
 import math
-import os
 import pickle
 import subprocess
 import sys
@@ -52,6 +52,7 @@ import numpy as np
 
 from ..errors import SolverError
 from ..core.objectives import get_objective
+from ..core.processes import child_environment, python_module_command
 from ..core.problem import PlacementProblem
 from .base import Solution, SolveOptions, finish
 from .registry import solver
@@ -109,10 +110,9 @@ def cpsat(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
 
 
 def _solve_in_child(problem: PlacementProblem, options: SolveOptions) -> CpSatResult:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     try:
-        proc = subprocess.run([sys.executable, "-m", "placer.solvers._child"], input=pickle.dumps((problem, options)),
-                              capture_output=True, env=env, timeout=4 * options.time_limit_s + 120)
+        proc = subprocess.run(python_module_command("placer.solvers._child"), input=pickle.dumps((problem, options)),
+                              capture_output=True, env=child_environment(), timeout=4 * options.time_limit_s + 120)
     except subprocess.TimeoutExpired as e:
         raise SolverError(f"the CP-SAT child process did not finish in {e.timeout:.0f} s") from e
     if proc.returncode != 0:

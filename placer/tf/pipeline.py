@@ -41,7 +41,7 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 import tensorflow as tf
 
 from ..core.build import MODEL_GROUP_BY, build_problem
-from ..core.compression import COMPRESSION_CHOICES, DEFAULT_ERROR_BUDGET, CompressionPolicy
+from ..core.compression import DEFAULT_ERROR_BUDGET, CompressionPolicy
 from ..core.devices import resolve_devices
 from ..core.plan import Plan
 from ..errors import AutoplaceError, PlanError, TrainingError
@@ -49,6 +49,7 @@ from ..planner import MODEL_MEMORY, PlanOptions, options_from, plan_problem
 from .costs import ProfileOptions, compute_costs
 from .opgraph import build_op_graph
 from .placed_model import PlacedModel
+from .remote import DEFAULT_WORKER_TIMEOUT_S
 from .report import build_report
 from .trace import trace_model
 from .training import trace_training
@@ -98,6 +99,11 @@ class PlacementOptions:
     optimizer, loss, metrics, loss_weights
         Compile settings for training (as ``keras.Model.compile`` takes them);
         ``None``: the compiled model's own (fresh objects, same configuration).
+    worker_timeout_s : float
+        Placed calls on remote (gRPC) workers: how long a worker may leave a
+        health probe unanswered before the call ends with a ``WorkerError``
+        (TensorFlow alone would wait forever on a frozen worker; see
+        :mod:`placer.tf.remote`).
     replicas : int
         Hybrid data + model parallelism for training: the devices are split
         into this many equal groups, in order; the plan is made for the first
@@ -133,6 +139,7 @@ class PlacementOptions:
     loss_weights: Any = None
     targets: Any = None
     replicas: int = 1
+    worker_timeout_s: float = DEFAULT_WORKER_TIMEOUT_S
 
     def __post_init__(self) -> None:
         if isinstance(self.replicas, bool) or not isinstance(self.replicas, int) or self.replicas < 1:
@@ -296,7 +303,8 @@ def autoplace(model: Any, devices: Sequence[Any], *, plan: Plan | str | os.PathL
     built = stages.run("problem", build_problem, op_graph.graph, devset, group_by=opts.group_by)
     placed_plan = stages.run("solve", _solve, built, opts.plan_options(), given, traced.batch_size, opts.compression)
     policy = stages.run("codecs", compression_policy, opts.compression, opts.compression_error, devset)
-    emitted = stages.run("emit", shell.place, traced, placed_plan, op_graph, devset, input_specs, policy)
+    emitted = stages.run("emit", shell.place, traced, placed_plan, op_graph, devset, input_specs, policy,
+                         worker_timeout_s=opts.worker_timeout_s)
 
     def report() -> Any:
         sim = built.simulate(built.group_assignment(placed_plan.assignment))

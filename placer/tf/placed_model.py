@@ -50,6 +50,7 @@ from .codecs import CompressedEdge
 from .emit import IMPORT_PREFIX, EmittedModel, emit
 from .export import export_saved_model
 from .opgraph import GRADIENT_SCOPE, OpGraph, layer_of
+from .remote import DEFAULT_WORKER_TIMEOUT_S, Watchdog, worker_addresses
 from .report import Report
 from .trace import TracedModel, trace_model, trace_step
 
@@ -84,6 +85,7 @@ class _Placement:
     training: bool
     placed: dict[int, Any]             # id(user's or shell's keras.Variable) -> the variable on its device
     layer_devices: dict[str, str]
+    watchdog: Watchdog
     functions: dict[Any, EmittedModel] = field(default_factory=dict)
     planned: EmittedModel | None = None  # the function of the planned trace
     report: Report | None = None
@@ -266,8 +268,12 @@ class PlacedModel(keras.Model):
 
     # -- placement -------------------------------------------------------------
     def place(self, traced: TracedModel, plan: Plan, op_graph: OpGraph, devices: DeviceSet,
-              input_specs: Sequence[tf.TensorSpec], compression: CompressionPolicy) -> EmittedModel:
+              input_specs: Sequence[tf.TensorSpec], compression: CompressionPolicy, *,
+              worker_timeout_s: float = DEFAULT_WORKER_TIMEOUT_S) -> EmittedModel:
         """Create every variable on its planned device and emit the planned function.
+
+        Calls that use remote workers are watched (:class:`placer.tf.remote.Watchdog`): a worker that
+        leaves a health probe unanswered for ``worker_timeout_s`` ends the call with a ``WorkerError``.
 
         Raises
         ------
@@ -296,7 +302,8 @@ class PlacedModel(keras.Model):
             layer_devices.setdefault(layer_of(op), device)
         object.__setattr__(self, "_placement", _Placement(
             plan=plan, op_graph=op_graph, devices=devices, input_specs=tuple(input_specs),
-            compression=compression, training=traced.step == "train", placed=placed, layer_devices=layer_devices))
+            compression=compression, training=traced.step == "train", placed=placed, layer_devices=layer_devices,
+            watchdog=Watchdog(worker_addresses(devices.names), worker_timeout_s)))
         self.built = True
         emitted = (self._forward(False) if traced.step == "predict"
                    else self._step_function(traced.step, traced.data_structure))
@@ -403,12 +410,48 @@ class PlacedModel(keras.Model):
         """Run the placed forward pass on one batch (``training=True``: dropout on, batch statistics)."""
         if self._tracing or self._placement is None:
             return self._origin.model(x, training=training, **kwargs)
-        return self._forward(training).function(*self._as_inputs(x))
+        return self._run(self._forward(training).function, self._as_inputs(x))
 
     def _run_step(self, step: str, data: Any) -> Any:
         structure = tf.nest.map_structure(_spec_of, data)
-        fn = self._step_function(step, structure).function
-        return fn(*tf.nest.flatten(data))
+        return self._run(self._step_function(step, structure).function, tf.nest.flatten(data))
+
+    def _run(self, fn: Any, args: Sequence[Any]) -> Any:
+        """``fn(*args)``; watched when it runs eagerly (inside Keras' functions the watch is on those)."""
+        if tf.executing_eagerly():
+            return self._placed.watchdog.call(fn, *args)
+        return fn(*args)
+
+    # Keras runs fit/evaluate/predict through these functions: each is watched like a direct call.
+    def make_train_function(self, force: bool = False) -> Any:  # noqa: D102
+        super().make_train_function(force)
+        self.train_function = self._watched(self.train_function)
+        return self.train_function
+
+    def make_test_function(self, force: bool = False) -> Any:  # noqa: D102
+        super().make_test_function(force)
+        self.test_function = self._watched(self.test_function)
+        return self.test_function
+
+    def make_predict_function(self, force: bool = False) -> Any:  # noqa: D102
+        super().make_predict_function(force)
+        self.predict_function = self._watched(self.predict_function)
+        return self.predict_function
+
+    def _watched(self, fn: Any) -> Any:
+        if fn is None or self._placement is None or self._tracing:
+            return fn
+        return self._placement.watchdog.guard(fn)
+
+    def check_workers(self) -> None:
+        """Probe every remote worker this placement uses (nothing to do on local devices).
+
+        Raises
+        ------
+        WorkerError
+            Naming each worker that does not answer within ``worker_timeout_s`` or cannot be reached.
+        """
+        self._placed.watchdog.check()
 
     def _check_trainable(self, what: str) -> None:
         if not self._placed.training:

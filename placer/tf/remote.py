@@ -1,0 +1,148 @@
+"""Placed calls on gRPC workers that never hang: a watchdog that probes the workers while a call runs.
+
+TensorFlow 2.21 gives a remote call no deadline: with a worker frozen
+(``SIGSTOP``, swapping, a deadlock) a placed call blocks forever, and neither
+``context.check_alive`` (it blocks too, holding the GIL) nor a
+``CancellationManager`` (it does not interrupt the pending remote run)
+gets it back. ``ConfigProto.operation_timeout_in_ms`` must be set before the
+eager context starts, which is the user's, not ours.
+
+So :class:`Watchdog` runs each call that touches a remote worker in a helper
+thread (the call releases the GIL while it waits). If the call has not
+returned after :data:`PROBE_AFTER_S`, every worker it uses is probed with
+:func:`placer.measure.health.probe_worker` (a ``GetStatus`` RPC with a
+deadline), again and again while the call runs. A worker that does not
+answer within ``timeout_s``, or refuses the connection, ends the wait with a
+:class:`~placer.errors.WorkerError` naming it. The abandoned helper thread
+returns when TensorFlow gives up on the worker (at once when it dies; it
+never does while the worker stays frozen). TensorFlow's own
+``UnavailableError``/``DeadlineExceededError`` (a killed worker) become a
+``WorkerError`` as well. Calls on local devices run directly, with no thread.
+
+Examples
+--------
+>>> Watchdog({}, timeout_s=10.0).call(lambda a: a + 1, 1)
+2
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping
+
+import tensorflow as tf
+from tensorflow.python.eager import context
+
+from ..errors import WorkerError
+from ..measure.health import WorkerStatus, probe_worker
+
+#: A call that has not returned after this many seconds gets its workers probed.
+PROBE_AFTER_S = 2.0
+#: Default of ``PlacementOptions.worker_timeout_s``: how long a worker may leave a probe unanswered.
+DEFAULT_WORKER_TIMEOUT_S = 10.0
+
+_WORKER_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError)
+
+
+def worker_addresses(device_names: Iterable[str]) -> dict[str, str]:
+    """``/job:J/replica:0/task:T`` → ``host:port`` of every remote task among ``device_names``.
+
+    Read from the cluster this process connected to
+    (``tf.config.experimental_connect_to_cluster``); empty when it connected
+    to none or every device is local.
+    """
+    server_def = context.context().get_server_def()
+    if server_def is None:
+        return {}
+    jobs = {job.name: dict(job.tasks) for job in server_def.cluster.job}
+    out: dict[str, str] = {}
+    for name in device_names:
+        spec = tf.DeviceSpec.from_string(name)
+        if spec.job and spec.job != server_def.job_name and spec.task in jobs.get(spec.job, {}):
+            out[f"/job:{spec.job}/replica:{spec.replica or 0}/task:{spec.task}"] = jobs[spec.job][spec.task]
+    return out
+
+
+def _advice(bad: list[WorkerStatus], names: Mapping[str, str]) -> str:
+    what = "; ".join(f"{names[s.address]} at {s.address} is {s.state.value} ({s.detail})" for s in bad)
+    return (f"{what}. Restart the worker (or the cluster) and connect again, or place the model on the devices "
+            "that are left; the abandoned call is not retried")
+
+
+@dataclass(frozen=True)
+class Watchdog:
+    """Runs placed calls, failing with :class:`~placer.errors.WorkerError` instead of hanging on a bad worker.
+
+    Parameters
+    ----------
+    workers : Mapping[str, str]
+        Task name → ``host:port`` of each remote worker the calls use
+        (:func:`worker_addresses`); empty: calls run directly.
+    timeout_s : float
+        How long a worker may leave a health probe unanswered.
+    """
+
+    workers: Mapping[str, str]
+    timeout_s: float = DEFAULT_WORKER_TIMEOUT_S
+
+    def check(self, timeout_s: float | None = None) -> None:
+        """Probe every worker once (each for at most ``timeout_s``, default ``self.timeout_s``).
+
+        Raises
+        ------
+        WorkerError
+            Naming each worker that is not answering or not reachable.
+        """
+        by_address = {a: t for t, a in self.workers.items()}
+        wait = self.timeout_s if timeout_s is None else timeout_s
+        bad = [s for s in (probe_worker(a, timeout_s=wait) for a in by_address) if not s.alive]
+        if bad:
+            raise WorkerError(_advice(bad, by_address))
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)``, watched while it runs (see the module docstring)."""
+        if not self.workers:
+            return self._translate(fn, *args)
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                box["value"] = self._translate(fn, *args)
+            except BaseException as e:  # handed to the caller below
+                box["error"] = e
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name="autoplace-placed-call", daemon=True).start()
+        while not done.wait(PROBE_AFTER_S):
+            try:
+                self.check()
+            except WorkerError:
+                if done.is_set():  # it finished (or failed on its own) while we probed
+                    break
+                raise
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    def guard(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` wrapped by :meth:`call` (marked, so it is not wrapped twice); ``fn`` itself without workers."""
+        if not self.workers or getattr(fn, "_autoplace_watched", False):
+            return fn
+
+        def watched(*args: Any) -> Any:
+            return self.call(fn, *args)
+
+        watched._autoplace_watched = True  # type: ignore[attr-defined]
+        return watched
+
+    def _translate(self, fn: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except _WORKER_ERRORS as e:
+            self.check(timeout_s=min(self.timeout_s, 2.0))  # names the worker that went away, if one did
+            raise WorkerError(f"a placed call failed with TensorFlow's {type(e).__name__} although every worker "
+                              f"({', '.join(sorted(self.workers)) or 'none remote'}) answers now: the connection "
+                              "broke during the call. Run it again; if it keeps failing, restart the cluster") from e
