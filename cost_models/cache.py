@@ -13,6 +13,7 @@ Examples
 >>> cache.get(key) is None
 True
 >>> cache.put(key, {"MatMul": 12.5}, {"MatMul": 0.4})
+True
 >>> cache.get(key).median_us
 {'MatMul': 12.5}
 """
@@ -26,7 +27,7 @@ import math
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Collection, Mapping
 
 log = logging.getLogger(__name__)
 
@@ -68,40 +69,86 @@ class CachedProfile:
     spread_us: Mapping[str, float]
 
 
+def _times(value: object, what: str) -> dict[str, float]:
+    """A ``{op name: finite non-negative µs}`` mapping, or ValueError saying what is wrong."""
+    if not isinstance(value, dict):
+        raise ValueError(f"{what} is a {type(value).__name__}, not an object of op times")
+    out = {}
+    for k, v in value.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise ValueError(f"{what}[{k!r}] = {v!r} is not a finite non-negative number of µs")
+        out[str(k)] = float(v)
+    return out
+
+
+def _key(value: object) -> CacheKey:
+    types = {"graph": str, "device_kind": str, "batch_size": int, "tf_version": str, "grappler": bool}
+    if not isinstance(value, dict) or set(value) != set(types):
+        raise ValueError(f"the key is not an object with the fields {sorted(types)}")
+    for name, kind in types.items():
+        v = value[name]
+        if not isinstance(v, kind) or (kind is int and isinstance(v, bool)):
+            raise ValueError(f"key field {name!r} = {v!r} is not a {kind.__name__}")
+    return CacheKey(**value)
+
+
 class ProfileCache:
-    """A directory of JSON entries, one per :class:`CacheKey`."""
+    """A directory of JSON entries, one per :class:`CacheKey`.
+
+    The cache is *trusted input*: its times decide the plan. Entries are
+    checked (layout, types, finite non-negative times, every op present)
+    and a bad one is ignored with a warning, but a well-formed entry with
+    plausible times is believed. The directory is created ``0700`` and each
+    entry ``0600``; point ``$AUTOPLACE_CACHE_DIR`` only at a folder you own.
+    A failed write is logged and the placement goes on (the cache only saves
+    profiling time).
+    """
 
     def __init__(self, directory: str | os.PathLike) -> None:
         self.directory = Path(directory)
 
-    def get(self, key: CacheKey) -> CachedProfile | None:
-        """The entry for ``key``, or None (missing, corrupt, stale or foreign entries: warned and ignored)."""
+    def get(self, key: CacheKey, required_ops: Collection[str] = ()) -> CachedProfile | None:
+        """The entry for ``key``, or None (missing, corrupt, stale or foreign entries: warned and ignored).
+
+        ``required_ops``: op names the entry must time (those a fresh profile would); an entry lacking
+        one is ignored.
+        """
         path = self.directory / key.filename()
         if not path.exists():
             return None
         try:
-            doc = json.loads(path.read_text())
-            stored = CacheKey(**doc["key"])
-            fmt = doc["format"]
-            median = {str(k): float(v) for k, v in doc["median_us"].items()}
-            spread = {str(k): float(v) for k, v in doc["spread_us"].items()}
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            log.warning("ignoring unreadable profile cache entry %s (%s); re-profiling", path, e)
-            return None
-        if fmt != CACHE_FORMAT or stored != key:
-            log.warning("ignoring profile cache entry %s: it was written for %s (format %s), not %s; re-profiling",
-                        path, stored, fmt, key)
-            return None
-        if any(not math.isfinite(v) or v < 0 for v in median.values()):
-            log.warning("ignoring profile cache entry %s: it holds negative or non-finite times", path)
+            doc = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(doc, dict):
+                raise ValueError("the entry is not a JSON object")
+            fmt = doc.get("format")
+            if fmt != CACHE_FORMAT:
+                raise ValueError(f"it has format {fmt!r}, this autoplace writes {CACHE_FORMAT}")
+            stored = _key(doc.get("key"))
+            if stored != key:
+                raise ValueError(f"it was written for {stored}, not {key}")
+            median = _times(doc.get("median_us"), "median_us")
+            spread = _times(doc.get("spread_us"), "spread_us")
+            missing = [op for op in required_ops if op not in median]
+            if missing:
+                raise ValueError(f"it times no {len(missing)} of the graph's ops (e.g. {sorted(missing)[:3]})")
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+            log.warning("ignoring profile cache entry %s: %s; re-profiling", path, e)
             return None
         return CachedProfile(median, spread)
 
-    def put(self, key: CacheKey, median_us: Mapping[str, float], spread_us: Mapping[str, float]) -> None:
-        """Write the entry atomically (a temporary file renamed into place)."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        path = self.directory / key.filename()
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps({"format": CACHE_FORMAT, "key": asdict(key), "median_us": dict(median_us),
-                                   "spread_us": dict(spread_us)}))
-        os.replace(tmp, path)
+    def put(self, key: CacheKey, median_us: Mapping[str, float], spread_us: Mapping[str, float]) -> bool:
+        """Write the entry atomically (``0600``, in a ``0700`` directory); False (and a warning) if it failed."""
+        from placer.core.outputs import write_text  # the atomic writer; placer's TensorFlow-free core
+        from placer.errors import OutputError
+
+        try:
+            if not self.directory.exists():
+                self.directory.mkdir(parents=True, mode=0o700)
+            write_text(self.directory / key.filename(),
+                       json.dumps({"format": CACHE_FORMAT, "key": asdict(key), "median_us": dict(median_us),
+                                   "spread_us": dict(spread_us)}), mode=0o600)
+        except (OSError, OutputError) as e:
+            log.warning("could not write the profile cache entry in %s (%s); going on without caching it",
+                        self.directory, e)
+            return False
+        return True

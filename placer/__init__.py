@@ -30,6 +30,7 @@ from .errors import (
     InsufficientMemoryError,
     ModelError,
     NoFeasiblePlanError,
+    OutputError,
     PlanError,
     SolverError,
     TrainingError,
@@ -53,7 +54,7 @@ _LAZY = {
 
 __all__ = [
     "AutoplaceError", "CostError", "DeviceError", "DeviceSpec", "ExportError", "GraphError",
-    "InputSignatureError", "InsufficientMemoryError", "ModelError", "NoFeasiblePlanError", "PlanError",
+    "InputSignatureError", "InsufficientMemoryError", "ModelError", "NoFeasiblePlanError", "OutputError", "PlanError",
     "SolverError", "TrainingError", "UnsupportedError", "WorkerError", *_LAZY,
 ]
 

@@ -78,6 +78,11 @@ class TrainingError(AutoplaceError, ValueError):
     labels that do not fit the model, replicas that do not divide the devices or the batch."""
 
 
+class OutputError(AutoplaceError, OSError):
+    """An output path cannot be written: a missing or read-only folder, a full disk, a folder where a file
+    goes, or a path that is also an input."""
+
+
 class WorkerError(AutoplaceError, RuntimeError):
     """A remote worker died, froze or cannot be reached while autoplace (or a placed call) used it."""
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import placer
-from placer.errors import ExportError
+from placer.errors import OutputError
 from tests.models import multi_input, sample
 
 CHILD = textwrap.dedent("""
@@ -54,6 +54,6 @@ def test_export_refuses_non_empty_directory(tmp_path, devices):
     p = placer.autoplace(model, devices[:1], batch_size=2)
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "file").write_text("keep me")
-    with pytest.raises(ExportError, match="not empty"):
+    with pytest.raises(OutputError, match="not empty"):
         p.export(tmp_path / "taken")
     assert (tmp_path / "taken" / "file").read_text() == "keep me"

@@ -44,8 +44,6 @@ Examples
 
 from __future__ import annotations
 
-import math
-import numbers
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Mapping, Sequence
 
@@ -74,6 +72,7 @@ from .attrs import (
 )
 from .devices import DeviceSet
 from .problem import PlacementProblem, Schedule, group_tensors
+from .validate import MAX_BYTES, real
 
 #: Grouping registry: name → the group key of a node (``None``: no key; the node is its own group
 #: unless colocation merges it).
@@ -187,10 +186,49 @@ class BuiltProblem:
             raise CostError(f"cannot simulate the plan: {e}") from e
 
 
-def _number(value: Any, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
-        raise CostError(f"{what} must be a finite non-negative number, got {value!r}")
-    return float(value)
+#: Largest per-node µs and per-edge/node bytes a graph may give (the solvers' integer models scale by them).
+MAX_COMPUTE_US = 1e12
+MAX_GRAPH_BYTES = float(MAX_BYTES)
+
+
+def _number(value: Any, what: str, maximum: float = MAX_GRAPH_BYTES) -> float:
+    return real(what, value, maximum=maximum, error=CostError)
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _check_attributes(graph: nx.DiGraph) -> None:
+    """The types of the attributes the builder reads (values are checked where they are read)."""
+    for v, attrs in graph.nodes(data=True):
+        for key in (COLOCATION, LAYER):
+            if not _hashable(attrs.get(key)):
+                raise GraphError(f"node {v!r}: {key} must be a string (or another hashable key), got {attrs[key]!r}")
+        allowed = attrs.get(ALLOWED_KINDS)
+        if allowed is not None and not isinstance(allowed, str) and not (
+                isinstance(allowed, (list, tuple, set, frozenset)) and all(isinstance(a, str) for a in allowed)):
+            raise GraphError(f"node {v!r}: {ALLOWED_KINDS} must be a device kind or a list of them "
+                             f"(e.g. [\"CPU\", \"GPU\"]), got {allowed!r}")
+        if attrs.get(OP_TYPE) is not None and not isinstance(attrs[OP_TYPE], str):
+            raise GraphError(f"node {v!r}: {OP_TYPE} must be a string, got {attrs[OP_TYPE]!r}")
+        us = attrs.get(COMPUTE_US)
+        if isinstance(us, Mapping) and not all(isinstance(kind, str) for kind in us):
+            raise GraphError(f"node {v!r}: {COMPUTE_US} maps device kinds (strings) to µs, got {us!r}")
+    for u, w, attrs in graph.edges(data=True):
+        names, sizes, key = attrs.get(TENSORS), attrs.get(TENSOR_BYTES), attrs.get(TENSOR)
+        if sizes is not None and not isinstance(sizes, (list, tuple)):
+            raise CostError(f"edge {u!r} -> {w!r}: {TENSOR_BYTES} must be a list of byte counts, got {sizes!r}")
+        if names is not None and not (isinstance(names, (list, tuple)) and all(map(_hashable, names))):
+            raise GraphError(f"edge {u!r} -> {w!r}: {TENSORS} must be a list of tensor names, got {names!r}")
+        if key is not None and not _hashable(tuple(key) if isinstance(key, list) else key):
+            raise GraphError(f"edge {u!r} -> {w!r}: {TENSOR} must be a tensor name, got {key!r}")
+        if not isinstance(attrs.get(CONTROL, False), bool):
+            raise GraphError(f"edge {u!r} -> {w!r}: {CONTROL} must be true or false, got {attrs[CONTROL]!r}")
 
 
 def _allowed(node: Hashable, attrs: Mapping, kinds: set[str]) -> frozenset[str] | None:
@@ -220,9 +258,9 @@ def _compute_row(node: Hashable, attrs: Mapping, devset: DeviceSet, allowed: fro
                     f"node {node!r} has no {COMPUTE_US}[{dev.kind!r}] for device {dev.name}; known kinds "
                     f"{sorted(us)}. Give its time on {dev.kind} or exclude the kind with {ALLOWED_KINDS!r}"
                 )
-            t = _number(us[dev.kind], f"node {node!r} {COMPUTE_US}[{dev.kind!r}]")
+            t = _number(us[dev.kind], f"node {node!r} {COMPUTE_US}[{dev.kind!r}]", MAX_COMPUTE_US)
         else:
-            t = _number(us, f"node {node!r} {COMPUTE_US}")
+            t = _number(us, f"node {node!r} {COMPUTE_US}", MAX_COMPUTE_US)
         row[d] = t * 1e-6 / dev.speed
     return row
 
@@ -346,6 +384,7 @@ def build_problem(graph: nx.DiGraph, devices: DeviceSet, *, group_by: str = DEFA
         raise GraphError(f"graph must be a networkx.DiGraph, got {type(graph).__name__}")
     if group_by not in GROUPINGS:
         raise GraphError(f"unknown group_by {group_by!r}; choose one of {sorted(GROUPINGS)}")
+    _check_attributes(graph)
     try:
         nodes = list(nx.topological_sort(graph))
     except nx.NetworkXUnfeasible:

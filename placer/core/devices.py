@@ -20,7 +20,6 @@ Examples
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
@@ -30,6 +29,7 @@ import numpy as np
 from cost_models.comm import Link
 
 from ..errors import DeviceError
+from .validate import MAX_BYTES, integer, real
 
 #: Assumed link between two devices when nothing better is known: these are
 #: planning defaults, not measurements (see ``docs/costs.md``).
@@ -116,7 +116,7 @@ class DeviceSpec:
     name : str
         Device string; canonicalised on construction.
     memory_bytes : int or None
-        Capacity available to the model's resident state; ``None`` = unlimited.
+        Capacity available to the model's resident state (1 … 2**62 bytes); ``None`` = unlimited.
     speed : float
         Relative compute speed (2.0 runs every op in half the measured time).
     bandwidth_bytes_per_s, latency_s : float or None
@@ -136,14 +136,14 @@ class DeviceSpec:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "name", canonical_device_name(self.name))
-        if self.memory_bytes is not None and (int(self.memory_bytes) != self.memory_bytes or self.memory_bytes <= 0):
-            raise DeviceError(f"{self.name}: memory_bytes must be a positive integer or None, got {self.memory_bytes!r}")
+        if self.memory_bytes is not None:
+            object.__setattr__(self, "memory_bytes", integer(f"{self.name}: memory_bytes", self.memory_bytes,
+                                                             minimum=1, maximum=MAX_BYTES, error=DeviceError))
         for attr in ("speed", "bandwidth_bytes_per_s", "latency_s"):
             v = getattr(self, attr)
-            if v is None:
-                continue
-            if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (attr != "latency_s" and v == 0):
-                raise DeviceError(f"{self.name}: {attr} must be a finite positive number, got {v!r}")
+            if v is not None:
+                object.__setattr__(self, attr, real(f"{self.name}: {attr}", v, strict=attr != "latency_s",
+                                                    error=DeviceError))
 
     @property
     def kind(self) -> str:

@@ -33,6 +33,8 @@ from cost_models.comm import Link
 from ..errors import DeviceError, GraphError
 from .attrs import ALLOWED_KINDS
 from .devices import DeviceSet, DeviceSpec, canonical_device_name, resolve_devices
+from .outputs import write_text
+from .validate import real
 
 #: Identifies the JSON file format written by :func:`save_graph`.
 FORMAT = "autoplace-graph"
@@ -68,22 +70,25 @@ def devices_from_json(data: Mapping) -> DeviceSet:
     DeviceError
         A malformed entry or a link naming a device that is not listed.
     """
-    try:
-        specs = [DeviceSpec(e["name"], memory_bytes=e.get("memory_bytes"), speed=e.get("speed", 1.0))
-                 for e in data["devices"]]
-    except (KeyError, TypeError) as e:
-        raise DeviceError(f"each device needs at least a 'name' ({e!r}); see docs/graph-format.md") from None
+    entries, link_entries = data.get("devices"), data.get("links", [])
+    if not isinstance(entries, list) or not isinstance(link_entries, list):
+        raise DeviceError("'devices' and 'links' must be lists; see docs/graph-format.md")
+    if not all(isinstance(e, dict) and isinstance(e.get("name"), str) for e in entries):
+        raise DeviceError("each device needs at least a string 'name'; see docs/graph-format.md")
+    specs = [DeviceSpec(e["name"], memory_bytes=e.get("memory_bytes"), speed=e.get("speed", 1.0)) for e in entries]
     devset = resolve_devices(specs)
     links = dict(devset.links)
     pos = {n: i for i, n in enumerate(devset.names)}
-    for e in data.get("links", []):
+    for e in link_entries:
+        if not isinstance(e, dict) or not isinstance(e.get("src"), str) or not isinstance(e.get("dst"), str):
+            raise DeviceError(f"link {e!r} must be an object with string 'src' and 'dst'; see docs/graph-format.md")
         try:
             i, j = pos[canonical_device_name(e["src"])], pos[canonical_device_name(e["dst"])]
         except KeyError:
             raise DeviceError(f"link {e!r} names a device that is not in the device list {list(devset.names)}") from None
-        bw, lat = e.get("bandwidth_bytes_per_s"), e.get("latency_s", 0.0)
-        if not isinstance(bw, (int, float)) or bw <= 0 or not isinstance(lat, (int, float)) or lat < 0:
-            raise DeviceError(f"link {e!r} needs a positive bandwidth_bytes_per_s and a non-negative latency_s")
+        bw = real(f"link {e['src']} -> {e['dst']} bandwidth_bytes_per_s", e.get("bandwidth_bytes_per_s"),
+                  strict=True, error=DeviceError)
+        lat = real(f"link {e['src']} -> {e['dst']} latency_s", e.get("latency_s", 0.0), error=DeviceError)
         links[(i, j)] = Link(float(bw), float(lat))
     return DeviceSet(devset.devices, links)
 
@@ -113,7 +118,30 @@ def save_graph(path: str | Path, graph: nx.DiGraph, devices: Sequence[Any] | Dev
     doc: dict[str, Any] = {"format": FORMAT, "version": FORMAT_VERSION, "graph": nx.node_link_data(g, edges="edges")}
     if devices is not None:
         doc.update(devices_to_json(as_device_set(devices)))
-    Path(path).write_text(json.dumps(doc, indent=1))
+    write_text(path, json.dumps(doc, indent=1))
+
+
+def _is_id(x: Any) -> bool:
+    return isinstance(x, str) or (isinstance(x, int) and not isinstance(x, bool))
+
+
+def _check_node_link(path: Any, data: Any) -> None:
+    """The shape networkx's ``node_link_graph`` needs, checked first so that a bad file is a GraphError."""
+    where = f"{path}: the 'graph' entry"
+    if not isinstance(data, dict) or not isinstance(data.get("nodes"), list) or not isinstance(
+            data.get("edges", []), list):
+        raise GraphError(f"{where} must be an object with a list of 'nodes' and a list of 'edges' "
+                         "(networkx node-link data; docs/graph-format.md)")
+    ids = set()
+    for node in data["nodes"]:
+        if not isinstance(node, dict) or not _is_id(node.get("id")):
+            raise GraphError(f"{where}: node {node!r} must be an object with a string or integer 'id'")
+        if node["id"] in ids:
+            raise GraphError(f"{where}: node id {node['id']!r} appears twice")
+        ids.add(node["id"])
+    for edge in data.get("edges", []):
+        if not isinstance(edge, dict) or not all(_is_id(edge.get(e)) and edge[e] in ids for e in ("source", "target")):
+            raise GraphError(f"{where}: edge {edge!r} must be an object whose 'source' and 'target' are node ids")
 
 
 def load_graph(path: str | Path) -> tuple[nx.DiGraph, DeviceSet | None]:
@@ -125,16 +153,22 @@ def load_graph(path: str | Path) -> tuple[nx.DiGraph, DeviceSet | None]:
         Not an autoplace graph file, or a newer format version.
     """
     try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise GraphError(f"cannot read graph file {path}: {e}") from None
+        doc = json.loads(Path(path).read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        why = "nested too deeply" if isinstance(e, RecursionError) else e
+        raise GraphError(f"cannot read graph file {path}: {why}") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise GraphError(f"{path} is not an autoplace graph file (expected \"format\": \"{FORMAT}\")")
-    if doc.get("version", 0) > FORMAT_VERSION:
-        raise GraphError(f"{path} has format version {doc['version']}; this autoplace reads up to {FORMAT_VERSION}")
+        raise GraphError(f"{path} is not an autoplace graph file (expected a JSON object with "
+                         f"\"format\": \"{FORMAT}\")")
+    version = doc.get("version", 0)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        raise GraphError(f"{path}: \"version\" must be a non-negative integer, got {version!r}")
+    if version > FORMAT_VERSION:
+        raise GraphError(f"{path} has format version {version}; this autoplace reads up to {FORMAT_VERSION}")
+    _check_node_link(path, doc.get("graph"))
     try:
         graph = nx.node_link_graph(doc["graph"], directed=True, multigraph=False, edges="edges")
-    except (KeyError, TypeError, nx.NetworkXError) as e:
+    except (KeyError, TypeError, ValueError, nx.NetworkXError) as e:
         raise GraphError(f"{path}: the 'graph' entry is not networkx node-link data ({e!r})") from None
     devices = devices_from_json(doc) if "devices" in doc else None
     return graph, devices

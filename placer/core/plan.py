@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Hashable, Mapping
 
 from ..errors import PlanError
+from .outputs import write_text
 
 #: Identifies the JSON written by :meth:`Plan.to_dict`.
 PLAN_FORMAT = "autoplace-plan"
@@ -175,9 +176,8 @@ class Plan:
 
     def save(self, path: str | os.PathLike) -> str:
         """Write the plan as JSON to ``path``; returns the path."""
-        path = os.fspath(path)
-        Path(path).write_text(self.to_json(indent=1), encoding="utf-8")
-        return path
+        write_text(path, self.to_json(indent=1))
+        return os.fspath(path)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Plan":

@@ -1,7 +1,8 @@
 """The ``auto`` policy: every heuristic, refinement, CP-SAT, refinement; the best plan (no TensorFlow).
 
 1. every heuristic of :data:`HEURISTICS` whose preconditions hold, on the
-   full problem (stopping early when one reaches the lower bound);
+   full problem (stopping early when one reaches the lower bound; once a
+   plan exists, skipping those whose estimated cost exceeds the time left);
 2. greedy refinement of the best (:mod:`placer.solvers.refine`);
 3. CP-SAT warm-started from the best plan, on a coarsened problem above
    ``max_nodes`` nodes (:mod:`placer.solvers.multilevel`);
@@ -93,10 +94,13 @@ def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
         if reason is None and name == "mincut" and np.array_equal(problem.compute_s[:, 0], problem.compute_s[:, 1]):
             # min total busy time on two identical devices is one device (or infeasible): nothing new
             reason = "identical devices"
+        cost = _estimated_s(name, m, problem.k, options.objective)
+        if reason is None and found and left <= 0:  # keep the time limit: a plan exists already
+            reason = f"estimated {cost:.2g} s, {max(left, 0.0):.2g} s left"
         if reason is not None:
             tried.append(f"{name}: skipped ({reason})")
             continue
-        left -= _estimated_s(name, m, problem.k, options.objective)
+        left -= cost
         sol = SOLVERS[name](problem, options)
         tried.append(_describe(name, sol))
         log.info("%s (%.1f s)", tried[-1], time.perf_counter() - t0)
@@ -175,7 +179,8 @@ def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
         raise no_plan_error(problem, options, tried)
     lb = min(max(bound, best.lower_bound), best.objective)
     status = "optimal" if _proven(best.objective, lb) else best.status
+    scored = {s.solver: float(s.objective) for s in found if s.solver in HEURISTICS}
     return Solution(best.assignment, best.objective, lb, f"auto/{best.solver}", time.perf_counter() - t0,
-                    status, tuple(tried))
+                    status, tuple(tried), scored)
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Callable, Protocol
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Protocol
 
 import numpy as np
 
@@ -56,7 +56,9 @@ class Solution:
 
     ``status`` is ``"optimal"`` (gap proven zero), ``"feasible"`` (a search
     solver stopped at the time limit) or ``"heuristic"`` (no proof attempted).
-    ``log`` lists what a composite solver (``auto``) tried, with outcomes.
+    ``log`` lists what a composite solver (``auto``) tried, with outcomes;
+    ``scored`` maps each algorithm it ran on the full problem to the value of
+    that algorithm's plan (so baselines it already scored are not solved again).
     """
 
     assignment: np.ndarray
@@ -66,6 +68,7 @@ class Solution:
     wall_s: float
     status: str
     log: tuple[str, ...] = ()
+    scored: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def gap(self) -> float:

@@ -14,8 +14,9 @@ Loads are updated incrementally from the tensors touching the moved node,
 so a pass costs O(candidates × k × degree). Passes repeat until none
 improves or the work budget is spent; the result is never worse than the input.
 
-The budget counts tensor visits (one per tensor touching a node, per device
-tried), not seconds, so the same input always gives the same output.
+The budget counts tensor visits (per device tried, one per tensor touching a
+node, times the tensor's receivers when it has several: a tensor read by 50k
+ops costs 50k), not seconds, so the same input always gives the same output.
 :data:`VISITS_PER_S` converts a time share into visits; it was measured on
 the 2-core reference machine.
 """
@@ -61,6 +62,9 @@ def refine(problem: PlacementProblem, assignment: np.ndarray, objective: str, wo
             inc[v].append(ti)
     srcs = [t.src for t in p.tensors]
     dsts = [np.array(sorted(set(t.dsts) - {t.src}), dtype=int) for t in p.tensors]
+    # a visit of tensor ti costs its receivers (one for most tensors): a tensor read by 50k ops costs 50k
+    cost = [max(1, len(d)) for d in dsts]
+    node_cost = [sum(cost[ti] for ti in inc[v]) for v in range(n)]
     nbytes = np.array([t.nbytes for t in p.tensors])
     counts = np.array([t.count for t in p.tensors])
     mem = np.bincount(a, weights=p.memory_bytes, minlength=k)
@@ -90,21 +94,24 @@ def refine(problem: PlacementProblem, assignment: np.ndarray, objective: str, wo
 
     cur_key = key(loads)
     done = 0
-    scan = sum(len(x) for x in inc)  # visits to list a pass's candidates
+    scan = sum(node_cost)  # visits to list a pass's candidates
     for _ in range(max_passes):
         improved = False
+        if done + scan > work:
+            return a
         done += scan
+        # a pass's candidates: nodes touching a cut tensor (and, for max_load, every node on the hottest device)
+        cut = [bool(len(d)) and bool((a[d] != a[srcs[ti]]).any()) for ti, d in enumerate(dsts)]
+        touches_cut = [any(cut[ti] for ti in inc[v]) for v in range(n)]
         if traffic:
-            cands = [v for v in range(n) if any(len(set(a[dsts[ti]].tolist()) | {a[srcs[ti]]}) > 1 for ti in inc[v])]
+            cands = [v for v in range(n) if touches_cut[v]]
         else:
             hot = int(np.argmax(loads))
-            cands = [v for v in range(n) if a[v] == hot] + [
-                v for v in range(n) if a[v] != hot and any(
-                    len(set(a[dsts[ti]].tolist()) | {a[srcs[ti]]}) > 1 for ti in inc[v])]
+            cands = [v for v in range(n) if a[v] == hot] + [v for v in range(n) if a[v] != hot and touches_cut[v]]
         for v in cands:
             if done > work:
                 return a
-            done += len(inc[v]) * (1 + int(allowed[v].sum()))
+            done += node_cost[v] * (1 + int(allowed[v].sum()))
             cur = a[v]
             old = np.zeros(k)
             for ti in inc[v]:

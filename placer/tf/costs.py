@@ -187,7 +187,9 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
                 f"no {kind} device in this process to profile on; plan with an analytic model instead: "
                 f"hardware={{{kind!r}: one of {sorted(HARDWARE)} or a HardwareSpec}}")
         key = CacheKey(fp, kind, int(traced.batch_size), tf.__version__, grappler)
-        hit = cache.get(key) if cache is not None else None
+        feeds = sample_inputs(traced, seed)
+        mapped = {n.split(":", 1)[0] for n in (*feeds, *traced.variables, *traced.constants)}
+        hit = cache.get(key, {n.name for n in gd.node} - mapped) if cache is not None else None
         if hit is not None:
             log.info("profile of %d ops on %s from the cache", len(hit.median_us), kind)
             us[kind], source[kind], unknown[kind] = dict(hit.median_us), "measured (cached)", ()
@@ -195,7 +197,7 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
         resources = {f"{ph}:0": var.value.numpy() for ph, var in traced.variables.items()}
         constants = {f"{ph}:0": t.numpy() for ph, t in traced.constants.items()}
         try:
-            prof = profile_graph(gd, sample_inputs(traced, seed), resources, traced.output_names,
+            prof = profile_graph(gd, feeds, resources, traced.output_names,
                                  constants=constants, device=f"/device:{kind}:0", repeats=repeats,
                                  grappler=grappler, measure_step=True)
         except ValueError as e:

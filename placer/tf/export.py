@@ -16,7 +16,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from ..errors import ExportError
+from ..core.outputs import check_output, new_directory
+from ..errors import ExportError, OutputError
 
 log = logging.getLogger(__name__)
 
@@ -41,12 +42,16 @@ def export_saved_model(function: Any, variables: tuple[tf.Variable, ...], input_
 
     Raises
     ------
+    OutputError
+        If ``path`` is a file or a non-empty directory, or cannot be written (a full disk, say).
     ExportError
-        If the directory exists and is not empty, or saving fails.
+        If TensorFlow cannot save the function.
+
+    Nothing is left behind on failure: the SavedModel is written to a temporary
+    sibling directory and renamed to ``path`` when complete.
     """
     path = os.fspath(path)
-    if os.path.exists(path) and os.listdir(path):
-        raise ExportError(f"export directory {path!r} exists and is not empty; choose a new path")
+    check_output(path, directory=True)
     names = [_arg_name(s, i) for i, s in enumerate(input_specs)]
     if len(set(names)) != len(names):
         names = [f"input_{i}" for i in range(len(names))]
@@ -60,9 +65,15 @@ def export_saved_model(function: Any, variables: tuple[tf.Variable, ...], input_
     module.placed_variables = list(variables)
     module.forward = function
     module.serve = tf.function(serve, input_signature=specs, autograph=False)
-    try:
-        tf.saved_model.save(module, path, signatures={"serving_default": module.serve}, options=SAVE_OPTIONS)
-    except Exception as e:  # noqa: BLE001  (TF raises many types here)
-        raise ExportError(f"saving the placed model to {path!r} failed: {e}") from e
+    with new_directory(path) as tmp:
+        try:
+            tf.saved_model.save(module, tmp, signatures={"serving_default": module.serve}, options=SAVE_OPTIONS)
+        except OSError as e:
+            raise OutputError(f"cannot write the SavedModel {path!r}: {e.strerror or e}; nothing was left there") from e
+        except Exception as e:  # noqa: BLE001  (TF raises many types here)
+            if "No space left" in str(e) or "Read-only file system" in str(e):  # TF's own IO errors
+                raise OutputError(f"cannot write the SavedModel {path!r}: {str(e).strip().splitlines()[0]}; "
+                                  "nothing was left there") from e
+            raise ExportError(f"saving the placed model to {path!r} failed: {e}") from e
     log.info("exported placed model to %s", path)
     return path

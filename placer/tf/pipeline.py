@@ -44,7 +44,8 @@ from ..core.build import MODEL_GROUP_BY, build_problem
 from ..core.compression import DEFAULT_ERROR_BUDGET, CompressionPolicy
 from ..core.devices import resolve_devices
 from ..core.plan import Plan
-from ..errors import AutoplaceError, PlanError, TrainingError
+from ..core.validate import MAX_BATCH_SIZE, MAX_TIME_LIMIT_S, integer, real
+from ..errors import AutoplaceError, InputSignatureError, PlanError, TrainingError
 from ..planner import MODEL_MEMORY, PlanOptions, options_from, plan_problem
 from .costs import ProfileOptions, compute_costs
 from .opgraph import build_op_graph
@@ -144,8 +145,13 @@ class PlacementOptions:
     def __post_init__(self) -> None:
         if isinstance(self.replicas, bool) or not isinstance(self.replicas, int) or self.replicas < 1:
             raise TrainingError(f"replicas must be a positive integer, got {self.replicas!r}")
-        if not isinstance(self.training, bool):
-            raise AutoplaceError(f"training must be True or False, got {self.training!r}")
+        for flag in ("training", "profile_grappler"):
+            if not isinstance(getattr(self, flag), bool):
+                raise AutoplaceError(f"{flag} must be True or False, got {getattr(self, flag)!r}")
+        if self.batch_size is not None:
+            integer("batch_size", self.batch_size, minimum=1, maximum=MAX_BATCH_SIZE, error=InputSignatureError)
+        integer("profile_repeats", self.profile_repeats, minimum=1, maximum=10**6)
+        real("worker_timeout_s", self.worker_timeout_s, strict=True, maximum=MAX_TIME_LIMIT_S)
         try:
             CompressionPolicy(self.compression, self.compression_error)
         except ValueError as e:

@@ -23,7 +23,7 @@ from cost_models import SimResult
 from ..core.attrs import COMPUTE_US, MEMORY_BYTES, OP_TYPE
 from ..core.build import BuiltProblem
 from ..core.plan import Plan
-from ..errors import AutoplaceError
+from ..core.outputs import REPORT_SUFFIXES, check_output, write_text
 from .costs import ComputeCosts
 from .emit import EmittedModel
 from .opgraph import OpGraph, graph_summary
@@ -112,16 +112,13 @@ class Report:
 
         Raises
         ------
-        AutoplaceError
-            For a suffix other than ``.json`` (HTML reports are not built yet).
+        OutputError
+            For a suffix other than ``.json`` (HTML reports are not built yet), or a path that cannot be
+            written (an existing report there is left as it was).
         """
-        path = os.fspath(path)
-        if not path.endswith(".json"):
-            raise AutoplaceError(f"report path {path!r}: only .json reports exist so far; use a .json path")
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(self.to_dict(), f, indent=1)
-        return path
+        check_output(path, suffixes=REPORT_SUFFIXES)
+        write_text(path, json.dumps(self.to_dict(), indent=1))
+        return os.fspath(path)
 
 
 def build_report(plan: Plan, op_graph: OpGraph, built: BuiltProblem, sim: SimResult, costs: ComputeCosts,

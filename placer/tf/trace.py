@@ -11,10 +11,12 @@ be applied to the second; :func:`trace_model` checks it.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from ..errors import InputSignatureError, ModelError
@@ -150,8 +152,23 @@ def _normalise_specs(
                 f"input {s.name!r} has unknown non-batch dimensions {tuple(s.shape)}; "
                 "pass an input_signature with every non-batch dimension known"
             )
+    _check_batch_fits(specs, batch)
     dyn = tuple(with_batch(s, None) for s in specs)
     return dyn, batch
+
+
+def _check_batch_fits(specs: Sequence[tf.TensorSpec], batch: int) -> None:
+    """Planning materialises one batch of every input (and more): refuse one that cannot fit in memory."""
+    nbytes = batch * sum(int(np.prod(s.shape[1:], dtype=np.float64)) * s.dtype.size for s in specs)
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not a POSIX system: no check
+        return
+    if nbytes > ram / 4:
+        raise InputSignatureError(
+            f"one planning batch of {batch} rows takes {nbytes / 2**30:.3g} GiB of inputs alone, more than a quarter "
+            f"of this machine's {ram / 2**30:.3g} GiB; plan at a smaller batch_size (the placed model runs any "
+            "batch size)")
 
 
 def check_model(model: Any) -> None:
