@@ -45,6 +45,7 @@ from ..core.compression import CODECS, CompressionPolicy
 from ..core.devices import DeviceSet
 from ..core.graph_io import save_graph
 from ..core.plan import Plan
+from ..core.validate import integer
 from ..errors import InputSignatureError, ModelError, TrainingError, UnsupportedError
 from .codecs import CompressedEdge
 from .emit import IMPORT_PREFIX, EmittedModel, emit
@@ -52,7 +53,7 @@ from .export import export_saved_model
 from .opgraph import GRADIENT_SCOPE, OpGraph, layer_of
 from .remote import DEFAULT_WORKER_TIMEOUT_S, Watchdog, worker_addresses
 from .report import Report
-from .trace import TracedModel, trace_model, trace_step
+from .trace import TracedModel, input_keys, model_inputs, trace_model, trace_step
 
 log = logging.getLogger(__name__)
 
@@ -391,24 +392,43 @@ class PlacedModel(keras.Model):
         return self._forward(False).function
 
     def _as_inputs(self, x: Any) -> list[tf.Tensor]:
+        """The flat inputs of the placed function, from one array, a list/tuple, or a dict by input name."""
         specs = self._placed.input_specs
+        keys = input_keys(self._origin.model) or tuple(s.name for s in specs)
         if isinstance(x, Mapping):
-            raise InputSignatureError(f"{self.name} takes its inputs as a tensor or a list, not a dict")
-        flat = [x] if len(specs) == 1 and not isinstance(x, (list, tuple)) else list(x)
+            if set(x) != set(keys):
+                raise InputSignatureError(f"{self.name} takes the inputs {sorted(keys)} by name; got {sorted(x)}")
+            flat = [x[k] for k in keys]
+        elif x is None or isinstance(x, (str, bytes)):
+            raise InputSignatureError(f"{self.name} takes arrays or tensors (one per input: {list(keys)}), not "
+                                      f"{type(x).__name__}")
+        elif isinstance(x, (list, tuple)):
+            flat = list(x)
+        elif len(specs) == 1:
+            flat = [x]
+        else:
+            raise InputSignatureError(f"{self.name} takes {len(specs)} inputs ({list(keys)}) as a list, a tuple or a "
+                                      f"dict by name, not one {type(x).__name__}")
         if len(flat) != len(specs):
-            raise InputSignatureError(f"{self.name} takes {len(specs)} inputs, got {len(flat)}")
+            raise InputSignatureError(f"{self.name} takes {len(specs)} inputs ({list(keys)}), got {len(flat)}")
         out = []
-        for value, spec in zip(flat, specs):
-            t = tf.convert_to_tensor(value, dtype=spec.dtype)
+        for value, spec, key in zip(flat, specs, keys):
+            try:
+                t = tf.convert_to_tensor(value, dtype=spec.dtype)
+            except (TypeError, ValueError) as e:
+                raise InputSignatureError(f"input {key!r} must be an array of {spec.dtype.name}, got "
+                                          f"{type(value).__name__}: {str(e).splitlines()[0][:120]}") from None
             if not spec.shape.is_compatible_with(t.shape):
                 raise InputSignatureError(
-                    f"input of shape {tuple(t.shape)} does not match the planned shape {tuple(spec.shape)}")
+                    f"input {key!r} of shape {tuple(t.shape)} does not match the planned shape {tuple(spec.shape)}")
             out.append(t)
         return out
 
     def __call__(self, x: Any, training: bool = False, **kwargs: Any) -> Any:
         """Run the placed forward pass on one batch (``training=True``: dropout on, batch statistics)."""
         if self._tracing or self._placement is None:
+            if isinstance(x, (list, tuple)) and input_keys(self._origin.model):
+                x = model_inputs(self._origin.model, x)
             return self._origin.model(x, training=training, **kwargs)
         return self._run(self._forward(training).function, self._as_inputs(x))
 
@@ -492,6 +512,12 @@ class PlacedModel(keras.Model):
         """
         self._check_trainable("fit")
         return super().fit(*args, **kwargs)
+
+    def predict(self, x: Any, batch_size: int | None = None, *args: Any, **kwargs: Any) -> Any:
+        """Keras' ``predict`` on the placed forward pass (``batch_size`` a positive integer or None)."""
+        if batch_size is not None:
+            integer("batch_size", batch_size, minimum=1, error=InputSignatureError)
+        return super().predict(x, batch_size, *args, **kwargs)
 
     def evaluate(self, *args: Any, **kwargs: Any) -> Any:
         """Keras' ``evaluate`` on the placed test step."""

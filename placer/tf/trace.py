@@ -11,6 +11,7 @@ be applied to the second; :func:`trace_model` checks it.
 from __future__ import annotations
 
 import logging
+import re
 import os
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -171,14 +172,55 @@ def _check_batch_fits(specs: Sequence[tf.TensorSpec], batch: int) -> None:
             "batch size)")
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def keras_message(error: BaseException) -> str:
+    """The reason inside a Keras call error, on one line, without terminal colour codes."""
+    text = _ANSI.sub("", str(error))
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    body = [ln for ln in lines if not ln.startswith(("Exception encountered", "Arguments received", "•"))]
+    return " ".join(body or lines)[:400].rstrip(".")
+
+
+def _advice_for(error: BaseException) -> str:
+    text = str(error)
+    if "unknown TensorShape" in text or "unknown rank" in text:
+        return ("A layer's output has no static shape (tf.py_function and tf.numpy_function give none): set it in "
+                "the layer's call, e.g. y = tf.ensure_shape(y, (None, 3)), or y.set_shape(x.shape)")
+    return "Check input_signature and batch_size (the model must run on inputs of these shapes)"
+
+
 def check_model(model: Any) -> None:
-    """Raise :class:`ModelError` unless ``model`` is a Keras 3 model."""
+    """Raise :class:`ModelError` unless ``model`` is a built Keras 3 model (autoplace never builds it)."""
     if not isinstance(model, keras.Model):
         raise ModelError(
             f"autoplace needs a keras.Model (Keras 3, TensorFlow backend), got {type(model).__name__}"
         )
     if keras.backend.backend() != "tensorflow":
         raise ModelError(f"Keras backend is {keras.backend.backend()!r}; set KERAS_BACKEND=tensorflow")
+    if not model.built:
+        raise InputSignatureError(
+            f"model {model.name!r} is not built (it has no weights yet), and autoplace never builds or changes "
+            "your model: call model.build(input_shape) or model(x) once first (an input_signature alone "
+            "does not build it)")
+
+
+def input_keys(model: Any) -> tuple[str, ...] | None:
+    """The keys of a model whose inputs are a dict, in the order of ``model.inputs``; else None."""
+    try:
+        structure = model.input
+    except (AttributeError, ValueError):  # subclassed models have no symbolic input
+        return None
+    return tuple(sorted(structure)) if isinstance(structure, Mapping) else None
+
+
+def model_inputs(model: Any, xs: Sequence[Any]) -> Any:
+    """What ``model`` takes for the flat inputs ``xs``: a dict by key for dict-input models, else one or a list."""
+    keys = input_keys(model)
+    if keys is not None and len(keys) == len(xs):
+        return dict(zip(keys, xs))
+    return xs[0] if len(xs) == 1 else list(xs)
 
 
 def _captures(fn: Any, known_variables: Sequence[Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -190,10 +232,14 @@ def _captures(fn: Any, known_variables: Sequence[Any]) -> tuple[dict[str, Any], 
         if internal.dtype == tf.resource:
             var = by_handle.get(id(external))
             if var is None:
+                lookup = "Lookup" in internal.op.name or "table" in internal.op.name.lower()
                 raise ModelError(
                     f"op {internal.op.name!r} captures a resource that is not one of the model's variables "
-                    "(a lookup table or a variable created outside the model); autoplace cannot move it yet"
-                )
+                    "(a lookup table or a variable created outside the model); autoplace cannot move it yet. "
+                    + ("Run StringLookup/IntegerLookup/TextVectorization outside the placed model (in the "
+                       "tf.data pipeline, dataset.map(lookup), or a separate preprocessing model) and place the "
+                       "model that takes their integer output" if lookup else
+                       "Create every variable inside the model's layers (self.add_weight)"))
             variables[internal.op.name] = var
         else:
             constants[internal.op.name] = external
@@ -229,10 +275,9 @@ def trace_model(model: Any, *, batch_size: int | None = None,
     """
     check_model(model)
     specs, batch = _normalise_specs(model, input_signature, batch_size)
-    single = len(specs) == 1
 
     def forward(*xs: tf.Tensor) -> Any:
-        return model(xs[0] if single else list(xs), training=training)
+        return model(model_inputs(model, xs), training=training)
 
     fn = tf.function(forward, autograph=False)
     fixed_specs = [with_batch(s, batch) for s in specs]
@@ -241,9 +286,8 @@ def trace_model(model: Any, *, batch_size: int | None = None,
         dynamic = fn.get_concrete_function(*specs)
     except (TypeError, ValueError) as e:
         raise InputSignatureError(
-            f"calling model {model.name!r} on inputs {[tuple(s.shape) for s in fixed_specs]} failed: {e}. "
-            "Check input_signature / batch_size."
-        ) from e
+            f"calling model {model.name!r} on inputs {[tuple(s.shape) for s in fixed_specs]} failed: "
+            f"{keras_message(e)}. {_advice_for(e)}") from e
     names_fixed = {op.name for op in fixed.graph.get_operations()}
     names_dyn = [op.name for op in dynamic.graph.get_operations()]
     extra = [n for n in names_dyn if n not in names_fixed]
@@ -360,7 +404,6 @@ def trace_training_step(model: Any, *, batch_size: int | None = None, loss: Any 
 
     check_model(model)
     specs, batch = _normalise_specs(model, input_signature, batch_size)
-    single = len(specs) == 1
     opt = keras.optimizers.get(optimizer)
     opt = opt.__class__.from_config(opt.get_config())
     loss_fn = keras.losses.get(loss)
@@ -368,8 +411,7 @@ def trace_training_step(model: Any, *, batch_size: int | None = None, loss: Any 
     opt.build(trainable)
     fixed_specs = [with_batch(s, batch) for s in specs]
     try:
-        sample = model([tf.zeros(s.shape, s.dtype) for s in fixed_specs][0] if single else
-                       [tf.zeros(s.shape, s.dtype) for s in fixed_specs], training=False)
+        sample = model(model_inputs(model, [tf.zeros(s.shape, s.dtype) for s in fixed_specs]), training=False)
     except (TypeError, ValueError) as e:
         raise InputSignatureError(f"calling model {model.name!r} on {[tuple(s.shape) for s in fixed_specs]} "
                                   f"failed: {e}") from e
@@ -380,7 +422,7 @@ def trace_training_step(model: Any, *, batch_size: int | None = None, loss: Any 
     def step(*args: tf.Tensor) -> tf.Tensor:
         xs, ys = args[:n_in], args[n_in:]
         with tf.GradientTape() as tape:
-            preds = tf.nest.flatten(model(xs[0] if single else list(xs), training=True))
+            preds = tf.nest.flatten(model(model_inputs(model, xs), training=True))
             total = tf.add_n([tf.reduce_mean(loss_fn(y, p)) for y, p in zip(ys, preds)])
             if model.losses:
                 total = total + tf.add_n(model.losses)

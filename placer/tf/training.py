@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from ..errors import InputSignatureError, TrainingError, UnsupportedError
 from .placed_model import PlacedModel
-from .trace import TracedModel, _normalise_specs, as_spec, check_model, is_shape, with_batch
+from .trace import TracedModel, _normalise_specs, as_spec, check_model, is_shape, model_inputs, with_batch
 
 #: Compile settings a placed step cannot honour, and what they become.
 _PLACED_COMPILE = {"jit_compile": False, "run_eagerly": False, "steps_per_execution": 1}
@@ -105,8 +105,7 @@ def _target_specs(model: Any, x_specs: Sequence[tf.TensorSpec], batch: int, targ
         if isinstance(targets, tf.TensorSpec) or (isinstance(targets, tuple) and is_shape(targets)):
             return with_batch(as_spec(targets, "targets"), None)
         return [with_batch(as_spec(s, "targets"), None) for s in targets]
-    single = len(x_specs) == 1
-    fn = tf.function(lambda *xs: model(xs[0] if single else list(xs), training=False), autograph=False)
+    fn = tf.function(lambda *xs: model(model_inputs(model, xs), training=False), autograph=False)
     out = fn.get_concrete_function(*[with_batch(s, batch) for s in x_specs]).structured_outputs
     # Unnamed: an output tensor's name ("Identity:0") is no valid placeholder name.
     return tf.nest.map_structure(lambda t: tf.TensorSpec((None, *t.shape[1:]), t.dtype), out)
