@@ -363,3 +363,16 @@ def test_the_cli_checks_output_paths_before_any_work(saved_model, tmp_path, caps
         rc, elapsed = _run_cli(capsys, ["plan", str(saved_model), "--devices", "/CPU:0", "-q", *argv])
         assert rc == 2 and elapsed < 1.0  # refused before loading, tracing, profiling or solving
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+@pytest.mark.parametrize("where, value", [
+    (("graph", "nodes", 0, "compute_us"), 10**400), (("graph", "nodes", 0, "colocation"), ["a", "b"]),
+    (("graph", "nodes", 0, "allowed_kinds"), 3), (("version",), "2"), (("graph", "nodes", 0, "memory_bytes"), 2**70),
+    (("devices", 0, "memory_bytes"), float("nan")), (("graph", "edges", 0, "bytes"), -1), ((), [1, 2]),
+])
+def test_the_named_bad_graph_files_exit_2_with_one_line(base_doc, tmp_path, capsys, where, value):
+    f = tmp_path / "g.json"
+    text = json.dumps(_mutate(base_doc, where, value, False)).replace("NaN", "NaN")
+    f.write_text(text)
+    rc, _ = _run_cli(capsys, ["plan-graph", str(f), "--time-limit", "1", "-q"])
+    assert rc == 2
