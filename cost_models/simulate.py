@@ -156,12 +156,17 @@ class SimOptions:
     time_factor : sequence of float, optional
         One factor per device multiplying its op times: a device measured 20%
         slower than the one its kind was profiled on gets 1.2.
+    peak_memory : bool
+        Compute each device's peak memory (``False``: ``SimResult.peak_memory_bytes``
+        is all zeros; a step-time score does not need it, and on 50k-op graphs
+        it is half the simulation's time).
     """
 
     concurrency: int = 1
     ready_order: str = "fifo"
     transfer_cpu_s: np.ndarray | None = None
     time_factor: Sequence[float] | None = None
+    peak_memory: bool = True
 
 
 def simulate(
@@ -332,7 +337,7 @@ def simulate(
         step = max(step, max(e for *_, e in transfers))
     if not math.isfinite(step):
         raise ValueError("simulated step time is not finite")
-    peak = _peak_memory(tensors, a, k, timeline, transfers, memory)
+    peak = _peak_memory(tensors, a, k, timeline, transfers, memory) if options.peak_memory else np.zeros(k)
     return SimResult(step, busy, link_bytes, tuple(timeline), tuple(transfers), peak)
 
 

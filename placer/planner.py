@@ -261,9 +261,13 @@ def plan_problem(built: BuiltProblem, options: PlanOptions, *,
     step = _predicted_step(built, sol, options.objective)
     baselines = {}
     attempts = [*notes, *(list(sol.log) or [f"{sol.solver}: {sol.objective:.6g}"])]
+    out_of_time = {line.split(":", 1)[0] for line in sol.log if "skipped (time limit" in line}
     for name in options.baselines:
         if not notes and options.objective == "latency" and name in sol.scored:  # scored on this very problem
             baselines[name] = BaselineResult(sol.scored[name], sol.scored[name])
+            continue
+        if name in out_of_time:  # the search had no time for it: neither has the report
+            attempts.append(f"baseline {name}: skipped (the time limit was spent)")
             continue
         b = _baseline(built, name, solve_options)
         if b is None:

@@ -39,7 +39,7 @@ from typing import Callable
 
 import numpy as np
 
-from cost_models import simulate
+from cost_models import SimOptions, simulate
 
 from ..errors import GraphError, SolverError
 from .problem import PlacementProblem, dependencies, evaluate, trivial_lower_bound
@@ -81,6 +81,9 @@ def get_objective(name: str) -> Objective:
         raise SolverError(f"unknown objective {name!r}; choose one of {sorted(OBJECTIVES)}") from None
 
 
+_STEP_ONLY = SimOptions(peak_memory=False)
+
+
 def makespan(problem: PlacementProblem, assignment: np.ndarray) -> float:
     """Simulated one-step time of the fine DAG under ``assignment`` (``inf`` if infeasible)."""
     if not evaluate(problem, assignment).feasible:
@@ -89,7 +92,7 @@ def makespan(problem: PlacementProblem, assignment: np.ndarray) -> float:
     fine = np.asarray(assignment, dtype=int)[sched.group]
     try:
         res = simulate(sched.durations_s, sched.tensors, fine, problem.occupancy_seconds, control_edges=sched.control,
-                       link_latency_s=problem.latency)
+                       link_latency_s=problem.latency, options=_STEP_ONLY)
     except ValueError as e:
         raise GraphError(f"cannot simulate the placed graph: {e}") from e
     return res.step_time_s

@@ -37,8 +37,14 @@ log = logging.getLogger(__name__)
 DEFAULT_SOLVER = "auto"
 #: Heuristics ``auto`` runs on the full problem (each where its preconditions hold).
 HEURISTICS = ("single", "round_robin", "contiguous", "partition", "heft", "etf", "mincut")
-#: The least refinement ``auto`` does (estimated seconds), even when the heuristics used the budget.
+#: The least refinement ``auto`` does (estimated seconds) when some budget is left.
 MIN_REFINE_S = 0.5
+#: Tensor receivers per fine op of the graphs the rates were measured on (NN graphs: 1-2); a graph with
+#: more is costed as ``receivers / EDGES_PER_OP`` ops (a dense random DAG with 20 per op costs 10x).
+EDGES_PER_OP = 2.0
+#: Once a plan exists, a heuristic runs only if its estimated cost fits what is left plus this share of
+#: the time limit (the search then ends within 2x the limit by estimate; scoring the plan comes on top).
+OVERSHOOT = 1.0
 #: Estimated cost of each heuristic in µs per fine op: (fixed, per device), scoring excluded (that is
 #: ``Objective.score_us_per_op``). ``auto`` spends its time limit by these estimates (measured on the
 #: 2-core reference machine), not by the clock, so that its choices, and hence its plans, are
@@ -85,7 +91,9 @@ def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
     # Every decision below reads the *estimated* work spent (sizes × measured rates), never the
     # clock, so the same problem, options and seed always give the same plan.
     t0 = time.perf_counter()
-    m = problem.schedule_view().m
+    sched = problem.schedule_view()
+    # the rates are per fine op of graphs with up to EDGES_PER_OP receivers per op; denser graphs cost by edges
+    m = max(sched.m, sum(len(t.dsts) for t in sched.tensors) / EDGES_PER_OP)
     left = options.time_limit_s
     tried: list[str] = []
     found: list[Solution] = []
@@ -95,8 +103,8 @@ def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
             # min total busy time on two identical devices is one device (or infeasible): nothing new
             reason = "identical devices"
         cost = _estimated_s(name, m, problem.k, options.objective)
-        if reason is None and found and left <= 0:  # keep the time limit: a plan exists already
-            reason = f"estimated {cost:.2g} s, {max(left, 0.0):.2g} s left"
+        if reason is None and found and cost > left + OVERSHOOT * options.time_limit_s:
+            reason = f"time limit: estimated {cost:.2g} s, {max(left, 0.0):.2g} s left"  # a plan exists already
         if reason is not None:
             tried.append(f"{name}: skipped ({reason})")
             continue
@@ -128,9 +136,12 @@ def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
         # 1. local refinement of the best heuristic plan (a third of what is left)
         # (all of it when too little would be left for CP-SAT anyway)
         share = left / 3 if 2 * left / 3 >= cpsat_min_left else left
-        polish(best, share)
-        left -= max(share, MIN_REFINE_S)
-        best = min(found, key=lambda s: s.objective)
+        if left > 0:
+            polish(best, share)
+            left -= max(share, MIN_REFINE_S)
+            best = min(found, key=lambda s: s.objective)
+        else:
+            tried.append(f"refine {best.solver}: skipped (time limit)")
     if search_on and found and left < cpsat_min_left:
         # building a CP-SAT model of a large problem alone takes seconds: keep the time limit
         tried.append("cpsat: skipped (the heuristics used the time limit)")
