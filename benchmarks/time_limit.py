@@ -31,30 +31,13 @@ from placer.core.devices import resolve_devices  # noqa: E402
 from placer.planner import PlanOptions, plan_problem  # noqa: E402
 
 
-def star(n: int) -> nx.DiGraph:
+def hub(n: int, *, inward: bool = False, broadcast: bool = False) -> nx.DiGraph:
+    """One hub and ``n`` leaves: edges hub → leaf (``inward``: leaf → hub); ``broadcast``: one tensor to all."""
     g = nx.DiGraph()
     g.add_node("hub", compute_us=10.0)
     for i in range(n):
         g.add_node(i, compute_us=5.0)
-        g.add_edge("hub", i, bytes=1024, tensor="hub:0")
-    return g
-
-
-def fan(n: int) -> nx.DiGraph:
-    g = nx.DiGraph()
-    g.add_node("hub", compute_us=10.0)
-    for i in range(n):
-        g.add_node(i, compute_us=5.0)
-        g.add_edge("hub", i, bytes=1024)
-    return g
-
-
-def fan_in(n: int) -> nx.DiGraph:
-    g = nx.DiGraph()
-    g.add_node("sink", compute_us=10.0)
-    for i in range(n):
-        g.add_node(i, compute_us=5.0)
-        g.add_edge(i, "sink", bytes=1024)
+        g.add_edge(*((i, "hub") if inward else ("hub", i)), bytes=1024, **({"tensor": "hub:0"} if broadcast else {}))
     return g
 
 
@@ -78,7 +61,7 @@ def dense(n: int, seed: int = 0) -> nx.DiGraph:
     return g
 
 
-SHAPES = {"star": star, "fan": fan, "fan_in": fan_in, "chain": chain, "dense": lambda n: dense(max(n // 10, 10))}
+SHAPES = {"star": lambda n: hub(n, broadcast=True), "fan": hub, "fan_in": lambda n: hub(n, inward=True), "chain": chain, "dense": lambda n: dense(max(n // 10, 10))}
 
 
 def main() -> None:
