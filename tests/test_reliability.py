@@ -133,6 +133,7 @@ def test_cli_arguments_exit_0_or_2_with_one_line(base_doc, tmp_path, capsys, fla
 
 # --- inputs shaped like Keras takes them ----------------------------------------------------------------
 import keras  # noqa: E402
+import networkx as nx  # noqa: E402
 import numpy as np  # noqa: E402
 
 import placer  # noqa: E402
@@ -376,3 +377,30 @@ def test_the_named_bad_graph_files_exit_2_with_one_line(base_doc, tmp_path, caps
     f.write_text(text)
     rc, _ = _run_cli(capsys, ["plan-graph", str(f), "--time-limit", "1", "-q"])
     assert rc == 2
+
+
+# --- the same graph gives the same problem, whatever order its nodes were added in -----------------------
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(2, 40))
+def test_the_problem_does_not_depend_on_node_insertion_order(seed, n):
+    from placer.core.build import build_problem
+    from placer.core.devices import resolve_devices
+    from placer.planner import PlanOptions, plan_problem
+
+    rng = np.random.default_rng(seed)
+    g = nx.gnp_random_graph(n, 0.2, seed=seed, directed=True)
+    dag = nx.DiGraph((u, v) for u, v in g.edges if u < v)
+    dag.add_nodes_from(range(n))
+    for v in dag:
+        dag.nodes[v]["compute_us"] = float(rng.integers(1, 5))  # ties on purpose
+    for e in dag.edges:
+        dag.edges[e]["bytes"] = 1024.0
+    shuffled = nx.DiGraph()
+    order = rng.permutation(n).tolist()
+    shuffled.add_nodes_from((v, dag.nodes[v]) for v in order)
+    shuffled.add_edges_from(sorted(dag.edges(data=True), key=lambda e: order.index(e[1])))
+    devices = resolve_devices(["/CPU:0", "/CPU:1"])
+    a, b = build_problem(dag, devices), build_problem(shuffled, devices)
+    assert a.nodes == b.nodes
+    opts = PlanOptions(time_limit_s=0.5, baselines=())
+    assert plan_problem(a, opts).assignment == plan_problem(b, opts).assignment
