@@ -111,13 +111,14 @@ class PlanOptions:
                 raise SolverError(f"unknown algorithm {name!r}; choose one of {available_solvers()}")
         if self.group_by not in GROUPINGS:
             raise SolverError(f"unknown group_by {self.group_by!r}; choose one of {sorted(GROUPINGS)}")
-        real("time_limit_s", self.time_limit_s, strict=True, maximum=MAX_TIME_LIMIT_S, error=SolverError)
-        integer("seed", self.seed, maximum=MAX_SEED, error=SolverError)
-        integer("max_nodes", self.max_nodes, minimum=1, error=SolverError)
+        object.__setattr__(self, "time_limit_s", real("time_limit_s", self.time_limit_s, strict=True,
+                                                      maximum=MAX_TIME_LIMIT_S, error=SolverError))
+        object.__setattr__(self, "seed", integer("seed", self.seed, maximum=MAX_SEED, error=SolverError))
+        object.__setattr__(self, "max_nodes", integer("max_nodes", self.max_nodes, minimum=1, error=SolverError))
 
     def solve_options(self, built: BuiltProblem) -> SolveOptions:
         """The solvers' options for ``built`` (its layer keys guide ``auto``'s coarsening)."""
-        return SolveOptions(time_limit_s=float(self.time_limit_s), seed=int(self.seed), objective=self.objective,
+        return SolveOptions(time_limit_s=self.time_limit_s, seed=self.seed, objective=self.objective,
                             max_nodes=self.max_nodes, coarsen_keys=built.layer_keys)
 
 
@@ -261,13 +262,12 @@ def plan_problem(built: BuiltProblem, options: PlanOptions, *,
     step = _predicted_step(built, sol, options.objective)
     baselines = {}
     attempts = [*notes, *(list(sol.log) or [f"{sol.solver}: {sol.objective:.6g}"])]
-    out_of_time = {line.split(":", 1)[0] for line in sol.log if "skipped (time limit" in line}
     for name in options.baselines:
+        if name in sol.scored and sol.scored[name] is None:  # the search had no time for it: neither has the report
+            attempts.append(f"baseline {name}: skipped (the time limit was spent)")
+            continue
         if not notes and options.objective == "latency" and name in sol.scored:  # scored on this very problem
             baselines[name] = BaselineResult(sol.scored[name], sol.scored[name])
-            continue
-        if name in out_of_time:  # the search had no time for it: neither has the report
-            attempts.append(f"baseline {name}: skipped (the time limit was spent)")
             continue
         b = _baseline(built, name, solve_options)
         if b is None:

@@ -404,3 +404,18 @@ def test_the_problem_does_not_depend_on_node_insertion_order(seed, n):
     assert a.nodes == b.nodes
     opts = PlanOptions(time_limit_s=0.5, baselines=())
     assert plan_problem(a, opts).assignment == plan_problem(b, opts).assignment
+
+
+def test_validated_integers_are_stored_as_ints():
+    from placer.measure.cluster import LocalCluster
+    from placer.planner import PlanOptions
+    from placer.tf.pipeline import PlacementOptions
+
+    opts = PlacementOptions(batch_size=8.0, replicas=1.0, profile_repeats=3.0)
+    assert (opts.batch_size, opts.replicas, opts.profile_repeats) == (8, 1, 3)
+    assert all(type(v) is int for v in (opts.batch_size, opts.replicas, opts.profile_repeats))
+    plan = PlanOptions(seed=3.0, max_nodes=100.0, time_limit_s=2)
+    assert type(plan.seed) is int and type(plan.max_nodes) is int and type(plan.time_limit_s) is float
+    assert LocalCluster(2.0).workers == 2
+    with pytest.raises(InputSignatureError):
+        PlacementOptions(batch_size=8.5)

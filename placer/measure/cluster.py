@@ -36,6 +36,7 @@ from types import TracebackType
 from typing import Mapping
 
 from ..core.processes import child_environment, python_module_command
+from ..core.validate import integer
 from ..errors import DeviceError, WorkerError
 from .health import probe_worker
 
@@ -91,10 +92,8 @@ class LocalCluster:
 
     def __init__(self, workers: int = 2, *, pin_cores: bool = True, threads: int = 1, start_timeout_s: float = 90.0,
                  require_isolated_network: bool = True, env: Mapping[str, str] | None = None) -> None:
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-            raise DeviceError(f"workers must be a positive integer (the number of worker processes), got {workers!r}")
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise DeviceError(f"threads must be a positive integer, got {threads!r}")
+        workers = integer("workers (the number of worker processes)", workers, minimum=1, error=DeviceError)
+        threads = integer("threads", threads, minimum=1, error=DeviceError)
         if env is not None and not (isinstance(env, Mapping)
                                     and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
             raise DeviceError(f"env must map environment variable names to strings, got {env!r}")

@@ -2,7 +2,8 @@
 
 1. every heuristic of :data:`HEURISTICS` whose preconditions hold, on the
    full problem (stopping early when one reaches the lower bound; once a
-   plan exists, skipping those whose estimated cost exceeds the time left);
+   plan exists, skipping those whose estimated cost exceeds what is left of
+   the time limit by more than :data:`OVERSHOOT` times the limit);
 2. greedy refinement of the best (:mod:`placer.solvers.refine`);
 3. CP-SAT warm-started from the best plan, on a coarsened problem above
    ``max_nodes`` nodes (:mod:`placer.solvers.multilevel`);
@@ -97,6 +98,7 @@ def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
     left = options.time_limit_s
     tried: list[str] = []
     found: list[Solution] = []
+    out_of_time: list[str] = []
     for name in HEURISTICS:
         reason = SOLVERS[name].unmet(problem)
         if reason is None and name == "mincut" and np.array_equal(problem.compute_s[:, 0], problem.compute_s[:, 1]):
@@ -105,6 +107,7 @@ def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
         cost = _estimated_s(name, m, problem.k, options.objective)
         if reason is None and found and cost > left + OVERSHOOT * options.time_limit_s:
             reason = f"time limit: estimated {cost:.2g} s, {max(left, 0.0):.2g} s left"  # a plan exists already
+            out_of_time.append(name)
         if reason is not None:
             tried.append(f"{name}: skipped ({reason})")
             continue
@@ -190,7 +193,7 @@ def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
         raise no_plan_error(problem, options, tried)
     lb = min(max(bound, best.lower_bound), best.objective)
     status = "optimal" if _proven(best.objective, lb) else best.status
-    scored = {s.solver: float(s.objective) for s in found if s.solver in HEURISTICS}
+    scored = {**dict.fromkeys(out_of_time), **{s.solver: float(s.objective) for s in found if s.solver in HEURISTICS}}
     return Solution(best.assignment, best.objective, lb, f"auto/{best.solver}", time.perf_counter() - t0,
                     status, tuple(tried), scored)
 

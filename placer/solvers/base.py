@@ -58,7 +58,8 @@ class Solution:
     solver stopped at the time limit) or ``"heuristic"`` (no proof attempted).
     ``log`` lists what a composite solver (``auto``) tried, with outcomes;
     ``scored`` maps each algorithm it ran on the full problem to the value of
-    that algorithm's plan (so baselines it already scored are not solved again).
+    that algorithm's plan (so baselines it already scored are not solved again),
+    and each it skipped for lack of time to ``None``.
     """
 
     assignment: np.ndarray
@@ -68,7 +69,7 @@ class Solution:
     wall_s: float
     status: str
     log: tuple[str, ...] = ()
-    scored: Mapping[str, float] = field(default_factory=dict)
+    scored: Mapping[str, float | None] = field(default_factory=dict)
 
     @property
     def gap(self) -> float:

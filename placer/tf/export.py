@@ -16,7 +16,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from ..core.outputs import check_output, new_directory
+from ..core.outputs import new_directory
 from ..errors import ExportError, OutputError
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,6 @@ def export_saved_model(function: Any, variables: tuple[tf.Variable, ...], input_
     sibling directory and renamed to ``path`` when complete.
     """
     path = os.fspath(path)
-    check_output(path, directory=True)
     names = [_arg_name(s, i) for i, s in enumerate(input_specs)]
     if len(set(names)) != len(names):
         names = [f"input_{i}" for i in range(len(names))]

@@ -143,15 +143,17 @@ class PlacementOptions:
     worker_timeout_s: float = DEFAULT_WORKER_TIMEOUT_S
 
     def __post_init__(self) -> None:
-        if isinstance(self.replicas, bool) or not isinstance(self.replicas, int) or self.replicas < 1:
-            raise TrainingError(f"replicas must be a positive integer, got {self.replicas!r}")
+        object.__setattr__(self, "replicas", integer("replicas", self.replicas, minimum=1, error=TrainingError))
         for flag in ("training", "profile_grappler"):
             if not isinstance(getattr(self, flag), bool):
                 raise AutoplaceError(f"{flag} must be True or False, got {getattr(self, flag)!r}")
         if self.batch_size is not None:
-            integer("batch_size", self.batch_size, minimum=1, maximum=MAX_BATCH_SIZE, error=InputSignatureError)
-        integer("profile_repeats", self.profile_repeats, minimum=1, maximum=10**6)
-        real("worker_timeout_s", self.worker_timeout_s, strict=True, maximum=MAX_TIME_LIMIT_S)
+            object.__setattr__(self, "batch_size", integer("batch_size", self.batch_size, minimum=1,
+                                                           maximum=MAX_BATCH_SIZE, error=InputSignatureError))
+        object.__setattr__(self, "profile_repeats", integer("profile_repeats", self.profile_repeats, minimum=1,
+                                                            maximum=10**6))
+        object.__setattr__(self, "worker_timeout_s", real("worker_timeout_s", self.worker_timeout_s, strict=True,
+                                                          maximum=MAX_TIME_LIMIT_S))
         try:
             CompressionPolicy(self.compression, self.compression_error)
         except ValueError as e:

@@ -103,7 +103,7 @@ class Watchdog:
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)``, watched while it runs (see the module docstring)."""
         if not self.workers:
-            return self._translate(fn, *args)
+            return fn(*args)
         box: dict[str, Any] = {}
         done = threading.Event()
 
@@ -144,5 +144,5 @@ class Watchdog:
         except _WORKER_ERRORS as e:
             self.check(timeout_s=min(self.timeout_s, 2.0))  # names the worker that went away, if one did
             raise WorkerError(f"a placed call failed with TensorFlow's {type(e).__name__} although every worker "
-                              f"({', '.join(sorted(self.workers)) or 'none remote'}) answers now: the connection "
+                              f"({', '.join(sorted(self.workers))}) answers now: the connection "
                               "broke during the call. Run it again; if it keeps failing, restart the cluster") from e

@@ -11,8 +11,8 @@ be applied to the second; :func:`trace_model` checks it.
 from __future__ import annotations
 
 import logging
-import re
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -20,6 +20,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from ..core.validate import MAX_BATCH_SIZE, integer
 from ..errors import InputSignatureError, ModelError
 
 log = logging.getLogger(__name__)
@@ -134,9 +135,7 @@ def _normalise_specs(
         specs = _specs_from_model(model)
     batches = {s.shape[0] for s in specs if s.shape.rank and s.shape[0] is not None}
     if batch_size is not None:
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-            raise InputSignatureError(f"batch_size must be a positive integer, got {batch_size!r}")
-        batch = batch_size
+        batch = integer("batch_size", batch_size, minimum=1, maximum=MAX_BATCH_SIZE, error=InputSignatureError)
     elif len(batches) == 1:
         batch = batches.pop()
     else:
