@@ -49,6 +49,8 @@ _LAZY = {
     "solve": ("placer.planner", "solve"),
     "PlanOptions": ("placer.planner", "PlanOptions"),
     "load_graph": ("placer.core.graph_io", "load_graph"),
+    "load": ("placer.tf.export", "load"),
+    "LoadedModel": ("placer.tf.export", "LoadedModel"),
     "save_graph": ("placer.core.graph_io", "save_graph"),
 }
 

@@ -57,3 +57,76 @@ def test_export_refuses_non_empty_directory(tmp_path, devices):
     with pytest.raises(OutputError, match="not empty"):
         p.export(tmp_path / "taken")
     assert (tmp_path / "taken" / "file").read_text() == "keep me"
+
+
+REMAP_CHILD = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 6)
+    import placer
+    path, inp, out = sys.argv[1:4]
+    data = np.load(inp)
+    xs = [data["left"], data["right"]]
+    results, report = {}, {}
+    for tag, devices in {"same": None, "two": ["/CPU:0", "/CPU:1"],
+                         "renamed": ["/CPU:2", "/CPU:3", "/CPU:4", "/CPU:5"]}.items():
+        loaded = placer.load(path, devices, time_limit_s=1)
+        for i, t in enumerate(tf.nest.flatten(loaded(*xs))):
+            results[f"{tag}_{i}"] = t.numpy()
+        report[tag] = {"remapped": loaded.remapped, "planned": sorted(set(loaded.op_devices.values())),
+                       "ran": sorted(set(loaded.observed_placement(*xs).values())),
+                       "variables": sorted({v.device for v in loaded.placed_variables})}
+    np.savez(out, **results)
+    print(json.dumps(report))
+""")
+
+
+def test_export_remaps_onto_fewer_and_renamed_devices_in_fresh_process(tmp_path, devices):
+    model = multi_input()
+    p = placer.autoplace(model, devices, batch_size=4, algorithm="round_robin")
+    assert len(set(p.plan.assignment.values())) == 4
+    x = sample(model, 4, seed=7)
+    expected = [t.numpy() for t in p(x)]
+    path = p.export(tmp_path / "saved")
+    np.savez(tmp_path / "in.npz", left=x[0], right=x[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run([sys.executable, "-c", REMAP_CHILD, path, str(tmp_path / "in.npz"),
+                           str(tmp_path / "out.npz")], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = np.load(tmp_path / "out.npz")
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    full = "/job:localhost/replica:0/task:0/device:CPU:{}".format
+    wanted = {"same": {full(i) for i in range(4)}, "two": {full(0), full(1)},
+              "renamed": {full(i) for i in range(2, 6)}}
+    for tag, allowed in wanted.items():
+        for i, e in enumerate(expected):
+            assert np.array_equal(got[f"{tag}_{i}"], e), f"{tag}: output {i} differs"
+        assert report[tag]["remapped"] == (tag != "same")
+        for what in ("planned", "ran", "variables"):
+            assert set(report[tag][what]) <= allowed, (tag, what, report[tag][what])
+        assert len(report[tag]["ran"]) > 1, f"{tag}: the re-mapped model still uses several devices"
+
+
+def test_load_refuses_what_it_cannot_serve(tmp_path, devices):
+    model = multi_input()
+    p = placer.autoplace(model, devices[:2], batch_size=2, algorithm="round_robin")
+    path = p.export(tmp_path / "saved")
+    with pytest.raises(placer.DeviceError, match="not available"):
+        placer.load(path, ["/CPU:0", "/GPU:7"])
+    with pytest.raises(placer.ExportError, match="not a SavedModel"):
+        placer.load(tmp_path)
+    import tensorflow as tf
+
+    tf.saved_model.save(tf.Module(), str(tmp_path / "plain"))
+    with pytest.raises(placer.ExportError, match="not an autoplace export"):
+        placer.load(tmp_path / "plain")
+    manifest = tmp_path / "saved" / "assets.extra" / "autoplace" / "manifest.json"
+    data = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({**data, "version": 99}))
+    with pytest.raises(placer.ExportError, match="version 99"):
+        placer.load(path)
+    manifest.write_text("{not json")
+    with pytest.raises(placer.ExportError, match="corrupt"):
+        placer.load(path)

@@ -19,8 +19,8 @@ This is "propose, then apply": the plan is data; only this module rewrites.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from typing import Any, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
 
 import tensorflow as tf
 
@@ -51,6 +51,12 @@ class EmittedModel:
     compressed: tuple[CompressedEdge, ...]
     structured_outputs: Any
     step: str = "predict"
+    input_names: tuple[str, ...] = ()
+    output_names: tuple[str, ...] = ()
+    variable_placeholders: tuple[str, ...] = ()
+    variables: tuple[Any, ...] = ()
+    constants: Mapping[str, Any] = field(default_factory=dict)
+    input_specs: tuple[tf.TensorSpec, ...] = ()
 
 
 def complete_assignment(graph: tf.Graph, op_devices: Mapping[str, str],
@@ -99,7 +105,7 @@ def complete_assignment(graph: tf.Graph, op_devices: Mapping[str, str],
 
 def _handle(variable: Any) -> Any:
     """The resource handle of a Keras variable (its ``tf.Variable`` at ``.value``) or a ``tf.Variable``."""
-    return getattr(variable, "value", variable).handle
+    return (variable if isinstance(variable, tf.Variable) else variable.value).handle
 
 
 def emit(traced: TracedModel, op_devices: Mapping[str, str], variables: Mapping[str, Any], *,
@@ -140,25 +146,69 @@ def emit(traced: TracedModel, op_devices: Mapping[str, str], variables: Mapping[
     compressed = insert_codecs(gd, graph, op_devices, compression, batch_size=batch_size,
                                optimizer_scope=traced.optimizer_scope)
 
-    placeholders = list(traced.variables)
-    handles = [variables[ph] for ph in placeholders]
-    constants = dict(traced.constants)
-    input_names = list(traced.input_names)
-    output_names = list(traced.output_names)
-    structured = traced.dynamic.structured_outputs
+    placeholders = tuple(traced.variables)
+    fn = import_function(gd, traced.input_names, traced.output_names,
+                         [(ph, variables[ph]) for ph in placeholders] + list(traced.constants.items()),
+                         traced.dynamic.structured_outputs, traced.input_specs)
+    log.info("emitted the placed %s function: %d ops on %d devices, %d compressed edges", traced.step,
+             len(gd.node), len(set(op_devices.values())), len(compressed))
+    return EmittedModel(fn, gd, tuple(compressed), traced.dynamic.structured_outputs, traced.step,
+                        tuple(traced.input_names), tuple(traced.output_names), placeholders,
+                        tuple(variables[ph] for ph in placeholders), dict(traced.constants),
+                        tuple(traced.input_specs))
+
+
+def import_function(gd: tf.compat.v1.GraphDef, input_names: Sequence[str], output_names: Sequence[str],
+                    captures: Sequence[tuple[str, Any]], structured: Any,
+                    input_specs: Sequence[tf.TensorSpec]) -> Any:
+    """A ``tf.function`` that runs the placed GraphDef ``gd`` (devices already on its nodes).
+
+    ``captures`` maps each captured placeholder of ``gd`` to what feeds it: a
+    variable (its resource handle is captured) or an eager tensor.
+    :func:`emit` and :func:`placer.tf.export.load` build their functions here.
+    """
+    captures = list(captures)
+    input_names, output_names = list(input_names), list(output_names)
 
     def placed_step(*xs: tf.Tensor) -> Any:
         fg = tf.compat.v1.get_default_graph()
         input_map: dict[str, Any] = dict(zip(input_names, xs))
-        for ph, var in zip(placeholders, handles):
-            input_map[f"{ph}:0"] = fg.capture(_handle(var))
-        for ph, value in constants.items():
-            input_map[f"{ph}:0"] = fg.capture(value)
+        for ph, value in captures:
+            input_map[f"{ph}:0"] = fg.capture(value if isinstance(value, tf.Tensor) else _handle(value))
         outs = tf.graph_util.import_graph_def(gd, input_map=input_map, return_elements=output_names,
                                               name=IMPORT_PREFIX)
         return tf.nest.pack_sequence_as(structured, outs)
 
-    fn = tf.function(placed_step, input_signature=list(traced.input_specs), autograph=False)
-    log.info("emitted the placed %s function: %d ops on %d devices, %d compressed edges", traced.step,
-             len(gd.node), len(set(op_devices.values())), len(compressed))
-    return EmittedModel(fn, gd, tuple(compressed), structured, traced.step)
+    return tf.function(placed_step, input_signature=list(input_specs), autograph=False)
+
+
+#: Ops the runtime adds to partition graphs (transfers, function arguments); not the plan's.
+_RUNTIME_OPS = frozenset({"_Send", "_Recv", "_HostSend", "_HostRecv", "_Arg", "_Retval", "_DeviceArg",
+                          "_DeviceRetval"})
+
+
+def observed_devices(function: Any, args: Sequence[Any]) -> dict[str, str]:
+    """Run a placed ``function`` once on ``args``; return node name → device where it *actually* ran.
+
+    Read from the runtime's partition graphs (names without :data:`IMPORT_PREFIX`); ops Grappler
+    fused or folded away do not appear. The runtime reports partition graphs only when a function
+    is instantiated, so this traces a fresh copy of ``function`` for the run.
+    """
+    from tensorflow.python.eager import context
+
+    fresh = tf.function(function.python_function, input_signature=function.input_signature, autograph=False)
+    ctx = context.context()
+    ctx.enable_run_metadata()
+    try:
+        fresh(*args)
+        md = ctx.export_run_metadata()
+    finally:
+        ctx.disable_run_metadata()
+    placed: dict[str, str] = {}
+    prefix = IMPORT_PREFIX + "/"
+    graphs = [pg for fg in md.function_graphs for pg in fg.partition_graphs] + list(md.partition_graphs)
+    for pg in graphs:
+        for node in pg.node:
+            if node.name.startswith(prefix) and node.op not in _RUNTIME_OPS:
+                placed[node.name[len(prefix):]] = tf.DeviceSpec.from_string(node.device).to_string()
+    return placed

@@ -1,23 +1,46 @@
-"""Stage 5b — SavedModel export of a placed model.
+"""Stage 5b — SavedModel export of a placed model, and re-mapping it onto other devices.
 
-Per-op devices live in the saved FunctionDefs; variable devices are kept
-with ``SAVE_VARIABLE_DEVICES``. Load with
-``tf.saved_model.load(path, options=LOAD_OPTIONS)`` in a process that has the
-same devices (with fewer devices TensorFlow's soft placement runs everything
-on the ones that exist).
+An export is a plain SavedModel: per-op devices live in the saved
+FunctionDefs, variable devices are kept with ``SAVE_VARIABLE_DEVICES``, and
+``tf.saved_model.load(path, options=LOAD_OPTIONS)`` serves it on the same
+devices (``serving_default`` takes the inputs by name and returns
+``{"output_0": …}``).
+
+It also carries what re-mapping needs, in ``assets.extra/autoplace/`` (a
+folder TensorFlow ignores; TF Serving's convention for extra files):
+
+* ``manifest.json`` — format, inputs, outputs, which saved variable feeds
+  which placeholder of the graph;
+* ``graph_def.pb`` — the placed forward GraphDef (captured constants
+  folded in as ``Const`` nodes);
+* ``plan.json`` and ``ops.json`` — the plan and the cost-annotated op graph
+  with its devices (``docs/graph-format.md``).
+
+:func:`load` rebuilds the placed function from these alone (no model code)
+on the saved devices, or on a **different** device list — fewer, more or
+renamed — by re-solving the saved op graph and costs. TensorFlow itself
+would silently run everything on the devices that exist (soft placement);
+asking for devices this process does not have is a :class:`DeviceError`.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
 
 import tensorflow as tf
 
+from ..core.devices import DeviceSet, resolve_devices
+from ..core.graph_io import load_graph, save_graph
 from ..core.outputs import new_directory
-from ..errors import ExportError, OutputError
+from ..core.plan import Plan
+from ..errors import AutoplaceError, DeviceError, ExportError, OutputError
+from .emit import EmittedModel, complete_assignment, import_function, observed_devices
+from .opgraph import layer_of
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +48,10 @@ SAVE_OPTIONS = tf.saved_model.SaveOptions(
     experimental_variable_policy=tf.saved_model.experimental.VariablePolicy.SAVE_VARIABLE_DEVICES)
 #: Options to pass to ``tf.saved_model.load`` so variables return to their devices.
 LOAD_OPTIONS = tf.saved_model.LoadOptions(experimental_variable_policy="save_variable_devices")
+#: Where an export keeps its plan, op graph and GraphDef (inside the SavedModel directory).
+EXTRA_DIR = os.path.join("assets.extra", "autoplace")
+#: Identifies the manifest, and its version (:func:`load` reads this version).
+EXPORT_FORMAT, EXPORT_VERSION = "autoplace-export", 1
 
 
 def _arg_name(spec: tf.TensorSpec, i: int) -> str:
@@ -32,13 +59,53 @@ def _arg_name(spec: tf.TensorSpec, i: int) -> str:
     return name if name and name[0].isalpha() else f"input_{i}"
 
 
-def export_saved_model(function: Any, variables: tuple[tf.Variable, ...], input_specs: tuple[tf.TensorSpec, ...],
-                       path: str | os.PathLike) -> str:
-    """Save the placed forward function with a ``serving_default`` signature.
+def _structure(x: Any) -> Any:
+    """A JSON description of a nest of tensors (``None`` for each tensor)."""
+    if isinstance(x, dict):
+        return {"dict": {str(k): _structure(v) for k, v in x.items()}}
+    if isinstance(x, (list, tuple)):
+        return {"list" if isinstance(x, list) else "tuple": [_structure(v) for v in x]}
+    return None
 
-    The signature takes the model's inputs by name (``input_0``… when a
-    name is unusable) and returns ``{"output_0": …, "output_1": …}`` in the
-    flattened order of the model's outputs.
+
+def _unstructure(s: Any) -> Any:
+    """The inverse of :func:`_structure`, with ``0`` for each tensor (for ``tf.nest.pack_sequence_as``)."""
+    if s is None:
+        return 0
+    if "dict" in s:
+        return {k: _unstructure(v) for k, v in s["dict"].items()}
+    items = [_unstructure(v) for v in s.get("list", s.get("tuple", []))]
+    return items if "list" in s else tuple(items)
+
+
+def _fold_constants(gd: tf.compat.v1.GraphDef, constants: Mapping[str, Any]) -> str | None:
+    """Replace each captured-constant placeholder of ``gd`` by a ``Const`` node; why not, if impossible."""
+    by_name = {n.name: n for n in gd.node}
+    for name, value in constants.items():
+        if value.dtype in (tf.resource, tf.variant):
+            return f"the graph captures a {value.dtype.name} tensor ({name!r}) that is not a variable"
+        node = by_name[name]
+        device = node.device
+        node.Clear()
+        node.name, node.op, node.device = name, "Const", device
+        node.attr["dtype"].type = value.dtype.as_datatype_enum
+        node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value.numpy()))
+    return None
+
+
+def _variable_key(i: int) -> str:
+    """Checkpoint key of ``module.placed_variables[i]`` in a SavedModel written here."""
+    return f"placed_variables/{i}/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def export_saved_model(emitted: EmittedModel, variables: Sequence[tf.Variable], path: str | os.PathLike, *,
+                       plan: Plan, op_graph: Any, devices: DeviceSet) -> str:
+    """Save the placed forward function with a ``serving_default`` signature, and what re-mapping needs.
+
+    ``variables`` feed ``emitted.variable_placeholders``, in that order. The
+    signature takes the model's inputs by name (``input_0``… when a name is
+    unusable) and returns ``{"output_0": …, "output_1": …}`` in the flattened
+    order of the model's outputs.
 
     Raises
     ------
@@ -51,10 +118,12 @@ def export_saved_model(function: Any, variables: tuple[tf.Variable, ...], input_
     sibling directory and renamed to ``path`` when complete.
     """
     path = os.fspath(path)
+    input_specs = emitted.input_specs
     names = [_arg_name(s, i) for i, s in enumerate(input_specs)]
     if len(set(names)) != len(names):
         names = [f"input_{i}" for i in range(len(names))]
     specs = [tf.TensorSpec(s.shape, s.dtype, name=n) for s, n in zip(input_specs, names)]
+    function = emitted.function
 
     def serve(*xs: tf.Tensor) -> dict[str, tf.Tensor]:
         flat = tf.nest.flatten(function(*xs))
@@ -64,11 +133,33 @@ def export_saved_model(function: Any, variables: tuple[tf.Variable, ...], input_
     module.placed_variables = list(variables)
     module.forward = function
     module.serve = tf.function(serve, input_signature=specs, autograph=False)
+    gd = tf.compat.v1.GraphDef()
+    gd.CopyFrom(emitted.graph_def)
+    not_remappable = _fold_constants(gd, emitted.constants)
+    manifest = {
+        "format": EXPORT_FORMAT, "version": EXPORT_VERSION,
+        "inputs": [{"name": n, "tensor": t, "shape": s.shape.as_list(), "dtype": s.dtype.name}
+                   for n, t, s in zip(names, emitted.input_names, input_specs)],
+        "outputs": list(emitted.output_names), "output_structure": _structure(emitted.structured_outputs),
+        "variables": [{"placeholder": ph, "key": _variable_key(i), "device": v.device}
+                      for i, (ph, v) in enumerate(zip(emitted.variable_placeholders, variables))],
+        "remappable": not_remappable is None, "not_remappable_because": not_remappable,
+    }
     with new_directory(path) as tmp:
         try:
             tf.saved_model.save(module, tmp, signatures={"serving_default": module.serve}, options=SAVE_OPTIONS)
+            extra = os.path.join(tmp, EXTRA_DIR)
+            os.makedirs(extra)
+            with open(os.path.join(extra, "graph_def.pb"), "wb") as f:
+                f.write(gd.SerializeToString())
+            with open(os.path.join(extra, "manifest.json"), "w") as f:
+                json.dump(manifest, f, indent=1)
+            plan.save(os.path.join(extra, "plan.json"))
+            save_graph(os.path.join(extra, "ops.json"), op_graph, devices)
         except OSError as e:
             raise OutputError(f"cannot write the SavedModel {path!r}: {e.strerror or e}; nothing was left there") from e
+        except AutoplaceError:
+            raise
         except Exception as e:  # noqa: BLE001  (TF raises many types here)
             if "No space left" in str(e) or "Read-only file system" in str(e):  # TF's own IO errors
                 raise OutputError(f"cannot write the SavedModel {path!r}: {str(e).strip().splitlines()[0]}; "
@@ -76,3 +167,182 @@ def export_saved_model(function: Any, variables: tuple[tf.Variable, ...], input_
             raise ExportError(f"saving the placed model to {path!r} failed: {e}") from e
     log.info("exported placed model to %s", path)
     return path
+
+
+@dataclass(frozen=True)
+class _Export:
+    """What an export directory holds for :func:`load`."""
+
+    path: str
+    manifest: Mapping[str, Any]
+    graph_def: tf.compat.v1.GraphDef
+    plan: Plan
+    op_graph: Any
+    devices: DeviceSet
+
+
+def _read_export(path: str) -> _Export:
+    extra = os.path.join(path, EXTRA_DIR)
+    if not os.path.isdir(path) or not os.path.isfile(os.path.join(path, "saved_model.pb")):
+        raise ExportError(f"{path!r} is not a SavedModel directory (no saved_model.pb); give the directory "
+                          "placed.export(...) or `autoplace export` wrote")
+    if not os.path.isfile(os.path.join(extra, "manifest.json")):
+        raise ExportError(f"{path!r} is a SavedModel but not an autoplace export (no {EXTRA_DIR}/manifest.json); "
+                          "load it with tf.saved_model.load, or export it again with this version of autoplace")
+    try:
+        with open(os.path.join(extra, "manifest.json")) as f:
+            manifest = json.load(f)
+        if manifest.get("format") != EXPORT_FORMAT or manifest.get("version") != EXPORT_VERSION:
+            raise ExportError(f"{path!r} is an export of format {manifest.get('format')!r} version "
+                              f"{manifest.get('version')!r}; this autoplace reads {EXPORT_FORMAT!r} version "
+                              f"{EXPORT_VERSION}")
+        gd = tf.compat.v1.GraphDef()
+        with open(os.path.join(extra, "graph_def.pb"), "rb") as f:
+            gd.ParseFromString(f.read())
+        plan = Plan.load(os.path.join(extra, "plan.json"))
+        graph, devices = load_graph(os.path.join(extra, "ops.json"))
+    except AutoplaceError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ExportError(f"the export {path!r} is incomplete or corrupt ({type(e).__name__}: {e}); export it "
+                          "again") from e
+    return _Export(path, manifest, gd, plan, graph, devices)
+
+
+def _replan(export: _Export, devset: DeviceSet, time_limit_s: float | None, seed: int) -> Plan:
+    from ..core.build import build_problem
+    from ..planner import MODEL_MEMORY, PlanOptions, plan_problem
+
+    kw = {} if time_limit_s is None else {"time_limit_s": time_limit_s}
+    options = PlanOptions(objective=export.plan.objective, group_by=export.plan.group_by, memory=MODEL_MEMORY,
+                          seed=seed, **kw)
+    built = build_problem(export.op_graph, devset, group_by=options.group_by)
+    return plan_problem(built, options)
+
+
+class LoadedModel(tf.Module):
+    """A placed model rebuilt from an export (:func:`load`): call it like the model.
+
+    Attributes
+    ----------
+    plan : Plan
+        The placement it runs (the saved one, or a re-solved one).
+    devices : tuple of str
+        Its devices.
+    op_devices : Mapping[str, str]
+        Every node of its GraphDef → device.
+    remapped : bool
+        Whether the plan was re-solved for other devices.
+    """
+
+    def __init__(self, export: _Export, plan: Plan, remapped: bool) -> None:
+        super().__init__(name="autoplace_loaded")
+        m = export.manifest
+        graph = tf.Graph()
+        with graph.as_default():
+            tf.graph_util.import_graph_def(export.graph_def, name="")
+        layer_devices: dict[str, str] = {}
+        for op, device in plan.assignment.items():
+            layer_devices.setdefault(layer_of(op), device)
+        self.op_devices = complete_assignment(graph, plan.assignment, layer_devices)
+        gd = tf.compat.v1.GraphDef()
+        gd.CopyFrom(export.graph_def)
+        for node in gd.node:
+            node.device = self.op_devices[node.name]
+        self.graph_def = gd
+        reader = tf.train.load_checkpoint(os.path.join(export.path, "variables", "variables"))
+        placed = []
+        for v in m["variables"]:
+            with tf.device(self.op_devices[v["placeholder"]]):
+                placed.append(tf.Variable(reader.get_tensor(v["key"]), name=v["placeholder"].split("/")[-1]))
+        self.placed_variables = placed
+        self.plan, self.devices, self.remapped = plan, tuple(plan.devices), remapped
+        self._manifest = m
+        specs = [tf.TensorSpec([None if d is None else d for d in i["shape"]], i["dtype"], name=i["name"])
+                 for i in m["inputs"]]
+        self.forward = import_function(gd, [i["tensor"] for i in m["inputs"]], m["outputs"],
+                                       [(v["placeholder"], var) for v, var in zip(m["variables"], placed)],
+                                       _unstructure(m["output_structure"]), specs)
+        self._export = export
+
+    def __call__(self, *xs: Any) -> Any:
+        """The placed outputs for the model's inputs (positional, in the model's input order)."""
+        return self.forward(*xs)
+
+    def observed_placement(self, *xs: Any) -> dict[str, str]:
+        """Run ``xs`` once; node → device where each op *actually* ran (:func:`~placer.tf.emit.observed_devices`)."""
+        return observed_devices(self.forward, [tf.convert_to_tensor(x) for x in xs])
+
+    def export(self, path: str | os.PathLike) -> str:
+        """Save this (re-mapped) placement as an export of its own."""
+        m = self._manifest
+        emitted = EmittedModel(self.forward, self.graph_def, (), _unstructure(m["output_structure"]), "predict",
+                               tuple(i["tensor"] for i in m["inputs"]), tuple(m["outputs"]),
+                               tuple(v["placeholder"] for v in m["variables"]), tuple(self.placed_variables), {},
+                               tuple(tf.TensorSpec(s.shape, s.dtype, name=s.name)
+                                     for s in self.forward.input_signature))
+        devices = resolve_devices(list(self.devices))
+        return export_saved_model(emitted, self.placed_variables, path, plan=self.plan,
+                                  op_graph=self._export.op_graph, devices=devices)
+
+
+def load(path: str | os.PathLike, devices: Sequence[Any] | None = None, *, time_limit_s: float | None = None,
+         seed: int = 0) -> LoadedModel:
+    """Rebuild an exported placement from its directory alone, on its devices or on others.
+
+    Parameters
+    ----------
+    path : path
+        A directory written by ``placed.export(path)`` or ``autoplace export``.
+    devices : sequence, optional
+        Where to run it. ``None``: the devices it was planned for. Another
+        list (fewer, more or renamed devices, strings or
+        :class:`placer.DeviceSpec`) re-solves the saved op graph and costs
+        for them, with the saved objective and grouping; the saved plan is
+        reused when the list names the same devices.
+    time_limit_s, seed : optional
+        The re-solve's budget and seed (defaults: :class:`placer.PlanOptions`').
+
+    Returns
+    -------
+    LoadedModel
+        Callable like the model (positional inputs); ``.plan`` is the placement it runs.
+
+    Raises
+    ------
+    ExportError
+        Not an autoplace export, a corrupt one, or one whose graph cannot be re-mapped.
+    DeviceError
+        A device that this process does not have (TensorFlow would silently run elsewhere).
+
+    Examples
+    --------
+    >>> import keras, numpy as np, os, tempfile, placer
+    >>> m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8), keras.layers.Dense(3)])
+    >>> placed = placer.autoplace(m, ["/CPU:0", "/CPU:1"], batch_size=2, time_limit_s=1)
+    >>> path = placed.export(os.path.join(tempfile.mkdtemp(), "saved"))
+    >>> one = placer.load(path, devices=["/CPU:0"])
+    >>> x = np.ones((2, 4), "float32")
+    >>> sorted(set(one.op_devices.values())), bool(np.array_equal(one(x).numpy(), placed(x).numpy()))
+    (['/job:localhost/replica:0/task:0/device:CPU:0'], True)
+    """
+    export = _read_export(os.fspath(path))
+    if not export.manifest.get("remappable", False):
+        raise ExportError(f"the export {os.fspath(path)!r} cannot be rebuilt: "
+                          f"{export.manifest.get('not_remappable_because')}; load it with tf.saved_model.load on "
+                          "the devices it was made for")
+    available = [d.name for d in tf.config.list_logical_devices()]
+    if devices is None:
+        try:
+            devset = resolve_devices(list(export.plan.devices), available=available)
+        except DeviceError as e:
+            raise DeviceError(f"{e}; this export was planned for {list(export.plan.devices)}: pass devices=[…] "
+                              "to re-map it onto the devices this process has") from None
+    else:
+        devset = resolve_devices(devices, available=available)
+    if devset.names == tuple(export.plan.devices):
+        return LoadedModel(export, export.plan, remapped=False)
+    plan = _replan(export, devset, time_limit_s, seed)
+    log.info("re-mapped %s from %d onto %d devices", os.fspath(path), len(export.plan.devices), len(devset))
+    return LoadedModel(export, plan, remapped=True)
+

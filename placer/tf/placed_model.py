@@ -39,7 +39,6 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import keras
 import tensorflow as tf
-from tensorflow.python.eager import context
 
 from ..core.compression import CODECS, CompressionPolicy
 from ..core.devices import DeviceSet
@@ -48,7 +47,7 @@ from ..core.plan import Plan
 from ..core.validate import integer
 from ..errors import InputSignatureError, ModelError, TrainingError, UnsupportedError
 from .codecs import CompressedEdge
-from .emit import IMPORT_PREFIX, EmittedModel, emit
+from .emit import EmittedModel, emit, observed_devices
 from .export import export_saved_model
 from .opgraph import GRADIENT_SCOPE, OpGraph, layer_of
 from .remote import DEFAULT_WORKER_TIMEOUT_S, Watchdog, worker_addresses
@@ -56,10 +55,6 @@ from .report import Report
 from .trace import TracedModel, input_keys, model_inputs, trace_model, trace_step
 
 log = logging.getLogger(__name__)
-
-_RUNTIME_OPS = frozenset({"_Send", "_Recv", "_HostSend", "_HostRecv", "_Arg", "_Retval", "_DeviceArg",
-                          "_DeviceRetval"})
-
 
 def _spec_of(t: Any) -> tf.TensorSpec:
     return tf.TensorSpec((None, *t.shape[1:]), t.dtype)
@@ -589,23 +584,7 @@ class PlacedModel(keras.Model):
             args = [tf.convert_to_tensor(a) for a in tf.nest.flatten(data)]
         else:
             raise UnsupportedError(f"unknown step {step!r}; choose 'predict', 'train' or 'test'")
-        fresh = tf.function(emitted.function.python_function, input_signature=emitted.function.input_signature,
-                            autograph=False)
-        ctx = context.context()
-        ctx.enable_run_metadata()
-        try:
-            fresh(*args)
-            md = ctx.export_run_metadata()
-        finally:
-            ctx.disable_run_metadata()
-        placed: dict[str, str] = {}
-        prefix = IMPORT_PREFIX + "/"
-        graphs = [pg for fg in md.function_graphs for pg in fg.partition_graphs] + list(md.partition_graphs)
-        for pg in graphs:
-            for node in pg.node:
-                if node.name.startswith(prefix) and node.op not in _RUNTIME_OPS:
-                    placed[node.name[len(prefix):]] = tf.DeviceSpec.from_string(node.device).to_string()
-        return placed
+        return observed_devices(emitted.function, args)
 
     @property
     def emitted(self) -> EmittedModel:
@@ -649,8 +628,15 @@ class PlacedModel(keras.Model):
         return os.fspath(path)
 
     def export(self, path: str | os.PathLike) -> str:
-        """Save a SavedModel whose ``serving_default`` computes the placed outputs."""
-        return export_saved_model(self.function, tuple(v.value for v in self.variables), self.input_specs, path)
+        """Save a SavedModel whose ``serving_default`` computes the placed outputs; returns the path.
+
+        It carries its plan, op graph and placed GraphDef, so :func:`placer.load` can rebuild it on
+        these or on other devices without the model's code (:mod:`placer.tf.export`).
+        """
+        p = self._placed
+        emitted = self._forward(False)
+        return export_saved_model(emitted, [getattr(v, "value", v) for v in emitted.variables], path, plan=p.plan,
+                                  op_graph=p.op_graph.graph, devices=p.devices)
 
     def summary(self, *args: Any, **kwargs: Any) -> str:  # type: ignore[override]
         """The plan in words (returned, not printed; Keras' layer table is the original model's)."""
