@@ -32,6 +32,7 @@ from .errors import (
     NoFeasiblePlanError,
     OutputError,
     PlanError,
+    ReportError,
     SolverError,
     TrainingError,
     UnsupportedError,
@@ -57,7 +58,7 @@ _LAZY = {
 __all__ = [
     "AutoplaceError", "CostError", "DeviceError", "DeviceSpec", "ExportError", "GraphError",
     "InputSignatureError", "InsufficientMemoryError", "ModelError", "NoFeasiblePlanError", "OutputError", "PlanError",
-    "SolverError", "TrainingError", "UnsupportedError", "WorkerError", *_LAZY,
+    "ReportError", "SolverError", "TrainingError", "UnsupportedError", "WorkerError", *_LAZY,
 ]
 
 

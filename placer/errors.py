@@ -65,6 +65,10 @@ class PlanError(AutoplaceError, ValueError):
     """A saved plan is malformed or does not fit the graph or devices it is applied to."""
 
 
+class ReportError(AutoplaceError, ValueError):
+    """A report file is not a report, is of an unknown version, or does not match its schema."""
+
+
 class SolverError(AutoplaceError, ValueError):
     """An unknown solver name or a solver used outside its domain."""
 

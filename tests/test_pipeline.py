@@ -165,10 +165,24 @@ def test_plan_is_complete_and_reported(placed, tmp_path):
     assert len(plan.assignment) == len(p.emitted.graph_def.node)
     path = p.report(tmp_path / "r.json")
     import json
-    data = json.load(open(path))
-    assert data["graph"]["ops"] == len(plan.assignment)
+
+    from placer.reporting import validate_report
+
+    data = validate_report(json.load(open(path)))
+    assert data["graph"]["ops"] == len(plan.assignment) == len(data["ops"])
     assert len(data["devices"]) == 4
     assert sum(d["ops"] for d in data["devices"]) == len(plan.assignment)
     assert {"trace", "costs", "graph", "problem", "solve", "emit"} <= set(data["stage_seconds"])
-    with pytest.raises(placer.AutoplaceError, match=".json"):
-        p.report(tmp_path / "r.html")
+    cut = [e for e in data["edges"] if e["cut"]]
+    device = {o["name"]: o["device"] for o in data["ops"]}
+    assert cut and all((device[e["src"]] != device[e["dst"]]) == e["cut"] for e in data["edges"])
+    assert sum(e["bytes"] for e in cut) >= plan.traffic_bytes  # a tensor sent once may feed several ops there
+    assert all(o["compute_source"] in ("measured", "measured (cached)") for o in data["ops"])
+    page = open(p.report(tmp_path / "r.html")).read()
+    assert page.count('<figure class="chart"') == 5
+    trace = json.load(open(p.report(tmp_path / "r.trace.json")))
+    ops = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert len(ops) == len(data["simulation"]["timeline"])
+    assert max(e["ts"] + e["dur"] for e in ops) == pytest.approx(plan.predicted_step_time_s * 1e6)
+    with pytest.raises(placer.AutoplaceError, match=".json or .html"):
+        p.report(tmp_path / "r.txt")

@@ -25,16 +25,17 @@ Examples
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator, Mapping
 
 from ..errors import OutputError
 
 #: The report formats ``placed.report(path)`` writes, by the path's suffix.
-REPORT_SUFFIXES = (".json",)
+REPORT_SUFFIXES = (".json", ".html")
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -145,3 +146,25 @@ def new_directory(path: str | os.PathLike) -> Iterator[str]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def json_ready(x: Any) -> Any:
+    """``x`` as JSON-ready data: numpy → Python, non-finite floats → ``None``, keys → ``str``.
+
+    >>> import numpy as np
+    >>> json_ready({1: np.float32(0.5), "b": [float("inf"), np.int64(3)]})
+    {'1': 0.5, 'b': [None, 3]}
+    """
+    import numpy as np
+
+    if isinstance(x, Mapping):
+        return {str(k): json_ready(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [json_ready(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return json_ready(x.tolist())
+    if isinstance(x, (np.floating, float)):
+        return float(x) if math.isfinite(x) else None
+    if isinstance(x, np.integer):
+        return int(x)
+    return x

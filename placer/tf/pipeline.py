@@ -317,7 +317,7 @@ def autoplace(model: Any, devices: Sequence[Any], *, plan: Plan | str | os.PathL
     def report() -> Any:
         sim = built.simulate(built.group_assignment(placed_plan.assignment))
         return build_report(placed_plan, op_graph, built, sim, costs, opts.profile_grappler, emitted,
-                            dict(stages.seconds))
+                            dict(stages.seconds), model.name)
 
     shell.set_report(stages.run("report", report))
     log.info("autoplace %s: %s", model.name, " ".join(f"{k}={v:.2f}s" for k, v in stages.seconds.items()))

@@ -635,7 +635,7 @@ class PlacedModel(keras.Model):
         """
         p = self._placed
         emitted = self._forward(False)
-        return export_saved_model(emitted, [getattr(v, "value", v) for v in emitted.variables], path, plan=p.plan,
+        return export_saved_model(emitted, [v if isinstance(v, tf.Variable) else v.value for v in emitted.variables], path, plan=p.plan,
                                   op_graph=p.op_graph.graph, devices=p.devices)
 
     def summary(self, *args: Any, **kwargs: Any) -> str:  # type: ignore[override]
