@@ -1,11 +1,21 @@
-"""Command line: offline planning.
+"""Command line: offline planning, profiling, export and reports.
 
 * ``autoplace plan MODEL.keras --devices …``: trace, profile and place a saved
-  Keras model; write a report (and optionally a SavedModel).
+  Keras model; write a report (``.json``, ``.html`` or ``.trace.json``) and
+  optionally the plan, the op graph and a placed SavedModel.
+* ``autoplace profile MODEL.keras --devices …``: time the model's ops on
+  each device kind (filling the cost cache) and print what was measured.
+* ``autoplace export MODEL.keras OUT --devices … [--plan plan.json]``: a
+  placed SavedModel; with a plan, no re-solve.
+* ``autoplace report REPORT_OR_PLAN.json --out report.html``: re-render a
+  report offline (no TensorFlow).
 * ``autoplace plan-graph GRAPH.json [--devices …]``: place a cost-annotated
   graph file (``docs/graph-format.md``) without TensorFlow.
 
 Output for people goes through this module (stdout); the library only logs.
+Progress: a bar on a terminal, plain log lines otherwise, none with
+``--quiet``. Models load in Keras' safe mode; ``--unsafe-deserialization``
+opts out for files you trust (Lambda layers and other Python code).
 
 Exit codes: 0 done; 2 a user error (bad arguments, input files, devices, an
 impossible request: every :class:`~placer.errors.AutoplaceError`), one line
@@ -22,7 +32,7 @@ import math
 import os
 import sys
 import traceback
-from typing import Any, Callable, NoReturn, Sequence
+from typing import Any, Callable, Mapping, NoReturn, Sequence
 
 
 class _UsageError(Exception):
@@ -74,6 +84,10 @@ def _parser() -> argparse.ArgumentParser:
     cpus = _checked(int, lambda t, v: integer(t, v, minimum=0, maximum=1024), "a number of logical CPUs")
     nbytes = _checked(_float, lambda t, v: integer(t, v, minimum=1, maximum=MAX_BYTES), "a number of bytes")
 
+    def common(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+        sub.add_argument("-v", "--verbose", action="store_true", help="log every step; a traceback with internal errors")
+
     def planning(sub: argparse.ArgumentParser, group_by: str, memory: str) -> None:
         sub.add_argument("--objective", default=PlanOptions.objective, choices=sorted(OBJECTIVES))
         sub.add_argument("--algorithm", default=PlanOptions.algorithm, choices=available_solvers())
@@ -85,30 +99,63 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--memory", default=memory, choices=list(MEMORY_MODELS),
                          help=f"what must fit each device's memory: resident bytes or the step's simulated peak "
                          f"(default {memory})")
-        sub.add_argument("-q", "--quiet", action="store_true", help="no progress output")
-        sub.add_argument("-v", "--verbose", action="store_true", help="a traceback with internal errors")
+        common(sub)
+
+    def model(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("model", help="a .keras (or .h5) file saved by model.save (keras.saving.load_model, safe mode)")
+        sub.add_argument("--devices", nargs="+", required=True, help="e.g. /CPU:0 /CPU:1 or /GPU:0 /GPU:1")
+        sub.add_argument("--logical-cpus", type=cpus, default=0,
+                         help="split the CPU into N logical devices first (to plan on one machine)")
+        sub.add_argument("--batch-size", type=count, default=None)
+        sub.add_argument("--training", action="store_true",
+                         help="the training step (the model file must be saved compiled)")
+        sub.add_argument("--unsafe-deserialization", action="store_true",
+                         help="load a model file that holds Python code (Lambda layers): only for files you trust")
 
     p = _Parser(prog="autoplace", description="Automatic model-parallel placement for Keras 3.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    plan = sub.add_parser("plan", help="place a saved Keras model and write a report")
-    plan.add_argument("model", help="a .keras file (keras.saving.load_model)")
-    plan.add_argument("--devices", nargs="+", required=True, help="e.g. /CPU:0 /CPU:1 or /GPU:0 /GPU:1")
-    plan.add_argument("--logical-cpus", type=cpus, default=0,
-                      help="split the CPU into N logical devices first (to plan on one machine)")
-    plan.add_argument("--batch-size", type=count, default=None)
+    plan = sub.add_parser("plan", help="place a saved Keras model and write a report",
+                          description="Trace, profile and place a saved Keras model; write a report.")
+    model(plan)
     plan.add_argument("--compression", default="none", choices=list(COMPRESSION_CHOICES),
                       help="codec of cut float edges; auto: per edge, the fastest within the error budget")
-    plan.add_argument("--training", action="store_true",
-                      help="place the training step (the model file must be saved compiled)")
     plan.add_argument("--replicas", type=count, default=1, help="with --training: data-parallel groups of devices")
-    plan.add_argument("--report", default="autoplace_report.json", help="report path (.json)")
+    plan.add_argument("--report", default="autoplace_report.json",
+                      help="report path: .json (data), .html (a page to read) or .trace.json (Perfetto)")
     plan.add_argument("--export", default=None, help="also write a SavedModel of the placed model here")
     plan.add_argument("--plan-json", default=None, help="also write the plan (op → device) as JSON here")
     plan.add_argument("--graph-json", default=None, help="also write the cost-annotated op graph here "
                       "(re-plan it offline with plan-graph)")
     planning(plan, MODEL_GROUP_BY, MODEL_MEMORY)
 
-    graph = sub.add_parser("plan-graph", help="place a graph JSON file (no TensorFlow needed)")
+    prof = sub.add_parser("profile", help="time a model's ops on each device kind (fills the cost cache)",
+                          description="Trace a saved Keras model and time its ops on the devices' kinds; the "
+                          "times go to the profile cache, where plan and export find them.")
+    model(prof)
+    prof.add_argument("--repeats", type=count, default=None, help="timed runs per op (default: the library's, 5)")
+    prof.add_argument("--top", type=count, default=10, help="list this many of the slowest ops")
+    common(prof)
+
+    export = sub.add_parser("export", help="write a placed SavedModel of a saved Keras model",
+                            description="Place a saved Keras model (or re-apply --plan, without solving) and write "
+                            "a SavedModel that keeps every op's device; placer.load re-maps it onto other devices.")
+    model(export)
+    export.add_argument("out", nargs="?", default=None,
+                        help="the SavedModel directory to create (must not exist or be empty); it may also come "
+                        "last, after the devices")
+    export.add_argument("--plan", default=None, help="a plan JSON of this model (plan --plan-json): no re-solve")
+    export.add_argument("--compression", default="none", choices=list(COMPRESSION_CHOICES))
+    planning(export, MODEL_GROUP_BY, MODEL_MEMORY)
+
+    report = sub.add_parser("report", help="re-render a report or plan JSON as HTML (no TensorFlow)",
+                            description="Render a report JSON (or a plan JSON: devices and baselines only) as a "
+                            "self-contained HTML page, or as Chrome trace events.")
+    report.add_argument("input", help="a report JSON (placed.report / plan --report) or a plan JSON")
+    report.add_argument("--out", required=True, help="output: .html, .trace.json or .json")
+    common(report)
+
+    graph = sub.add_parser("plan-graph", help="place a graph JSON file (no TensorFlow needed)",
+                           description="Place a cost-annotated graph file (docs/graph-format.md).")
     graph.add_argument("graph", help="an autoplace graph file (docs/graph-format.md)")
     graph.add_argument("--devices", nargs="+", default=None,
                        help="device names; default: the devices in the file")
@@ -123,32 +170,73 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``autoplace`` console script; returns the exit code (see the module docstring)."""
     from .errors import AutoplaceError
 
+    parser = _parser()
     try:
-        args = _parser().parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra and args.command == "export" and args.out is None and len(extra) == 1 and extra[0][:1] != "-":
+            args.out, extra = extra[0], []  # OUT after the options: `export MODEL --devices … OUT`
+        if extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
     except _UsageError as e:
         return _fail(str(e), 2)
-    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
+    bar = _Progress.for_terminal() if not args.quiet and not args.verbose else None
+    logging.basicConfig(level=logging.WARNING if args.quiet or bar is not None else logging.INFO,
                         format="autoplace: %(message)s", stream=sys.stderr)
+    commands = {"plan": _plan_model, "profile": _profile, "export": _export, "report": _report,
+                "plan-graph": _plan_graph}
     try:
-        return _plan_graph(args) if args.command == "plan-graph" else _plan_model(args)
+        return commands[args.command](args, bar)
     except AutoplaceError as e:
-        return _fail(str(e), 2)
+        return _fail(str(e), 2, bar)
     except KeyboardInterrupt:
-        return _fail("interrupted", 130)
+        return _fail("interrupted", 130, bar)
     except Exception as e:  # noqa: BLE001  (anything else is our bug: say so in one line)
+        if bar is not None:
+            bar.close()
         if args.verbose:
             traceback.print_exc()
         return _fail(f"internal error ({type(e).__name__}: {e}); please report it with the command line"
                      + ("" if args.verbose else " and the output of --verbose"), 1)
 
 
-def _fail(message: str, code: int) -> int:
+def _fail(message: str, code: int, bar: "_Progress | None" = None) -> int:
     """Print ``autoplace: error: …`` as one line on stderr and return ``code``."""
+    if bar is not None:
+        bar.close()
     print("autoplace: error: " + " ".join(message.split()), file=sys.stderr)
     return code
 
 
-def _plan_graph(args: argparse.Namespace) -> int:
+class _Progress:
+    """A progress bar (tqdm, on stderr) over the pipeline's stages: ``PlacementOptions.progress``."""
+
+    def __init__(self) -> None:
+        from tqdm import tqdm
+
+        self._bar = tqdm(total=0, file=sys.stderr, unit="stage", leave=False,
+                         bar_format="autoplace: {desc} {bar} {n_fmt}/{total_fmt} stages [{elapsed}]")
+
+    @classmethod
+    def for_terminal(cls) -> "_Progress | None":
+        """A bar when stderr is a terminal; else ``None`` (log lines are the progress output)."""
+        return cls() if sys.stderr.isatty() else None
+
+    def start(self, stages: int) -> "_Progress":
+        """Count ``stages`` stages from now on."""
+        self._bar.reset(total=stages)
+        return self
+
+    def __call__(self, stage: str, seconds: float | None) -> None:
+        if seconds is None:
+            self._bar.set_description_str(f"{stage}…")
+        else:
+            self._bar.update(1)
+
+    def close(self) -> None:
+        self._bar.close()
+
+
+def _plan_graph(args: argparse.Namespace, bar: _Progress | None = None) -> int:
     from .core.devices import DeviceSpec
     from .core.graph_io import load_graph
     from .core.outputs import check_output
@@ -184,53 +272,72 @@ def _plan_graph(args: argparse.Namespace) -> int:
 _OUTPUT_NAMES = {"report": "report", "plan": "plan", "graph": "op graph", "export": "SavedModel"}
 
 
-def _check_outputs(args: argparse.Namespace) -> list[tuple[str, str]]:
-    """``(kind, path)`` of every output of ``plan``, each validated, none an input or another output."""
+def _check_outputs(outputs: Sequence[tuple[str, str | None]], inputs: Sequence[str]) -> list[tuple[str, str]]:
+    """``(kind, path)`` of every output given, each validated, none an input or another output."""
     from .core.outputs import REPORT_SUFFIXES, check_output
     from .errors import OutputError
 
-    outputs = [("report", args.report), ("plan", args.plan_json), ("graph", args.graph_json),
-               ("export", args.export)]
-    outputs = [(kind, path) for kind, path in outputs if path]
+    given = [(kind, path) for kind, path in outputs if path]
     seen: dict[str, str] = {}
-    for kind, path in outputs:
+    for kind, path in given:
         check_output(path, directory=kind == "export", suffixes=REPORT_SUFFIXES if kind == "report" else (),
-                     inputs=[args.model])
+                     inputs=[i for i in inputs if i])
         real = os.path.realpath(path)
         if real in seen:
             raise OutputError(f"the {seen[real]} and the {kind} would both be written to {path!r}; give each "
                               "output its own path")
         seen[real] = kind
-    return outputs
+    return given
 
 
-def _plan_model(args: argparse.Namespace) -> int:
+def _load_model(args: argparse.Namespace) -> Any:
+    """Import TensorFlow (after ``--logical-cpus`` is applied) and load ``args.model`` in Keras' safe mode."""
     from .errors import ModelError
 
-    outputs = _check_outputs(args)  # before any work: a bad path fails now, not after the solve
-    if not os.path.isfile(args.model) and not os.path.isdir(args.model):
-        raise ModelError(f"model file {args.model!r} does not exist")
+    path = args.model
+    if os.path.isdir(path):
+        if os.path.isfile(os.path.join(path, "assets.extra", "autoplace", "manifest.json")):
+            raise ModelError(f"{path!r} is a placed SavedModel written by autoplace; serve it with "
+                             "tf.saved_model.load, or re-map it onto other devices with placer.load(path, devices=…)")
+        raise ModelError(f"{path!r} is a directory; autoplace reads Keras model files: save the model with "
+                         "model.save('model.keras') and pass that file (SavedModel directories are not supported "
+                         "as input yet)")
+    if not os.path.isfile(path):
+        raise ModelError(f"model file {path!r} does not exist")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow as tf  # after argument parsing: logical devices must precede TF initialisation
+    import tensorflow as tf
 
     if args.logical_cpus:
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * args.logical_cpus)
     import keras
 
-    import placer
-
     try:
-        model = keras.saving.load_model(args.model, compile=args.training)
+        return keras.saving.load_model(path, compile=args.training, safe_mode=not args.unsafe_deserialization)
     except Exception as e:  # noqa: BLE001  (keras raises many types; safe mode's refusal is one of them)
-        raise ModelError(f"cannot load {args.model!r} as a Keras model: {e}") from e
-    placed = placer.autoplace(model, args.devices, batch_size=args.batch_size, algorithm=args.algorithm,
-                              time_limit_s=args.time_limit, compression=args.compression,
-                              objective=args.objective, seed=args.seed, group_by=args.group_by,
-                              memory=args.memory, training=args.training, replicas=args.replicas)
-    write = {"export": placed.export, "plan": placed.plan.save, "graph": placed.save_graph, "report": placed.report}
-    # the SavedModel first (the likeliest to fail: the largest), the report last; on a failure, the outputs
-    # this run created are removed again (an output that replaced an older file stays replaced)
+        text = " ".join(str(e).split())
+        if "safe_mode" in text or "unsafe" in text.lower():
+            raise ModelError(f"{path!r} holds Python code (e.g. a Lambda layer), which Keras' safe mode refuses "
+                             "to load; if you trust the file, pass --unsafe-deserialization") from e
+        raise ModelError(f"cannot load {path!r} as a Keras model (a .keras or .h5 file saved by model.save): "
+                         f"{text[:300]}") from e
+
+
+def _placement_options(args: argparse.Namespace, bar: _Progress | None, stages: int) -> dict[str, Any]:
+    """The ``autoplace`` keyword arguments of a model command."""
+    kw = {"batch_size": args.batch_size, "training": args.training,
+          "progress": bar.start(stages) if bar is not None else None}
+    for name in ("algorithm", "objective", "seed", "group_by", "memory", "compression", "replicas"):
+        if hasattr(args, name):
+            kw[name] = getattr(args, name)
+    if hasattr(args, "time_limit"):
+        kw["time_limit_s"] = args.time_limit
+    return kw
+
+
+def _write_all(outputs: Sequence[tuple[str, str]], write: Mapping[str, Callable[[str], Any]]) -> None:
+    """Write each output: the SavedModel first (the largest, likeliest to fail), the report last. On a failure,
+    the outputs this run created are removed again (an output that replaced an older file stays replaced)."""
     order = sorted(outputs, key=lambda o: ("export", "plan", "graph", "report").index(o[0]))
     created: list[str] = []
     try:
@@ -245,9 +352,83 @@ def _plan_model(args: argparse.Namespace) -> int:
         for path in created:
             shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)
         raise
+
+
+def _plan_model(args: argparse.Namespace, bar: _Progress | None = None) -> int:
+    outputs = _check_outputs([("report", args.report), ("plan", args.plan_json), ("graph", args.graph_json),
+                              ("export", args.export)], [args.model])  # before any work: fail now, not after
+    model = _load_model(args)
+    import placer
+    from placer.tf.pipeline import STAGES
+
+    placed = placer.autoplace(model, args.devices, **_placement_options(args, bar, len(STAGES)))
+    if bar is not None:
+        bar.close()
+    _write_all(outputs, {"export": placed.export, "plan": placed.plan.save, "graph": placed.save_graph,
+                         "report": placed.report})
     print(placed.summary())
     for kind, path in outputs:
         print(f"{_OUTPUT_NAMES[kind]}: {path}")
+    return 0
+
+
+def _export(args: argparse.Namespace, bar: _Progress | None = None) -> int:
+    from .errors import AutoplaceError
+
+    if args.out is None and len(args.devices) > 1 and ":" not in args.devices[-1]:  # `--devices A B OUT`
+        args.out = args.devices.pop()
+    if args.out is None:
+        raise AutoplaceError("give the SavedModel directory to write: autoplace export MODEL OUT --devices …")
+    _check_outputs([("export", args.out)], [args.model, args.plan])
+    from .core.plan import Plan
+
+    given = Plan.load(args.plan) if args.plan else None  # a bad plan file fails before the model loads
+    model = _load_model(args)
+    import placer
+    from placer.tf.pipeline import STAGES
+
+    kw = _placement_options(args, bar, len(STAGES))
+    if given is not None:
+        kw = {k: v for k, v in kw.items() if k not in ("objective", "group_by")}  # the plan's own
+    placed = placer.autoplace(model, args.devices, plan=given, **kw)
+    if bar is not None:
+        bar.close()
+    placed.export(args.out)
+    print(placed.summary())
+    print(f"SavedModel: {args.out}" + (f" (plan re-applied from {args.plan}, not re-solved)" if given else ""))
+    return 0
+
+
+def _profile(args: argparse.Namespace, bar: _Progress | None = None) -> int:
+    model = _load_model(args)
+    from cost_models.cache import default_cache_dir
+    from placer.tf.pipeline import profile
+
+    kw = _placement_options(args, bar, 3)
+    if args.repeats is not None:
+        kw["profile_repeats"] = args.repeats
+    prof = profile(model, args.devices, **kw)
+    if bar is not None:
+        bar.close()
+    print(f"profiled the {prof.step} step of {model.name} at batch {prof.batch_size}: "
+          f"{len(prof.op_types)} ops")
+    for kind, times in prof.costs.us.items():
+        total = sum(times.values())
+        print(f"{kind}: {prof.costs.source[kind]}, {len(times)} ops, {total / 1e3:.3f} ms of op time per step")
+        slowest = sorted(times.items(), key=lambda kv: -kv[1])[:args.top]
+        for op, us in slowest:
+            print(f"  {us:10.1f} µs  {prof.op_types.get(op, '?'):<22} {op}")
+    print(f"cache: {default_cache_dir()} (plan and export with the same model, batch and devices read it)")
+    return 0
+
+
+def _report(args: argparse.Namespace, bar: _Progress | None = None) -> int:
+    from .reporting import load_report, write_report
+
+    _check_outputs([("report", args.out)], [args.input])
+    data = load_report(args.input)
+    write_report(data, args.out)
+    print(f"report ({data.get('source', 'placement')}): {args.out}")
     return 0
 
 

@@ -100,6 +100,11 @@ class PlacementOptions:
     optimizer, loss, metrics, loss_weights
         Compile settings for training (as ``keras.Model.compile`` takes them);
         ``None``: the compiled model's own (fresh objects, same configuration).
+    progress : callable or None
+        ``progress(stage, seconds)`` is called as each stage of
+        :data:`STAGES` starts (``seconds`` ``None``) and ends (its wall
+        seconds); the CLI draws its progress bar with it. ``None`` (default):
+        the library only logs.
     worker_timeout_s : float
         Placed calls on remote (gRPC) workers: how long a worker may leave a
         health probe unanswered before the call ends with a ``WorkerError``
@@ -141,8 +146,11 @@ class PlacementOptions:
     targets: Any = None
     replicas: int = 1
     worker_timeout_s: float = DEFAULT_WORKER_TIMEOUT_S
+    progress: Callable[[str, float | None], None] | None = None
 
     def __post_init__(self) -> None:
+        if self.progress is not None and not callable(self.progress):
+            raise AutoplaceError(f"progress must be a callable progress(stage, seconds), got {self.progress!r}")
         object.__setattr__(self, "replicas", integer("replicas", self.replicas, minimum=1, error=TrainingError))
         for flag in ("training", "profile_grappler"):
             if not isinstance(getattr(self, flag), bool):
@@ -172,11 +180,19 @@ class PlacementOptions:
                               hardware=self.hardware, seed=self.seed)
 
 
+#: The stages of :func:`autoplace`, in order (:func:`profile` runs the first three).
+STAGES = ("devices", "trace", "costs", "graph", "problem", "solve", "codecs", "emit", "report")
+
+
 @dataclass
 class StageTimer:
-    """Runs pipeline stages: one timer, one log line each, the stage's name on its errors."""
+    """Runs pipeline stages: one timer, one log line each, the stage's name on its errors.
+
+    ``progress(stage, seconds)`` (optional) hears each stage start (``None``) and end.
+    """
 
     seconds: dict[str, float] = field(default_factory=dict)
+    progress: Callable[[str, float | None], None] | None = None
 
     def run(self, name: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``fn(*args, **kwargs)`` as stage ``name``.
@@ -187,6 +203,8 @@ class StageTimer:
             Whatever the stage raised, its message starting with the stage's name;
             other exceptions get a note naming the stage.
         """
+        if self.progress is not None:
+            self.progress(name, None)
         t = time.perf_counter()
         try:
             out = fn(*args, **kwargs)
@@ -198,6 +216,8 @@ class StageTimer:
             raise
         self.seconds[name] = time.perf_counter() - t
         log.info("%s: %.2f s", name, self.seconds[name])
+        if self.progress is not None:
+            self.progress(name, self.seconds[name])
         return out
 
 
@@ -242,6 +262,76 @@ def _solve(built: Any, options: PlanOptions, given: Plan | None, batch_size: int
                         "pass the devices it was made for, or solve again")
     plan = plan_problem(built, options, given=None if given is None else given.assignment)
     return replace(plan, batch_size=batch_size, compression=compression)
+
+
+def _traced(model: Any, devices: Sequence[Any], opts: PlacementOptions, stages: StageTimer) -> tuple[Any, ...]:
+    """The devices and trace stages: ``(devices planned on, placed-model shell, traced model, input specs)``."""
+    available = [d.name for d in tf.config.list_logical_devices()]
+    all_devices = stages.run("devices", resolve_devices, devices, available=available)
+    groups = _replica_groups(all_devices, opts)
+    devset = all_devices if len(groups) == 1 else resolve_devices(list(devices)[:len(groups[0])], available)
+    if opts.training:
+        shell, traced, input_specs = stages.run(
+            "trace", trace_training, model, batch_size=opts.batch_size, input_signature=opts.input_signature,
+            targets=opts.targets, optimizer=opts.optimizer, loss=opts.loss, metrics=opts.metrics,
+            loss_weights=opts.loss_weights, replicas=opts.replicas)
+        if len(groups) > 1:
+            shell.set_replicas(groups)
+    else:
+        traced = stages.run("trace", trace_model, model, batch_size=opts.batch_size,
+                            input_signature=opts.input_signature)
+        shell, input_specs = PlacedModel(model), traced.input_specs
+    return devset, shell, traced, input_specs
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """What :func:`profile` measured: the op times of one model's trace on each device kind.
+
+    Attributes
+    ----------
+    costs : ComputeCosts
+        µs per op per device kind, and each kind's source (measured, cached or analytic).
+    op_types : Mapping[str, str]
+        Op name → TensorFlow op type.
+    step : str
+        The traced step (``predict`` or ``train``).
+    batch_size : int
+        The batch size the ops were timed at.
+    stage_seconds : Mapping[str, float]
+        Wall seconds of the devices, trace and costs stages.
+    """
+
+    costs: Any
+    op_types: Mapping[str, str]
+    step: str
+    batch_size: int
+    stage_seconds: Mapping[str, float]
+
+
+def profile(model: Any, devices: Sequence[Any], **options: Any) -> ModelProfile:
+    """Trace ``model`` and time its ops on each kind of ``devices`` (filling the profile cache), without placing.
+
+    Runs the first stages of :func:`autoplace` with the same options (``batch_size``, ``training``,
+    ``profile_repeats``, ``profile_cache``, ...); a later ``autoplace`` with the same options reads
+    these times from the cache.
+
+    Examples
+    --------
+    >>> import keras, placer
+    >>> from placer.tf.pipeline import profile
+    >>> m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    >>> prof = profile(m, ["/CPU:0"], batch_size=2, profile_cache=False)
+    >>> prof.costs.source["CPU"], prof.step, prof.batch_size
+    ('measured', 'predict', 2)
+    """
+    opts = options_from(options, PlacementOptions)
+    stages = StageTimer(progress=opts.progress)
+    devset, _, traced, _ = _traced(model, devices, opts, stages)
+    costs = stages.run("costs", compute_costs, traced, sorted({d.kind for d in devset.devices}),
+                       opts.profile_options())
+    types = {op.name: op.type for op in traced.fixed.graph.get_operations()}
+    return ModelProfile(costs, types, traced.step, int(traced.batch_size), dict(stages.seconds))
 
 
 def autoplace(model: Any, devices: Sequence[Any], *, plan: Plan | str | os.PathLike | None = None,
@@ -289,24 +379,10 @@ def autoplace(model: Any, devices: Sequence[Any], *, plan: Plan | str | os.PathL
     given = _as_plan(plan)
     if given is not None:  # a re-applied plan is grouped and scored as it was made
         opts = replace(opts, group_by=given.group_by, objective=given.objective)
-    stages = StageTimer()
-    available = [d.name for d in tf.config.list_logical_devices()]
-    all_devices = stages.run("devices", resolve_devices, devices, available=available)
-    groups = _replica_groups(all_devices, opts)
-    devset = all_devices if len(groups) == 1 else resolve_devices(list(devices)[:len(groups[0])], available)
-    if opts.training:
-        shell, traced, input_specs = stages.run(
-            "trace", trace_training, model, batch_size=opts.batch_size, input_signature=opts.input_signature,
-            targets=opts.targets, optimizer=opts.optimizer, loss=opts.loss, metrics=opts.metrics,
-            loss_weights=opts.loss_weights, replicas=opts.replicas)
-        if len(groups) > 1:
-            shell.set_replicas(groups)
-    else:
-        traced = stages.run("trace", trace_model, model, batch_size=opts.batch_size,
-                            input_signature=opts.input_signature)
-        shell, input_specs = PlacedModel(model), traced.input_specs
-    kinds = sorted({d.kind for d in devset.devices})
-    costs = stages.run("costs", compute_costs, traced, kinds, opts.profile_options())
+    stages = StageTimer(progress=opts.progress)
+    devset, shell, traced, input_specs = _traced(model, devices, opts, stages)
+    costs = stages.run("costs", compute_costs, traced, sorted({d.kind for d in devset.devices}),
+                       opts.profile_options())
     op_graph = stages.run("graph", build_op_graph, traced, costs.us)
     built = stages.run("problem", build_problem, op_graph.graph, devset, group_by=opts.group_by)
     placed_plan = stages.run("solve", _solve, built, opts.plan_options(), given, traced.batch_size, opts.compression)
