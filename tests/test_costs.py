@@ -22,6 +22,7 @@ from cost_models.cache import CacheKey, ProfileCache
 from placer.tf.costs import ProfileOptions, compute_costs, op_shapes
 from placer.errors import CostError
 from placer.tf.trace import trace_model
+from placer.reporting import validate_report
 
 
 def test_formulas_known_answers():
@@ -112,7 +113,9 @@ def test_autoplace_plans_with_an_analytic_spec_for_the_local_kind(devices):
     x = np.ones((8, 32), "float32")
     assert np.allclose(p(x).numpy(), model(x).numpy(), atol=1e-5)
     assert p.plan.value > 0
-    assert p.report_data["cost_model"]["compute"] == {"CPU": "analytic:slow-cpu"}
+    data = validate_report(p.report_data)
+    assert data["cost_model"]["compute"] == {"CPU": "analytic:slow-cpu"}
+    assert {o["compute_source"] for o in data["ops"]} == {"analytic:slow-cpu"}
 
 
 def test_link_calibration_on_logical_devices(devices):

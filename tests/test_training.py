@@ -17,6 +17,7 @@ import tensorflow as tf
 
 import placer
 from tests.models import multi_input
+from placer.reporting import validate_report
 
 STEPS = 20
 BATCH = 8
@@ -292,7 +293,7 @@ def test_training_footprint_is_planned_under_each_devices_capacity(devices):
     two = placer.autoplace(model, specs, training=True, batch_size=32, time_limit_s=2, hardware=ANALYTIC)
     assert max(two.plan.predicted_peak_memory_bytes) <= cap
     assert len(set(two.plan.assignment.values())) == 2
-    report = {d["name"]: d for d in two.report_data["devices"]}
+    report = {d["name"]: d for d in validate_report(two.report_data)["devices"]}
     assert all(d["predicted_peak_memory_bytes"] <= d["memory_capacity_bytes"] for d in report.values())
     x = np.random.default_rng(0).standard_normal((64, 128)).astype("float32")
     h = two.fit(x, np.zeros((64, 4), "float32"), batch_size=32, epochs=1, verbose=0)
