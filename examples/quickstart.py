@@ -1,7 +1,7 @@
 """Quickstart: place a multi-tower Keras model on 4 logical CPU devices.
 
-Run: python examples/quickstart.py  (writes out/quickstart_report.json, out/quickstart_plan.json and
-out/quickstart_graph.json)
+Run: python examples/quickstart.py  (writes out/quickstart_report.{html,json}, out/quickstart_plan.json and
+out/quickstart_graph.json; open the .html page in a browser)
 
 The plan is saved and re-applied without solving; the op graph is saved for
 offline re-planning (``autoplace plan-graph out/quickstart_graph.json``).
@@ -45,7 +45,8 @@ def main() -> None:
     same = np.array_equal(placed.predict(x, batch_size=128), model.predict(x, batch_size=128, verbose=0))
     print(f"placed predictions identical to model.predict: {same}")
     path = placed.report(os.path.join("out", "quickstart_report.json"))
-    print(f"report written to {path}")
+    page = placed.report(os.path.join("out", "quickstart_report.html"))
+    print(f"report written to {path} and {page} (open it in a browser)")
     plan_path = placed.plan.save(os.path.join("out", "quickstart_plan.json"))
     again = placer.autoplace(model, devices, batch_size=128, plan=plan_path)
     print(f"plan saved to {plan_path} and re-applied without solving: "

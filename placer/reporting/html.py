@@ -229,7 +229,7 @@ def _layer_graph(data: Mapping[str, Any]) -> tuple[Any, dict[str, str], dict[tup
     flow: dict[tuple[str, str], float] = defaultdict(float)
     for e in data.get("edges", []):
         a, b = layer.get(e["src"]), layer.get(e["dst"])
-        if a is not None and b is not None and a != b:
+        if a is not None and b is not None and a != b and e["bytes"]:  # data edges only, not control
             g.add_edge(a, b)
             flow[a, b] += e["bytes"] or 0
     return g, device, flow
@@ -274,7 +274,7 @@ def _graph_chart(data: Mapping[str, Any]) -> str:
     ax.set_title("layers, coloured by device")
     return _chart("graph", fig, f"The op graph coarsened to its {g.number_of_nodes()} layers (left to right in "
                   f"dependency order), each coloured by the device most of its ops run on; {len(cut)} red edges "
-                  "cross devices.")
+                  "cross devices (data edges; control dependencies are left out).")
 
 
 def _baseline_chart(data: Mapping[str, Any]) -> str:
