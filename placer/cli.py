@@ -211,10 +211,7 @@ class _Progress:
     """A progress bar (tqdm, on stderr) over the pipeline's stages: ``PlacementOptions.progress``."""
 
     def __init__(self) -> None:
-        from tqdm import tqdm
-
-        self._bar = tqdm(total=0, file=sys.stderr, unit="stage", leave=False,
-                         bar_format="autoplace: {desc} {bar} {n_fmt}/{total_fmt} stages [{elapsed}]")
+        self._bar: Any = None
 
     @classmethod
     def for_terminal(cls) -> "_Progress | None":
@@ -222,8 +219,16 @@ class _Progress:
         return cls() if sys.stderr.isatty() else None
 
     def start(self, stages: int) -> "_Progress":
-        """Count ``stages`` stages from now on."""
-        self._bar.reset(total=stages)
+        """Draw a bar of ``stages`` stages from now on."""
+        import shutil
+
+        from tqdm import tqdm
+
+        self.close()
+        size = shutil.get_terminal_size((100, 24))  # a terminal of unknown size (0 columns): 100 × 24
+        self._bar = tqdm(total=stages, file=sys.stderr, unit="stage", leave=False, ncols=size.columns,
+                         nrows=size.lines,
+                         bar_format="autoplace: {desc} {bar} {n_fmt}/{total_fmt} stages [{elapsed}]")
         return self
 
     def __call__(self, stage: str, seconds: float | None) -> None:
@@ -233,7 +238,9 @@ class _Progress:
             self._bar.update(1)
 
     def close(self) -> None:
-        self._bar.close()
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
 
 
 def _plan_graph(args: argparse.Namespace, bar: _Progress | None = None) -> int:

@@ -127,3 +127,41 @@ def test_every_subcommand_has_help(command, capsys):
     with pytest.raises(SystemExit) as e:
         cli.main([command, "--help"])
     assert e.value.code == 0 and f"autoplace {command}" in capsys.readouterr().out
+
+
+def test_a_terminal_gets_a_progress_bar_over_the_stages(planned, tmp_path):
+    import pty
+    import select
+
+    d, _ = planned
+    import fcntl
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # a 120-column terminal
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.Popen([sys.executable, "-m", "placer.cli", "plan", str(d / "m.keras"), *DEVICES,
+                             "--time-limit", "1", "--report", str(tmp_path / "r.json")],
+                            stdin=slave, stdout=subprocess.DEVNULL, stderr=slave, env=env, cwd=tmp_path)
+    os.close(slave)
+    chunks = []
+    while True:
+        ready, _, _ = select.select([master], [], [], 1.0)
+        if ready:
+            try:
+                data = os.read(master, 4096)
+            except OSError:  # the child closed the terminal
+                break
+            if not data:
+                break
+            chunks.append(data)
+        elif proc.poll() is not None:
+            break
+    proc.wait(timeout=300)
+    os.close(master)
+    text = b"".join(chunks).decode("utf-8", "replace")
+    assert proc.returncode == 0, text[-2000:]
+    assert "stages" in text and "solve…" in text and "emit…" in text, text[-2000:]  # the bar named each stage
+    assert "traced" not in text, "on a terminal the bar replaces the log lines"
+    assert (tmp_path / "r.json").is_file()
