@@ -33,7 +33,7 @@ def planned(tmp_path_factory):
     d = tmp_path_factory.mktemp("cli")
     branchy(width=32).save(d / "m.keras")
     r = run_cli("plan", "m.keras", *DEVICES, "--time-limit", "1", "--report", "rep.json", "--plan-json", "plan.json",
-                "--graph-json", "ops.json", "--export", "saved", cwd=d)
+                "--graph-json", "ops.json", "--export", "saved", "--measure", "5", cwd=d)
     assert r.returncode == 0, r.stderr[-2000:]
     return d, r
 
@@ -41,12 +41,14 @@ def planned(tmp_path_factory):
 def test_plan_writes_every_output(planned):
     d, r = planned
     assert "placed" in r.stdout and "report: rep.json" in r.stdout and "SavedModel: saved" in r.stdout
+    assert "measured at batch 4 (5 interleaved runs)" in r.stdout
     assert "traced" in r.stderr  # progress output: plain log lines when stderr is not a terminal
     report = validate_report(json.loads((d / "rep.json").read_text()))
     plan = json.loads((d / "plan.json").read_text())
     assert set(plan["assignment"].values()) <= {dev["name"] for dev in report["devices"]}
     assert report["graph"]["ops"] == len(plan["assignment"]) == len(report["ops"])
     assert (d / "saved" / "saved_model.pb").is_file() and (d / "ops.json").is_file()
+    assert [m["repeats"] for m in report["measurements"]] == [5, 5]
 
 
 def test_report_rerenders_reports_and_plans_offline(planned):
@@ -54,7 +56,7 @@ def test_report_rerenders_reports_and_plans_offline(planned):
     r = run_cli("report", "rep.json", "--out", "again.html", cwd=d)
     assert r.returncode == 0, r.stderr[-2000:]
     page = (d / "again.html").read_text()
-    assert page.count('<figure class="chart"') == 5 and "Nothing was measured" in page
+    assert page.count('<figure class="chart"') == 5 and "measured step time" in page
     r = run_cli("report", "plan.json", "--out", "plan.html", cwd=d)
     assert r.returncode == 0 and "report (plan)" in r.stdout, r.stderr[-2000:]
     assert "made from a plan JSON alone" in (d / "plan.html").read_text()

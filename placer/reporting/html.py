@@ -318,8 +318,14 @@ def _overview(data: Mapping[str, Any]) -> str:
         (_mb(plan["traffic_bytes"]), f"sent between devices per step{f' ({len(cut)} cut edges)' if data.get('edges') else ''}", "predicted"),
         (str(len(plan["devices"])), "devices", ""),
     ]
+    for m in data.get("measurements") or []:
+        if m.get("prediction_error") is not None or m["what"] == "placed model":
+            cards.insert(1, (_ms(m["step_time_s"]), f"measured step time (batch {m.get('batch_size', '?')})",
+                             "measured"))
+        if m.get("speedup_of_placed") is not None:
+            cards.insert(2, (f"{m['speedup_of_placed']:.2f}×", "vs. the original, on these devices", "measured"))
     html_cards = "".join(f'<div class="card"><b>{_esc(v)}</b><span>{_esc(t)}'
-                         + (f' <span class="tag">{k}</span>' if k else "") + "</span></div>" for v, t, k in cards)
+                         + (f' <span class="tag {k}">{k}</span>' if k else "") + "</span></div>" for v, t, k in cards)
     objective = {"latency": "the time of one step (a simulated schedule of every op and transfer)",
                  "throughput": "the busiest device's load, i.e. the step time when micro-batches keep every "
                                "device busy (a pipeline)",
@@ -345,10 +351,22 @@ def _measurements(data: Mapping[str, Any]) -> str:
     if not rows:
         return ('<p class="note">Nothing was measured for this report: every time on this page is <b>predicted</b> '
                 "by autoplace's cost model (measured op times, assumed link speeds) and has not been checked "
-                "against a run on these devices.</p>")
-    return _table(["what", "step time (measured)", "spread", "repeats"],
-                  [(m["what"], _ms(m["step_time_s"]), _ms(m.get("spread_s")), m.get("repeats", "")) for m in rows],
-                  numeric=(1, 2, 3))
+                "against a run on these devices. <code>placed.measure(x)</code> (or <code>autoplace plan "
+                "--measure</code>) times the placed model against the original.</p>")
+    table = _table(["what", "step time (measured)", "spread (½ IQR)", "runs", "batch"],
+                   [(m["what"], _ms(m["step_time_s"]), _ms(m.get("spread_s")), m.get("repeats", ""),
+                     m.get("batch_size", "")) for m in rows], numeric=(1, 2, 3, 4))
+    notes = []
+    for m in rows:
+        if m.get("speedup_of_placed") is not None:
+            notes.append(f"Measured speedup of the placed model over the {_esc(m['what'])}: "
+                         f"<b>{m['speedup_of_placed']:.2f}×</b>.")
+        if m.get("prediction_error") is not None:
+            err = m["prediction_error"]
+            notes.append(f"The cost model predicted {_ms(m.get('predicted_step_time_s'))} for the placed step: "
+                         f"<b>{100 * err:+.1f}%</b> off the measurement"
+                         + (" — a disagreement this large is a cost-model bug to report." if abs(err) > 0.15 else "."))
+    return table + "".join(f"<p>{n}</p>" for n in notes)
 
 
 def _cut_edges(data: Mapping[str, Any]) -> str:

@@ -89,17 +89,22 @@ class ComputeCosts:
     unknown_op_types: Mapping[str, tuple[str, ...]]
 
 
-def sample_inputs(traced: TracedModel, seed: int) -> dict[str, np.ndarray]:
-    """Random feeds for the fixed-batch trace (zeros for integer inputs: valid indices)."""
+def random_batch(specs: Sequence[tf.TensorSpec], batch_size: int, seed: int) -> list[np.ndarray]:
+    """One random batch for ``specs`` (standard normal floats; zeros for integer inputs: valid indices)."""
     rng = np.random.default_rng(seed)
-    feeds = {}
-    for name, spec in zip(traced.input_names, traced.input_specs):
-        shape = (traced.batch_size, *spec.shape[1:])
+    out = []
+    for spec in specs:
+        shape = (batch_size, *spec.shape[1:])
         if spec.dtype.is_floating:
-            feeds[name] = rng.standard_normal(shape).astype(spec.dtype.as_numpy_dtype)
+            out.append(rng.standard_normal(shape).astype(spec.dtype.as_numpy_dtype))
         else:
-            feeds[name] = np.zeros(shape, dtype=spec.dtype.as_numpy_dtype)
-    return feeds
+            out.append(np.zeros(shape, dtype=spec.dtype.as_numpy_dtype))
+    return out
+
+
+def sample_inputs(traced: TracedModel, seed: int) -> dict[str, np.ndarray]:
+    """Random feeds for the fixed-batch trace (:func:`random_batch`), by input tensor name."""
+    return dict(zip(traced.input_names, random_batch(traced.input_specs, traced.batch_size, seed)))
 
 
 def op_shapes(graph: tf.Graph) -> dict[str, OpShapes]:

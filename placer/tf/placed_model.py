@@ -34,7 +34,7 @@ import contextlib
 import logging
 import os
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Mapping, Sequence
 
 import keras
@@ -48,7 +48,9 @@ from ..core.validate import integer
 from ..errors import InputSignatureError, ModelError, TrainingError, UnsupportedError
 from .codecs import CompressedEdge
 from .emit import EmittedModel, emit, observed_devices
+from .costs import random_batch
 from .export import export_saved_model
+from ..measure.steps import DEFAULT_REPEATS, DEFAULT_WARMUP, StepMeasurement, measure_steps
 from .opgraph import GRADIENT_SCOPE, OpGraph, layer_of
 from .remote import DEFAULT_WORKER_TIMEOUT_S, Watchdog, worker_addresses
 from .report import Report
@@ -85,6 +87,7 @@ class _Placement:
     functions: dict[Any, EmittedModel] = field(default_factory=dict)
     planned: EmittedModel | None = None  # the function of the planned trace
     report: Report | None = None
+    measurement: StepMeasurement | None = None  # the last placed.measure(x)
 
 
 REPLICA_SCOPE = "replica"
@@ -639,8 +642,57 @@ class PlacedModel(keras.Model):
                                   op_graph=p.op_graph.graph, devices=p.devices)
 
     def summary(self, *args: Any, **kwargs: Any) -> str:  # type: ignore[override]
-        """The plan in words (returned, not printed; Keras' layer table is the original model's)."""
-        return self.plan.summary()
+        """The plan in words, with the last measurement if there is one (returned, not printed; Keras'
+        layer table is the original model's)."""
+        m = self._placed.measurement
+        return self.plan.summary() + ("" if m is None else "\n" + m.summary())
+
+    def measure(self, x: Any = None, *, repeats: int = DEFAULT_REPEATS, warmup: int = DEFAULT_WARMUP,
+                seed: int = 0) -> StepMeasurement:
+        """Time the placed forward pass against the original model on ``x``, interleaved (measured, not predicted).
+
+        ``x=None``: a random batch of the planning batch size (:func:`placer.tf.costs.random_batch`, ``seed``).
+
+        The original runs as one graph function on the plan's first device; each call's outputs are
+        fetched to the host, and the two alternate which goes first every round
+        (:func:`placer.measure.steps.measure_steps`). The result, with the cost model's prediction
+        beside it when ``x`` has the planning batch size, goes into :meth:`summary` and the report's
+        ``measurements``.
+
+        Examples
+        --------
+        >>> import keras, numpy as np, placer
+        >>> m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+        >>> placed = placer.autoplace(m, ["/CPU:0", "/CPU:1"], batch_size=2, time_limit_s=1)
+        >>> result = placed.measure(np.ones((2, 4), "float32"), repeats=5, warmup=1)
+        >>> len(result.placed_s), result.speedup > 0, result.prediction_error is not None
+        (5, True, True)
+        >>> placed.report_data["measurements"][0]["what"]
+        'placed model'
+        """
+        repeats = integer("repeats", repeats, minimum=1, maximum=10**6)
+        warmup = integer("warmup", warmup, minimum=0, maximum=10**6)
+        p = self._placed
+        if x is None:
+            x = random_batch(p.input_specs, p.plan.batch_size or 1, seed)
+        args = self._as_inputs(x)
+        fn = self._forward(False).function
+        model, device = self._origin.model, p.plan.devices[0]
+
+        def original_step(*xs: tf.Tensor) -> Any:
+            with tf.device(device):
+                return model(model_inputs(model, list(xs)), training=False)
+
+        original = tf.function(original_step, input_signature=list(p.input_specs), autograph=False)
+        placed_s, original_s = measure_steps(lambda *xs: self._run(fn, list(xs)), original, args, repeats=repeats,
+                                             warmup=warmup)
+        batch = int(args[0].shape[0])
+        predicted = p.plan.predicted_step_time_s if batch == p.plan.batch_size else None
+        result = StepMeasurement(tuple(placed_s), tuple(original_s), batch, device, predicted)
+        p.measurement = result
+        if p.report is not None:
+            p.report = replace(p.report, measurements=result.report_entries())
+        return result
 
     def get_config(self) -> dict[str, Any]:
         raise UnsupportedError("a PlacedModel cannot be saved as a .keras file; use placed.export(path) for a "

@@ -1,0 +1,123 @@
+"""Measured step times: the placed model against the original, interleaved, on the same inputs.
+
+:func:`measure_steps` times two callables on one batch: each call is
+followed by fetching its outputs to the host (so the time covers the whole
+step, transfers included), the two alternate which goes first in every
+round (so drift and warm caches hit both alike), and the first ``warmup``
+rounds are discarded (tracing, allocation). The result keeps every sample;
+its figures are medians, with half the interquartile range as the spread.
+
+These are *measurements*; :class:`StepMeasurement` compares them with the
+cost model's prediction, and a prediction that disagrees is a cost-model
+bug to report, not a footnote.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+#: Timed rounds (each runs both callables once) and discarded warm-up rounds, by default.
+DEFAULT_REPEATS, DEFAULT_WARMUP = 20, 3
+
+
+def _median_spread(samples: Sequence[float]) -> tuple[float, float]:
+    q1, q2, q3 = np.percentile(np.asarray(samples, dtype=float), [25, 50, 75])
+    return float(q2), float((q3 - q1) / 2)
+
+
+@dataclass(frozen=True)
+class StepMeasurement:
+    """Measured step times of a placed model and of the original, on the same devices and batch.
+
+    Attributes
+    ----------
+    placed_s, original_s : tuple of float
+        Every timed sample (seconds per step, outputs fetched).
+    batch_size : int
+        The measured batch.
+    original_device : str
+        Where the original model ran (the plan's first device).
+    predicted_step_s : float or None
+        The cost model's step for this batch (``None`` when the plan was made at another batch size).
+    """
+
+    placed_s: tuple[float, ...]
+    original_s: tuple[float, ...]
+    batch_size: int
+    original_device: str
+    predicted_step_s: float | None
+
+    @property
+    def placed_step_s(self) -> float:
+        """Median measured step of the placed model."""
+        return _median_spread(self.placed_s)[0]
+
+    @property
+    def original_step_s(self) -> float:
+        """Median measured step of the original model on one device."""
+        return _median_spread(self.original_s)[0]
+
+    @property
+    def speedup(self) -> float:
+        """Measured: original median / placed median (> 1: the placement is faster)."""
+        return self.original_step_s / self.placed_step_s
+
+    @property
+    def prediction_error(self) -> float | None:
+        """``(predicted - measured) / measured`` of the placed step, or ``None`` without a prediction."""
+        if self.predicted_step_s is None:
+            return None
+        return (self.predicted_step_s - self.placed_step_s) / self.placed_step_s
+
+    def report_entries(self) -> tuple[dict[str, Any], ...]:
+        """The report's ``measurements`` entries (``docs/report-format.md``)."""
+        placed, placed_spread = _median_spread(self.placed_s)
+        original, original_spread = _median_spread(self.original_s)
+        common = {"repeats": len(self.placed_s), "batch_size": self.batch_size}
+        return ({"what": "placed model", "step_time_s": placed, "spread_s": placed_spread, **common,
+                 "predicted_step_time_s": self.predicted_step_s, "prediction_error": self.prediction_error},
+                {"what": f"original model on {self.original_device}", "step_time_s": original,
+                 "spread_s": original_spread, **common, "speedup_of_placed": self.speedup})
+
+    def summary(self) -> str:
+        """Two lines for people (every figure here is measured, except the prediction it is compared with)."""
+        placed, ps = _median_spread(self.placed_s)
+        original, os_ = _median_spread(self.original_s)
+        err = self.prediction_error
+        pred = ("" if err is None else f"; predicted {self.predicted_step_s * 1e3:.3f} ms, "
+                f"{100 * err:+.1f}% off the measurement")
+        return (f"measured at batch {self.batch_size} ({len(self.placed_s)} interleaved runs): placed "
+                f"{placed * 1e3:.3f} ± {ps * 1e3:.3f} ms, original on {self.original_device} "
+                f"{original * 1e3:.3f} ± {os_ * 1e3:.3f} ms, measured speedup {self.speedup:.2f}x{pred}")
+
+
+def _timed(fn: Callable[..., Any], args: Sequence[Any]) -> float:
+    t = time.perf_counter()
+    out = fn(*args)
+    for x in tf.nest.flatten(out):
+        x.numpy()  # the step is done when its outputs are on the host
+    return time.perf_counter() - t
+
+
+def measure_steps(placed: Callable[..., Any], original: Callable[..., Any], args: Sequence[Any], *,
+                  repeats: int = DEFAULT_REPEATS, warmup: int = DEFAULT_WARMUP) -> tuple[list[float], list[float]]:
+    """Time ``placed(*args)`` and ``original(*args)``, interleaved; returns both sample lists (seconds).
+
+    Round ``r`` runs the placed callable first when ``r`` is even, the original first when odd.
+    """
+    a: list[float] = []
+    b: list[float] = []
+    for r in range(warmup + repeats):
+        if r % 2 == 0:
+            ta, tb = _timed(placed, args), _timed(original, args)
+        else:
+            tb, ta = _timed(original, args), _timed(placed, args)
+        if r >= warmup:
+            a.append(ta)
+            b.append(tb)
+    return a, b

@@ -1,0 +1,41 @@
+"""``placed.measure``: the placed model timed against the original, and what the summary and report say of it."""
+
+import numpy as np
+import pytest
+
+import placer
+from placer.reporting import validate_report
+from placer.reporting.html import render_html
+from tests.models import branchy
+
+
+@pytest.fixture(scope="module")
+def placed(devices):
+    return placer.autoplace(branchy(width=16), devices[:2], batch_size=4, time_limit_s=1)
+
+
+def test_measure_times_both_models_and_compares_with_the_prediction(placed):
+    x = np.random.default_rng(0).standard_normal((4, 16)).astype("float32")
+    m = placed.measure(x, repeats=7, warmup=1)
+    assert len(m.placed_s) == len(m.original_s) == 7 and min(m.placed_s + m.original_s) > 0
+    assert m.placed_step_s == pytest.approx(float(np.median(m.placed_s)))
+    assert m.speedup == pytest.approx(np.median(m.original_s) / np.median(m.placed_s))
+    assert m.predicted_step_s == placed.plan.predicted_step_time_s
+    assert m.prediction_error == pytest.approx((m.predicted_step_s - m.placed_step_s) / m.placed_step_s)
+    assert m.original_device == placed.plan.devices[0]
+    assert "measured speedup" in placed.summary() and "predicted" in placed.summary()
+    data = validate_report(placed.report_data)
+    entries = {e["what"]: e for e in data["measurements"]}
+    assert entries["placed model"]["step_time_s"] == pytest.approx(m.placed_step_s)
+    assert entries[f"original model on {m.original_device}"]["speedup_of_placed"] == pytest.approx(m.speedup)
+    page = render_html(data)
+    assert "Nothing was measured" not in page and "measured step time" in page and "off the measurement" in page
+
+
+def test_measure_at_another_batch_has_no_prediction_and_bad_counts_are_refused(placed):
+    m = placed.measure(repeats=3, warmup=0)  # a random batch of the planning size
+    assert m.batch_size == 4 and m.prediction_error is not None
+    other = placed.measure(np.ones((8, 16), "float32"), repeats=3, warmup=0)
+    assert other.batch_size == 8 and other.predicted_step_s is None and other.prediction_error is None
+    with pytest.raises(placer.AutoplaceError, match="repeats"):
+        placed.measure(repeats=0)
