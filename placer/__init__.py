@@ -11,7 +11,7 @@ Examples
 --------
 >>> import placer
 >>> sorted(placer.solvers.available_solvers())[:3]
-['auto', 'contiguous', 'cpsat']
+['auto', 'contiguous', 'contiguous_dp']
 """
 
 from __future__ import annotations

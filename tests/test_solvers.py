@@ -150,3 +150,52 @@ def test_negative_tensor_size_rejected():
         PlacementProblem.build(names=["a", "b"], compute_s=np.ones((2, 1)), memory_bytes=np.zeros(2),
                                capacity_bytes=np.full(1, np.inf), tensors=[TensorEdge(0, (1,), -5.0)],
                                bandwidth=np.ones((1, 1)), latency=np.zeros((1, 1)))
+
+
+def _contiguous_brute_force(problem):
+    """The least max load over every split of ``problem.order`` into stages on devices 0..k-1 (some empty)."""
+    order, n, k = list(problem.order), problem.n, problem.k
+    best = np.inf
+    for cuts in itertools.combinations_with_replacement(range(n + 1), k - 1):
+        bounds = (0, *cuts, n)
+        a = np.zeros(n, dtype=int)
+        for m in range(k):
+            a[order[bounds[m]:bounds[m + 1]]] = m
+        ev = evaluate(problem, a)
+        if ev.feasible:
+            best = min(best, ev.objective)
+    return best
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 9), k=st.integers(1, 4),
+       capacity=st.sampled_from([np.inf, 400.0]), forbid=st.sampled_from([0.0, 0.3]))
+def test_contiguous_dp_is_the_best_contiguous_split(seed, n, k, capacity, forbid):
+    from placer.solvers.stages import contiguous_dp
+
+    p = random_problem(seed, n, k, capacity=capacity, forbid=forbid)  # uniform links: the DP's costs are exact
+    sol = contiguous_dp(p, THROUGHPUT)
+    best = _contiguous_brute_force(p)
+    if not np.isfinite(best):
+        assert sol is None
+        return
+    assert sol is not None and sol.assignment.shape == (n,)
+    assert evaluate(p, sol.assignment).feasible  # capacity and allowed devices kept
+    assert sol.objective == pytest.approx(best, rel=1e-9, abs=1e-12)
+    assert sol.lower_bound <= sol.objective + 1e-12
+    pos = {v: i for i, v in enumerate(p.order)}
+    stages = [pos[v] for v in sorted(range(n), key=lambda v: (sol.assignment[v], pos[v]))]
+    assert stages == sorted(stages), "device m's stage comes before device m+1's in the order"
+    again = contiguous_dp(p, THROUGHPUT)
+    assert np.array_equal(again.assignment, sol.assignment)
+
+
+def test_auto_runs_the_dp_only_where_it_fits_the_time_limit():
+    p = random_problem(3, 120, 4)
+    log = solve_problem(p, "auto", SolveOptions(objective="throughput", time_limit_s=2)).log
+    assert any(line.startswith("contiguous_dp: ") and "skipped" not in line for line in log)
+    log = solve_problem(p, "auto", SolveOptions(objective="throughput", time_limit_s=0.001)).log
+    assert any(line.startswith("contiguous_dp: skipped (time limit") for line in log)
+    tight = random_problem(3, 120, 4, capacity=2500.0)  # one device cannot hold it: no early stop at 0 bytes
+    log = solve_problem(tight, "auto", SolveOptions(objective="memory", time_limit_s=2)).log
+    assert any(line.startswith("contiguous_dp: skipped (it minimises load") for line in log), log

@@ -17,6 +17,8 @@ etf           ETF list scheduling (earliest start; Baechi's m-ETF)
 partition     METIS k-way partition (balanced compute, min bytes cut)
 mincut        exact min-cut of total busy time (2 devices only)
 contiguous    topological order in k equal-compute stages
+contiguous_dp the best split of the topological order into stages (DP
+              over the throughput objective, Tarnawski et al.)
 round_robin   nodes dealt to devices in turn
 single        everything on the best single device that fits
 ============  =======================================================
@@ -48,6 +50,7 @@ from . import heuristics as _heuristics  # noqa: F401
 from . import listsched as _listsched  # noqa: F401
 from . import mincut as _mincut  # noqa: F401
 from . import partition as _partition  # noqa: F401
+from . import stages as _stages  # noqa: F401
 from .auto import DEFAULT_SOLVER, auto, no_plan_error
 from .base import DEFAULT_MAX_NODES, DEFAULT_TIME_LIMIT_S, Solution, SolveOptions
 from .registry import SOLVERS

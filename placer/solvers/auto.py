@@ -3,8 +3,12 @@
 1. every heuristic of :data:`HEURISTICS` whose preconditions hold, on the
    full problem (stopping early when one reaches the lower bound; once a
    plan exists, skipping those whose estimated cost exceeds what is left of
-   the time limit by more than :data:`OVERSHOOT` times the limit);
-2. greedy refinement of the best (:mod:`placer.solvers.refine`);
+   the time limit by more than :data:`OVERSHOOT` times the limit;
+   ``contiguous_dp``, quadratic in nodes, only for load-based objectives and
+   within :data:`MAX_SHARE` of the limit);
+2. greedy refinement of the best (:mod:`placer.solvers.refine`), and of a
+   runner-up within :data:`RUNNER_UP` of it (another algorithm's plan; each
+   on half the share);
 3. CP-SAT warm-started from the best plan, on a coarsened problem above
    ``max_nodes`` nodes (:mod:`placer.solvers.multilevel`);
 4. a short refinement of CP-SAT's plan when it is the best and not proven.
@@ -37,7 +41,7 @@ log = logging.getLogger(__name__)
 #: The algorithm every entry point uses when none is named.
 DEFAULT_SOLVER = "auto"
 #: Heuristics ``auto`` runs on the full problem (each where its preconditions hold).
-HEURISTICS = ("single", "round_robin", "contiguous", "partition", "heft", "etf", "mincut")
+HEURISTICS = ("single", "round_robin", "contiguous", "contiguous_dp", "partition", "heft", "etf", "mincut")
 #: The least refinement ``auto`` does (estimated seconds) when some budget is left.
 MIN_REFINE_S = 0.5
 #: Tensor receivers per fine op of the graphs the rates were measured on (NN graphs: 1-2); a graph with
@@ -52,18 +56,28 @@ OVERSHOOT = 1.0
 #: reproducible.
 HEURISTIC_US_PER_OP: dict[str, tuple[float, float]] = {
     "single": (1.0, 0.0), "round_robin": (1.0, 0.0), "contiguous": (2.0, 0.0), "partition": (8.0, 0.0),
-    "heft": (25.0, 10.0), "etf": (5.0, 15.0), "mincut": (250.0, 0.0),
+    "heft": (25.0, 10.0), "etf": (5.0, 15.0), "mincut": (250.0, 0.0), "contiguous_dp": (2.0, 0.0),
 }
+#: Heuristics quadratic in the problem's nodes ``n``: µs per ``(n + 1)² × k`` on top (``contiguous_dp``
+#: measured 0.06-0.12 on the reference machine).
+HEURISTIC_US_PER_PAIR: dict[str, float] = {"contiguous_dp": 0.12}
+#: A heuristic plan within this factor of the best is refined as well (each on half the refinement share).
+RUNNER_UP = 1.05
+#: Heuristics that run only when their estimate is at most this share of the time limit (so that a large
+#: problem's refinement and CP-SAT keep their budget).
+MAX_SHARE: dict[str, float] = {"contiguous_dp": 0.25}
 
 
 def _describe(name: str, sol: Solution | None) -> str:
     return f"{name}: {'no feasible plan' if sol is None else f'{sol.objective:.6g}'}"
 
 
-def _estimated_s(name: str, m: int, k: int, objective: str) -> float:
-    """Estimated seconds of heuristic ``name`` on ``m`` fine ops and ``k`` devices, scoring included."""
+def _estimated_s(name: str, m: float, k: int, objective: str, n: int = 0) -> float:
+    """Estimated seconds of heuristic ``name`` on ``m`` fine ops, ``n`` problem nodes and ``k`` devices,
+    scoring included."""
     per_op, per_op_device = HEURISTIC_US_PER_OP[name]
-    return 1e-6 * m * (per_op + per_op_device * k + get_objective(objective).score_us_per_op)
+    quadratic = HEURISTIC_US_PER_PAIR.get(name, 0.0) * (n + 1) ** 2 * k
+    return 1e-6 * (m * (per_op + per_op_device * k + get_objective(objective).score_us_per_op) + quadratic)
 
 
 def _proven(value: float, bound: float) -> bool:
@@ -104,7 +118,11 @@ def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
         if reason is None and name == "mincut" and np.array_equal(problem.compute_s[:, 0], problem.compute_s[:, 1]):
             # min total busy time on two identical devices is one device (or infeasible): nothing new
             reason = "identical devices"
-        cost = _estimated_s(name, m, problem.k, options.objective)
+        if reason is None and name == "contiguous_dp" and get_objective(options.objective).cpsat_model != "max_load":
+            reason = f"it minimises load, not the {options.objective} objective"
+        cost = _estimated_s(name, m, problem.k, options.objective, problem.n)
+        if reason is None and cost > MAX_SHARE.get(name, np.inf) * options.time_limit_s:
+            reason = f"time limit: estimated {cost:.2g} s, more than {MAX_SHARE[name]:.0%} of the limit"
         if reason is None and found and cost > left + OVERSHOOT * options.time_limit_s:
             reason = f"time limit: estimated {cost:.2g} s, {max(left, 0.0):.2g} s left"  # a plan exists already
             out_of_time.append(name)
@@ -140,7 +158,15 @@ def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
         # (all of it when too little would be left for CP-SAT anyway)
         share = left / 3 if 2 * left / 3 >= cpsat_min_left else left
         if left > 0:
-            polish(best, share)
+            # a runner-up within RUNNER_UP of the best (another algorithm's plan) is refined too, on half the
+            # share: the best start does not always refine to the best plan
+            ranked = sorted(found, key=lambda s: s.objective)
+            runner = ranked[1] if len(ranked) > 1 and ranked[1].objective <= RUNNER_UP * best.objective else None
+            if runner is not None:
+                polish(best, share / 2)
+                polish(runner, share / 2)
+            else:
+                polish(best, share)
             left -= max(share, MIN_REFINE_S)
             best = min(found, key=lambda s: s.objective)
         else:
