@@ -68,3 +68,34 @@ def test_the_page_is_self_contained(report_paths):
     page = Path(html).read_text()
     assert not re.search(r'(src|href)="(https?:)?//', page), "no network fetches: it must open offline"
     assert page.count("<svg") >= 5
+
+
+def test_a_large_report_renders_with_its_limits_stated():
+    """4,000 ops in 1,600 layers: the Gantt bars are rasterised and the layer graph gives way to a note."""
+    from placer.reporting import REPORT_FORMAT, REPORT_VERSION
+    from placer.reporting.html import MAX_GRAPH_LAYERS, RASTERISE_ABOVE, render_html
+
+    n, devices = 4000, ["/CPU:0", "/CPU:1"]
+    ops = [{"name": f"m/l{i // 2}/op{i}", "type": "MatMul", "layer": f"m/l{i // 2 if i < 3200 else i}",
+            "device": devices[i % 2], "compute_us": {"CPU": 1.0}, "compute_source": "measured",
+            "memory_bytes": 0, "output_bytes": 4} for i in range(n)]
+    edges = [{"src": ops[i]["name"], "dst": ops[i + 1]["name"], "bytes": 4, "cut": True, "codec": None}
+             for i in range(n - 1)]
+    timeline = [{"op": o["name"], "device": o["device"], "start_s": i * 1e-6, "end_s": (i + 1) * 1e-6}
+                for i, o in enumerate(ops)]
+    data = {"format": REPORT_FORMAT, "report_version": REPORT_VERSION, "source": "placement",
+            "model": {"name": "big", "step": "predict"},
+            "plan": {"devices": devices, "objective": "latency", "unit": "s", "value": 4e-3, "lower_bound": 2e-3,
+                     "gap": 0.5, "solver": "auto/heft", "status": "heuristic", "solve_time_s": 1.0,
+                     "predicted_step_time_s": 4e-3, "traffic_bytes": 16e3, "predicted_device_load_s": [2e-3, 2e-3],
+                     "device_memory_bytes": [0, 0], "baselines": {}, "log": ["heft: 0.004"]},
+            "devices": [{"name": d, "ops": n // 2, "predicted_load_s": 2e-3, "resident_bytes": 0} for d in devices],
+            "traffic_bytes": {"devices": devices, "matrix": [[0, 8e3], [8e3, 0]]},
+            "simulation": {"predicted_step_time_s": 4e-3, "timeline": timeline},
+            "measurements": [], "ops": ops, "edges": edges}
+    validate_report(data)
+    assert len(timeline) > RASTERISE_ABOVE and len({o["layer"] for o in ops}) > MAX_GRAPH_LAYERS
+    page = render_html(data)
+    assert "<image" in page.split('id="chart-timeline"')[1].split("</figure>")[0]  # bars as one raster
+    assert f"more than this page draws ({MAX_GRAPH_LAYERS:,})" in page
+    assert "and 3,959 smaller cut edges" in page
