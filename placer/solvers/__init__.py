@@ -13,6 +13,8 @@ auto          every heuristic below, then CP-SAT warm-started from the
               local refinement; the best plan is kept
 cpsat         CP-SAT max-load or min-traffic model, proven bound
 heft          HEFT list scheduling (earliest finish), memory-capped
+group_heft    HEFT on the contracted graph: each group one unit
+              (not yet among auto's heuristics)
 etf           ETF list scheduling (earliest start; Baechi's m-ETF)
 partition     METIS k-way partition (balanced compute, min bytes cut)
 mincut        exact min-cut of total busy time (2 devices only)
