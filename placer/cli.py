@@ -414,9 +414,9 @@ def _export(args: argparse.Namespace, bar: _Progress | None = None) -> int:
 def _profile(args: argparse.Namespace, bar: _Progress | None = None) -> int:
     model = _load_model(args)
     from cost_models.cache import default_cache_dir
-    from placer.tf.pipeline import profile
+    from placer.tf.pipeline import PROFILE_STAGES, profile
 
-    kw = _placement_options(args, bar, 3)
+    kw = _placement_options(args, bar, len(PROFILE_STAGES))
     if args.repeats is not None:
         kw["profile_repeats"] = args.repeats
     prof = profile(model, args.devices, **kw)

@@ -130,3 +130,24 @@ def test_load_refuses_what_it_cannot_serve(tmp_path, devices):
     manifest.write_text("{not json")
     with pytest.raises(placer.ExportError, match="corrupt"):
         placer.load(path)
+
+
+def test_a_remapped_placement_exports_again_with_its_device_specs(tmp_path, devices):
+    model = multi_input()
+    p = placer.autoplace(model, devices, batch_size=2, algorithm="round_robin")
+    x = sample(model, 2, seed=3)
+    path = p.export(tmp_path / "four")
+    specs = [placer.DeviceSpec(d, memory_bytes=2**30) for d in devices[:2]]
+    two = placer.load(path, specs, time_limit_s=1)
+    again = placer.load(two.export(tmp_path / "two"))
+    assert not again.remapped and again.plan.assignment == two.plan.assignment
+    _, saved = placer.load_graph(tmp_path / "two" / "assets.extra" / "autoplace" / "ops.json")
+    assert [d.memory_bytes for d in saved.devices] == [2**30, 2**30]
+    for a, b in zip(tf_flat(again(*x)), [t.numpy() for t in p(x)]):
+        assert np.array_equal(a, b)
+
+
+def tf_flat(out):
+    import tensorflow as tf
+
+    return [t.numpy() for t in tf.nest.flatten(out)]

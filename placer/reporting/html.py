@@ -319,7 +319,7 @@ def _overview(data: Mapping[str, Any]) -> str:
         (str(len(plan["devices"])), "devices", ""),
     ]
     for m in data.get("measurements") or []:
-        if m.get("prediction_error") is not None or m["what"] == "placed model":
+        if "prediction_error" in m:  # the placed model's entry (StepMeasurement.report_entries)
             cards.insert(1, (_ms(m["step_time_s"]), f"measured step time (batch {m.get('batch_size', '?')})",
                              "measured"))
         if m.get("speedup_of_placed") is not None:

@@ -24,6 +24,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..core.outputs import json_ready
 from ..errors import PlanError, ReportError
 
 #: Identifies a report file, and the version of its layout this code writes and reads.
@@ -76,8 +77,6 @@ def report_from_plan(plan: Mapping[str, Any]) -> dict[str, Any]:
     loads = list(p.predicted_device_load_s) or [None] * len(p.devices)
     memory = list(p.device_memory_bytes) or [None] * len(p.devices)
     summary = {k: v for k, v in p.to_dict().items() if k not in ("assignment", "format", "version")}
-    from ..core.outputs import json_ready
-
     return json_ready({
         "format": REPORT_FORMAT, "report_version": REPORT_VERSION, "source": "plan",
         "plan": summary,

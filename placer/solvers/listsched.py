@@ -20,12 +20,21 @@ from __future__ import annotations
 
 import heapq
 import time
+from typing import Sequence
 
 import numpy as np
+
+from cost_models import TensorEdge
 
 from ..core.problem import PlacementProblem, Schedule, dependencies
 from .base import Solution, SolveOptions, finish
 from .registry import acyclic_schedule, solver
+
+
+def _mean_transfer_s(problem: PlacementProblem, tensors: Sequence[TensorEdge]) -> list[float]:
+    """Per tensor edge: its transfer time averaged over every ordered pair of distinct devices."""
+    off = [(i, j) for i in range(problem.k) for j in range(problem.k) if i != j]
+    return [float(np.mean([problem.transfer_s(t, i, j) for i, j in off])) if off else 0.0 for t in tensors]
 
 
 class _State:
@@ -78,9 +87,7 @@ class _State:
         p, s = self.p, self.s
         d = np.where(np.isfinite(s.durations_s), s.durations_s, np.nan)
         wbar = np.nan_to_num(np.nanmean(d, axis=1)) if s.m else np.zeros(0)
-        off = [(i, j) for i in range(p.k) for j in range(p.k) if i != j]
-        cbar = [float(np.mean([p.transfer_s(t, i, j) for i, j in off])) if off else 0.0 for t in s.tensors]
-        return wbar, cbar
+        return wbar, _mean_transfer_s(p, s.tensors)
 
     def upward_rank(self) -> np.ndarray:
         """HEFT's rank: mean duration plus the longest mean-cost path to an exit."""
@@ -235,12 +242,10 @@ def group_heft(problem: PlacementProblem, options: SolveOptions) -> Solution | N
     members = [np.flatnonzero(unit_of == u) for u in range(units)]
     work = np.array([p.compute_s[m].sum(axis=0) for m in members]).reshape(units, p.k)
     memory = np.array([p.memory_bytes[m].sum() for m in members])
-    off = [(i, j) for i in range(p.k) for j in range(p.k) if i != j]
     preds: list[list[tuple[int, int]]] = [[] for _ in range(units)]  # (tensor index, producer unit)
     succ_cost: list[list[tuple[float, int]]] = [[] for _ in range(units)]
-    for ti, t in enumerate(p.tensors):
+    for ti, (t, mean) in enumerate(zip(p.tensors, _mean_transfer_s(p, p.tensors))):
         su = int(unit_of[t.src])
-        mean = float(np.mean([p.transfer_s(t, i, j) for i, j in off])) if off else 0.0
         for du in {int(unit_of[d]) for d in t.dsts} - {su}:
             preds[du].append((ti, su))
             succ_cost[su].append((mean, du))

@@ -103,9 +103,22 @@ def complete_assignment(graph: tf.Graph, op_devices: Mapping[str, str],
     return out
 
 
+def layer_devices_of(assignment: Mapping[str, str]) -> dict[str, str]:
+    """Layer (:func:`~placer.tf.opgraph.layer_of`) → the device of its first op in ``assignment``."""
+    out: dict[str, str] = {}
+    for op, device in assignment.items():
+        out.setdefault(layer_of(op), device)
+    return out
+
+
+def tf_variable(variable: Any) -> tf.Variable:
+    """The ``tf.Variable`` behind a Keras variable (its ``.value``), or ``variable`` itself."""
+    return variable if isinstance(variable, tf.Variable) else variable.value
+
+
 def _handle(variable: Any) -> Any:
-    """The resource handle of a Keras variable (its ``tf.Variable`` at ``.value``) or a ``tf.Variable``."""
-    return (variable if isinstance(variable, tf.Variable) else variable.value).handle
+    """The resource handle of a Keras variable or a ``tf.Variable``."""
+    return tf_variable(variable).handle
 
 
 def emit(traced: TracedModel, op_devices: Mapping[str, str], variables: Mapping[str, Any], *,

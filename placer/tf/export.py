@@ -39,8 +39,7 @@ from ..core.graph_io import load_graph, save_graph
 from ..core.outputs import new_directory
 from ..core.plan import Plan
 from ..errors import AutoplaceError, DeviceError, ExportError, OutputError
-from .emit import EmittedModel, complete_assignment, import_function, observed_devices
-from .opgraph import layer_of
+from .emit import EmittedModel, complete_assignment, import_function, layer_devices_of, observed_devices, tf_variable
 
 log = logging.getLogger(__name__)
 
@@ -98,11 +97,11 @@ def _variable_key(i: int) -> str:
     return f"placed_variables/{i}/.ATTRIBUTES/VARIABLE_VALUE"
 
 
-def export_saved_model(emitted: EmittedModel, variables: Sequence[tf.Variable], path: str | os.PathLike, *,
-                       plan: Plan, op_graph: Any, devices: DeviceSet) -> str:
+def export_saved_model(emitted: EmittedModel, path: str | os.PathLike, *, plan: Plan, op_graph: Any,
+                       devices: DeviceSet) -> str:
     """Save the placed forward function with a ``serving_default`` signature, and what re-mapping needs.
 
-    ``variables`` feed ``emitted.variable_placeholders``, in that order. The
+    The variables are ``emitted.variables`` (feeding ``emitted.variable_placeholders``). The
     signature takes the model's inputs by name (``input_0``… when a name is
     unusable) and returns ``{"output_0": …, "output_1": …}`` in the flattened
     order of the model's outputs.
@@ -124,6 +123,7 @@ def export_saved_model(emitted: EmittedModel, variables: Sequence[tf.Variable], 
         names = [f"input_{i}" for i in range(len(names))]
     specs = [tf.TensorSpec(s.shape, s.dtype, name=n) for s, n in zip(input_specs, names)]
     function = emitted.function
+    variables = [tf_variable(v) for v in emitted.variables]
 
     def serve(*xs: tf.Tensor) -> dict[str, tf.Tensor]:
         flat = tf.nest.flatten(function(*xs))
@@ -178,7 +178,6 @@ class _Export:
     graph_def: tf.compat.v1.GraphDef
     plan: Plan
     op_graph: Any
-    devices: DeviceSet
 
 
 def _read_export(path: str) -> _Export:
@@ -200,13 +199,13 @@ def _read_export(path: str) -> _Export:
         with open(os.path.join(extra, "graph_def.pb"), "rb") as f:
             gd.ParseFromString(f.read())
         plan = Plan.load(os.path.join(extra, "plan.json"))
-        graph, devices = load_graph(os.path.join(extra, "ops.json"))
+        graph, _ = load_graph(os.path.join(extra, "ops.json"))
     except AutoplaceError:
         raise
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ExportError(f"the export {path!r} is incomplete or corrupt ({type(e).__name__}: {e}); export it "
                           "again") from e
-    return _Export(path, manifest, gd, plan, graph, devices)
+    return _Export(path, manifest, gd, plan, graph)
 
 
 def _replan(export: _Export, devset: DeviceSet, time_limit_s: float | None, seed: int) -> Plan:
@@ -235,16 +234,13 @@ class LoadedModel(tf.Module):
         Whether the plan was re-solved for other devices.
     """
 
-    def __init__(self, export: _Export, plan: Plan, remapped: bool) -> None:
+    def __init__(self, export: _Export, plan: Plan, devices: DeviceSet, remapped: bool) -> None:
         super().__init__(name="autoplace_loaded")
         m = export.manifest
         graph = tf.Graph()
         with graph.as_default():
             tf.graph_util.import_graph_def(export.graph_def, name="")
-        layer_devices: dict[str, str] = {}
-        for op, device in plan.assignment.items():
-            layer_devices.setdefault(layer_of(op), device)
-        self.op_devices = complete_assignment(graph, plan.assignment, layer_devices)
+        self.op_devices = complete_assignment(graph, plan.assignment, layer_devices_of(plan.assignment))
         gd = tf.compat.v1.GraphDef()
         gd.CopyFrom(export.graph_def)
         for node in gd.node:
@@ -257,7 +253,7 @@ class LoadedModel(tf.Module):
                 placed.append(tf.Variable(reader.get_tensor(v["key"]), name=v["placeholder"].split("/")[-1]))
         self.placed_variables = placed
         self.plan, self.devices, self.remapped = plan, tuple(plan.devices), remapped
-        self._manifest = m
+        self._device_set = devices
         specs = [tf.TensorSpec([None if d is None else d for d in i["shape"]], i["dtype"], name=i["name"])
                  for i in m["inputs"]]
         self.forward = import_function(gd, [i["tensor"] for i in m["inputs"]], m["outputs"],
@@ -275,15 +271,14 @@ class LoadedModel(tf.Module):
 
     def export(self, path: str | os.PathLike) -> str:
         """Save this (re-mapped) placement as an export of its own."""
-        m = self._manifest
+        m = self._export.manifest
         emitted = EmittedModel(self.forward, self.graph_def, (), _unstructure(m["output_structure"]), "predict",
                                tuple(i["tensor"] for i in m["inputs"]), tuple(m["outputs"]),
                                tuple(v["placeholder"] for v in m["variables"]), tuple(self.placed_variables), {},
                                tuple(tf.TensorSpec(s.shape, s.dtype, name=s.name)
                                      for s in self.forward.input_signature))
-        devices = resolve_devices(list(self.devices))
-        return export_saved_model(emitted, self.placed_variables, path, plan=self.plan,
-                                  op_graph=self._export.op_graph, devices=devices)
+        return export_saved_model(emitted, path, plan=self.plan, op_graph=self._export.op_graph,
+                                  devices=self._device_set)
 
 
 def load(path: str | os.PathLike, devices: Sequence[Any] | None = None, *, time_limit_s: float | None = None,
@@ -341,8 +336,8 @@ def load(path: str | os.PathLike, devices: Sequence[Any] | None = None, *, time_
     else:
         devset = resolve_devices(devices, available=available)
     if devset.names == tuple(export.plan.devices):
-        return LoadedModel(export, export.plan, remapped=False)
+        return LoadedModel(export, export.plan, devset, remapped=False)
     plan = _replan(export, devset, time_limit_s, seed)
     log.info("re-mapped %s from %d onto %d devices", os.fspath(path), len(export.plan.devices), len(devset))
-    return LoadedModel(export, plan, remapped=True)
+    return LoadedModel(export, plan, devset, remapped=True)
 

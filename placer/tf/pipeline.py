@@ -180,8 +180,9 @@ class PlacementOptions:
                               hardware=self.hardware, seed=self.seed)
 
 
-#: The stages of :func:`autoplace`, in order (:func:`profile` runs the first three).
+#: The stages of :func:`autoplace`, in order; :func:`profile` runs :data:`PROFILE_STAGES`.
 STAGES = ("devices", "trace", "costs", "graph", "problem", "solve", "codecs", "emit", "report")
+PROFILE_STAGES = STAGES[:3]
 
 
 @dataclass
@@ -264,8 +265,9 @@ def _solve(built: Any, options: PlanOptions, given: Plan | None, batch_size: int
     return replace(plan, batch_size=batch_size, compression=compression)
 
 
-def _traced(model: Any, devices: Sequence[Any], opts: PlacementOptions, stages: StageTimer) -> tuple[Any, ...]:
-    """The devices and trace stages: ``(devices planned on, placed-model shell, traced model, input specs)``."""
+def _first_stages(model: Any, devices: Sequence[Any], opts: PlacementOptions, stages: StageTimer) -> tuple[Any, ...]:
+    """The stages :data:`PROFILE_STAGES` (devices, trace, costs) that :func:`autoplace` and :func:`profile`
+    share: ``(devices planned on, placed-model shell, traced model, input specs, costs)``."""
     available = [d.name for d in tf.config.list_logical_devices()]
     all_devices = stages.run("devices", resolve_devices, devices, available=available)
     groups = _replica_groups(all_devices, opts)
@@ -281,7 +283,9 @@ def _traced(model: Any, devices: Sequence[Any], opts: PlacementOptions, stages: 
         traced = stages.run("trace", trace_model, model, batch_size=opts.batch_size,
                             input_signature=opts.input_signature)
         shell, input_specs = PlacedModel(model), traced.input_specs
-    return devset, shell, traced, input_specs
+    costs = stages.run("costs", compute_costs, traced, sorted({d.kind for d in devset.devices}),
+                       opts.profile_options())
+    return devset, shell, traced, input_specs, costs
 
 
 @dataclass(frozen=True)
@@ -327,9 +331,7 @@ def profile(model: Any, devices: Sequence[Any], **options: Any) -> ModelProfile:
     """
     opts = options_from(options, PlacementOptions)
     stages = StageTimer(progress=opts.progress)
-    devset, _, traced, _ = _traced(model, devices, opts, stages)
-    costs = stages.run("costs", compute_costs, traced, sorted({d.kind for d in devset.devices}),
-                       opts.profile_options())
+    _, _, traced, _, costs = _first_stages(model, devices, opts, stages)
     types = {op.name: op.type for op in traced.fixed.graph.get_operations()}
     return ModelProfile(costs, types, traced.step, int(traced.batch_size), dict(stages.seconds))
 
@@ -380,9 +382,7 @@ def autoplace(model: Any, devices: Sequence[Any], *, plan: Plan | str | os.PathL
     if given is not None:  # a re-applied plan is grouped and scored as it was made
         opts = replace(opts, group_by=given.group_by, objective=given.objective)
     stages = StageTimer(progress=opts.progress)
-    devset, shell, traced, input_specs = _traced(model, devices, opts, stages)
-    costs = stages.run("costs", compute_costs, traced, sorted({d.kind for d in devset.devices}),
-                       opts.profile_options())
+    devset, shell, traced, input_specs, costs = _first_stages(model, devices, opts, stages)
     op_graph = stages.run("graph", build_op_graph, traced, costs.us)
     built = stages.run("problem", build_problem, op_graph.graph, devset, group_by=opts.group_by)
     placed_plan = stages.run("solve", _solve, built, opts.plan_options(), given, traced.batch_size, opts.compression)

@@ -47,7 +47,7 @@ from ..core.plan import Plan
 from ..core.validate import integer
 from ..errors import InputSignatureError, ModelError, TrainingError, UnsupportedError
 from .codecs import CompressedEdge
-from .emit import EmittedModel, emit, observed_devices
+from .emit import EmittedModel, emit, layer_devices_of, observed_devices
 from .costs import random_batch
 from .export import export_saved_model
 from ..measure.steps import DEFAULT_REPEATS, DEFAULT_WARMUP, StepMeasurement, measure_steps
@@ -296,9 +296,7 @@ class PlacedModel(keras.Model):
                     var._value = tf.Variable(var.value.read_value(), trainable=var.trainable,  # noqa: SLF001
                                              name=var.name)
                     placed[id(var)] = var
-        layer_devices: dict[str, str] = {}
-        for op, device in plan.assignment.items():
-            layer_devices.setdefault(layer_of(op), device)
+        layer_devices = layer_devices_of(plan.assignment)
         object.__setattr__(self, "_placement", _Placement(
             plan=plan, op_graph=op_graph, devices=devices, input_specs=tuple(input_specs),
             compression=compression, training=traced.step == "train", placed=placed, layer_devices=layer_devices,
@@ -637,9 +635,8 @@ class PlacedModel(keras.Model):
         these or on other devices without the model's code (:mod:`placer.tf.export`).
         """
         p = self._placed
-        emitted = self._forward(False)
-        return export_saved_model(emitted, [v if isinstance(v, tf.Variable) else v.value for v in emitted.variables], path, plan=p.plan,
-                                  op_graph=p.op_graph.graph, devices=p.devices)
+        return export_saved_model(self._forward(False), path, plan=p.plan, op_graph=p.op_graph.graph,
+                                  devices=p.devices)
 
     def summary(self, *args: Any, **kwargs: Any) -> str:  # type: ignore[override]
         """The plan in words, with the last measurement if there is one (returned, not printed; Keras'
