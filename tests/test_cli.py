@@ -167,3 +167,26 @@ def test_a_terminal_gets_a_progress_bar_over_the_stages(planned, tmp_path):
     assert "stages" in text and "solve…" in text and "emit…" in text, text[-2000:]  # the bar named each stage
     assert "traced" not in text, "on a terminal the bar replaces the log lines"
     assert (tmp_path / "r.json").is_file()
+
+
+def test_export_without_an_output_directory_is_a_user_error(capsys):
+    from placer import cli
+
+    assert cli.main(["export", "m.keras", "--devices", "/CPU:0", "/CPU:1", "-q"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "give the SavedModel directory to write" in err[0]
+
+
+def test_progress_must_be_callable(devices):
+    import keras
+
+    import placer
+
+    m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    with pytest.raises(placer.AutoplaceError, match="progress must be a callable"):
+        placer.autoplace(m, devices[:1], batch_size=2, progress=42)
+    heard = []
+    placer.autoplace(m, devices[:1], batch_size=2, time_limit_s=1, progress=lambda s, t: heard.append((s, t is None)))
+    from placer.tf.pipeline import STAGES
+
+    assert [s for s, start in heard if start] == list(STAGES) == [s for s, start in heard if not start]
