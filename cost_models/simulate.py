@@ -15,7 +15,16 @@ Semantics (TensorFlow's dataflow executor, simplified):
   lower node index (the topological order);
 * a tensor consumed on another device is sent **once per destination
   device** when its producer finishes; each ordered link carries one
-  transfer at a time, in the order the transfers were issued.
+  transfer at a time, in the order the transfers were issued;
+* devices may **share a processor** (``SimOptions.shared``): logical CPU
+  devices of one process are one processor (its cores, and one inter-op
+  thread pool for all of them), and each op's profiled time was measured
+  with those cores to itself. A group of capacity ``c`` runs its running
+  ops at rate ``min(1, c / running)`` each (processor sharing), and each
+  of its devices may run up to ``ceil(c)`` ops at once, as one device's
+  independent ops overlap in the pool too. So four logical devices whose
+  measured capacity is 1.2 do 1.2 ops' worth of work at once, placed on
+  one of them or spread over all four.
 
 Examples
 --------
@@ -160,6 +169,10 @@ class SimOptions:
         Compute each device's peak memory (``False``: ``SimResult.peak_memory_bytes``
         is all zeros; a step-time score does not need it, and on 50k-op graphs
         it is half the simulation's time).
+    shared : tuple of (tuple of int, float)
+        Groups of devices that share one processor, each with its capacity:
+        how many ops' worth of work the group does at once (measured by
+        :func:`placer.measure.hosts.measure_shared_capacity`; at least 1).
     """
 
     concurrency: int = 1
@@ -167,6 +180,27 @@ class SimOptions:
     transfer_cpu_s: np.ndarray | None = None
     time_factor: Sequence[float] | None = None
     peak_memory: bool = True
+    shared: tuple[tuple[tuple[int, ...], float], ...] = ()
+
+    def checked_shares(self, k: int) -> tuple[tuple[tuple[int, ...], float], ...]:
+        """:attr:`shared` with device indices as ints and capacities as floats.
+
+        Raises
+        ------
+        ValueError
+            A device outside ``0..k-1`` or in two groups, or a capacity below 1 or not finite.
+        """
+        seen: set[int] = set()
+        out = []
+        for devs, cap in self.shared:
+            devs = tuple(int(d) for d in devs)
+            if not devs or any(not 0 <= d < k for d in devs) or seen & set(devs) or len(set(devs)) != len(devs):
+                raise ValueError(f"shared groups must name distinct devices in 0..{k - 1}, got {self.shared!r}")
+            seen |= set(devs)
+            if not math.isfinite(cap) or cap < 1:
+                raise ValueError(f"a shared group's capacity must be a finite number >= 1, got {cap!r}")
+            out.append((devs, float(cap)))
+        return tuple(out)
 
 
 def simulate(
@@ -244,6 +278,10 @@ def simulate(
     if options.transfer_cpu_s is not None:
         return _with_transfer_ops(durations, tensors, a, link_seconds, control_edges, link_latency_s, memory,
                                   options)
+    shares = options.checked_shares(k)
+    if shares:
+        return _simulate_shared(durations, tensors, a, link_seconds, control_edges, link_latency_s, memory,
+                                options, shares)
 
     # Dependencies: (tensor, dst) pairs and control edges.
     n_waiting = np.zeros(n, dtype=int)
@@ -375,10 +413,135 @@ def _with_transfer_ops(durations: np.ndarray, tensors: Sequence[TensorEdge], a: 
         origin.append(ti)
     r = simulate(np.vstack(rows), new_tensors, devs, link_seconds, control_edges=control_edges,
                  link_latency_s=link_latency_s, memory=memory.padded(n, len(devs) - n, extra_alias),
-                 options=SimOptions(concurrency=options.concurrency, ready_order=options.ready_order))
+                 options=SimOptions(concurrency=options.concurrency, ready_order=options.ready_order,
+                                    shared=options.shared))
     timeline = tuple(x for x in r.timeline if x[0] < n)
     transfers = tuple((origin[ti], i, j, ts, te) for ti, i, j, ts, te in r.transfers)
     return SimResult(r.step_time_s, r.busy_s, r.link_bytes, timeline, transfers, r.peak_memory_bytes)
+
+
+def _simulate_shared(durations: np.ndarray, tensors: Sequence[TensorEdge], a: np.ndarray,
+                     link_seconds: Callable[[int, int, float], float], control_edges: Sequence[tuple[int, int]],
+                     link_latency_s: np.ndarray | None, memory: MemoryTraits, options: SimOptions,
+                     shares: tuple[tuple[tuple[int, ...], float], ...]) -> SimResult:
+    """:func:`simulate` with processor sharing inside device groups (an event loop over rate changes).
+
+    Same dependency, ready-order and link rules as :func:`simulate`; an
+    op's *work* is its duration, and it progresses at its group's rate
+    ``min(1, capacity / running ops of the group)`` (1 outside groups); a
+    group's devices run up to ``ceil(capacity)`` ops at once. Its outgoing
+    transfers are issued when it ends, in the order ops end.
+    """
+    n, k = durations.shape
+    lifo = options.ready_order == "lifo"
+    group_of = np.full(k, -1, dtype=int)
+    capacity = [c for _, c in shares]
+    slots = np.full(k, options.concurrency, dtype=int)
+    for g, (devs, c) in enumerate(shares):
+        group_of[list(devs)] = g
+        slots[list(devs)] = max(options.concurrency, math.ceil(c - 1e-9))
+    n_waiting = np.zeros(n, dtype=int)
+    consumers_of: list[list[int]] = [[] for _ in range(n)]
+    ctrl_succ: list[list[int]] = [[] for _ in range(n)]
+    for ti, t in enumerate(tensors):
+        consumers_of[t.src].append(ti)
+        for v in set(t.dsts):
+            if v != t.src:
+                n_waiting[v] += 1
+    for u, v in control_edges:
+        ctrl_succ[u].append(v)
+        n_waiting[v] += 1
+    ready_at = np.zeros(n)
+    heaps: list[list[tuple[float, int]]] = [[] for _ in range(k)]
+    stacks: list[list[int]] = [[] for _ in range(k)]
+    for v in np.flatnonzero(n_waiting == 0):
+        heapq.heappush(heaps[a[v]], (0.0, int(v)))
+    running: dict[int, list[float]] = {}  # node -> [remaining work, start]
+    on_device = np.zeros(k, dtype=int)
+    in_group = np.zeros(len(shares), dtype=int)
+    link_free = np.zeros((k, k))
+    link_bytes = np.zeros((k, k))
+    busy = np.zeros(k)
+    timeline: list[tuple[int, int, float, float]] = []
+    transfers: list[tuple[int, int, int, float, float]] = []
+    now, done = 0.0, 0
+
+    def release(v: int, t: float) -> None:
+        ready_at[v] = max(ready_at[v], t)
+        n_waiting[v] -= 1
+        if n_waiting[v] == 0:
+            heapq.heappush(heaps[a[v]], (float(ready_at[v]), v))
+
+    def next_ready(d: int) -> int | None:
+        if lifo:
+            moved = []
+            while heaps[d] and heaps[d][0][0] <= now:
+                moved.append(heapq.heappop(heaps[d]))
+            stacks[d].extend(v for _, v in sorted(moved, key=lambda x: (x[0], -x[1])))
+            return stacks[d].pop() if stacks[d] else None
+        return heapq.heappop(heaps[d])[1] if heaps[d] and heaps[d][0][0] <= now else None
+
+    def rate(d: int) -> float:
+        g = group_of[d]
+        return 1.0 if g < 0 else min(1.0, capacity[g] / in_group[g])
+
+    while done < n:
+        for d in range(k):
+            while on_device[d] < slots[d]:
+                v = next_ready(d)
+                if v is None:
+                    break
+                running[v] = [float(durations[v, d]), now]
+                on_device[d] += 1
+                if group_of[d] >= 0:
+                    in_group[group_of[d]] += 1
+        finish = {v: now + (r[0] / rate(a[v]) if r[0] > 0 else 0.0) for v, r in running.items()}
+        t_next = min(finish.values(), default=math.inf)
+        for d in range(k):
+            if on_device[d] < slots[d] and heaps[d] and not (lifo and stacks[d]):
+                t_next = min(t_next, max(heaps[d][0][0], now))
+        if not math.isfinite(t_next):
+            raise ValueError("the graph has a cycle: some ops can never become ready")
+        ended = sorted((f, v) for v, f in finish.items() if f <= t_next * (1 + 1e-12) + 1e-18)
+        for v, r in running.items():
+            r[0] = max(0.0, r[0] - rate(a[v]) * (t_next - now))
+        now = t_next
+        for _, v in ended:
+            d = int(a[v])
+            start = running.pop(v)[1]
+            on_device[d] -= 1
+            if group_of[d] >= 0:
+                in_group[group_of[d]] -= 1
+            busy[d] += float(durations[v, d])
+            timeline.append((v, d, start, now))
+            done += 1
+            for ti in consumers_of[v]:
+                t = tensors[ti]
+                by_dev: dict[int, list[int]] = {}
+                for w in dict.fromkeys(t.dsts):
+                    if w != v:
+                        by_dev.setdefault(int(a[w]), []).append(w)
+                for dd in sorted(by_dev):
+                    arrival = now
+                    if dd != d:
+                        ls = max(link_free[d, dd], now)
+                        cost = sum(link_seconds(d, dd, t.nbytes / t.count) for _ in range(t.count))
+                        link_free[d, dd] = ls + cost
+                        arrival = ls + cost + (0.0 if link_latency_s is None else float(link_latency_s[d, dd]))
+                        link_bytes[d, dd] += t.nbytes
+                        transfers.append((ti, d, dd, ls, arrival))
+                    for w in by_dev[dd]:
+                        release(w, arrival)
+            for w in ctrl_succ[v]:
+                release(w, now)
+    timeline.sort(key=lambda e: (e[2], e[0]))
+    step = max((e for *_, e in timeline), default=0.0)
+    if transfers:
+        step = max(step, max(e for *_, e in transfers))
+    if not math.isfinite(step):
+        raise ValueError("simulated step time is not finite")
+    peak = _peak_memory(tensors, a, k, timeline, transfers, memory) if options.peak_memory else np.zeros(k)
+    return SimResult(step, busy, link_bytes, tuple(timeline), tuple(transfers), peak)
 
 
 def _reads_until(tensors: Sequence[TensorEdge], a: np.ndarray,

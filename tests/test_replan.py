@@ -19,6 +19,7 @@ from tests.models import branchy, multi_input, sample
 
 ROOT = Path(__file__).resolve().parents[1]
 OPTIONS = {"time_limit_s": 1.5, "seed": 3}
+PLACE_OPTIONS = {**OPTIONS, "shared_capacity": None}  # as independent processors: plans split
 OBJECTIVES = ("latency", "throughput")
 
 
@@ -29,7 +30,7 @@ def model():
 
 @pytest.fixture(scope="module")
 def placed(model, devices):
-    return {o: placer.autoplace(model, devices, batch_size=64, objective=o, **OPTIONS) for o in OBJECTIVES}
+    return {o: placer.autoplace(model, devices, batch_size=64, objective=o, **PLACE_OPTIONS) for o in OBJECTIVES}
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +98,7 @@ def test_report_is_built_from_what_the_stages_did(placed):
     data = placed["latency"].report_data
     assert data["cost_model"]["compute"]["CPU"] in ("measured", "measured (cached)")
     assert data["plan"]["log"], "the solver's log is in the report"
-    assert set(data["stage_seconds"]) == {"devices", "trace", "costs", "graph", "problem", "solve", "codecs", "emit"}
+    assert set(data["stage_seconds"]) == {"devices", "trace", "costs", "hosts", "graph", "problem", "solve", "codecs", "emit"}
     assert data["simulation"]["predicted_step_time_s"] == pytest.approx(data["plan"]["predicted_step_time_s"])
 
 

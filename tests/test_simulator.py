@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cost_models import MemoryTraits, SimOptions, TensorEdge, simulate
 
@@ -182,3 +184,74 @@ def test_a_send_queues_behind_compute_on_its_device():
     assert lifo.step_time_s == pytest.approx(1 + 0.5 + 0.5 + 1)
     with pytest.raises(ValueError, match="transfer_cpu_s"):
         simulate(d, es, [0, 1, 0], link(bw=np.inf), options=SimOptions(transfer_cpu_s=np.full((2, 2), -1.0)))
+
+
+@st.composite
+def shared_cases(draw):
+    """A random DAG on 2-4 devices, an assignment, and one shared group with a capacity."""
+    n = draw(st.integers(1, 12))
+    k = draw(st.integers(2, 4))
+    durations = np.array([[draw(st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.0]))] * k for _ in range(n)])
+    edges = [TensorEdge(u, tuple(sorted({v for v in range(u + 1, n) if draw(st.booleans())})), 1.0)
+             for u in range(n - 1)]
+    edges = [e for e in edges if e.dsts]
+    assignment = [draw(st.integers(0, k - 1)) for _ in range(n)]
+    size = draw(st.integers(2, k))
+    capacity = draw(st.sampled_from([1.0, 1.3, 1.5, 2.0, 3.0]))
+    lifo = draw(st.booleans())
+    return durations, edges, assignment, tuple(range(size)), capacity, lifo
+
+
+@settings(max_examples=150, deadline=None)
+@given(shared_cases())
+def test_shared_processor_keeps_dependencies_and_never_beats_its_capacity(case):
+    durations, edges, a, group, capacity, lifo = case
+    order = "lifo" if lifo else "fifo"
+    opts = SimOptions(shared=((group, capacity),), ready_order=order)
+    r = simulate(durations, edges, a, link(), options=opts)
+    assert sorted(v for v, *_ in r.timeline) == list(range(len(a)))  # every op once
+    end = {v: e for v, _, _, e in r.timeline}
+    start = {v: s for v, _, s, _ in r.timeline}
+    for t in edges:
+        for w in t.dsts:
+            assert start[w] >= end[t.src] - 1e-9
+    work = durations[np.arange(len(a)), a]
+    in_group = np.isin(a, group)
+    eff = min(capacity, len(group))
+    assert r.step_time_s >= work[in_group].sum() / eff - 1e-9  # the group does at most `capacity` at once
+    assert r.step_time_s == simulate(durations, edges, a, link(), options=opts).step_time_s  # deterministic
+    # a device of the group runs up to ceil(capacity) ops at once, never more work than capacity in all
+    busy_at = sorted({s for _, _, s, _ in r.timeline})
+    for t in busy_at:
+        running = [v for v, d, s, e in r.timeline if s <= t < e and d in group]
+        assert len(running) <= len(group) * np.ceil(capacity)
+    one = ((0,), 1.0)  # one device that shares with nobody, one op at a time: the plain simulator's answer
+    assert (simulate(durations, edges, a, link(), options=SimOptions(shared=(one,), ready_order=order)).step_time_s
+            == pytest.approx(simulate(durations, edges, a, link(), options=SimOptions(ready_order=order)).step_time_s))
+
+
+@settings(max_examples=100, deadline=None)
+@given(shared_cases())
+def test_one_processor_shared_by_every_device_is_work_conserving(case):
+    # capacity 1 over all devices and free links: the processor is never idle while an op is ready, so the
+    # step is exactly the total work, wherever the ops are placed
+    durations, edges, a, _, _, lifo = case
+    k = durations.shape[1]
+    r = simulate(durations, edges, a, link(bw=np.inf),
+                 options=SimOptions(shared=((tuple(range(k)), 1.0),), ready_order="lifo" if lifo else "fifo"))
+    assert r.step_time_s == pytest.approx(durations[np.arange(len(a)), a].sum())
+
+
+def test_shared_processor_slows_concurrent_ops_and_bad_groups_are_refused():
+    d = np.ones((4, 2))
+    lk = link()
+    assert simulate(d, [], [0, 1, 0, 1], lk).step_time_s == 2.0
+    shared = lambda c: SimOptions(shared=(((0, 1), c),))  # noqa: E731
+    assert simulate(d, [], [0, 1, 0, 1], lk, options=shared(1.0)).step_time_s == pytest.approx(4.0)
+    assert simulate(d, [], [0, 1, 0, 1], lk, options=shared(1.5)).step_time_s == pytest.approx(4 / 1.5)
+    assert simulate(d, [], [0, 0, 0, 0], lk, options=shared(1.0)).step_time_s == pytest.approx(4.0)  # one device: as before
+    # logical devices of one process are one processor: one device's independent ops overlap as much as four's
+    assert simulate(d, [], [0, 0, 0, 0], lk, options=shared(1.5)).step_time_s == pytest.approx(4 / 1.5)
+    for bad in [(((0, 1), 0.5),), (((0, 5), 1.0),), (((0, 1), 1.0), ((1,), 1.0)), (((0, 1), float("nan")),)]:
+        with pytest.raises(ValueError, match="shared"):
+            simulate(d, [], [0, 1, 0, 1], lk, options=SimOptions(shared=bad))

@@ -156,12 +156,80 @@ class DeviceSpec:
         return device_host(self.name)
 
 
+#: Values of ``SharedProcessor.source``.
+SHARE_SOURCES = ("measured", "given")
+
+
+@dataclass(frozen=True)
+class SharedProcessor:
+    """Devices of a :class:`DeviceSet` that share one processor (logical CPU devices of one process).
+
+    Parameters
+    ----------
+    devices : tuple of int
+        Indices into the set's devices.
+    capacity : float
+        How many of them can do their profiled work at once (1 … ``len(devices)``):
+        four logical CPUs over two cores whose ops each use both cores have about 1.
+    source : {"measured", "given"}
+        Where the capacity came from.
+
+    Examples
+    --------
+    >>> SharedProcessor((0, 1, 2, 3), 1.1).capacity
+    1.1
+    """
+
+    devices: tuple[int, ...]
+    capacity: float
+    source: str = "given"
+
+    def __post_init__(self) -> None:
+        devs = tuple(integer("shared device index", d, minimum=0, error=DeviceError) for d in self.devices)
+        if len(devs) < 2 or len(set(devs)) != len(devs):
+            raise DeviceError(f"a shared processor needs two or more distinct devices, got {self.devices!r}")
+        object.__setattr__(self, "devices", devs)
+        cap = real("shared processor capacity", self.capacity, strict=True, error=DeviceError)
+        if cap < 1:
+            raise DeviceError(f"a shared processor's capacity is at least 1 (one device's work at a time), got {cap}")
+        object.__setattr__(self, "capacity", float(min(cap, len(devs))))
+        if self.source not in SHARE_SOURCES:
+            raise DeviceError(f"source must be one of {SHARE_SOURCES}, got {self.source!r}")
+
+
 @dataclass(frozen=True)
 class DeviceSet:
-    """Ordered target devices and the link between each ordered pair."""
+    """Ordered target devices, the link between each ordered pair, and the processors devices share."""
 
     devices: tuple[DeviceSpec, ...]
     links: Mapping[tuple[int, int], Link] = field(default_factory=dict)
+    shared: tuple[SharedProcessor, ...] = ()
+
+    def __post_init__(self) -> None:
+        seen: set[int] = set()
+        for sp in self.shared:
+            if max(sp.devices) >= len(self.devices) or seen & set(sp.devices):
+                raise DeviceError(f"shared processors must name distinct devices among 0..{len(self.devices) - 1}, "
+                                  f"got {[sp.devices for sp in self.shared]}")
+            seen |= set(sp.devices)
+
+    def with_shared(self, shared: Sequence[SharedProcessor]) -> "DeviceSet":
+        """The same devices and links with these shared processors."""
+        return DeviceSet(self.devices, self.links, tuple(shared))
+
+    def host_groups(self, kind: str = "CPU") -> list[tuple[int, ...]]:
+        """Indices of devices of ``kind`` that share a process (two or more), by process.
+
+        Examples
+        --------
+        >>> resolve_devices(["/CPU:0", "/CPU:1", "/job:worker/task:1/device:CPU:0"]).host_groups()
+        [(0, 1)]
+        """
+        by_host: dict[str, list[int]] = {}
+        for i, d in enumerate(self.devices):
+            if d.kind == kind:
+                by_host.setdefault(d.host, []).append(i)
+        return [tuple(g) for g in by_host.values() if len(g) > 1]
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -32,7 +32,7 @@ from cost_models.comm import Link
 
 from ..errors import DeviceError, GraphError
 from .attrs import ALLOWED_KINDS
-from .devices import DeviceSet, DeviceSpec, canonical_device_name, resolve_devices
+from .devices import DeviceSet, DeviceSpec, SharedProcessor, canonical_device_name, resolve_devices
 from .outputs import write_text
 from .validate import real
 
@@ -59,7 +59,11 @@ def devices_to_json(devset: DeviceSet) -> dict:
         devs.append(e)
     links = [{"src": devset.names[i], "dst": devset.names[j], "bandwidth_bytes_per_s": link.bandwidth_bytes_per_s,
               "latency_s": link.latency_s} for (i, j), link in sorted(devset.links.items())]
-    return {"devices": devs, "links": links}
+    out: dict[str, Any] = {"devices": devs, "links": links}
+    if devset.shared:
+        out["shared"] = [{"devices": [devset.names[i] for i in sp.devices], "capacity": sp.capacity,
+                          "source": sp.source} for sp in devset.shared]
+    return out
 
 
 def devices_from_json(data: Mapping) -> DeviceSet:
@@ -90,7 +94,22 @@ def devices_from_json(data: Mapping) -> DeviceSet:
                   strict=True, error=DeviceError)
         lat = real(f"link {e['src']} -> {e['dst']} latency_s", e.get("latency_s", 0.0), error=DeviceError)
         links[(i, j)] = Link(float(bw), float(lat))
-    return DeviceSet(devset.devices, links)
+    shared = []
+    share_entries = data.get("shared", [])
+    if not isinstance(share_entries, list):
+        raise DeviceError("'shared' must be a list; see docs/graph-format.md")
+    for e in share_entries:
+        if not isinstance(e, dict) or not isinstance(e.get("devices"), list) \
+                or not all(isinstance(n, str) for n in e["devices"]):
+            raise DeviceError(f"shared entry {e!r} must be an object with a list of device names 'devices'; "
+                              "see docs/graph-format.md")
+        try:
+            idx = tuple(pos[canonical_device_name(n)] for n in e["devices"])
+        except KeyError:
+            raise DeviceError(f"shared entry {e!r} names a device that is not in the device list "
+                              f"{list(devset.names)}") from None
+        shared.append(SharedProcessor(idx, e.get("capacity"), e.get("source", "given")))
+    return DeviceSet(devset.devices, links, tuple(shared))
 
 
 def save_graph(path: str | Path, graph: nx.DiGraph, devices: Sequence[Any] | DeviceSet | None = None) -> None:

@@ -34,7 +34,7 @@ Examples
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
@@ -92,7 +92,7 @@ def makespan(problem: PlacementProblem, assignment: np.ndarray) -> float:
     fine = np.asarray(assignment, dtype=int)[sched.group]
     try:
         res = simulate(sched.durations_s, sched.tensors, fine, problem.occupancy_seconds, control_edges=sched.control,
-                       link_latency_s=problem.latency, options=_STEP_ONLY)
+                       link_latency_s=problem.latency, options=replace(_STEP_ONLY, shared=problem.shared))
     except ValueError as e:
         raise GraphError(f"cannot simulate the placed graph: {e}") from e
     return res.step_time_s
@@ -104,7 +104,8 @@ def critical_path_bound(problem: PlacementProblem, grid: int = 48) -> float:
     The largest of
 
     * the critical path;
-    * total work / devices;
+    * total work / devices (fewer where devices share a processor:
+      :meth:`~placer.core.problem.PlacementProblem.parallel_devices`);
     * the two-sided "energy" bound: ops that cannot start before ``t``
       (longest path to them ≥ ``t``) and must end ``τ`` before the end
       (longest path after them ≥ ``τ``) fit between, so
@@ -136,7 +137,7 @@ def critical_path_bound(problem: PlacementProblem, grid: int = 48) -> float:
     tail = np.zeros(sched.m)  # time needed after v ends
     for v in order[::-1]:
         tail[v] = max((best[w] + tail[w] for _, w in succs[v]), default=0.0)
-    k = problem.k
+    k = problem.parallel_devices()
     bound = max(float((head + best + tail).max()), float(best.sum() / k))
     ts = np.unique(np.quantile(head, np.linspace(0, 1, grid)))
     taus = np.unique(np.quantile(tail, np.linspace(0, 1, grid)))

@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from cost_models import TensorEdge
+from cost_models import SimOptions, TensorEdge
 
 from ..errors import CostError, GraphError
 
@@ -177,6 +177,9 @@ class PlacementProblem:
         Ordering-only dependencies between nodes.
     schedule : Schedule or None
         The fine DAG behind coarse nodes; ``None``: the nodes themselves.
+    shared : tuple of (tuple of int, float)
+        Groups of devices that share one processor, with the group's
+        capacity (``cost_models.SimOptions.shared``).
     """
 
     names: tuple[str, ...]
@@ -190,6 +193,7 @@ class PlacementProblem:
     symmetric: bool
     control: tuple[tuple[int, int], ...] = ()
     schedule: Schedule | None = None
+    shared: tuple[tuple[tuple[int, ...], float], ...] = ()
     _memo: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
     @property
@@ -216,6 +220,7 @@ class PlacementProblem:
         order: Sequence[int] | None = None,
         control: Sequence[tuple[int, int]] = (),
         schedule: Schedule | None = None,
+        shared: Sequence[tuple[Sequence[int], float]] = (),
     ) -> "PlacementProblem":
         """Validate the arrays and build a frozen problem.
 
@@ -267,12 +272,17 @@ class PlacementProblem:
                 raise GraphError("schedule durations must have one column per device and one group per fine node")
             if schedule.m and (schedule.group.min() < 0 or schedule.group.max() >= n):
                 raise GraphError(f"schedule groups must lie in 0..{n - 1}")
+        try:
+            shared_t = SimOptions(shared=tuple((tuple(g), float(c)) for g, c in shared)).checked_shares(k)
+        except (TypeError, ValueError) as e:
+            raise GraphError(f"bad shared device groups: {e}") from None
         symmetric = bool(
             np.allclose(c, c[:, :1]) and np.allclose(cap, cap[0])
             and (k < 2 or (np.allclose(bw[off], bw[off][0]) and np.allclose(lat[off], lat[off][0])))
+            and (not shared_t or (len(shared_t) == 1 and len(shared_t[0][0]) == k))
         )
         return cls(tuple(names), _frozen(c), _frozen(mem), _frozen(cap), tuple(tensors),
-                   _frozen(bw), _frozen(lat), order_t, symmetric, control_t, schedule)
+                   _frozen(bw), _frozen(lat), order_t, symmetric, control_t, schedule, shared_t)
 
     def with_capacity(self, capacity_bytes: np.ndarray) -> "PlacementProblem":
         """The same problem with other device capacities (e.g. tightened to leave room for activations).
@@ -287,6 +297,10 @@ class PlacementProblem:
             raise CostError("capacity_bytes must be positive (inf for unlimited), one per device")
         return replace(self, capacity_bytes=_frozen(cap),
                        symmetric=self.symmetric and bool(np.allclose(cap, cap[0])))
+
+    def parallel_devices(self) -> float:
+        """How many ops' worth of work can run at once: one per device, a shared group's capacity for its devices."""
+        return float(self.k - sum(len(g) - c for g, c in self.shared))
 
     def memo(self, key: str, compute: Callable[[], Any]) -> Any:
         """``compute()`` once per problem (bounds, orders): the problem is immutable."""
@@ -366,13 +380,24 @@ def evaluate(problem: PlacementProblem, assignment: np.ndarray) -> Evaluation:
             comm[r] += p.transfer_s(t, s, r)
             traffic[s, r] += t.nbytes
     feasible = bool(np.isfinite(per_node).all() and (mem <= p.capacity_bytes * (1 + 1e-9)).all())
-    obj = float((comp + comm).max()) if feasible else float("inf")
+    per_device = comp.copy()
+    load = 0.0
+    for devs, c in p.shared:  # one processor doing c ops' worth at once, for any of its devices
+        per_device[list(devs)] /= c
+        load = max(load, float(comp[list(devs)].sum()) / c)
+    load = max(load, float((per_device + comm).max()))
+    obj = load if feasible else float("inf")
     return Evaluation(obj, comp, comm, mem, traffic, feasible)
 
 
 def trivial_lower_bound(problem: PlacementProblem) -> float:
-    """max(largest single node, total work / devices), communication free."""
+    """max(largest single node, total work / parallel devices), communication free.
+
+    A node on a shared processor may overlap its ops up to the processor's capacity, so its own
+    term is divided by the largest capacity.
+    """
     best = problem.compute_s.min(axis=1)
     if best.size == 0:
         return 0.0
-    return float(max(best.max(), best.sum() / problem.k))
+    overlap = max([c for _, c in problem.shared], default=1.0)
+    return float(max(best.max() / overlap, best.sum() / problem.parallel_devices()))

@@ -205,7 +205,7 @@ def calibrate_links(devset: DeviceSet, sizes: Sequence[int] = DEFAULT_SIZES,
         for j, b in enumerate(devset.devices):
             if i < j:
                 fits[(i, j)] = fits[(j, i)] = measure_link(a.name, b.name, sizes, repeats)
-    return DeviceSet(devset.devices, {ij: f.link for ij, f in fits.items()}), fits
+    return DeviceSet(devset.devices, {ij: f.link for ij, f in fits.items()}, devset.shared), fits
 
 
 @dataclass(frozen=True)

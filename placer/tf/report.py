@@ -65,6 +65,7 @@ class Report:
     stage_seconds: Mapping[str, float]
     model: Mapping[str, str]
     measurements: tuple[Mapping[str, Any], ...] = ()
+    shared_processors: tuple[Mapping[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The report as JSON-ready data (schema: :mod:`placer.reporting.schema`, ``docs/report-format.md``)."""
@@ -79,6 +80,7 @@ class Report:
             "graph": dict(self.graph),
             "devices": list(self.devices),
             "links": list(self.links),
+            "shared_processors": list(self.shared_processors),
             "traffic_bytes": {"devices": names, "matrix": self.traffic_bytes},
             "simulation": {"predicted_step_time_s": self.simulation.step_time_s, "timeline": timeline},
             "measurements": list(self.measurements),
@@ -132,6 +134,8 @@ def build_report(plan: Plan, op_graph: OpGraph, built: BuiltProblem, sim: SimRes
                    "latency_s": link.latency_s, "source": "assumed", "fit": None}
                   for (i, j), link in devset.links.items())
     source = CostSource(dict(costs.source), grappler, dict(costs.unknown_op_types))
+    shared = tuple({"devices": [names[i] for i in sp.devices], "capacity": sp.capacity, "source": sp.source}
+                   for sp in devset.shared)
     return Report(plan, graph_summary(op_graph), devices, sim.link_bytes, sim, source, links, ops, edges,
                   tuple(asdict(e) for e in emitted.compressed), dict(stage_seconds),
-                  {"name": model_name, "step": emitted.step})
+                  {"name": model_name, "step": emitted.step}, shared_processors=shared)

@@ -1,0 +1,148 @@
+"""How much work devices that share a processor can do at once, measured with the model's own ops.
+
+Logical CPU devices of one process (``tf.config.set_logical_device_configuration``)
+share its cores: each op's profiled time was measured with every core to
+itself (TensorFlow's intra-op threads), so four logical devices on two cores
+do not run four ops at the speed of one. Measured here (2 cores, 4 logical
+devices, 20 chained matmuls per device): 64×64 matmuls ran 2.1× as much
+work at once, 256×256 1.7×, 512×512 1.08× — it depends on the ops, so the
+capacity is measured with the placed model's own forward pass.
+
+:func:`measure_shared_capacity` runs one copy of the traced forward graph
+with every op on the group's first device, and one copy per device of the
+group at once, interleaved; the capacity is
+``len(group) × median(one copy) / median(all copies)``, clipped to
+``1 … len(group)``. The simulator (``cost_models.SimOptions.shared``)
+then runs a group's concurrent ops at ``min(1, capacity / running)`` each.
+
+Examples
+--------
+>>> capacity_from_times([0.010, 0.011, 0.009], [0.040, 0.041, 0.039], 4)
+1.0
+>>> capacity_from_times([0.010], [0.010], 2)
+2.0
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from ..core.devices import DeviceSet, SharedProcessor
+from ..errors import DeviceError
+
+log = logging.getLogger(__name__)
+
+#: Interleaved timing rounds (one copy, then all copies) per group, and the warm-up calls of each.
+DEFAULT_ROUNDS = 7
+WARMUP = 2
+#: Stop adding rounds once a group's measurement has taken this long (at least 3 rounds run).
+BUDGET_S = 20.0
+
+
+def capacity_from_times(one_s: Sequence[float], all_s: Sequence[float], size: int) -> float:
+    """``size × median(one_s) / median(all_s)``, clipped to ``1 … size`` (rounded to 3 digits)."""
+    ratio = size * float(np.median(one_s)) / max(float(np.median(all_s)), 1e-12)
+    return round(float(min(max(ratio, 1.0), size)), 3)
+
+
+def _copies_function(traced: Any, devices: Sequence[str]) -> Any:
+    """A ``tf.function`` running one copy of ``traced``'s fixed-batch forward graph per device, independently."""
+    from ..tf.emit import IMPORT_PREFIX, tf_variable
+
+    base = traced.fixed.graph.as_graph_def()
+    graph_defs = []
+    for device in devices:
+        gd = tf.compat.v1.GraphDef()
+        gd.CopyFrom(base)
+        for node in gd.node:
+            node.device = device
+        graph_defs.append(gd)
+    captures = [(ph, tf_variable(v).handle) for ph, v in traced.variables.items()] + list(traced.constants.items())
+
+    def copies(*xs: tf.Tensor) -> list[tf.Tensor]:
+        fg = tf.compat.v1.get_default_graph()
+        captured = {f"{ph}:0": fg.capture(value) for ph, value in captures}
+        outs: list[tf.Tensor] = []
+        for i, gd in enumerate(graph_defs):
+            input_map = {**captured, **dict(zip(traced.input_names, xs))}
+            outs += tf.graph_util.import_graph_def(gd, input_map=input_map, return_elements=list(traced.output_names),
+                                                   name=f"{IMPORT_PREFIX}_copy{i}")
+        return outs
+
+    return tf.function(copies, autograph=False)
+
+
+def measure_shared_capacity(traced: Any, devices: Sequence[str], *, rounds: int = DEFAULT_ROUNDS,
+                            budget_s: float = BUDGET_S, seed: int = 0) -> float:
+    """The capacity of ``devices`` (one process's logical CPUs) for ``traced``'s ops; see the module docstring.
+
+    Parameters
+    ----------
+    traced : TracedModel
+        A traced forward pass (``step == "predict"``): its variables are read, never written.
+    devices : sequence of str
+        Two or more devices that share a processor.
+    rounds : int
+        Interleaved timing rounds (fewer once ``budget_s`` is spent; at least 3).
+    budget_s : float
+        Seconds after which no further round starts.
+    seed : int
+        Seed of the random input batch.
+
+    Raises
+    ------
+    DeviceError
+        Fewer than two devices, or a training step (its copies would update the model's variables).
+    """
+    from ..tf.costs import random_batch
+
+    if len(devices) < 2:
+        raise DeviceError(f"measuring a shared processor needs two or more devices, got {list(devices)}")
+    if traced.step != "predict":
+        raise DeviceError("the shared-processor capacity is measured with the forward pass, not a training step")
+    xs = [tf.constant(x) for x in random_batch(traced.input_specs, traced.batch_size, seed)]
+    one, every = _copies_function(traced, devices[:1]), _copies_function(traced, devices)
+    for _ in range(WARMUP):
+        for fn in (one, every):
+            _fetch(fn(*xs))
+    one_s: list[float] = []
+    all_s: list[float] = []
+    start = time.perf_counter()
+    for r in range(max(rounds, 3)):
+        if r >= 3 and time.perf_counter() - start > budget_s:
+            break
+        for fn, out in ((one, one_s), (every, all_s)):
+            t = time.perf_counter()
+            _fetch(fn(*xs))
+            out.append(time.perf_counter() - t)
+    capacity = capacity_from_times(one_s, all_s, len(devices))
+    log.info("shared processor of %d devices: capacity %.2f (one copy %.2f ms, %d at once %.2f ms, %d rounds)",
+             len(devices), capacity, 1e3 * float(np.median(one_s)), len(devices), 1e3 * float(np.median(all_s)),
+             len(one_s))
+    return capacity
+
+
+def _fetch(outs: Any) -> None:
+    for t in tf.nest.flatten(outs):
+        t.numpy()
+
+
+def shared_processors(traced: Any, devset: DeviceSet, *, given: float | None = None, seed: int = 0) -> DeviceSet:
+    """``devset`` with a :class:`~placer.core.devices.SharedProcessor` per process holding two or more of its CPUs.
+
+    ``given``: that capacity for every such group instead of measuring (``source == "given"``).
+    GPUs are separate processors and get none.
+    """
+    shared = []
+    for group in devset.host_groups("CPU"):
+        names = [devset.names[i] for i in group]
+        if given is not None:
+            shared.append(SharedProcessor(group, given, "given"))
+        else:
+            shared.append(SharedProcessor(group, measure_shared_capacity(traced, names, seed=seed), "measured"))
+    return devset.with_shared(shared)
