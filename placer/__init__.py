@@ -53,6 +53,8 @@ _LAZY = {
     "load": ("placer.tf.export", "load"),
     "LoadedModel": ("placer.tf.export", "LoadedModel"),
     "save_graph": ("placer.core.graph_io", "save_graph"),
+    "connect": ("placer.measure.cluster", "connect"),
+    "LocalCluster": ("placer.measure.cluster", "LocalCluster"),
 }
 
 __all__ = [

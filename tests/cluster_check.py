@@ -63,8 +63,11 @@ def main() -> None:
         os.chdir(here)
         out["hijacked"] = os.path.exists(marker)
         out["worker_pids"] = [p.pid for p in cluster.procs]
-        tf.config.experimental_connect_to_cluster(tf.train.ClusterSpec(cluster.spec))
+        out["unreachable"] = timed_error(lambda: placer.connect({"worker": ["127.0.0.1:1"]}, timeout_s=2))
+        out["bad_spec"] = timed_error(lambda: placer.connect({"worker": ["no-port"]}))
+        connected = placer.connect(tf.train.ClusterSpec(cluster.spec))  # a ClusterSpec, as for other hosts
         devices = [cluster.device(0), cluster.device(1)]
+        out["connected"] = sorted(connected)
         names = {d.name for d in tf.config.list_logical_devices()}
         out["devices_visible"] = all(d in names for d in devices)
         fit = measure_link(devices[0], devices[1], repeats=3)
@@ -79,6 +82,29 @@ def main() -> None:
         out["max_abs_diff"] = float(np.abs(got - ref).max())
         out["used_devices"] = sorted(set(placed.plan.assignment.values()))
         out["variable_devices"] = sorted({v.value.device for v in placed.variables})
+        out["missing_device"] = timed_error(lambda: placer.autoplace(
+            m, ["/job:worker/replica:0/task:7/device:CPU:0"], batch_size=8, time_limit_s=1))
+        # a two-stage pipeline of 4 micro-batches: bit-exact against the original on the same micro-batches
+        piped = placer.autoplace(m, devices, batch_size=8, time_limit_s=1, algorithm="contiguous", microbatches=4,
+                                 profile_cache=False)
+        ref_mb = np.concatenate([m(part, training=False).numpy() for part in np.split(x, 4)])
+        out["pipelined_bit_exact"] = bool(np.array_equal(piped(x).numpy(), ref_mb))
+        out["pipelined_devices"] = sorted(set(piped.plan.assignment.values()))
+        # pipelined training in 2 micro-batches against model.fit on an identical copy
+        rng = np.random.default_rng(1)
+        xs, ys = rng.standard_normal((16, 32)).astype("float32"), rng.standard_normal((16, 4)).astype("float32")
+        mt = model()
+        twin = keras.models.clone_model(mt)
+        twin.set_weights(mt.get_weights())
+        for k in (mt, twin):
+            k.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+        trained = placer.autoplace(mt, devices, training=True, batch_size=8, microbatches=2, time_limit_s=1,
+                                   algorithm="contiguous", profile_cache=False)
+        ref_hist = twin.fit(xs, ys, batch_size=8, epochs=2, shuffle=False, verbose=0).history["loss"]
+        got_hist = trained.fit(xs, ys, batch_size=8, epochs=2, shuffle=False, verbose=0).history["loss"]
+        out["pipelined_training_rel"] = float(max(abs(a - b) / abs(b) for a, b in zip(got_hist, ref_hist)))
+        out["pipelined_training_weights"] = float(max(np.abs(a - b).max() for a, b in
+                                                      zip(trained.get_weights(), twin.get_weights())))
         out["healthy"] = timed_error(lambda: (placed.check_workers(), cluster.check()))
         pid = cluster.procs[1].pid
         os.kill(pid, signal.SIGSTOP)

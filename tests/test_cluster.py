@@ -43,6 +43,12 @@ def test_two_pinned_workers_place_a_model_and_shut_down():
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
     out = json.loads(lines[-1][len("RESULT "):])
     assert out["devices_visible"]
+    assert out["connected"] == sorted(f"/job:worker/replica:0/task:{i}/device:CPU:0" for i in range(2))
+    assert out["unreachable"]["error"] == "WorkerError" and out["unreachable"]["s"] < 30, out["unreachable"]
+    assert out["bad_spec"]["error"] == "DeviceError", out["bad_spec"]
+    assert out["missing_device"]["error"] == "DeviceError", out["missing_device"]
+    assert out["pipelined_bit_exact"] and len(out["pipelined_devices"]) == 2, out
+    assert out["pipelined_training_rel"] <= 1e-5 and out["pipelined_training_weights"] <= 1e-5, out
     workers = {f"/job:worker/replica:0/task:{i}/device:CPU:0" for i in range(2)}
     assert set(out["used_devices"]) == workers
     assert set(out["variable_devices"]) <= workers

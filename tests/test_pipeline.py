@@ -23,7 +23,8 @@ def models():
 def placed(models, devices):
     out = {}
     for name, model in models.items():
-        out[name] = placer.autoplace(model, devices, batch_size=MODELS[name][1], time_limit_s=TIME_LIMIT)
+        out[name] = placer.autoplace(model, devices, batch_size=MODELS[name][1], time_limit_s=TIME_LIMIT,
+                                       shared_capacity=None)  # as independent processors: plans spread
     return out
 
 
@@ -144,8 +145,9 @@ def test_variables_live_on_their_planned_devices(placed):
 
 
 def test_parallel_branches_use_several_devices(devices):
+    # planned as if the devices were independent processors (they are logical CPUs of one process here)
     model = branchy(width=1024)
-    p = placer.autoplace(model, devices, batch_size=256, time_limit_s=TIME_LIMIT)
+    p = placer.autoplace(model, devices, batch_size=256, time_limit_s=TIME_LIMIT, shared_capacity=None)
     used = {d for d in p.plan.assignment.values()}
     assert len(used) > 1, p.summary()
     assert p.plan.value < p.plan.baselines["single"].value
@@ -186,3 +188,21 @@ def test_plan_is_complete_and_reported(placed, tmp_path):
     assert max(e["ts"] + e["dur"] for e in ops) == pytest.approx(plan.predicted_step_time_s * 1e6)
     with pytest.raises(placer.AutoplaceError, match=".json or .html"):
         p.report(tmp_path / "r.txt")
+
+
+def test_logical_devices_of_one_process_are_measured_as_one_shared_processor(devices):
+    model = branchy(width=256)
+    p = placer.autoplace(model, devices, batch_size=64, time_limit_s=TIME_LIMIT)
+    shared = p.report_data["shared_processors"]
+    assert len(shared) == 1 and shared[0]["source"] == "measured"
+    assert sorted(shared[0]["devices"]) == sorted(p.plan.devices)
+    assert 1.0 <= shared[0]["capacity"] <= len(devices)
+    # one processor doing one op at a time: no plan is predicted faster than one device, and the summary says so
+    one = placer.autoplace(model, devices, batch_size=64, time_limit_s=TIME_LIMIT, shared_capacity=1.0)
+    assert one.report_data["shared_processors"][0]["source"] == "given"
+    assert one.plan.value >= one.plan.baselines["single"].value * (1 - 1e-9)
+    if len(set(one.plan.assignment.values())) == 1:
+        assert "one device" in one.plan.summary()
+    for bad in (0.5, "fast", True):
+        with pytest.raises(placer.AutoplaceError, match="shared_capacity"):
+            placer.autoplace(model, devices, batch_size=64, shared_capacity=bad)

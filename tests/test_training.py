@@ -385,6 +385,42 @@ def test_bad_replicas_are_refused(trained, devices):
                          targets=tf.TensorSpec((None,), "int32"))
 
 
+def test_pipelined_training_in_micro_batches_equals_full_batch_training(trained, devices):
+    # 4 micro-batches through a two-stage split: the gradients are summed over the micro-batches and one
+    # update is applied, so the loss trajectory and weights are model.fit's
+    t = trained["transformer"]
+    ref = twin(t["model"], CASES["transformer"][1])
+    placed = placer.autoplace(t["model"], devices[:2], training=True, batch_size=BATCH, microbatches=4,
+                              algorithm="contiguous", time_limit_s=2, shared_capacity=None)
+    assert placed.plan.microbatches == 4 and len(set(placed.plan.assignment.values())) == 2
+    ref_logs, pl_logs = Logs(), Logs()
+    ref.fit(t["x"], t["y"], batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=[ref_logs])
+    placed.fit(t["x"], t["y"], batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=[pl_logs])
+    close_logs(pl_logs.batches, ref_logs.batches)
+    for a, b in zip(ref.get_weights(), placed.get_weights(), strict=True):
+        close(a, b)
+    # every micro-batch's forward and backward ops run where the plan puts them; the step is gated
+    observed = placed.observed_placement(t["x"][:BATCH], t["y"][:BATCH], step="train")
+    for r in range(4):
+        mine = {op: d for op, d in observed.items() if op.startswith(f"replica_{r}/")}
+        assert len(mine) > 20 and set(mine.values()) <= set(devices_full(devices)[:2])
+    step = placed._step_function("train", tf.nest.map_structure(  # noqa: SLF001
+        lambda a: tf.TensorSpec((None, *a.shape[1:]), tf.as_dtype(a.dtype)), (t["x"][:BATCH], t["y"][:BATCH])))
+    gates = [n.name for n in step.graph_def.node if n.name.startswith("autoplace_gate/")]
+    assert any("/forward/" in g for g in gates) and any("/backward/" in g for g in gates)
+
+
+def test_pipelined_training_refuses_batch_normalization_and_bad_counts(trained, devices):
+    with pytest.raises(placer.TrainingError, match="microbatches=2 with batch normalization"):
+        placer.autoplace(trained["cnn"]["model"], devices[:2], training=True, batch_size=BATCH, microbatches=2,
+                         targets=tf.TensorSpec((None,), "int32"), time_limit_s=1)
+    t = trained["transformer"]
+    with pytest.raises(placer.InputSignatureError, match="does not divide the batch size"):
+        placer.autoplace(t["model"], devices[:2], training=True, batch_size=BATCH, microbatches=3, time_limit_s=1)
+    with pytest.raises(placer.TrainingError, match="replicas"):
+        placer.autoplace(t["model"], devices, training=True, batch_size=BATCH, microbatches=2, replicas=2)
+
+
 def test_a_variable_without_gradient_is_warned_about_as_keras_does(devices):
     inp = keras.Input((4,))
     frozen_path = keras.layers.Lambda(lambda t: tf.stop_gradient(t), name="stop")(keras.layers.Dense(3, name="cut")(inp))

@@ -117,6 +117,7 @@ class Plan:
     log: tuple[str, ...] = ()
     compression: str = "none"
     batch_size: int | None = None
+    microbatches: int = 1
 
     def ops_per_device(self) -> dict[str, int]:
         """Number of nodes on each device (devices with none included)."""
@@ -207,6 +208,10 @@ class Plan:
             f"gap {100 * self.gap:.1f}%), predicted step {self.predicted_step_time_s * 1e3:.3f} ms"
             + (f" at batch {self.batch_size}" if self.batch_size is not None else ""),
         ]
+        used = {d for d in self.assignment.values()}
+        if len(self.devices) > 1 and len(used) == 1:
+            lines.append(f"  the best plan found uses one device ({next(iter(used))}): spreading the model over "
+                         "these devices is predicted not to pay")
         peaks = dict(zip(self.devices, self.predicted_peak_memory_bytes))
         for dev, n in self.ops_per_device().items():
             peak = f", predicted peak memory {peaks[dev] / 2**20:.1f} MiB" if dev in peaks else ""
@@ -215,6 +220,8 @@ class Plan:
             ratio = b.value / self.value if self.value > 0 else float("nan")
             lines.append(f"  baseline {name}: {self.objective} {self._fmt(b.value)} predicted ({ratio:.2f}x ours), "
                          f"predicted step {b.predicted_step_time_s * 1e3:.3f} ms")
+        if self.microbatches > 1:
+            lines.append(f"  runs as a pipeline of {self.microbatches} micro-batches per batch")
         if self.compression != "none":
             lines.append(f"  compression of cut float edges: {self.compression} (the report lists each compressed edge)")
         return "\n".join(lines)

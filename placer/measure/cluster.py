@@ -195,3 +195,88 @@ class LocalCluster:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
+
+
+def _cluster_spec(cluster: object) -> dict[str, list[str]]:
+    """The ``{job: [host:port, …]}`` of ``cluster`` (see :func:`connect`)."""
+    import tensorflow as tf
+
+    if cluster is None:
+        if not os.environ.get("TF_CONFIG"):
+            raise DeviceError("no cluster given and TF_CONFIG is not set; pass a LocalCluster, a "
+                              "tf.train.ClusterSpec, a dict like {'worker': ['host:port', ...]} or a cluster resolver")
+        cluster = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    if isinstance(cluster, LocalCluster):
+        if not cluster.ports:
+            raise DeviceError("the LocalCluster is not started; use it as a context manager (with LocalCluster(2) "
+                              "as cluster: ...) or call start() first")
+        cluster = cluster.spec
+    if hasattr(cluster, "cluster_spec") and callable(cluster.cluster_spec):  # a cluster resolver
+        cluster = cluster.cluster_spec()
+    if isinstance(cluster, tf.train.ClusterSpec):
+        cluster = cluster.as_dict()
+    if not isinstance(cluster, Mapping) or not cluster:
+        raise DeviceError(f"cannot read a cluster from {type(cluster).__name__}; pass a LocalCluster, a "
+                          "tf.train.ClusterSpec, a dict like {'worker': ['host:port', ...]} or a cluster resolver")
+    out: dict[str, list[str]] = {}
+    for job, tasks in cluster.items():
+        addresses = list(tasks.values()) if isinstance(tasks, Mapping) else list(tasks)
+        for a in addresses:
+            host, _, port = str(a).rpartition(":")
+            if not host or not port.isdigit():
+                raise DeviceError(f"job {job!r} has the address {a!r}; each task needs 'host:port'")
+        out[str(job)] = [str(a) for a in addresses]
+    return out
+
+
+def connect(cluster: object = None, *, job: str = "worker", timeout_s: float = 10.0) -> list[str]:
+    """Connect this process to a TensorFlow gRPC cluster; return the devices of its ``job`` tasks.
+
+    Parameters
+    ----------
+    cluster : LocalCluster, tf.train.ClusterSpec, dict, cluster resolver or None
+        The cluster; ``None`` reads ``TF_CONFIG``. The same code runs across
+        machines: a spec naming other hosts' ``host:port``.
+    job : str
+        The job whose devices are returned (and probed).
+    timeout_s : float
+        How long each task may take to answer a health probe.
+
+    Returns
+    -------
+    list of str
+        Full device names (``/job:worker/replica:0/task:N/device:CPU:0``, …),
+        to pass to :func:`placer.autoplace`.
+
+    Raises
+    ------
+    DeviceError
+        A spec that cannot be read or has no ``job``.
+    WorkerError
+        A task that does not answer (not started, wrong address, a port in use by something else).
+
+    Notes
+    -----
+    TensorFlow's gRPC servers have **no authentication** and listen on all
+    interfaces; connecting also starts one in this process. Run clusters
+    only on networks you trust (or a loopback-only namespace, as
+    :class:`LocalCluster` insists).
+    """
+    import tensorflow as tf
+
+    spec = _cluster_spec(cluster)
+    if job not in spec:
+        raise DeviceError(f"the cluster has no job {job!r} (jobs: {sorted(spec)}); pass job=")
+    bad = []
+    for task, address in enumerate(spec[job]):
+        status = probe_worker(address, timeout_s=timeout_s)
+        if not status.alive:
+            bad.append(f"task {task} at {address} is {status.state.value} ({status.detail})")
+    if bad:
+        raise WorkerError("; ".join(bad) + f". Start every {job} task (e.g. python -m placer.measure.worker) "
+                          "at the address the spec names, then connect again")
+    log.warning("connecting to a TensorFlow cluster of %d %s task(s); its gRPC servers accept unauthenticated "
+                "connections", len(spec[job]), job)
+    tf.config.experimental_connect_to_cluster(tf.train.ClusterSpec(spec))
+    prefix = f"/job:{job}/"
+    return [d.name for d in tf.config.list_logical_devices() if d.name.startswith(prefix)]

@@ -57,6 +57,7 @@ class EmittedModel:
     variables: tuple[Any, ...] = ()
     constants: Mapping[str, Any] = field(default_factory=dict)
     input_specs: tuple[tf.TensorSpec, ...] = ()
+    microbatches: int = 1
 
 
 def complete_assignment(graph: tf.Graph, op_devices: Mapping[str, str],
@@ -123,7 +124,7 @@ def _handle(variable: Any) -> Any:
 
 def emit(traced: TracedModel, op_devices: Mapping[str, str], variables: Mapping[str, Any], *,
          compression: CompressionPolicy = NO_COMPRESSION, layer_devices: Mapping[str, str] | None = None,
-         batch_size: int = 1) -> EmittedModel:
+         batch_size: int = 1, microbatches: int = 1, gate_replicas: bool = False) -> EmittedModel:
     """Build the placed function of one trace.
 
     Parameters
@@ -141,6 +142,13 @@ def emit(traced: TracedModel, op_devices: Mapping[str, str], variables: Mapping[
         Layer → device, for ops the plan does not name.
     batch_size : int
         Batch size the compressed edges' bytes are reported at.
+    microbatches : int
+        Run the placed graph as a pipeline of this many micro-batches
+        (:mod:`placer.tf.microbatch`); 1: the batch in one go.
+    gate_replicas : bool
+        The trace is a replicated training step whose replicas are
+        micro-batches on the same devices: order each device's forward and
+        backward micro-batches (:func:`placer.tf.microbatch.add_gates`).
 
     Raises
     ------
@@ -158,28 +166,40 @@ def emit(traced: TracedModel, op_devices: Mapping[str, str], variables: Mapping[
         node.device = op_devices[node.name]
     compressed = insert_codecs(gd, graph, op_devices, compression, batch_size=batch_size,
                                optimizer_scope=traced.optimizer_scope)
+    if gate_replicas:
+        from .microbatch import add_gates, replica_keys
+        from .opgraph import GRADIENT_SCOPE
+        from .placed_model import REPLICA_SCOPE
+
+        add_gates(gd, replica_keys(gd, REPLICA_SCOPE, GRADIENT_SCOPE))
 
     placeholders = tuple(traced.variables)
     fn = import_function(gd, traced.input_names, traced.output_names,
                          [(ph, variables[ph]) for ph in placeholders] + list(traced.constants.items()),
-                         traced.dynamic.structured_outputs, traced.input_specs)
-    log.info("emitted the placed %s function: %d ops on %d devices, %d compressed edges", traced.step,
-             len(gd.node), len(set(op_devices.values())), len(compressed))
+                         traced.dynamic.structured_outputs, traced.input_specs, microbatches=microbatches)
+    log.info("emitted the placed %s function: %d ops on %d devices, %d compressed edges%s", traced.step,
+             len(gd.node), len(set(op_devices.values())), len(compressed),
+             f", {microbatches} micro-batches" if microbatches > 1 else "")
     return EmittedModel(fn, gd, tuple(compressed), traced.dynamic.structured_outputs, traced.step,
                         tuple(traced.input_names), tuple(traced.output_names), placeholders,
                         tuple(variables[ph] for ph in placeholders), dict(traced.constants),
-                        tuple(traced.input_specs))
+                        tuple(traced.input_specs), microbatches)
 
 
 def import_function(gd: tf.compat.v1.GraphDef, input_names: Sequence[str], output_names: Sequence[str],
                     captures: Sequence[tuple[str, Any]], structured: Any,
-                    input_specs: Sequence[tf.TensorSpec]) -> Any:
+                    input_specs: Sequence[tf.TensorSpec], *, microbatches: int = 1) -> Any:
     """A ``tf.function`` that runs the placed GraphDef ``gd`` (devices already on its nodes).
 
     ``captures`` maps each captured placeholder of ``gd`` to what feeds it: a
     variable (its resource handle is captured) or an eager tensor.
+    ``microbatches`` > 1: as a pipeline (:func:`placer.tf.microbatch.pipelined_function`).
     :func:`emit` and :func:`placer.tf.export.load` build their functions here.
     """
+    if microbatches > 1:
+        from .microbatch import pipelined_function
+
+        return pipelined_function(gd, microbatches, input_names, output_names, captures, structured, input_specs)
     captures = list(captures)
     input_names, output_names = list(input_names), list(output_names)
 

@@ -144,6 +144,7 @@ def export_saved_model(emitted: EmittedModel, path: str | os.PathLike, *, plan: 
         "variables": [{"placeholder": ph, "key": _variable_key(i), "device": v.device}
                       for i, (ph, v) in enumerate(zip(emitted.variable_placeholders, variables))],
         "remappable": not_remappable is None, "not_remappable_because": not_remappable,
+        "microbatches": emitted.microbatches,
     }
     with new_directory(path) as tmp:
         try:
@@ -258,7 +259,8 @@ class LoadedModel(tf.Module):
                  for i in m["inputs"]]
         self.forward = import_function(gd, [i["tensor"] for i in m["inputs"]], m["outputs"],
                                        [(v["placeholder"], var) for v, var in zip(m["variables"], placed)],
-                                       _unstructure(m["output_structure"]), specs)
+                                       _unstructure(m["output_structure"]), specs,
+                                       microbatches=int(m.get("microbatches", 1)))
         self._export = export
 
     def __call__(self, *xs: Any) -> Any:
@@ -276,7 +278,7 @@ class LoadedModel(tf.Module):
                                tuple(i["tensor"] for i in m["inputs"]), tuple(m["outputs"]),
                                tuple(v["placeholder"] for v in m["variables"]), tuple(self.placed_variables), {},
                                tuple(tf.TensorSpec(s.shape, s.dtype, name=s.name)
-                                     for s in self.forward.input_signature))
+                                     for s in self.forward.input_signature), int(m.get("microbatches", 1)))
         return export_saved_model(emitted, path, plan=self.plan, op_graph=self._export.op_graph,
                                   devices=self._device_set)
 

@@ -11,6 +11,8 @@ trace       :func:`~placer.tf.trace.            the Keras model                 
             trace_training`)
 costs       :func:`~placer.tf.costs.            traced model, device kinds         ``ComputeCosts``
             compute_costs`
+hosts       :func:`~placer.measure.hosts.       traced model, devices              ``DeviceSet`` with the
+            shared_processors`                                                     processors devices share
 graph       :func:`~placer.tf.opgraph.          traced model, costs                ``OpGraph``
             build_op_graph`
 problem     :func:`~placer.core.build.          op graph, devices, grouping        ``BuiltProblem``
@@ -53,7 +55,7 @@ from .placed_model import PlacedModel
 from .remote import DEFAULT_WORKER_TIMEOUT_S
 from .report import build_report
 from .trace import trace_model
-from .training import trace_training
+from .training import check_replicable, trace_training
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +119,25 @@ class PlacementOptions:
         of each batch; gradients are summed where each variable lives and one
         update is applied (the full-batch step; models with batch
         normalization are refused, random ops draw per replica).
+    microbatches : int or "auto"
+        Run each batch as a pipeline of this many micro-batches
+        (:mod:`placer.tf.microbatch`: GPipe's schedule, each device's
+        micro-batches in order), which is how a plan that cuts a chain of
+        layers into stages speeds up a batch (pair it with
+        ``objective="throughput"``). It must divide the planning batch
+        size. Training accumulates the micro-batches' gradients and applies
+        one update: the full-batch step (models with batch normalization
+        are refused: each micro-batch would use its own statistics).
+        ``"auto"``: the divisor up to 16 whose simulated pipelined step is
+        shortest. Default 1 (no pipelining).
+    shared_capacity : "measure", float or None
+        Logical CPU devices of one process share its cores. ``"measure"``
+        (default): measure how much of the model's work they do at once
+        (:mod:`placer.measure.hosts`; a second or so for small models) and
+        let the simulator and the objectives charge it; a number: that
+        capacity (1 … devices per process); ``None``: treat them as
+        independent processors (what the plan then promises is not what
+        runs).
     targets : tf.TensorSpec, shape tuple or list of them, optional
         The labels' shapes and dtypes for planning (default: those of the
         model's outputs; labels of another shape, e.g. sparse class ids, are
@@ -145,6 +166,8 @@ class PlacementOptions:
     loss_weights: Any = None
     targets: Any = None
     replicas: int = 1
+    shared_capacity: str | float | None = "measure"
+    microbatches: int | str = 1
     worker_timeout_s: float = DEFAULT_WORKER_TIMEOUT_S
     progress: Callable[[str, float | None], None] | None = None
 
@@ -166,6 +189,23 @@ class PlacementOptions:
             CompressionPolicy(self.compression, self.compression_error)
         except ValueError as e:
             raise AutoplaceError(str(e)) from None
+        if self.shared_capacity is not None and self.shared_capacity != "measure":
+            if isinstance(self.shared_capacity, (str, bool)):
+                raise AutoplaceError(f"shared_capacity must be 'measure', a number >= 1 or None, "
+                                     f"got {self.shared_capacity!r}")
+            object.__setattr__(self, "shared_capacity", real("shared_capacity", self.shared_capacity, strict=True,
+                                                              maximum=1e6))
+            if self.shared_capacity < 1:
+                raise AutoplaceError(f"shared_capacity is at least 1 (one device's work at a time), "
+                                     f"got {self.shared_capacity}")
+        if self.microbatches != "auto":
+            if isinstance(self.microbatches, (str, bool)):
+                raise AutoplaceError(f"microbatches must be a positive integer or 'auto', got {self.microbatches!r}")
+            object.__setattr__(self, "microbatches", integer("microbatches", self.microbatches, minimum=1,
+                                                              maximum=MAX_BATCH_SIZE, error=InputSignatureError))
+        if self.replicas > 1 and self.microbatches != 1:
+            raise TrainingError(f"microbatches={self.microbatches!r} with replicas={self.replicas} is not supported "
+                                "yet; use one of the two")
         self.plan_options()
         self.profile_options()
 
@@ -181,7 +221,7 @@ class PlacementOptions:
 
 
 #: The stages of :func:`autoplace`, in order; :func:`profile` runs :data:`PROFILE_STAGES`.
-STAGES = ("devices", "trace", "costs", "graph", "problem", "solve", "codecs", "emit", "report")
+STAGES = ("devices", "trace", "costs", "hosts", "graph", "problem", "solve", "codecs", "emit", "report")
 PROFILE_STAGES = STAGES[:3]
 
 
@@ -256,13 +296,38 @@ def _as_plan(plan: Plan | str | os.PathLike | None) -> Plan | None:
     raise PlanError(f"plan must be a Plan or the path of a saved plan, got {type(plan).__name__}")
 
 
-def _solve(built: Any, options: PlanOptions, given: Plan | None, batch_size: int, compression: str) -> Plan:
-    """The solve stage: search, or re-apply ``given`` (on the devices it was made for)."""
+def _solve(built: Any, options: PlanOptions, given: Plan | None, batch_size: int, compression: str,
+           microbatches: int | str = 1, model: Any = None) -> Plan:
+    """The solve stage: search, or re-apply ``given`` (on the devices it was made for); then the micro-batches."""
     if given is not None and tuple(given.devices) != built.devices.names:
         raise PlanError(f"the plan was made for devices {list(given.devices)}, not {list(built.devices.names)}; "
                         "pass the devices it was made for, or solve again")
     plan = plan_problem(built, options, given=None if given is None else given.assignment)
-    return replace(plan, batch_size=batch_size, compression=compression)
+    plan = replace(plan, batch_size=batch_size, compression=compression)
+    if microbatches == 1:
+        return plan
+    from ..core.microbatch import best_microbatches, candidate_microbatches
+
+    if microbatches != "auto" and batch_size % int(microbatches):
+        raise InputSignatureError(f"microbatches={microbatches} does not divide the batch size {batch_size}; pick "
+                                  f"a divisor of {batch_size} or microbatches='auto'")
+    if model is not None:  # training: the micro-batches must give the full-batch step
+        candidates = candidate_microbatches(batch_size) if microbatches == "auto" else [int(microbatches)]
+        allowed = []
+        for m in candidates:
+            try:
+                check_replicable(model, m, batch_size, what="microbatches")
+                allowed.append(m)
+            except TrainingError:
+                if microbatches != "auto":
+                    raise
+        microbatches = allowed if microbatches == "auto" else microbatches
+    a = built.group_assignment(plan.assignment)
+    m, step = best_microbatches(built, a, batch_size, None if microbatches == "auto" else
+                                microbatches if isinstance(microbatches, list) else [int(microbatches)])
+    log.info("%d micro-batches per batch: predicted step %.3f ms (%.3f ms without)", m, 1e3 * step,
+             1e3 * plan.predicted_step_time_s)
+    return replace(plan, microbatches=m, predicted_step_time_s=step)
 
 
 def _first_stages(model: Any, devices: Sequence[Any], opts: PlacementOptions, stages: StageTimer) -> tuple[Any, ...]:
@@ -286,6 +351,23 @@ def _first_stages(model: Any, devices: Sequence[Any], opts: PlacementOptions, st
     costs = stages.run("costs", compute_costs, traced, sorted({d.kind for d in devset.devices}),
                        opts.profile_options())
     return devset, shell, traced, input_specs, costs
+
+
+def _hosts(model: Any, traced: Any, devset: Any, opts: PlacementOptions) -> Any:
+    """The hosts stage: the processors ``devset``'s devices share (see ``PlacementOptions.shared_capacity``)."""
+    if opts.shared_capacity is None or not devset.host_groups("CPU"):
+        return devset
+    from ..measure.hosts import shared_processors
+
+    given = None if opts.shared_capacity == "measure" else float(opts.shared_capacity)
+    forward = traced
+    if given is None and traced.step != "predict":  # a training step's copies would update the variables
+        forward = trace_model(model, batch_size=traced.batch_size, input_signature=opts.input_signature)
+    out = shared_processors(forward, devset, given=given, seed=opts.seed)
+    for sp in out.shared:
+        log.info("devices %s share one processor: capacity %.2f (%s)", [devset.names[i] for i in sp.devices],
+                 sp.capacity, sp.source)
+    return out
 
 
 @dataclass(frozen=True)
@@ -383,9 +465,14 @@ def autoplace(model: Any, devices: Sequence[Any], *, plan: Plan | str | os.PathL
         opts = replace(opts, group_by=given.group_by, objective=given.objective)
     stages = StageTimer(progress=opts.progress)
     devset, shell, traced, input_specs, costs = _first_stages(model, devices, opts, stages)
+    devset = stages.run("hosts", _hosts, model, traced, devset, opts)
     op_graph = stages.run("graph", build_op_graph, traced, costs.us)
     built = stages.run("problem", build_problem, op_graph.graph, devset, group_by=opts.group_by)
-    placed_plan = stages.run("solve", _solve, built, opts.plan_options(), given, traced.batch_size, opts.compression)
+    placed_plan = stages.run("solve", _solve, built, opts.plan_options(), given, traced.batch_size, opts.compression,
+                             opts.microbatches if given is None else given.microbatches,
+                             model if opts.training else None)
+    if opts.training and placed_plan.microbatches > 1:
+        shell.set_microbatches(placed_plan.microbatches, devset.names)
     policy = stages.run("codecs", compression_policy, opts.compression, opts.compression_error, devset)
     emitted = stages.run("emit", shell.place, traced, placed_plan, op_graph, devset, input_specs, policy,
                          worker_timeout_s=opts.worker_timeout_s)

@@ -262,6 +262,13 @@ class PlacedModel(keras.Model):
         """
         object.__setattr__(self, "_replica_groups", tuple(tuple(g) for g in groups))
 
+    def set_microbatches(self, m: int, devices: Sequence[str]) -> None:
+        """Train in ``m`` micro-batches: the replicated step (:func:`replicated_train_step`: the full-batch
+        math) with every replica on the same ``devices``, each device's micro-batches ordered by gates."""
+        if self._replica_groups and len(self._replica_groups) > 1:
+            raise TrainingError("microbatches > 1 with replicas > 1 is not supported yet; use one of the two")
+        self.set_replicas([tuple(devices)] * m)
+
     def _known_variables(self) -> list[Any]:
         return self.training_variables() if self.compiled else list(self._origin.model.variables)
 
@@ -324,8 +331,11 @@ class PlacedModel(keras.Model):
         assignment = p.plan.assignment
         if self._replica_groups and traced.step == "train":
             assignment = replica_assignment(traced.dynamic.graph, assignment, p.layer_devices, self._replica_groups)
+        pipelined_training = traced.step == "train" and p.plan.microbatches > 1
         emitted = emit(traced, assignment, by_var, compression=p.compression, layer_devices=p.layer_devices,
-                       batch_size=p.plan.batch_size or 1)
+                       batch_size=p.plan.batch_size or 1,
+                       microbatches=p.plan.microbatches if traced.step == "predict" else 1,
+                       gate_replicas=pipelined_training)
         p.functions[key] = emitted
         return emitted
 

@@ -75,8 +75,8 @@ def compile_settings(model: Any, *, optimizer: Any = None, loss: Any = None, met
             "loss_weights": loss_weights, **_PLACED_COMPILE}, None
 
 
-def check_replicable(model: Any, replicas: int, batch_size: int) -> None:
-    """Refuse ``replicas`` that would not give the math of one full-batch step, saying why.
+def check_replicable(model: Any, replicas: int, batch_size: int, what: str = "replicas") -> None:
+    """Refuse ``replicas`` (or ``microbatches``: ``what``) that would not give the math of one full-batch step.
 
     Raises
     ------
@@ -88,15 +88,16 @@ def check_replicable(model: Any, replicas: int, batch_size: int) -> None:
     if replicas == 1:
         return
     if batch_size % replicas:
-        raise TrainingError(f"replicas={replicas} does not divide the batch size {batch_size}; use a batch size "
+        raise TrainingError(f"{what}={replicas} does not divide the batch size {batch_size}; use a batch size "
                             f"that is a multiple of {replicas}")
     bn = [layer.name for layer in model._flatten_layers(include_self=False)  # noqa: SLF001
           if type(layer).__name__ == "BatchNormalization"]
     if bn:
+        part = "replica" if what == "replicas" else "micro-batch"
         raise TrainingError(
-            f"replicas={replicas} with batch normalization ({bn[:3]}) would not be the full-batch step: each "
-            "replica normalises by its part's statistics and updates the moving statistics once per replica. "
-            "Train with replicas=1, or replace BatchNormalization (e.g. LayerNormalization)")
+            f"{what}={replicas} with batch normalization ({bn[:3]}) would not be the full-batch step: each "
+            f"{part} normalises by its part's statistics and updates the moving statistics once per {part}. "
+            f"Train with {what}=1, or replace BatchNormalization (e.g. LayerNormalization)")
 
 
 def _target_specs(model: Any, x_specs: Sequence[tf.TensorSpec], batch: int, targets: Any) -> Any:

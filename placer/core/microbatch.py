@@ -1,0 +1,115 @@
+"""The predicted step of a plan run as a pipeline of micro-batches (no TensorFlow).
+
+:mod:`placer.tf.microbatch` runs ``m`` copies of the placed graph, one per
+micro-batch, and orders each device's work with gates: a device finishes
+micro-batch ``i`` (every op of it there) before it starts ``i + 1``.
+:func:`pipelined_schedule` builds the same graph for the simulator: the
+fine schedule copied ``m`` times, each op's time and each tensor's bytes
+divided by ``m`` (linear in the batch: an approximation that is optimistic
+for small ops, whose fixed cost does not shrink), and per device a
+zero-time gate between consecutive copies. Variables are read by every
+copy; their bytes are resident once.
+
+Examples
+--------
+>>> import numpy as np
+>>> from cost_models import TensorEdge
+>>> from .problem import Schedule
+>>> s = Schedule(np.ones((2, 2)), (TensorEdge(0, (1,), 8.0),), (), np.array([0, 1]))
+>>> d, ts, ctrl, a = pipelined_schedule(s, np.array([0, 1]), 2)
+>>> d.shape, len(ts), a.tolist()
+((6, 2), 2, [0, 1, 0, 1, 0, 1])
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from cost_models import SimOptions, SimResult, TensorEdge, simulate
+
+from ..errors import PlanError
+from .problem import Schedule
+
+#: Largest number of micro-batches ``microbatches="auto"`` tries.
+MAX_AUTO_MICROBATCHES = 16
+
+
+def pipelined_schedule(schedule: Schedule, group_assignment: np.ndarray, m: int
+                       ) -> tuple[np.ndarray, tuple[TensorEdge, ...], tuple[tuple[int, int], ...], np.ndarray]:
+    """``(durations, tensors, control edges, fine assignment)`` of ``m`` gated copies of ``schedule``.
+
+    Node ``i * n + v`` is op ``v`` of micro-batch ``i``; the gates follow the ``m * n`` ops.
+    """
+    fine = np.asarray(group_assignment, dtype=int)[schedule.group]
+    n, k = schedule.durations_s.shape
+    local_src: set[int] = set()
+    has_local_input = np.zeros(n, dtype=bool)
+    for t in schedule.tensors:
+        for w in t.dsts:
+            if fine[w] == fine[t.src] and w != t.src:
+                has_local_input[w] = True
+                local_src.add(t.src)
+    for u, v in schedule.control:
+        if fine[u] == fine[v]:
+            has_local_input[v] = True
+            local_src.add(u)
+    exits = [v for v in range(n) if v not in local_src]
+    entries = [v for v in range(n) if not has_local_input[v]]
+    devices = sorted(set(fine.tolist()))
+    gate = {(i, d): m * n + i * len(devices) + j for i in range(m - 1) for j, d in enumerate(devices)}
+    total = m * n + len(gate)
+    durations = np.zeros((total, k))
+    durations[:m * n] = np.tile(schedule.durations_s / m, (m, 1))
+    assignment = np.concatenate([np.tile(fine, m), np.array([d for (_, d) in gate], dtype=int)]).astype(int)
+    tensors = tuple(TensorEdge(i * n + t.src, tuple(i * n + w for w in t.dsts), t.nbytes / m, t.count)
+                    for i in range(m) for t in schedule.tensors)
+    control = [(i * n + u, i * n + v) for i in range(m) for u, v in schedule.control]
+    for (i, d), g in gate.items():
+        control += [(i * n + v, g) for v in exits if fine[v] == d]
+        control += [(g, (i + 1) * n + v) for v in entries if fine[v] == d]
+    return durations, tensors, tuple(control), assignment
+
+
+def simulate_pipeline(built: Any, group_assignment: np.ndarray, m: int,
+                      options: SimOptions = SimOptions(peak_memory=False)) -> SimResult:
+    """One simulated step of ``built``'s plan as ``m`` micro-batches (the whole batch, all copies)."""
+    if m == 1:
+        return built.simulate(group_assignment, options)
+    d, tensors, control, a = pipelined_schedule(built.schedule, group_assignment, m)
+    p = built.problem
+    opts = options if options.shared or not p.shared else SimOptions(
+        concurrency=options.concurrency, ready_order=options.ready_order, transfer_cpu_s=options.transfer_cpu_s,
+        time_factor=options.time_factor, peak_memory=False, shared=p.shared)
+    return simulate(d, tensors, a, p.occupancy_seconds, control_edges=control, link_latency_s=p.latency,
+                    options=opts)
+
+
+def candidate_microbatches(batch_size: int, limit: int = MAX_AUTO_MICROBATCHES) -> list[int]:
+    """The divisors of ``batch_size`` up to ``limit`` (``microbatches="auto"`` tries each).
+
+    Examples
+    --------
+    >>> candidate_microbatches(24)
+    [1, 2, 3, 4, 6, 8, 12]
+    """
+    return [m for m in range(1, min(batch_size, limit) + 1) if batch_size % m == 0]
+
+
+def best_microbatches(built: Any, group_assignment: np.ndarray, batch_size: int,
+                      candidates: Sequence[int] | None = None) -> tuple[int, float]:
+    """``(m, predicted step s)`` of the candidate with the shortest simulated pipelined step (ties: fewer).
+
+    Raises
+    ------
+    PlanError
+        No candidate divides ``batch_size``.
+    """
+    cands = candidate_microbatches(batch_size) if candidates is None else [
+        m for m in candidates if m >= 1 and batch_size % m == 0]
+    if not cands:
+        raise PlanError(f"no micro-batch count among {list(candidates or [])} divides the batch of {batch_size}")
+    scored = [(simulate_pipeline(built, group_assignment, m).step_time_s, m) for m in cands]
+    step, m = min(scored)
+    return m, step

@@ -1,0 +1,244 @@
+"""Micro-batch pipelining of a placed graph: ``m`` copies of it in one function, each stage in order.
+
+A plan that cuts a chain of layers into stages cannot speed up one batch:
+every stage waits for the one before. Split the batch into ``m``
+micro-batches and the stages work on different micro-batches at once
+(GPipe's forward schedule). :func:`pipeline_graph_def` builds that graph
+from the placed ``GraphDef`` (devices already on its nodes):
+
+* every node is copied once per micro-batch (``mb{i}/…``), except the
+  captured placeholders (variables, constants), which the copies share;
+* TensorFlow's executor alone does not fill a pipeline reliably (a worker
+  ran several micro-batches of its first stage before sending anything,
+  and the same graph ranged 2.4–3.5 s across processes,
+  ``../shared/notes/tf-facts.md``), so each device's work is ordered
+  explicitly: a ``NoOp`` gate per device and micro-batch waits for that
+  micro-batch's last ops on the device (those with no consumer there), and
+  the next micro-batch's first ops on the device (those with no input from
+  it) wait for the gate. A device thus finishes micro-batch ``i`` before it
+  starts ``i + 1``, and can start ``i + 1`` as soon as it has.
+
+:func:`pipelined_function` splits each input along the batch (sizes as
+even as the batch allows, so a short last batch of ``predict`` works too)
+and concatenates each output. Each micro-batch runs the very kernels the
+unsplit model runs on a batch of that size, so the outputs are bit-exact
+against the original model run on the same micro-batches; against the
+whole batch they agree to rounding (a kernel may sum in another order at
+another batch size).
+
+Examples
+--------
+>>> microbatch_sizes(10, 4)
+[3, 3, 2, 2]
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterable, Mapping, Sequence
+
+import tensorflow as tf
+
+from ..errors import GraphError, InputSignatureError
+
+#: Name prefix of micro-batch ``i``'s copy of the graph, and of the gates.
+COPY_PREFIX = "mb{}"
+GATE_PREFIX = "autoplace_gate"
+
+
+def microbatch_sizes(batch: int, m: int) -> list[int]:
+    """``m`` sizes summing to ``batch``, the first ``batch % m`` one larger."""
+    base, extra = divmod(batch, m)
+    return [base + (i < extra) for i in range(m)]
+
+
+def _source(name: str) -> tuple[str, str]:
+    """``(node, suffix)`` of an input string: ``"^a"`` → ``("a", "^")``, ``"a:1"`` → ``("a", ":1")``."""
+    if name.startswith("^"):
+        return name[1:], "^"
+    node, _, port = name.partition(":")
+    return node, (":" + port if port else "")
+
+
+def _renamed(name: str, shared: set[str], prefix: str) -> str:
+    node, suffix = _source(name)
+    new = node if node in shared else f"{prefix}/{node}"
+    return "^" + new if suffix == "^" else new + suffix
+
+
+def add_gates(gd: tf.compat.v1.GraphDef, key_of: Mapping[str, tuple[int, str]], fed: Iterable[str] = ()) -> int:
+    """Order each device's micro-batches in ``gd`` (in place): the gates of the module docstring.
+
+    ``key_of`` gives the nodes that belong to a micro-batch their
+    ``(micro-batch, phase)``; for each device and phase, micro-batch
+    ``i + 1``'s first nodes there (no input from a node of the same
+    micro-batch, phase and device; inputs from ``fed`` nodes do not count)
+    wait for a ``NoOp`` that waits for micro-batch ``i``'s last nodes there
+    (no consumer among them). Phases (``"forward"``, ``"backward"``) are
+    gated separately, so a device runs every forward micro-batch in order
+    and every backward one in order (GPipe), without a forward waiting for a
+    backward. Returns the number of gates.
+
+    Raises
+    ------
+    GraphError
+        A keyed node without a device.
+    """
+    fed_set = set(fed)
+    by_name = {n.name: n for n in gd.node}
+    group: dict[str, tuple[int, str, str]] = {}
+    for name, (i, phase) in key_of.items():
+        node = by_name.get(name)
+        if node is None or name in fed_set:  # a fed node is replaced by what feeds it: never run, never waited on
+            continue
+        if not node.device:
+            raise GraphError(f"node {name} has no device; place every node before gating micro-batches")
+        group[name] = (i, phase, node.device)
+    starts_here: dict[tuple[int, str, str], list[str]] = {}
+    fed_inside: set[str] = set()
+    for name, g in group.items():
+        local = False
+        for inp in by_name[name].input:
+            src, _ = _source(inp)
+            if src not in fed_set and group.get(src) == g:
+                local = True
+                fed_inside.add(src)
+        if not local:
+            starts_here.setdefault(g, []).append(name)
+    ends_here: dict[tuple[int, str, str], list[str]] = {}
+    for name, g in group.items():
+        if name not in fed_inside:
+            ends_here.setdefault(g, []).append(name)
+    gates = 0
+    for (i, phase, device), last in sorted(ends_here.items()):
+        nxt = starts_here.get((i + 1, phase, device))
+        if not nxt:
+            continue
+        gate = gd.node.add()
+        gate.name = f"{GATE_PREFIX}/{phase}/{COPY_PREFIX.format(i)}/{device.replace(':', '_').strip('/')}"
+        gate.op = "NoOp"
+        gate.device = device
+        gate.input.extend(f"^{x}" for x in sorted(last))
+        for x in nxt:
+            by_name[x].input.append(f"^{gate.name}")
+        gates += 1
+    return gates
+
+
+def pipeline_graph_def(gd: tf.compat.v1.GraphDef, m: int, shared: Sequence[str],
+                       inputs: Sequence[str] = ()) -> tf.compat.v1.GraphDef:
+    """``m`` copies of the placed ``gd`` (``mb{i}/…``), gated per device between consecutive copies.
+
+    Parameters
+    ----------
+    gd : GraphDef
+        The placed graph (every node has its device).
+    m : int
+        Micro-batches (≥ 1).
+    shared : sequence of str
+        Nodes kept once and shared by the copies (the captured placeholders).
+    inputs : sequence of str
+        The input placeholders (copied, and fed per micro-batch): an op that
+        reads one starts a stage on its device, so it waits for the gate.
+
+    Raises
+    ------
+    GraphError
+        A node without a device, or ``m`` below 1.
+    """
+    if m < 1:
+        raise GraphError(f"microbatches must be at least 1, got {m}")
+    shared_set = set(shared)
+    out = tf.compat.v1.GraphDef()
+    out.versions.CopyFrom(gd.versions)
+    out.library.CopyFrom(gd.library)
+    key_of: dict[str, tuple[int, str]] = {}
+    for n in gd.node:
+        if n.name in shared_set:
+            out.node.add().CopyFrom(n)
+    for i in range(m):
+        prefix = COPY_PREFIX.format(i)
+        for n in gd.node:
+            if n.name in shared_set:
+                continue
+            c = out.node.add()
+            c.CopyFrom(n)
+            c.name = f"{prefix}/{n.name}"
+            del c.input[:]
+            c.input.extend(_renamed(x, shared_set, prefix) for x in n.input)
+            key_of[c.name] = (i, "forward")
+    add_gates(out, key_of, fed=[f"{COPY_PREFIX.format(i)}/{x}" for i in range(m) for x in inputs])
+    return out
+
+
+def replica_keys(gd: tf.compat.v1.GraphDef, scope: str, gradient_scope: str) -> dict[str, tuple[int, str]]:
+    """``(micro-batch, phase)`` of the nodes of a replicated training step (``scope_r/…`` forward,
+    ``gradient_scope/scope_r/…`` backward); nodes outside the scopes (the sums, the update) get none.
+
+    Examples
+    --------
+    >>> gd = tf.compat.v1.GraphDef()
+    >>> for name in ("replica_0/d/MatMul", "gradient_tape/replica_1/d/MatMul", "Adam/Add"):
+    ...     _ = gd.node.add(name=name, op="NoOp")
+    >>> sorted(replica_keys(gd, "replica", "gradient_tape").items())
+    [('gradient_tape/replica_1/d/MatMul', (1, 'backward')), ('replica_0/d/MatMul', (0, 'forward'))]
+    """
+    out: dict[str, tuple[int, str]] = {}
+    for n in gd.node:
+        parts = n.name.split("/")
+        phase, at = ("backward", 1) if parts[0] == gradient_scope and len(parts) > 2 else ("forward", 0)
+        head, _, index = parts[at].rpartition("_")
+        if head == scope and index.isdigit():
+            out[n.name] = (int(index), phase)
+    return out
+
+
+def pipelined_function(gd: tf.compat.v1.GraphDef, m: int, input_names: Sequence[str], output_names: Sequence[str],
+                       captures: Sequence[tuple[str, Any]], structured: Any,
+                       input_specs: Sequence[tf.TensorSpec]) -> Any:
+    """A ``tf.function`` running the placed ``gd`` as a pipeline of ``m`` micro-batches.
+
+    Arguments as :func:`placer.tf.emit.import_function`; ``gd`` is the
+    placed (not yet copied) graph. Each input is split along its first
+    axis into :func:`microbatch_sizes`, each output concatenated.
+
+    Raises
+    ------
+    InputSignatureError
+        An input or output without a batch dimension.
+    """
+    from .emit import IMPORT_PREFIX, _handle
+
+    for spec in input_specs:
+        if spec.shape.rank is None or spec.shape.rank < 1:
+            raise InputSignatureError(f"input {spec.name or ''} has no batch dimension to split into micro-batches")
+    captures = list(captures)
+    names = [ph for ph, _ in captures]
+    piped = pipeline_graph_def(gd, m, names, inputs=[_source(x)[0] for x in input_names])
+    input_names, output_names = list(input_names), list(output_names)
+
+    def placed_step(*xs: tf.Tensor) -> Any:
+        fg = tf.compat.v1.get_default_graph()
+        input_map: dict[str, Any] = {}
+        for ph, value in captures:
+            input_map[f"{ph}:0"] = fg.capture(value if isinstance(value, tf.Tensor) else _handle(value))
+        n = tf.shape(xs[0], out_type=tf.int64)[0]
+        sizes = n // m + tf.cast(tf.range(m, dtype=tf.int64) < n % m, tf.int64)
+        parts = [tf.split(x, sizes, axis=0, num=m) for x in xs]
+        for i in range(m):
+            for name, part in zip(input_names, parts):
+                input_map[f"{COPY_PREFIX.format(i)}/{name}"] = part[i]
+        wanted = [f"{COPY_PREFIX.format(i)}/{o}" for i in range(m) for o in output_names]
+        outs = tf.graph_util.import_graph_def(piped, input_map=input_map, return_elements=wanted, name=IMPORT_PREFIX)
+        k = len(output_names)
+        joined = []
+        for j in range(k):
+            pieces = [outs[i * k + j] for i in range(m)]
+            if pieces[0].shape.rank == 0:
+                raise InputSignatureError(f"output {output_names[j]} is a scalar: micro-batches cannot be joined; "
+                                          "use microbatches=1 for this model")
+            with tf.device(pieces[-1].device) if pieces[-1].device else contextlib.nullcontext():
+                joined.append(tf.concat(pieces, axis=0))
+        return tf.nest.pack_sequence_as(structured, joined)
+
+    return tf.function(placed_step, input_signature=list(input_specs), autograph=False)
