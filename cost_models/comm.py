@@ -23,6 +23,9 @@ class Link:
 
     bandwidth_bytes_per_s: float
     latency_s: float
+    #: CPU seconds one transfer costs on *each* end (serialisation, RPC handling: TF's ``_Send``/``_Recv``),
+    #: which queue with the devices' ops (``cost_models.SimOptions.transfer_cpu_s``); 0: not modelled.
+    cpu_s: float = 0.0
 
     def seconds(self, nbytes: float) -> float:
         """Transfer time of ``nbytes``; zero bytes cost nothing."""

@@ -80,6 +80,7 @@ def main() -> None:
                                   profile_cache=False)
         got = placed(x).numpy()
         out["max_abs_diff"] = float(np.abs(got - ref).max())
+        out["link_sources"] = sorted({link["source"] for link in placed.report_data["links"]})
         out["used_devices"] = sorted(set(placed.plan.assignment.values()))
         out["variable_devices"] = sorted({v.value.device for v in placed.variables})
         out["missing_device"] = timed_error(lambda: placer.autoplace(

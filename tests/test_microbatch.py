@@ -115,3 +115,18 @@ def test_pipelined_export_loads_and_runs_pipelined(chain, tmp_path):
     loaded = placer.load(path)
     x = sample(model, 16)
     assert np.array_equal(tf.nest.flatten(loaded(x))[0].numpy(), placed(x).numpy())
+
+
+def test_report_shows_the_pipelined_timeline(chain, tmp_path):
+    from placer.reporting import validate_report
+
+    _, placed = chain
+    data = validate_report(placed.report_data)
+    assert data["simulation"]["microbatches"] == 4
+    ops = {t["op"] for t in data["simulation"]["timeline"]}
+    assert {o.split("/", 1)[0] for o in ops} == {"mb0", "mb1", "mb2", "mb3"}
+    plan = placed.plan  # the simulated pipeline plus the measured fixed cost of a call
+    assert plan.call_overhead_s > 0
+    assert data["simulation"]["predicted_step_time_s"] == pytest.approx(plan.predicted_step_time_s - plan.call_overhead_s)
+    page = open(placed.report(tmp_path / "r.html")).read()
+    assert "pipeline of 4 micro-batches" in page

@@ -44,7 +44,7 @@ Examples
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Mapping, Sequence
 
 import networkx as nx
@@ -180,8 +180,7 @@ class BuiltProblem:
         s = self.schedule
         fine = np.asarray(group_assignment, dtype=int)[s.group]
         try:
-            if self.problem.shared and not options.shared:
-                options = replace(options, shared=self.problem.shared)
+            options = self.problem.sim_options(options)
             return simulate(s.durations_s, s.tensors, fine, self.problem.occupancy_seconds, control_edges=s.control,
                             link_latency_s=self.problem.latency, memory=self.memory, options=options)
         except ValueError as e:
@@ -452,7 +451,7 @@ def build_problem(graph: nx.DiGraph, devices: DeviceSet, *, group_by: str = DEFA
         names=names, compute_s=compute, memory_bytes=gmem, capacity_bytes=cap,
         tensors=group_tensors(tensors, group), bandwidth=bw, latency=lat, order=range(n),
         schedule=Schedule(durations, tuple(tensors), tuple(control), group),
-        shared=[(h.devices, h.capacity) for h in devices.shared])
+        shared=[(h.devices, h.capacity) for h in devices.shared], transfer_cpu=devices.transfer_cpu())
     layer_keys = None
     if any(LAYER in graph.nodes[v] for v in nodes):
         layer_keys = tuple(graph.nodes[nodes[mm[0]]].get(LAYER) for mm in members)

@@ -204,6 +204,8 @@ class DeviceSet:
     devices: tuple[DeviceSpec, ...]
     links: Mapping[tuple[int, int], Link] = field(default_factory=dict)
     shared: tuple[SharedProcessor, ...] = ()
+    #: The ordered pairs whose links were measured (the rest are assumed defaults).
+    calibrated: frozenset[tuple[int, int]] = frozenset()
 
     def __post_init__(self) -> None:
         seen: set[int] = set()
@@ -215,7 +217,7 @@ class DeviceSet:
 
     def with_shared(self, shared: Sequence[SharedProcessor]) -> "DeviceSet":
         """The same devices and links with these shared processors."""
-        return DeviceSet(self.devices, self.links, tuple(shared))
+        return DeviceSet(self.devices, self.links, tuple(shared), self.calibrated)
 
     def host_groups(self, kind: str = "CPU") -> list[tuple[int, ...]]:
         """Indices of devices of ``kind`` that share a process (two or more), by process.
@@ -252,6 +254,14 @@ class DeviceSet:
             bw[i, j], lat[i, j] = link.bandwidth_bytes_per_s, link.latency_s
         cap = np.array([np.inf if d.memory_bytes is None else d.memory_bytes for d in self.devices], dtype=float)
         return bw, lat, cap
+
+    def transfer_cpu(self) -> np.ndarray | None:
+        """``(k, k)`` CPU seconds a transfer costs on each end (``Link.cpu_s``), or ``None`` when none is known."""
+        k = len(self.devices)
+        cpu = np.zeros((k, k))
+        for (i, j), link in self.links.items():
+            cpu[i, j] = link.cpu_s
+        return cpu if cpu.any() else None
 
 
 def _default_link(a: DeviceSpec, b: DeviceSpec) -> Link:

@@ -34,7 +34,7 @@ Examples
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -92,7 +92,7 @@ def makespan(problem: PlacementProblem, assignment: np.ndarray) -> float:
     fine = np.asarray(assignment, dtype=int)[sched.group]
     try:
         res = simulate(sched.durations_s, sched.tensors, fine, problem.occupancy_seconds, control_edges=sched.control,
-                       link_latency_s=problem.latency, options=replace(_STEP_ONLY, shared=problem.shared))
+                       link_latency_s=problem.latency, options=problem.sim_options(_STEP_ONLY))
     except ValueError as e:
         raise GraphError(f"cannot simulate the placed graph: {e}") from e
     return res.step_time_s

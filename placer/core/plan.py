@@ -118,6 +118,8 @@ class Plan:
     compression: str = "none"
     batch_size: int | None = None
     microbatches: int = 1
+    #: Measured fixed cost of one call of the placed function (included in ``predicted_step_time_s``; 0: not measured).
+    call_overhead_s: float = 0.0
 
     def ops_per_device(self) -> dict[str, int]:
         """Number of nodes on each device (devices with none included)."""
@@ -206,7 +208,9 @@ class Plan:
             f"with {self.solver} [{self.status}] in {self.solve_time_s:.2f} s",
             f"{self.objective} {self._fmt(self.value)} predicted (lower bound {self._fmt(self.lower_bound)}, "
             f"gap {100 * self.gap:.1f}%), predicted step {self.predicted_step_time_s * 1e3:.3f} ms"
-            + (f" at batch {self.batch_size}" if self.batch_size is not None else ""),
+            + (f" at batch {self.batch_size}" if self.batch_size is not None else "")
+            + (f" (of which {self.call_overhead_s * 1e3:.3f} ms measured fixed cost per call)"
+               if self.call_overhead_s else ""),
         ]
         used = {d for d in self.assignment.values()}
         if len(self.devices) > 1 and len(used) == 1:

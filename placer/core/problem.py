@@ -180,6 +180,9 @@ class PlacementProblem:
     shared : tuple of (tuple of int, float)
         Groups of devices that share one processor, with the group's
         capacity (``cost_models.SimOptions.shared``).
+    transfer_cpu : numpy.ndarray or None
+        ``(k, k)`` CPU seconds a transfer costs on each end (calibrated gRPC
+        links; ``cost_models.SimOptions.transfer_cpu_s``); ``None``: not modelled.
     """
 
     names: tuple[str, ...]
@@ -194,6 +197,7 @@ class PlacementProblem:
     control: tuple[tuple[int, int], ...] = ()
     schedule: Schedule | None = None
     shared: tuple[tuple[tuple[int, ...], float], ...] = ()
+    transfer_cpu: np.ndarray | None = None
     _memo: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
     @property
@@ -221,6 +225,7 @@ class PlacementProblem:
         control: Sequence[tuple[int, int]] = (),
         schedule: Schedule | None = None,
         shared: Sequence[tuple[Sequence[int], float]] = (),
+        transfer_cpu: np.ndarray | None = None,
     ) -> "PlacementProblem":
         """Validate the arrays and build a frozen problem.
 
@@ -281,8 +286,14 @@ class PlacementProblem:
             and (k < 2 or (np.allclose(bw[off], bw[off][0]) and np.allclose(lat[off], lat[off][0])))
             and (not shared_t or (len(shared_t) == 1 and len(shared_t[0][0]) == k))
         )
+        cpu = None
+        if transfer_cpu is not None:
+            cpu = np.asarray(transfer_cpu, dtype=float)
+            if cpu.shape != (k, k) or not np.isfinite(cpu).all() or (cpu < 0).any():
+                raise CostError(f"transfer_cpu must be a finite non-negative ({k}, {k}) array")
+            cpu = _frozen(cpu) if cpu.any() else None
         return cls(tuple(names), _frozen(c), _frozen(mem), _frozen(cap), tuple(tensors),
-                   _frozen(bw), _frozen(lat), order_t, symmetric, control_t, schedule, shared_t)
+                   _frozen(bw), _frozen(lat), order_t, symmetric, control_t, schedule, shared_t, cpu)
 
     def with_capacity(self, capacity_bytes: np.ndarray) -> "PlacementProblem":
         """The same problem with other device capacities (e.g. tightened to leave room for activations).
@@ -297,6 +308,13 @@ class PlacementProblem:
             raise CostError("capacity_bytes must be positive (inf for unlimited), one per device")
         return replace(self, capacity_bytes=_frozen(cap),
                        symmetric=self.symmetric and bool(np.allclose(cap, cap[0])))
+
+    def sim_options(self, options: "SimOptions | None" = None) -> "SimOptions":
+        """``options`` (default: the step only) with what this problem knows of its devices: shared
+        processors and transfer CPU costs."""
+        base = options or SimOptions(peak_memory=False)
+        return replace(base, shared=base.shared or self.shared,
+                       transfer_cpu_s=base.transfer_cpu_s if base.transfer_cpu_s is not None else self.transfer_cpu)
 
     def parallel_devices(self) -> float:
         """How many ops' worth of work can run at once: one per device, a shared group's capacity for its devices."""

@@ -29,7 +29,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import tensorflow as tf
 
-from cost_models.comm import CalibrationError, LinkFit, fit_link
+from cost_models.comm import CalibrationError, Link, LinkFit, fit_link
 
 from ..core.devices import DeviceSet
 from ..errors import CostError
@@ -193,19 +193,30 @@ def measure_transfer_cpu(src: str, dst: str, counts: tuple[int, int] = (8, 64), 
     return cost
 
 
-def calibrate_links(devset: DeviceSet, sizes: Sequence[int] = DEFAULT_SIZES,
-                    repeats: int = 7) -> tuple[DeviceSet, dict[tuple[int, int], LinkFit]]:
+def calibrate_links(devset: DeviceSet, sizes: Sequence[int] = DEFAULT_SIZES, repeats: int = 7, *,
+                    cross_process_only: bool = False, transfer_cpu: bool = False
+                    ) -> tuple[DeviceSet, dict[tuple[int, int], LinkFit]]:
     """Measure every pair of ``devset`` and return it with the fitted links.
 
     Each unordered pair is measured once (a hop alternates directions) and
-    its fit is given to both ``(i, j)`` and ``(j, i)``.
+    its fit is given to both ``(i, j)`` and ``(j, i)``; the returned set
+    marks those links calibrated (``DeviceSet.calibrated``).
+    ``cross_process_only``: only pairs on different processes (gRPC tasks); the others keep their links.
+    ``transfer_cpu``: also measure each pair's CPU cost per transfer (:func:`measure_transfer_cpu`,
+    the mean of both directions) into ``Link.cpu_s``.
     """
     fits = {}
+    cpu: dict[tuple[int, int], float] = {}
     for i, a in enumerate(devset.devices):
         for j, b in enumerate(devset.devices):
-            if i < j:
+            if i < j and not (cross_process_only and a.host == b.host):
                 fits[(i, j)] = fits[(j, i)] = measure_link(a.name, b.name, sizes, repeats)
-    return DeviceSet(devset.devices, {ij: f.link for ij, f in fits.items()}, devset.shared), fits
+                if transfer_cpu:
+                    cpu[(i, j)] = cpu[(j, i)] = float(np.mean([measure_transfer_cpu(a.name, b.name),
+                                                               measure_transfer_cpu(b.name, a.name)]))
+    links = {**devset.links, **{ij: Link(f.link.bandwidth_bytes_per_s, f.link.latency_s, cpu.get(ij, 0.0))
+                                for ij, f in fits.items()}}
+    return DeviceSet(devset.devices, links, devset.shared, devset.calibrated | frozenset(fits)), fits
 
 
 @dataclass(frozen=True)

@@ -188,7 +188,13 @@ def _timeline_chart(data: Mapping[str, Any]) -> str:
     row = {d: i for i, d in enumerate(devices)}
     colors = _palette(len(devices))
     layer_of = {op["name"]: op.get("layer", op["name"]) for op in data.get("ops", [])}
-    layers = sorted({layer_of.get(t["op"], t["op"]) for t in timeline})
+    m = int(data["simulation"].get("microbatches", 1))
+
+    def layer(op: str) -> str:  # a pipelined step's ops are "mb{i}/<op>": shade micro-batches by layer too
+        base = op.split("/", 1)[1] if m > 1 and op.startswith("mb") and "/" in op else op
+        return layer_of.get(base, base)
+
+    layers = sorted({layer(t["op"]) for t in timeline})
     shade = {name: 0.55 + 0.45 * ((i * 0.618) % 1.0) for i, name in enumerate(layers)}
     fig = _figure(11, 0.6 + 0.45 * len(devices))
     ax = fig.subplots()
@@ -197,7 +203,7 @@ def _timeline_chart(data: Mapping[str, Any]) -> str:
     for t in timeline:
         start, end = (t["start_s"] or 0) * 1e3, (t["end_s"] or 0) * 1e3
         spans[t["device"]].append((start, max(end - start, 1e-6)))
-        alphas[t["device"]].append(shade[layer_of.get(t["op"], t["op"])])
+        alphas[t["device"]].append(shade[layer(t["op"])])
     raster = len(timeline) > RASTERISE_ABOVE
     for d, bars in spans.items():
         base = colors[row[d]]
@@ -210,8 +216,9 @@ def _timeline_chart(data: Mapping[str, Any]) -> str:
     step = data["simulation"].get("predicted_step_time_s")
     if step:
         ax.axvline(step * 1e3, color="#c0392b", linewidth=1)
-    ax.set_title("simulated step")
-    return _chart("timeline", fig, f"Gantt chart of one simulated step ({len(timeline)} ops; shades tell layers "
+    ax.set_title("simulated step" + (f" as a pipeline of {m} micro-batches" if m > 1 else ""))
+    piped = f", {m} micro-batches" if m > 1 else ""
+    return _chart("timeline", fig, f"Gantt chart of one simulated step ({len(timeline)} ops{piped}; shades tell layers "
                   "apart; the red line is the predicted step time). Gaps on a device are waits for inputs from "
                   "other devices. The same timeline is in the .trace.json file for Perfetto.")
 

@@ -147,9 +147,15 @@ def hardware_spec(value: Any) -> HardwareSpec:
     raise CostError(f"cannot use {value!r} as a hardware spec; pass a name, a dict or a HardwareSpec")
 
 
-def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOptions = ProfileOptions()
-                  ) -> ComputeCosts:
+def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOptions = ProfileOptions(),
+                  devices: Sequence[str] = ()) -> ComputeCosts:
     """µs of every op of ``traced.fixed`` on each device kind.
+
+    A kind whose first device among ``devices`` lives on a remote gRPC task
+    (a cluster this process connected to) is profiled *there*, through a
+    session on that task, so the op times are the worker's (its threads,
+    its core); such profiles are not cached (another cluster's workers may
+    be configured otherwise). Other kinds are profiled in this process.
 
     With ``options.grappler`` (the default) ops are profiled as the placed function
     runs them, TensorFlow's graph optimizer on: a fused kernel's time lands on
@@ -177,6 +183,15 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
     shapes = None
     gd = traced.fixed.graph.as_graph_def()
     fp = fingerprint(gd.SerializeToString(deterministic=True))
+    from .remote import worker_addresses
+
+    remote_of: dict[str, tuple[str, str]] = {}  # kind -> (device, grpc address) of its first device on a worker
+    addresses = worker_addresses(devices)
+    for name in devices:
+        task = name.rsplit("/device:", 1)[0]
+        kind = name.rsplit("/device:", 1)[-1].split(":")[0]
+        if task in addresses and kind not in remote_of:
+            remote_of[kind] = (name, addresses[task])
     for kind in kinds:
         if kind in hardware:
             spec = hardware_spec(hardware[kind])
@@ -187,14 +202,17 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
                 log.info("analytic %s: no formula for %d op types (bytes-based estimate): %s", spec.name,
                          len(est.unknown_op_types), ", ".join(est.unknown_op_types[:8]))
             continue
-        if kind not in local:
+        if kind not in local and kind not in remote_of:
             raise CostError(
                 f"no {kind} device in this process to profile on; plan with an analytic model instead: "
                 f"hardware={{{kind!r}: one of {sorted(HARDWARE)} or a HardwareSpec}}")
         key = CacheKey(fp, kind, int(traced.batch_size), tf.__version__, grappler)
         feeds = sample_inputs(traced, seed)
         mapped = {n.split(":", 1)[0] for n in (*feeds, *traced.variables, *traced.constants)}
-        hit = cache.get(key, {n.name for n in gd.node} - mapped) if cache is not None else None
+        device, target = (remote_of[kind][0], f"grpc://{remote_of[kind][1]}") if kind in remote_of else (
+            f"/device:{kind}:0", "")
+        use_cache = cache if not target else None
+        hit = use_cache.get(key, {n.name for n in gd.node} - mapped) if use_cache is not None else None
         if hit is not None:
             log.info("profile of %d ops on %s from the cache", len(hit.median_us), kind)
             us[kind], source[kind], unknown[kind] = dict(hit.median_us), "measured (cached)", ()
@@ -203,14 +221,16 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
         constants = {f"{ph}:0": t.numpy() for ph, t in traced.constants.items()}
         try:
             prof = profile_graph(gd, feeds, resources, traced.output_names,
-                                 constants=constants, device=f"/device:{kind}:0", repeats=repeats,
+                                 constants=constants, device=device, repeats=repeats, target=target,
                                  grappler=grappler, measure_step=True)
         except ValueError as e:
             raise CostError(str(e)) from e
         calibrated = prof.calibrated_us()
         log.info("%s: executor overhead %.1f µs per op (untraced step %.2f ms, kernels %.2f ms)", kind,
                  prof.overhead_us or 0.0, (prof.step_s or 0.0) * 1e3, prof.op_sum_s * 1e3)
-        if cache is not None:
+        if use_cache is not None:
             cache.put(key, calibrated, prof.spread_us)
+        if target:
+            log.info("%s ops profiled on %s (%s)", kind, device, target)
         us[kind], source[kind], unknown[kind] = calibrated, "measured", ()
     return ComputeCosts(us, source, unknown)

@@ -19,6 +19,10 @@ problem     :func:`~placer.core.build.          op graph, devices, grouping     
             build_problem`
 solve       :func:`~placer.planner.             built problem, options             ``Plan``
             plan_problem`                       (or a saved plan)
+microbatch  :func:`_microbatches` (``placer.      plan, model                        ``Plan`` with its
+            core.microbatch``)                                                     micro-batches
+calls       :func:`_call_overhead`              plan, traced model                 ``Plan`` + the measured
+                                                                                   fixed cost per call
 codecs      :func:`compression_policy`          compression options, devices       ``CompressionPolicy``
 emit        :meth:`PlacedModel.place`           traced model, plan                 ``EmittedModel``
             (:func:`~placer.tf.emit.emit`)
@@ -130,6 +134,17 @@ class PlacementOptions:
         are refused: each micro-batch would use its own statistics).
         ``"auto"``: the divisor up to 16 whose simulated pipelined step is
         shortest. Default 1 (no pipelining).
+    calibrate_links : bool
+        Measure the links between devices of different processes (gRPC
+        workers) before planning (:func:`placer.measure.links.calibrate_links`:
+        a ping-pong chain per pair and payload size, a few seconds); the
+        report marks them ``calibrated``. Links inside one process keep the
+        assumed defaults. Default True.
+    measure_call : bool
+        Measure the plan's fixed cost per call (dispatch, feeding the inputs,
+        fetching the outputs, one round of RPCs per worker:
+        :func:`placer.measure.links.measure_call`, well under a second) and
+        add it to the predicted step (``plan.call_overhead_s``). Default True.
     shared_capacity : "measure", float or None
         Logical CPU devices of one process share its cores. ``"measure"``
         (default): measure how much of the model's work they do at once
@@ -168,6 +183,8 @@ class PlacementOptions:
     replicas: int = 1
     shared_capacity: str | float | None = "measure"
     microbatches: int | str = 1
+    calibrate_links: bool = True
+    measure_call: bool = True
     worker_timeout_s: float = DEFAULT_WORKER_TIMEOUT_S
     progress: Callable[[str, float | None], None] | None = None
 
@@ -175,7 +192,7 @@ class PlacementOptions:
         if self.progress is not None and not callable(self.progress):
             raise AutoplaceError(f"progress must be a callable progress(stage, seconds), got {self.progress!r}")
         object.__setattr__(self, "replicas", integer("replicas", self.replicas, minimum=1, error=TrainingError))
-        for flag in ("training", "profile_grappler"):
+        for flag in ("training", "profile_grappler", "calibrate_links", "measure_call"):
             if not isinstance(getattr(self, flag), bool):
                 raise AutoplaceError(f"{flag} must be True or False, got {getattr(self, flag)!r}")
         if self.batch_size is not None:
@@ -221,7 +238,7 @@ class PlacementOptions:
 
 
 #: The stages of :func:`autoplace`, in order; :func:`profile` runs :data:`PROFILE_STAGES`.
-STAGES = ("devices", "trace", "costs", "hosts", "graph", "problem", "solve", "codecs", "emit", "report")
+STAGES = ("devices", "trace", "costs", "hosts", "graph", "problem", "solve", "microbatches", "calls", "codecs", "emit", "report")
 PROFILE_STAGES = STAGES[:3]
 
 
@@ -296,38 +313,65 @@ def _as_plan(plan: Plan | str | os.PathLike | None) -> Plan | None:
     raise PlanError(f"plan must be a Plan or the path of a saved plan, got {type(plan).__name__}")
 
 
-def _solve(built: Any, options: PlanOptions, given: Plan | None, batch_size: int, compression: str,
-           microbatches: int | str = 1, model: Any = None) -> Plan:
-    """The solve stage: search, or re-apply ``given`` (on the devices it was made for); then the micro-batches."""
+def _solve(built: Any, options: PlanOptions, given: Plan | None, batch_size: int, compression: str) -> Plan:
+    """The solve stage: search, or re-apply ``given`` (on the devices it was made for)."""
     if given is not None and tuple(given.devices) != built.devices.names:
         raise PlanError(f"the plan was made for devices {list(given.devices)}, not {list(built.devices.names)}; "
                         "pass the devices it was made for, or solve again")
     plan = plan_problem(built, options, given=None if given is None else given.assignment)
-    plan = replace(plan, batch_size=batch_size, compression=compression)
-    if microbatches == 1:
-        return plan
-    from ..core.microbatch import best_microbatches, candidate_microbatches
+    return replace(plan, batch_size=batch_size, compression=compression)
 
-    if microbatches != "auto" and batch_size % int(microbatches):
-        raise InputSignatureError(f"microbatches={microbatches} does not divide the batch size {batch_size}; pick "
-                                  f"a divisor of {batch_size} or microbatches='auto'")
-    if model is not None:  # training: the micro-batches must give the full-batch step
-        candidates = candidate_microbatches(batch_size) if microbatches == "auto" else [int(microbatches)]
+
+def _microbatches(model: Any, built: Any, plan: Plan, devset: Any, opts: PlacementOptions,
+                  microbatches: int | str) -> tuple[Plan, Any]:
+    """The microbatches stage: how many micro-batches the plan runs as, and its pipelined predicted step.
+
+    Op times on a micro-batch are not the batch's divided by ``m``: the ops are profiled again at the
+    smallest micro-batch tried (:class:`placer.core.microbatch.SmallBatchCosts`). Returns the plan and
+    those costs (``None`` without micro-batches).
+    """
+    batch = int(plan.batch_size or 1)
+    if microbatches == 1:
+        return plan, None
+    from ..core.microbatch import SmallBatchCosts, best_microbatches, candidate_microbatches
+
+    if microbatches != "auto" and batch % int(microbatches):
+        raise InputSignatureError(f"microbatches={microbatches} does not divide the batch size {batch}; pick "
+                                  f"a divisor of {batch} or microbatches='auto'")
+    candidates = candidate_microbatches(batch) if microbatches == "auto" else [int(microbatches)]
+    if opts.training:  # the micro-batches must give the full-batch step
         allowed = []
         for m in candidates:
             try:
-                check_replicable(model, m, batch_size, what="microbatches")
+                check_replicable(model, m, batch, what="microbatches")
                 allowed.append(m)
             except TrainingError:
                 if microbatches != "auto":
                     raise
-        microbatches = allowed if microbatches == "auto" else microbatches
+        candidates = allowed
+    small = None
+    smallest = batch // max(candidates)
+    if smallest < batch:
+        if opts.training:
+            traced = trace_training(model, batch_size=smallest, input_signature=opts.input_signature,
+                                    targets=opts.targets, optimizer=opts.optimizer, loss=opts.loss,
+                                    metrics=opts.metrics, loss_weights=opts.loss_weights)[1]
+        else:
+            traced = trace_model(model, batch_size=smallest, input_signature=opts.input_signature)
+        costs = compute_costs(traced, sorted({d.kind for d in devset.devices}), opts.profile_options(),
+                              devset.names)
+        other = build_problem(build_op_graph(traced, costs.us).graph, devset, group_by=opts.group_by)
+        row = {name: i for i, name in enumerate(other.nodes)}
+        durations = built.schedule.durations_s * (smallest / batch)  # ops this trace lacks: scaled
+        for i, name in enumerate(built.nodes):
+            if name in row:
+                durations[i] = other.schedule.durations_s[row[name]]
+        small = SmallBatchCosts(smallest, durations)
     a = built.group_assignment(plan.assignment)
-    m, step = best_microbatches(built, a, batch_size, None if microbatches == "auto" else
-                                microbatches if isinstance(microbatches, list) else [int(microbatches)])
-    log.info("%d micro-batches per batch: predicted step %.3f ms (%.3f ms without)", m, 1e3 * step,
-             1e3 * plan.predicted_step_time_s)
-    return replace(plan, microbatches=m, predicted_step_time_s=step)
+    m, step = best_microbatches(built, a, batch, candidates, small=small)
+    log.info("%d micro-batches per batch: predicted step %.3f ms (%.3f ms without; ops profiled again at "
+             "batch %d)", m, 1e3 * step, 1e3 * plan.predicted_step_time_s, smallest)
+    return replace(plan, microbatches=m, predicted_step_time_s=step), small
 
 
 def _first_stages(model: Any, devices: Sequence[Any], opts: PlacementOptions, stages: StageTimer) -> tuple[Any, ...]:
@@ -349,12 +393,17 @@ def _first_stages(model: Any, devices: Sequence[Any], opts: PlacementOptions, st
                             input_signature=opts.input_signature)
         shell, input_specs = PlacedModel(model), traced.input_specs
     costs = stages.run("costs", compute_costs, traced, sorted({d.kind for d in devset.devices}),
-                       opts.profile_options())
+                       opts.profile_options(), devset.names)
     return devset, shell, traced, input_specs, costs
 
 
 def _hosts(model: Any, traced: Any, devset: Any, opts: PlacementOptions) -> Any:
-    """The hosts stage: the processors ``devset``'s devices share (see ``PlacementOptions.shared_capacity``)."""
+    """The hosts stage: the links between processes, calibrated (``PlacementOptions.calibrate_links``), and the
+    processors ``devset``'s devices share (``PlacementOptions.shared_capacity``)."""
+    if opts.calibrate_links and len({d.host for d in devset.devices}) > 1:
+        from ..measure.links import calibrate_links
+
+        devset = calibrate_links(devset, cross_process_only=True, transfer_cpu=True)[0]
     if opts.shared_capacity is None or not devset.host_groups("CPU"):
         return devset
     from ..measure.hosts import shared_processors
@@ -368,6 +417,22 @@ def _hosts(model: Any, traced: Any, devset: Any, opts: PlacementOptions) -> Any:
         log.info("devices %s share one processor: capacity %.2f (%s)", [devset.names[i] for i in sp.devices],
                  sp.capacity, sp.source)
     return out
+
+
+def _call_overhead(traced: Any, plan: Plan) -> Plan:
+    """The calls stage: the plan's fixed cost per call, measured (a stand-in with the placement's inputs,
+    outputs, captured variables and devices and no compute: :func:`placer.measure.links.measure_call`),
+    added to its predicted step. Inference plans only: a training step's call runs Keras' own loop."""
+    if traced.step != "predict":
+        return plan
+    from ..measure.links import call_interface, measure_call
+    from .emit import complete_assignment, layer_devices_of
+
+    graph = traced.fixed.graph
+    op_devices = complete_assignment(graph, plan.assignment, layer_devices_of(plan.assignment))
+    call_s = measure_call(call_interface(traced, op_devices), repeats=9)
+    log.info("fixed cost of one call of the plan: %.3f ms (measured)", call_s * 1e3)
+    return replace(plan, call_overhead_s=call_s, predicted_step_time_s=plan.predicted_step_time_s + call_s)
 
 
 @dataclass(frozen=True)
@@ -468,9 +533,11 @@ def autoplace(model: Any, devices: Sequence[Any], *, plan: Plan | str | os.PathL
     devset = stages.run("hosts", _hosts, model, traced, devset, opts)
     op_graph = stages.run("graph", build_op_graph, traced, costs.us)
     built = stages.run("problem", build_problem, op_graph.graph, devset, group_by=opts.group_by)
-    placed_plan = stages.run("solve", _solve, built, opts.plan_options(), given, traced.batch_size, opts.compression,
-                             opts.microbatches if given is None else given.microbatches,
-                             model if opts.training else None)
+    placed_plan = stages.run("solve", _solve, built, opts.plan_options(), given, traced.batch_size, opts.compression)
+    placed_plan, small = stages.run("microbatches", _microbatches, model, built, placed_plan, devset, opts,
+                                    opts.microbatches if given is None else given.microbatches)
+    if opts.measure_call:
+        placed_plan = stages.run("calls", _call_overhead, traced, placed_plan)
     if opts.training and placed_plan.microbatches > 1:
         shell.set_microbatches(placed_plan.microbatches, devset.names)
     policy = stages.run("codecs", compression_policy, opts.compression, opts.compression_error, devset)
@@ -478,9 +545,16 @@ def autoplace(model: Any, devices: Sequence[Any], *, plan: Plan | str | os.PathL
                          worker_timeout_s=opts.worker_timeout_s)
 
     def report() -> Any:
-        sim = built.simulate(built.group_assignment(placed_plan.assignment))
+        a = built.group_assignment(placed_plan.assignment)
+        sim = built.simulate(a)
+        piped = None
+        if placed_plan.microbatches > 1:
+            from ..core.microbatch import simulate_pipeline
+
+            piped = simulate_pipeline(built, a, placed_plan.microbatches, small=small,
+                                      batch_size=placed_plan.batch_size)
         return build_report(placed_plan, op_graph, built, sim, costs, opts.profile_grappler, emitted,
-                            dict(stages.seconds), model.name)
+                            dict(stages.seconds), model.name, pipeline_sim=piped)
 
     shell.set_report(stages.run("report", report))
     log.info("autoplace %s: %s", model.name, " ".join(f"{k}={v:.2f}s" for k, v in stages.seconds.items()))

@@ -66,12 +66,26 @@ class Report:
     model: Mapping[str, str]
     measurements: tuple[Mapping[str, Any], ...] = ()
     shared_processors: tuple[Mapping[str, Any], ...] = ()
+    #: The simulated step as it runs: the pipeline of ``plan.microbatches`` copies (``None``: ``simulation``).
+    pipeline_simulation: SimResult | None = None
+
+    @property
+    def step_simulation(self) -> SimResult:
+        """The simulation of the step as it runs (pipelined when the plan has micro-batches)."""
+        return self.simulation if self.pipeline_simulation is None else self.pipeline_simulation
+
+    def _op_name(self, v: int) -> str:
+        """Node ``v`` of the step simulation: an op, or micro-batch ``v // ops``'s copy of it (``mb{i}/op``)."""
+        n = len(self.ops)
+        if self.plan.microbatches <= 1:
+            return self.ops[v]["name"]
+        return f"mb{v // n}/{self.ops[v % n]['name']}"
 
     def to_dict(self) -> dict[str, Any]:
         """The report as JSON-ready data (schema: :mod:`placer.reporting.schema`, ``docs/report-format.md``)."""
         names = list(self.plan.devices)
-        timeline = [{"op": self.ops[v]["name"], "device": names[d], "start_s": s, "end_s": e}
-                    for v, d, s, e in self.simulation.timeline]
+        timeline = [{"op": self._op_name(v), "device": names[d], "start_s": s, "end_s": e}
+                    for v, d, s, e in self.step_simulation.timeline if v < self.plan.microbatches * len(self.ops)]
         plan = {k: v for k, v in self.plan.to_dict().items() if k not in ("assignment", "format", "version")}
         return json_ready({
             "format": REPORT_FORMAT, "report_version": REPORT_VERSION, "source": "placement",
@@ -82,7 +96,8 @@ class Report:
             "links": list(self.links),
             "shared_processors": list(self.shared_processors),
             "traffic_bytes": {"devices": names, "matrix": self.traffic_bytes},
-            "simulation": {"predicted_step_time_s": self.simulation.step_time_s, "timeline": timeline},
+            "simulation": {"predicted_step_time_s": self.step_simulation.step_time_s, "timeline": timeline,
+                           "microbatches": self.plan.microbatches},
             "measurements": list(self.measurements),
             "stage_seconds": dict(self.stage_seconds),
             "cost_model": {"compute": dict(self.costs.compute),
@@ -108,8 +123,9 @@ class Report:
 
 def build_report(plan: Plan, op_graph: OpGraph, built: BuiltProblem, sim: SimResult, costs: ComputeCosts,
                  grappler: bool, emitted: EmittedModel, stage_seconds: Mapping[str, float],
-                 model_name: str = "model") -> Report:
-    """The report of one placement; ``sim`` is ``built.simulate`` of the plan."""
+                 model_name: str = "model", pipeline_sim: SimResult | None = None) -> Report:
+    """The report of one placement; ``sim`` is ``built.simulate`` of the plan, ``pipeline_sim`` the pipelined
+    step when the plan has micro-batches (:func:`placer.core.microbatch.simulate_pipeline`)."""
     g = op_graph.graph
     devset = built.devices
     names = list(devset.names)
@@ -131,11 +147,13 @@ def build_report(plan: Plan, op_graph: OpGraph, built: BuiltProblem, sim: SimRes
                    "codec": codec.get((u, plan.assignment[v])) if plan.assignment[u] != plan.assignment[v] else None}
                   for u, v, b in g.edges(data=BYTES, default=0) if u in plan.assignment and v in plan.assignment)
     links = tuple({"src": names[i], "dst": names[j], "bandwidth_bytes_per_s": link.bandwidth_bytes_per_s,
-                   "latency_s": link.latency_s, "source": "assumed", "fit": None}
+                   "latency_s": link.latency_s, "source": "calibrated" if (i, j) in devset.calibrated else "assumed",
+                   "fit": None}
                   for (i, j), link in devset.links.items())
     source = CostSource(dict(costs.source), grappler, dict(costs.unknown_op_types))
     shared = tuple({"devices": [names[i] for i in sp.devices], "capacity": sp.capacity, "source": sp.source}
                    for sp in devset.shared)
     return Report(plan, graph_summary(op_graph), devices, sim.link_bytes, sim, source, links, ops, edges,
                   tuple(asdict(e) for e in emitted.compressed), dict(stage_seconds),
-                  {"name": model_name, "step": emitted.step}, shared_processors=shared)
+                  {"name": model_name, "step": emitted.step}, shared_processors=shared,
+                  pipeline_simulation=pipeline_sim)

@@ -1,0 +1,207 @@
+"""Measured speedups on two TF gRPC workers: autoplace's plan against the best single-worker configuration.
+
+Two worker processes on 127.0.0.1, each pinned to one core with one intra-
+and one inter-op thread (``placer.LocalCluster``), connected with
+``placer.connect``. Per workload, these placements are made with
+``placer.autoplace`` (op times profiled *on worker 0*, the link between the
+workers calibrated) and measured, interleaved, on the same batch:
+
+* ``single/m=M``: every op on worker 0, the batch run as M micro-batches
+  (micro-batching alone is faster on one core, cache effects: the fair
+  baseline is the best of these);
+* ``autoplace``: ``objective="throughput"``, ``microbatches="auto"``;
+* ``round_robin`` and ``contiguous`` at autoplace's micro-batch count.
+
+Each measured step fetches its outputs (inference) or runs Keras'
+``train_on_batch`` (training). Prints and writes a table: measured
+medians and spread (half the interquartile range), measured throughput
+speedup over the best single-worker configuration, the simulator's
+predicted speedup beside it, the predicted step's error against the
+measurement, and the share of the predicted step that the busiest link
+spends moving bytes. Runs itself inside a loopback-only network namespace
+(``unshare -rn``; TF's servers listen on all interfaces) and exits with a
+message where that is not possible.
+
+    python benchmarks/speedup.py [--models resnet50 ...] [--repeats 7] [--out benchmarks/results/speedup.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+from placer.measure.cluster import network_isolated  # noqa: E402
+
+#: name -> (builder kwargs, batch, training, compile settings)
+CASES = {
+    "resnet50_inference": ("resnet50", dict(size=96), 16, False),
+    "resnet50_training": ("resnet50", dict(size=64), 8, True),
+    "transformer_training": ("transformer", dict(seq=64, dim=128, heads=4, layers=4), 16, True),
+    "inception_v3_inference": ("inception_v3", dict(size=96), 16, False),
+    "multi_tower_mlp_inference": ("multi_tower_mlp", dict(towers=8, width=512, depth=4), 64, False),
+}
+SINGLE_MICROBATCHES = (1, 2, 4, 8)
+
+
+def median_spread(xs) -> tuple[float, float]:
+    q1, q2, q3 = np.percentile(np.asarray(xs, float), [25, 50, 75])
+    return float(q2), float((q3 - q1) / 2)
+
+
+def run(args: argparse.Namespace) -> int:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import keras
+    import tensorflow as tf
+    import workloads
+
+    import placer
+
+    lines: list[str] = []
+
+    def out(s: str = "") -> None:
+        print(s, flush=True)
+        lines.append(s)
+
+    with placer.LocalCluster(2, pin_cores=True, threads=1) as cluster:
+        devices = placer.connect(cluster)
+        out("## Measured speedups: 2 TF gRPC workers, one pinned core and one thread each")
+        out()
+        out(f"{time.strftime('%Y-%m-%d')}; {args.repeats} interleaved rounds per placement after 2 warm-up calls; "
+            "speedup = best single-worker step / step (throughput at the same batch); predicted = the plan's "
+            "simulated step (profiled on worker 0, calibrated link), for single/m=M the simulated single-worker "
+            "step; link share = the busiest link's transfer time / predicted step.")
+        out()
+        out("| workload | placement | measured ms | ± | measured speedup | predicted ms | predicted speedup | "
+            "prediction error | link share |")
+        out("|---|---|---|---|---|---|---|---|---|")
+        summary = []
+        for case in args.models:
+            builder_name, kwargs, batch, training = CASES[case]
+            builder = getattr(workloads, {"resnet50": "resnet50", "inception_v3": "inception_v3",
+                                          "transformer": "transformer_encoder",
+                                          "multi_tower_mlp": "multi_tower_mlp"}[builder_name])
+            keras.utils.set_random_seed(0)
+            model = builder(**kwargs)
+            rng = np.random.default_rng(0)
+            x = rng.standard_normal((batch, *model.inputs[0].shape[1:])).astype("float32")
+            y = None
+            extra = {}
+            if training:
+                model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+                y = rng.standard_normal((batch, *model.outputs[0].shape[1:])).astype("float32")
+                extra = dict(training=True)
+            configs = []
+
+            def place(label, **options):
+                t = time.perf_counter()
+                try:
+                    p = placer.autoplace(model, devices, batch_size=batch, profile_cache=False,
+                                         time_limit_s=args.time_limit, **extra, **options)
+                except placer.AutoplaceError as e:
+                    out(f"| {case} | {label} | refused: {str(e).splitlines()[0][:160]} | | | | | | |")
+                    return None
+                print(f"  {case} {label}: placed in {time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)
+                return p
+
+            for m in SINGLE_MICROBATCHES:
+                if batch % m == 0:
+                    p = place(f"single/m={m}", algorithm="single", microbatches=m, calibrate_links=False)
+                    if p is not None:
+                        configs.append((f"single/m={m}", p))
+            auto = place("autoplace", objective="throughput", microbatches="auto")
+            if auto is not None:
+                configs.append(("autoplace", auto))
+                m = auto.plan.microbatches
+                for alg in ("round_robin", "contiguous"):
+                    p = place(alg, algorithm=alg, objective="throughput", microbatches=m, calibrate_links=False)
+                    if p is not None:
+                        configs.append((f"{alg}/m={m}", p))
+
+            def step_of(p):
+                if training:
+                    return lambda: p.train_on_batch(x, y)
+                return lambda: [t.numpy() for t in tf.nest.flatten(p(x))]
+
+            steps = [step_of(p) for _, p in configs]
+            for s in steps:
+                for _ in range(2):
+                    s()
+            times: list[list[float]] = [[] for _ in configs]
+            for r in range(args.repeats):
+                order = range(len(steps)) if r % 2 == 0 else reversed(range(len(steps)))
+                for i in order:
+                    t = time.perf_counter()
+                    steps[i]()
+                    times[i].append(time.perf_counter() - t)
+            medians = [median_spread(ts) for ts in times]
+            singles = [i for i, (label, _) in enumerate(configs) if label.startswith("single/")]
+            best = min(singles, key=lambda i: medians[i][0])
+            predicted_single = configs[best][1].plan.predicted_step_time_s
+            for i, (label, p) in enumerate(configs):
+                med, spread = medians[i]
+                pred = p.plan.predicted_step_time_s
+                share = ""
+                if not label.startswith("single/"):
+                    share = f"{100 * _link_share(p):.0f}%"
+                out(f"| {case} | {label}{' (best single)' if i == best else ''} | {med * 1e3:.1f} | "
+                    f"{spread * 1e3:.1f} | {medians[best][0] / med:.2f}x | {pred * 1e3:.1f} | "
+                    f"{predicted_single / pred:.2f}x | {100 * (pred - med) / med:+.1f}% | {share} |")
+            if auto is not None:
+                ia = [label for label, _ in configs].index("autoplace")
+                summary.append((case, medians[best][0] / medians[ia][0],
+                                predicted_single / configs[ia][1].plan.predicted_step_time_s,
+                                (configs[ia][1].plan.predicted_step_time_s - medians[ia][0]) / medians[ia][0],
+                                configs[ia][1].plan.microbatches))
+        out()
+        out("autoplace against the best single-worker configuration (measured; predicted; prediction error; m): "
+            + "; ".join(f"{c} {s:.2f}x ({p:.2f}x predicted, {100 * e:+.1f}%, m={m})" for c, s, p, e, m in summary))
+        if summary:
+            out(f"Median absolute prediction error of autoplace's step: "
+                f"{100 * float(np.median([abs(e) for _, _, _, e, _ in summary])):.1f}%")
+    path = Path(args.out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    print(f"written: {path}", file=sys.stderr)
+    return 0
+
+
+def _link_share(placed) -> float:
+    """The busiest link's occupancy (bytes / calibrated bandwidth) over the predicted step, from the report."""
+    data = placed.report_data
+    names = data["traffic_bytes"]["devices"]
+    bw = {(link["src"], link["dst"]): link["bandwidth_bytes_per_s"] for link in data["links"]}
+    busy = [b / bw[(names[i], names[j])] for i, row in enumerate(data["traffic_bytes"]["matrix"])
+            for j, b in enumerate(row) if i != j and b > 0]
+    step = data["plan"]["predicted_step_time_s"]
+    return max(busy, default=0.0) / step if step else 0.0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", nargs="+", default=list(CASES), choices=list(CASES))
+    ap.add_argument("--repeats", type=int, default=7, help="interleaved measured rounds per placement")
+    ap.add_argument("--time-limit", type=float, default=5.0, help="solver time limit per placement (s)")
+    ap.add_argument("--out", default=str(HERE / "results" / "speedup.md"))
+    args = ap.parse_args()
+    if not network_isolated():
+        if not (shutil.which("unshare") and shutil.which("ip")):
+            print("skipped: needs `unshare -rn` and `ip` to keep the gRPC workers on loopback")
+            return 0
+        cmd = ["unshare", "-rn", "sh", "-c", "ip link set lo up && exec \"$0\" \"$@\"", sys.executable, *sys.argv]
+        return subprocess.call(cmd)
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
