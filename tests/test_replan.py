@@ -46,7 +46,9 @@ def test_saved_op_graph_solves_to_the_same_plan(objective, placed, saved):
     again = placer.solve(graph, devices, objective=objective, group_by=p.group_by, **OPTIONS)
     assert again.assignment == p.assignment
     assert again.value == p.value and again.lower_bound == p.lower_bound and again.solver == p.solver
-    assert again.predicted_step_time_s == p.predicted_step_time_s
+    # autoplace adds the measured fixed cost of a call, which a saved op graph does not know
+    assert again.call_overhead_s == 0 and p.call_overhead_s > 0
+    assert again.predicted_step_time_s == pytest.approx(p.predicted_step_time_s - p.call_overhead_s, rel=1e-12)
     assert len(set(p.assignment.values())) > 1, "a split plan, so that the comparison means something"
 
 
@@ -99,7 +101,8 @@ def test_report_is_built_from_what_the_stages_did(placed):
     assert data["cost_model"]["compute"]["CPU"] in ("measured", "measured (cached)")
     assert data["plan"]["log"], "the solver's log is in the report"
     assert set(data["stage_seconds"]) == {"devices", "trace", "costs", "hosts", "graph", "problem", "solve", "microbatches", "calls", "codecs", "emit"}
-    assert data["simulation"]["predicted_step_time_s"] == pytest.approx(data["plan"]["predicted_step_time_s"])
+    assert data["simulation"]["predicted_step_time_s"] == pytest.approx(data["plan"]["predicted_step_time_s"]
+                                                                        - data["plan"]["call_overhead_s"])
 
 
 #: Modules that must import in a process without TensorFlow and Keras: everything outside placer/tf,

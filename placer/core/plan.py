@@ -209,8 +209,8 @@ class Plan:
             f"{self.objective} {self._fmt(self.value)} predicted (lower bound {self._fmt(self.lower_bound)}, "
             f"gap {100 * self.gap:.1f}%), predicted step {self.predicted_step_time_s * 1e3:.3f} ms"
             + (f" at batch {self.batch_size}" if self.batch_size is not None else "")
-            + (f" (of which {self.call_overhead_s * 1e3:.3f} ms measured fixed cost per call)"
-               if self.call_overhead_s else ""),
+            + (f" (simulated {(self.predicted_step_time_s - self.call_overhead_s) * 1e3:.3f} ms + "
+               f"{self.call_overhead_s * 1e3:.3f} ms measured fixed cost per call)" if self.call_overhead_s else ""),
         ]
         used = {d for d in self.assignment.values()}
         if len(self.devices) > 1 and len(used) == 1:
@@ -223,7 +223,8 @@ class Plan:
         for name, b in self.baselines.items():
             ratio = b.value / self.value if self.value > 0 else float("nan")
             lines.append(f"  baseline {name}: {self.objective} {self._fmt(b.value)} predicted ({ratio:.2f}x ours), "
-                         f"predicted step {b.predicted_step_time_s * 1e3:.3f} ms")
+                         f"predicted step {b.predicted_step_time_s * 1e3:.3f} ms"
+                         + (" simulated" if self.call_overhead_s else ""))
         if self.microbatches > 1:
             lines.append(f"  runs as a pipeline of {self.microbatches} micro-batches per batch")
         if self.compression != "none":

@@ -12,7 +12,11 @@ capacity is measured with the placed model's own forward pass.
 with every op on the group's first device, and one copy per device of the
 group at once, interleaved; the capacity is
 ``len(group) × median(one copy) / median(all copies)``, clipped to
-``1 … len(group)``. The simulator (``cost_models.SimOptions.shared``)
+``1 … len(group)``, and at most what one copy realises by itself (its
+profiled op times over its step less the call's fixed cost): the demo's
+4 copies did 1.2–1.3 ops' worth at once, but the model's own towers
+overlapped on one device no better than ~1.0, and a placement spreads
+*that* work. The simulator (``cost_models.SimOptions.shared``)
 then runs a group's concurrent ops at ``min(1, capacity / running)`` each.
 
 Examples
@@ -78,7 +82,7 @@ def _copies_function(traced: Any, devices: Sequence[str]) -> Any:
 
 
 def measure_shared_capacity(traced: Any, devices: Sequence[str], *, rounds: int = DEFAULT_ROUNDS,
-                            budget_s: float = BUDGET_S, seed: int = 0) -> float:
+                            budget_s: float = BUDGET_S, seed: int = 0, work_s: float | None = None) -> float:
     """The capacity of ``devices`` (one process's logical CPUs) for ``traced``'s ops; see the module docstring.
 
     Parameters
@@ -93,6 +97,10 @@ def measure_shared_capacity(traced: Any, devices: Sequence[str], *, rounds: int 
         Seconds after which no further round starts.
     seed : int
         Seed of the random input batch.
+    work_s : float, optional
+        The profiled op times of ``traced`` summed (seconds): then the capacity is also at most what one
+        copy realises by itself, ``work_s / (one copy − its fixed call cost)``: the model's own
+        branches overlap on the shared processor no better than they do on one device.
 
     Raises
     ------
@@ -124,6 +132,19 @@ def measure_shared_capacity(traced: Any, devices: Sequence[str], *, rounds: int 
     log.info("shared processor of %d devices: capacity %.2f (one copy %.2f ms, %d at once %.2f ms, %d rounds)",
              len(devices), capacity, 1e3 * float(np.median(one_s)), len(devices), 1e3 * float(np.median(all_s)),
              len(one_s))
+    if work_s is not None and work_s > 0:
+        from ..tf.emit import complete_assignment
+        from .links import call_interface, measure_call
+
+        graph = traced.fixed.graph
+        call_s = measure_call(call_interface(traced, complete_assignment(graph, {
+            op.name: devices[0] for op in graph.get_operations()})), repeats=9)
+        compute_s = float(np.median(one_s)) - call_s
+        if compute_s > 0:
+            realised = round(float(min(max(work_s / compute_s, 1.0), len(devices))), 3)
+            log.info("one copy realises %.2f ops' worth at once (ops %.2f ms, step less call %.2f ms)", realised,
+                     work_s * 1e3, compute_s * 1e3)
+            capacity = min(capacity, realised)
     return capacity
 
 
@@ -132,10 +153,12 @@ def _fetch(outs: Any) -> None:
         t.numpy()
 
 
-def shared_processors(traced: Any, devset: DeviceSet, *, given: float | None = None, seed: int = 0) -> DeviceSet:
+def shared_processors(traced: Any, devset: DeviceSet, *, given: float | None = None, seed: int = 0,
+                      work_s: float | None = None) -> DeviceSet:
     """``devset`` with a :class:`~placer.core.devices.SharedProcessor` per process holding two or more of its CPUs.
 
     ``given``: that capacity for every such group instead of measuring (``source == "given"``).
+    ``work_s``: the forward pass's profiled op times summed (see :func:`measure_shared_capacity`).
     GPUs are separate processors and get none.
     """
     shared = []
@@ -144,5 +167,6 @@ def shared_processors(traced: Any, devset: DeviceSet, *, given: float | None = N
         if given is not None:
             shared.append(SharedProcessor(group, given, "given"))
         else:
-            shared.append(SharedProcessor(group, measure_shared_capacity(traced, names, seed=seed), "measured"))
+            shared.append(SharedProcessor(group, measure_shared_capacity(traced, names, seed=seed, work_s=work_s),
+                                          "measured"))
     return devset.with_shared(shared)

@@ -143,17 +143,17 @@ def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
     cpsat_min_left = min(1.0, 0.25 * options.time_limit_s)  # less: building the model alone takes that
     search_on = problem.k > 1 and not (best is not None and _proven(best.objective, bound))
 
+    model = "throughput" if get_objective(options.objective).cpsat_model == "max_load" else "memory"
+
+    def polish(start: Solution, share_s: float) -> None:
+        refined = refine(problem, start.assignment, model, work=int(max(share_s, MIN_REFINE_S) * VISITS_PER_S))
+        sol = finish(problem, refined, f"{start.solver}+refine", t0, options, "feasible")
+        tried.append(_describe(f"refine {start.solver}", sol))
+        log.info("%s (%.1f s)", tried[-1], time.perf_counter() - t0)
+        if sol is not None and sol.objective < start.objective:
+            found.append(sol)
+
     if search_on and best is not None:
-        model = "throughput" if get_objective(options.objective).cpsat_model == "max_load" else "memory"
-
-        def polish(start: Solution, share_s: float) -> None:
-            refined = refine(problem, start.assignment, model, work=int(max(share_s, MIN_REFINE_S) * VISITS_PER_S))
-            sol = finish(problem, refined, f"{start.solver}+refine", t0, options, "feasible")
-            tried.append(_describe(f"refine {start.solver}", sol))
-            log.info("%s (%.1f s)", tried[-1], time.perf_counter() - t0)
-            if sol is not None and sol.objective < start.objective:
-                found.append(sol)
-
         # 1. local refinement of the best heuristic plan (a third of what is left)
         # (all of it when too little would be left for CP-SAT anyway)
         share = left / 3 if 2 * left / 3 >= cpsat_min_left else left

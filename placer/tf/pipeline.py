@@ -397,7 +397,7 @@ def _first_stages(model: Any, devices: Sequence[Any], opts: PlacementOptions, st
     return devset, shell, traced, input_specs, costs
 
 
-def _hosts(model: Any, traced: Any, devset: Any, opts: PlacementOptions) -> Any:
+def _hosts(model: Any, traced: Any, devset: Any, opts: PlacementOptions, costs: Any = None) -> Any:
     """The hosts stage: the links between processes, calibrated (``PlacementOptions.calibrate_links``), and the
     processors ``devset``'s devices share (``PlacementOptions.shared_capacity``)."""
     if opts.calibrate_links and len({d.host for d in devset.devices}) > 1:
@@ -412,7 +412,10 @@ def _hosts(model: Any, traced: Any, devset: Any, opts: PlacementOptions) -> Any:
     forward = traced
     if given is None and traced.step != "predict":  # a training step's copies would update the variables
         forward = trace_model(model, batch_size=traced.batch_size, input_signature=opts.input_signature)
-    out = shared_processors(forward, devset, given=given, seed=opts.seed)
+    work_s = None
+    if costs is not None and forward is traced and "CPU" in costs.us:
+        work_s = sum(costs.us["CPU"].values()) * 1e-6
+    out = shared_processors(forward, devset, given=given, seed=opts.seed, work_s=work_s)
     for sp in out.shared:
         log.info("devices %s share one processor: capacity %.2f (%s)", [devset.names[i] for i in sp.devices],
                  sp.capacity, sp.source)
@@ -530,7 +533,7 @@ def autoplace(model: Any, devices: Sequence[Any], *, plan: Plan | str | os.PathL
         opts = replace(opts, group_by=given.group_by, objective=given.objective)
     stages = StageTimer(progress=opts.progress)
     devset, shell, traced, input_specs, costs = _first_stages(model, devices, opts, stages)
-    devset = stages.run("hosts", _hosts, model, traced, devset, opts)
+    devset = stages.run("hosts", _hosts, model, traced, devset, opts, costs)
     op_graph = stages.run("graph", build_op_graph, traced, costs.us)
     built = stages.run("problem", build_problem, op_graph.graph, devset, group_by=opts.group_by)
     placed_plan = stages.run("solve", _solve, built, opts.plan_options(), given, traced.batch_size, opts.compression)
