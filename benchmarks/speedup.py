@@ -33,6 +33,7 @@ import shutil
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -61,10 +62,6 @@ def median_spread(xs) -> tuple[float, float]:
 
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import keras
-    import tensorflow as tf
-    import workloads
-
     import placer
 
     lines: list[str] = []
@@ -79,90 +76,24 @@ def run(args: argparse.Namespace) -> int:
         out()
         out(f"{time.strftime('%Y-%m-%d')}; {args.repeats} interleaved rounds per placement after 2 warm-up calls; "
             "speedup = best single-worker step / step (throughput at the same batch); predicted = the plan's "
-            "simulated step (profiled on worker 0, calibrated link), for single/m=M the simulated single-worker "
-            "step; link share = the busiest link's transfer time / predicted step.")
+            "predicted step (simulated with ops profiled on worker 0, the calibrated link and its transfer CPU "
+            "cost, plus the plan's measured fixed cost per call); predicted speedup = the best single-worker "
+            "configuration's predicted step / this one's; link share = the busiest link's bytes / bandwidth "
+            "over the predicted step.")
         out()
         out("| workload | placement | measured ms | ± | measured speedup | predicted ms | predicted speedup | "
             "prediction error | link share |")
         out("|---|---|---|---|---|---|---|---|---|")
         summary = []
+        failed: list[str] = []
         for case in args.models:
-            builder_name, kwargs, batch, training = CASES[case]
-            builder = getattr(workloads, {"resnet50": "resnet50", "inception_v3": "inception_v3",
-                                          "transformer": "transformer_encoder",
-                                          "multi_tower_mlp": "multi_tower_mlp"}[builder_name])
-            keras.utils.set_random_seed(0)
-            model = builder(**kwargs)
-            rng = np.random.default_rng(0)
-            x = rng.standard_normal((batch, *model.inputs[0].shape[1:])).astype("float32")
-            y = None
-            extra = {}
-            if training:
-                model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
-                y = rng.standard_normal((batch, *model.outputs[0].shape[1:])).astype("float32")
-                extra = dict(training=True)
-            configs = []
-
-            def place(label, **options):
-                t = time.perf_counter()
-                try:
-                    p = placer.autoplace(model, devices, batch_size=batch, profile_cache=False,
-                                         time_limit_s=args.time_limit, **extra, **options)
-                except placer.AutoplaceError as e:
-                    out(f"| {case} | {label} | refused: {str(e).splitlines()[0][:160]} | | | | | | |")
-                    return None
-                print(f"  {case} {label}: placed in {time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)
-                return p
-
-            for m in SINGLE_MICROBATCHES:
-                if batch % m == 0:
-                    p = place(f"single/m={m}", algorithm="single", microbatches=m, calibrate_links=False)
-                    if p is not None:
-                        configs.append((f"single/m={m}", p))
-            auto = place("autoplace", objective="throughput", microbatches="auto")
-            if auto is not None:
-                configs.append(("autoplace", auto))
-                m = auto.plan.microbatches
-                for alg in ("round_robin", "contiguous"):
-                    p = place(alg, algorithm=alg, objective="throughput", microbatches=m, calibrate_links=False)
-                    if p is not None:
-                        configs.append((f"{alg}/m={m}", p))
-
-            def step_of(p):
-                if training:
-                    return lambda: p.train_on_batch(x, y)
-                return lambda: [t.numpy() for t in tf.nest.flatten(p(x))]
-
-            steps = [step_of(p) for _, p in configs]
-            for s in steps:
-                for _ in range(2):
-                    s()
-            times: list[list[float]] = [[] for _ in configs]
-            for r in range(args.repeats):
-                order = range(len(steps)) if r % 2 == 0 else reversed(range(len(steps)))
-                for i in order:
-                    t = time.perf_counter()
-                    steps[i]()
-                    times[i].append(time.perf_counter() - t)
-            medians = [median_spread(ts) for ts in times]
-            singles = [i for i, (label, _) in enumerate(configs) if label.startswith("single/")]
-            best = min(singles, key=lambda i: medians[i][0])
-            predicted_single = configs[best][1].plan.predicted_step_time_s
-            for i, (label, p) in enumerate(configs):
-                med, spread = medians[i]
-                pred = p.plan.predicted_step_time_s
-                share = ""
-                if not label.startswith("single/"):
-                    share = f"{100 * _link_share(p):.0f}%"
-                out(f"| {case} | {label}{' (best single)' if i == best else ''} | {med * 1e3:.1f} | "
-                    f"{spread * 1e3:.1f} | {medians[best][0] / med:.2f}x | {pred * 1e3:.1f} | "
-                    f"{predicted_single / pred:.2f}x | {100 * (pred - med) / med:+.1f}% | {share} |")
-            if auto is not None:
-                ia = [label for label, _ in configs].index("autoplace")
-                summary.append((case, medians[best][0] / medians[ia][0],
-                                predicted_single / configs[ia][1].plan.predicted_step_time_s,
-                                (configs[ia][1].plan.predicted_step_time_s - medians[ia][0]) / medians[ia][0],
-                                configs[ia][1].plan.microbatches))
+            try:
+                _run_case(case, args, out, summary, devices)
+            except Exception as e:  # recorded in the table and reported by the exit status, then the next case
+                failed.append(case)
+                traceback.print_exc()
+                out(f"| {case} | failed: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''} "
+                    "| | | | | | | |")
         out()
         out("autoplace against the best single-worker configuration (measured; predicted; prediction error; m): "
             + "; ".join(f"{c} {s:.2f}x ({p:.2f}x predicted, {100 * e:+.1f}%, m={m})" for c, s, p, e, m in summary))
@@ -173,7 +104,93 @@ def run(args: argparse.Namespace) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
     print(f"written: {path}", file=sys.stderr)
-    return 0
+    return 1 if failed else 0
+
+
+def _run_case(case: str, args: argparse.Namespace, out, summary: list, devices: list[str]) -> None:
+    """Place and measure one workload (a block of table rows)."""
+    import keras
+    import tensorflow as tf
+    import workloads
+
+    import placer
+
+    builder_name, kwargs, batch, training = CASES[case]
+    builder = getattr(workloads, {"resnet50": "resnet50", "inception_v3": "inception_v3",
+                                  "transformer": "transformer_encoder",
+                                  "multi_tower_mlp": "multi_tower_mlp"}[builder_name])
+    keras.utils.set_random_seed(0)
+    model = builder(**kwargs)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch, *model.inputs[0].shape[1:])).astype("float32")
+    y = None
+    extra = {}
+    if training:
+        model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+        y = rng.standard_normal((batch, *model.outputs[0].shape[1:])).astype("float32")
+        extra = dict(training=True)
+    configs = []
+
+    def place(label, **options):
+        t = time.perf_counter()
+        try:
+            p = placer.autoplace(model, devices, batch_size=batch, profile_cache=False,
+                                 time_limit_s=args.time_limit, **extra, **options)
+        except placer.AutoplaceError as e:
+            out(f"| {case} | {label} | refused: {str(e).splitlines()[0][:160]} | | | | | | |")
+            return None
+        print(f"  {case} {label}: placed in {time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)
+        return p
+
+    for m in SINGLE_MICROBATCHES:
+        if batch % m == 0:
+            p = place(f"single/m={m}", algorithm="single", microbatches=m, calibrate_links=False)
+            if p is not None:
+                configs.append((f"single/m={m}", p))
+    auto = place("autoplace", objective="throughput", microbatches="auto")
+    if auto is not None:
+        configs.append(("autoplace", auto))
+        m = auto.plan.microbatches
+        for alg in ("round_robin", "contiguous"):
+            p = place(alg, algorithm=alg, objective="throughput", microbatches=m, calibrate_links=False)
+            if p is not None:
+                configs.append((f"{alg}/m={m}", p))
+
+    def step_of(p):
+        if training:
+            return lambda: p.train_on_batch(x, y)
+        return lambda: [t.numpy() for t in tf.nest.flatten(p(x))]
+
+    steps = [step_of(p) for _, p in configs]
+    for s in steps:
+        for _ in range(2):
+            s()
+    times: list[list[float]] = [[] for _ in configs]
+    for r in range(args.repeats):
+        order = range(len(steps)) if r % 2 == 0 else reversed(range(len(steps)))
+        for i in order:
+            t = time.perf_counter()
+            steps[i]()
+            times[i].append(time.perf_counter() - t)
+    medians = [median_spread(ts) for ts in times]
+    singles = [i for i, (label, _) in enumerate(configs) if label.startswith("single/")]
+    best = min(singles, key=lambda i: medians[i][0])
+    predicted_single = configs[best][1].plan.predicted_step_time_s
+    for i, (label, p) in enumerate(configs):
+        med, spread = medians[i]
+        pred = p.plan.predicted_step_time_s
+        share = ""
+        if not label.startswith("single/"):
+            share = f"{100 * _link_share(p):.0f}%"
+        out(f"| {case} | {label}{' (best single)' if i == best else ''} | {med * 1e3:.1f} | "
+            f"{spread * 1e3:.1f} | {medians[best][0] / med:.2f}x | {pred * 1e3:.1f} | "
+            f"{predicted_single / pred:.2f}x | {100 * (pred - med) / med:+.1f}% | {share} |")
+    if auto is not None:
+        ia = [label for label, _ in configs].index("autoplace")
+        summary.append((case, medians[best][0] / medians[ia][0],
+                        predicted_single / configs[ia][1].plan.predicted_step_time_s,
+                        (configs[ia][1].plan.predicted_step_time_s - medians[ia][0]) / medians[ia][0],
+                        configs[ia][1].plan.microbatches))
 
 
 def _link_share(placed) -> float:

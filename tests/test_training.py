@@ -410,6 +410,18 @@ def test_pipelined_training_in_micro_batches_equals_full_batch_training(trained,
     assert any("/forward/" in g for g in gates) and any("/backward/" in g for g in gates)
 
 
+def test_train_on_batch_and_test_on_batch_follow_keras(trained, devices):
+    # Keras passes (x, y, None) to the step here: no sample weights
+    t = trained["transformer"]
+    ref = twin(t["model"], CASES["transformer"][1])
+    placed = placer.autoplace(t["model"], devices[:2], training=True, batch_size=BATCH, algorithm="contiguous",
+                              time_limit_s=1, shared_capacity=None)
+    x, y = t["x"][:BATCH], t["y"][:BATCH]
+    for _ in range(2):
+        close(placed.train_on_batch(x, y), ref.train_on_batch(x, y))
+    close(placed.test_on_batch(x, y), ref.test_on_batch(x, y))
+
+
 def test_pipelined_training_refuses_batch_normalization_and_bad_counts(trained, devices):
     with pytest.raises(placer.TrainingError, match="microbatches=2 with batch normalization"):
         placer.autoplace(trained["cnn"]["model"], devices[:2], training=True, batch_size=BATCH, microbatches=2,

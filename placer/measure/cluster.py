@@ -261,6 +261,16 @@ def connect(cluster: object = None, *, job: str = "worker", timeout_s: float = 1
     interfaces; connecting also starts one in this process. Run clusters
     only on networks you trust (or a loopback-only namespace, as
     :class:`LocalCluster` insists).
+
+    Examples
+    --------
+    A spec is checked before anything is contacted (``with LocalCluster(2) as c:
+    devices = connect(c)`` connects to a local cluster):
+
+    >>> connect({"worker": ["no-port"]})
+    Traceback (most recent call last):
+    ...
+    placer.errors.DeviceError: job 'worker' has the address 'no-port'; each task needs 'host:port'
     """
     import tensorflow as tf
 

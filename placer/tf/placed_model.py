@@ -439,6 +439,8 @@ class PlacedModel(keras.Model):
         return self._run(self._forward(training).function, self._as_inputs(x))
 
     def _run_step(self, step: str, data: Any) -> Any:
+        if isinstance(data, tuple):  # train_on_batch / test_on_batch pass (x, y, None): drop what is absent
+            data = keras.utils.pack_x_y_sample_weight(*keras.utils.unpack_x_y_sample_weight(data))
         structure = tf.nest.map_structure(_spec_of, data)
         return self._run(self._step_function(step, structure).function, tf.nest.flatten(data))
 
