@@ -36,8 +36,6 @@ import argparse
 import json
 import math
 import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -47,7 +45,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from placer.measure.cluster import network_isolated  # noqa: E402
+from isolation import isolated  # noqa: E402
 
 MODELS = ["multi_tower_mlp", "transformer", "resnet50", "inception_v3"]
 #: Planning batch and input size per model (small enough for one core).
@@ -332,14 +330,7 @@ def main() -> int:
     ap.add_argument("--dump", help="also write the profiles, placements and raw timings to this JSON file")
     ap.add_argument("--out", default=str(HERE / "results" / "fidelity.md"))
     args = ap.parse_args()
-    if not network_isolated():
-        if not (shutil.which("unshare") and shutil.which("ip")):
-            print("skipped: needs `unshare -rn` and `ip` to keep the gRPC workers on loopback")
-            return 0
-        cmd = ["unshare", "-rn", "sh", "-c",
-               "ip link set lo up && exec \"$0\" \"$@\"", sys.executable, *sys.argv]
-        return subprocess.call(cmd)
-    return run(args)
+    return isolated(lambda: run(args))
 
 
 if __name__ == "__main__":

@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import subprocess
 import sys
 import time
 import traceback
@@ -42,7 +40,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from placer.measure.cluster import network_isolated  # noqa: E402
+from isolation import isolated  # noqa: E402
 
 #: name -> (builder kwargs, batch, training, compile settings)
 CASES = {
@@ -211,13 +209,7 @@ def main() -> int:
     ap.add_argument("--time-limit", type=float, default=5.0, help="solver time limit per placement (s)")
     ap.add_argument("--out", default=str(HERE / "results" / "speedup.md"))
     args = ap.parse_args()
-    if not network_isolated():
-        if not (shutil.which("unshare") and shutil.which("ip")):
-            print("skipped: needs `unshare -rn` and `ip` to keep the gRPC workers on loopback")
-            return 0
-        cmd = ["unshare", "-rn", "sh", "-c", "ip link set lo up && exec \"$0\" \"$@\"", sys.executable, *sys.argv]
-        return subprocess.call(cmd)
-    return run(args)
+    return isolated(lambda: run(args))
 
 
 if __name__ == "__main__":

@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -42,7 +40,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from placer.measure.cluster import network_isolated  # noqa: E402
+from isolation import isolated  # noqa: E402
 
 CODECS = ["none", "bf16", "int8", "auto"]
 #: name → (builder kwargs, batch, classes)
@@ -168,13 +166,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.steps % args.rounds:
         ap.error("--steps must be a multiple of --rounds")
-    if not network_isolated():
-        if not (shutil.which("unshare") and shutil.which("ip")):
-            print("skipped: needs `unshare -rn` and `ip` to keep the gRPC workers on loopback")
-            return 0
-        cmd = ["unshare", "-rn", "sh", "-c", "ip link set lo up && exec \"$0\" \"$@\"", sys.executable, *sys.argv]
-        return subprocess.call(cmd)
-    return run(args)
+    return isolated(lambda: run(args))
 
 
 if __name__ == "__main__":

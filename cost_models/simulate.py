@@ -283,18 +283,7 @@ def simulate(
         return _simulate_shared(durations, tensors, a, link_seconds, control_edges, link_latency_s, memory,
                                 options, shares)
 
-    # Dependencies: (tensor, dst) pairs and control edges.
-    n_waiting = np.zeros(n, dtype=int)
-    consumers_of: list[list[int]] = [[] for _ in range(n)]  # tensor indices produced by node
-    ctrl_succ: list[list[int]] = [[] for _ in range(n)]
-    for ti, t in enumerate(tensors):
-        consumers_of[t.src].append(ti)
-        for v in set(t.dsts):
-            if v != t.src:
-                n_waiting[v] += 1
-    for u, v in control_edges:
-        ctrl_succ[u].append(v)
-        n_waiting[v] += 1
+    n_waiting, consumers_of, ctrl_succ = _dependencies(n, tensors, control_edges)
     ready_at = np.zeros(n)
 
     # Per device: ops released but not ready before the device is free (a heap by ready time), and
@@ -351,25 +340,16 @@ def simulate(
         busy[d] += end - start
         timeline.append((v, d, start, end))
         done += 1
-        for ti in consumers_of[v]:
-            t = tensors[ti]
-            by_dev: dict[int, list[int]] = {}
-            for w in dict.fromkeys(t.dsts):
-                if w != v:
-                    by_dev.setdefault(int(a[w]), []).append(w)
-            for dd in sorted(by_dev):
-                arrival = end
-                if dd != d:
-                    ls = max(link_free[d, dd], end)
-                    cost = sum(link_seconds(d, dd, t.nbytes / t.count) for _ in range(t.count))
-                    link_free[d, dd] = ls + cost
-                    arrival = ls + cost + (0.0 if link_latency_s is None else float(link_latency_s[d, dd]))
-                    link_bytes[d, dd] += t.nbytes
-                    transfers.append((ti, d, dd, ls, arrival))
-                for w in by_dev[dd]:
-                    release(w, arrival)
+        _send(v, d, end, tensors, consumers_of[v], a, link_seconds, link_latency_s, link_free, link_bytes, transfers,
+              release)
         for w in ctrl_succ[v]:
             release(w, end)
+    return _result(tensors, a, k, timeline, transfers, busy, link_bytes, memory, options)
+
+
+def _result(tensors: Sequence[TensorEdge], a: np.ndarray, k: int, timeline: list, transfers: list, busy: np.ndarray,
+            link_bytes: np.ndarray, memory: MemoryTraits, options: SimOptions) -> SimResult:
+    """The :class:`SimResult` of a finished simulation (the step ends with its last op or transfer)."""
     step = max((e for *_, e in timeline), default=0.0)
     if transfers:
         step = max(step, max(e for *_, e in transfers))
@@ -377,6 +357,47 @@ def simulate(
         raise ValueError("simulated step time is not finite")
     peak = _peak_memory(tensors, a, k, timeline, transfers, memory) if options.peak_memory else np.zeros(k)
     return SimResult(step, busy, link_bytes, tuple(timeline), tuple(transfers), peak)
+
+
+def _dependencies(n: int, tensors: Sequence[TensorEdge], control_edges: Sequence[tuple[int, int]]
+                  ) -> tuple[np.ndarray, list[list[int]], list[list[int]]]:
+    """``(inputs each node waits for, tensor indices each node produces, control successors)``."""
+    n_waiting = np.zeros(n, dtype=int)
+    consumers_of: list[list[int]] = [[] for _ in range(n)]
+    ctrl_succ: list[list[int]] = [[] for _ in range(n)]
+    for ti, t in enumerate(tensors):
+        consumers_of[t.src].append(ti)
+        for v in set(t.dsts):
+            if v != t.src:
+                n_waiting[v] += 1
+    for u, v in control_edges:
+        ctrl_succ[u].append(v)
+        n_waiting[v] += 1
+    return n_waiting, consumers_of, ctrl_succ
+
+
+def _send(v: int, d: int, end: float, tensors: Sequence[TensorEdge], produced: Sequence[int], a: np.ndarray,
+          link_seconds: Callable[[int, int, float], float], link_latency_s: np.ndarray | None, link_free: np.ndarray,
+          link_bytes: np.ndarray, transfers: list, release: Callable[[int, float], None]) -> None:
+    """Node ``v`` ended on device ``d`` at ``end``: send each tensor it produced once per other device that
+    reads it (each ordered link one transfer at a time) and release its readers when it arrives."""
+    for ti in produced:
+        t = tensors[ti]
+        by_dev: dict[int, list[int]] = {}
+        for w in dict.fromkeys(t.dsts):
+            if w != v:
+                by_dev.setdefault(int(a[w]), []).append(w)
+        for dd in sorted(by_dev):
+            arrival = end
+            if dd != d:
+                ls = max(link_free[d, dd], end)
+                cost = sum(link_seconds(d, dd, t.nbytes / t.count) for _ in range(t.count))
+                link_free[d, dd] = ls + cost
+                arrival = ls + cost + (0.0 if link_latency_s is None else float(link_latency_s[d, dd]))
+                link_bytes[d, dd] += t.nbytes
+                transfers.append((ti, d, dd, ls, arrival))
+            for w in by_dev[dd]:
+                release(w, arrival)
 
 
 def _with_transfer_ops(durations: np.ndarray, tensors: Sequence[TensorEdge], a: np.ndarray,
@@ -440,17 +461,7 @@ def _simulate_shared(durations: np.ndarray, tensors: Sequence[TensorEdge], a: np
     for g, (devs, c) in enumerate(shares):
         group_of[list(devs)] = g
         slots[list(devs)] = max(options.concurrency, math.ceil(c - 1e-9))
-    n_waiting = np.zeros(n, dtype=int)
-    consumers_of: list[list[int]] = [[] for _ in range(n)]
-    ctrl_succ: list[list[int]] = [[] for _ in range(n)]
-    for ti, t in enumerate(tensors):
-        consumers_of[t.src].append(ti)
-        for v in set(t.dsts):
-            if v != t.src:
-                n_waiting[v] += 1
-    for u, v in control_edges:
-        ctrl_succ[u].append(v)
-        n_waiting[v] += 1
+    n_waiting, consumers_of, ctrl_succ = _dependencies(n, tensors, control_edges)
     ready_at = np.zeros(n)
     heaps: list[list[tuple[float, int]]] = [[] for _ in range(k)]
     stacks: list[list[int]] = [[] for _ in range(k)]
@@ -515,33 +526,12 @@ def _simulate_shared(durations: np.ndarray, tensors: Sequence[TensorEdge], a: np
             busy[d] += float(durations[v, d])
             timeline.append((v, d, start, now))
             done += 1
-            for ti in consumers_of[v]:
-                t = tensors[ti]
-                by_dev: dict[int, list[int]] = {}
-                for w in dict.fromkeys(t.dsts):
-                    if w != v:
-                        by_dev.setdefault(int(a[w]), []).append(w)
-                for dd in sorted(by_dev):
-                    arrival = now
-                    if dd != d:
-                        ls = max(link_free[d, dd], now)
-                        cost = sum(link_seconds(d, dd, t.nbytes / t.count) for _ in range(t.count))
-                        link_free[d, dd] = ls + cost
-                        arrival = ls + cost + (0.0 if link_latency_s is None else float(link_latency_s[d, dd]))
-                        link_bytes[d, dd] += t.nbytes
-                        transfers.append((ti, d, dd, ls, arrival))
-                    for w in by_dev[dd]:
-                        release(w, arrival)
+            _send(v, d, now, tensors, consumers_of[v], a, link_seconds, link_latency_s, link_free, link_bytes,
+                  transfers, release)
             for w in ctrl_succ[v]:
                 release(w, now)
     timeline.sort(key=lambda e: (e[2], e[0]))
-    step = max((e for *_, e in timeline), default=0.0)
-    if transfers:
-        step = max(step, max(e for *_, e in transfers))
-    if not math.isfinite(step):
-        raise ValueError("simulated step time is not finite")
-    peak = _peak_memory(tensors, a, k, timeline, transfers, memory) if options.peak_memory else np.zeros(k)
-    return SimResult(step, busy, link_bytes, tuple(timeline), tuple(transfers), peak)
+    return _result(tensors, a, k, timeline, transfers, busy, link_bytes, memory, options)
 
 
 def _reads_until(tensors: Sequence[TensorEdge], a: np.ndarray,

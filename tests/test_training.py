@@ -347,18 +347,23 @@ def test_compression_with_no_float_cut_edge_says_nothing_was_compressed(devices)
     assert not p.compressed_edges
 
 
-def test_two_replicas_over_four_devices_equal_full_batch_training(trained, devices):
-    t = trained["transformer"]
-    ref = twin(t["model"], CASES["transformer"][1])
-    placed = placer.autoplace(t["model"], devices, training=True, batch_size=BATCH, replicas=2,
-                              algorithm="contiguous", time_limit_s=2)
-    assert len(placed.plan.devices) == 2                     # the plan is one replica's, on the first group
+def fit_one_epoch_like(placed, ref, t):
+    """One epoch of ``placed.fit`` and of Keras' ``ref.fit`` on ``t``'s data: the same batch logs and weights."""
     ref_logs, pl_logs = Logs(), Logs()
     ref.fit(t["x"], t["y"], batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=[ref_logs])
     placed.fit(t["x"], t["y"], batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=[pl_logs])
     close_logs(pl_logs.batches, ref_logs.batches)
     for a, b in zip(ref.get_weights(), placed.get_weights(), strict=True):
         close(a, b)
+
+
+def test_two_replicas_over_four_devices_equal_full_batch_training(trained, devices):
+    t = trained["transformer"]
+    ref = twin(t["model"], CASES["transformer"][1])
+    placed = placer.autoplace(t["model"], devices, training=True, batch_size=BATCH, replicas=2,
+                              algorithm="contiguous", time_limit_s=2)
+    assert len(placed.plan.devices) == 2                     # the plan is one replica's, on the first group
+    fit_one_epoch_like(placed, ref, t)
     # replica 1 really runs on the second group
     observed = placed.observed_placement(t["x"][:BATCH], t["y"][:BATCH], step="train")
     second = {op: d for op, d in observed.items() if op.startswith("replica_1/")}
@@ -393,12 +398,7 @@ def test_pipelined_training_in_micro_batches_equals_full_batch_training(trained,
     placed = placer.autoplace(t["model"], devices[:2], training=True, batch_size=BATCH, microbatches=4,
                               algorithm="contiguous", time_limit_s=2, shared_capacity=None)
     assert placed.plan.microbatches == 4 and len(set(placed.plan.assignment.values())) == 2
-    ref_logs, pl_logs = Logs(), Logs()
-    ref.fit(t["x"], t["y"], batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=[ref_logs])
-    placed.fit(t["x"], t["y"], batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=[pl_logs])
-    close_logs(pl_logs.batches, ref_logs.batches)
-    for a, b in zip(ref.get_weights(), placed.get_weights(), strict=True):
-        close(a, b)
+    fit_one_epoch_like(placed, ref, t)
     # every micro-batch's forward and backward ops run where the plan puts them; the step is gated
     observed = placed.observed_placement(t["x"][:BATCH], t["y"][:BATCH], step="train")
     for r in range(4):

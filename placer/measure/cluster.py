@@ -30,6 +30,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from types import TracebackType
@@ -51,6 +52,26 @@ def network_isolated() -> bool:
         return False
     names = {line.split(":", 1)[0].strip() for line in lines if ":" in line}
     return names <= {"lo"}
+
+
+def rerun_in_loopback_namespace(argv: list[str]) -> int | None:
+    """Run ``python argv…`` again inside a loopback-only network namespace, unless this process is in one.
+
+    For scripts that start TensorFlow gRPC servers (they listen on all
+    interfaces): ``code = rerun_in_loopback_namespace(sys.argv)``; ``None``
+    means "already isolated, go on", a number is the re-run's exit status.
+
+    Raises
+    ------
+    DeviceError
+        ``unshare`` or ``ip`` is missing (util-linux, iproute2), so no namespace can be made.
+    """
+    if network_isolated():
+        return None
+    if not (shutil.which("unshare") and shutil.which("ip")):
+        raise DeviceError("needs `unshare -rn` and `ip` (util-linux, iproute2) to keep the gRPC workers on loopback")
+    cmd = ["unshare", "-rn", "sh", "-c", "ip link set lo up && exec \"$0\" \"$@\"", sys.executable, *argv]
+    return subprocess.call(cmd)
 
 
 def _die_with_parent() -> None:
