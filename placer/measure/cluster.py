@@ -4,7 +4,7 @@
 each optionally pinned to one core with one intra- and one inter-op thread,
 so that a two-worker run on a two-core machine is genuine parallel execution
 with real transfers. It always stops them on exit, also when the body raises,
-and (Linux) the workers get SIGTERM if the parent process dies.
+and (Linux) the workers get SIGKILL if the parent process dies (also when frozen).
 
 **Security.** TensorFlow 2.21's gRPC servers listen on *all* interfaces
 whatever host the cluster spec names, and the runtime has no
@@ -75,11 +75,13 @@ def rerun_in_loopback_namespace(argv: list[str]) -> int | None:
 
 
 def _die_with_parent() -> None:
-    """In the child before exec: ask Linux to SIGTERM it when the parent dies (no orphaned servers)."""
+    """In the child before exec: ask Linux to SIGKILL it when the parent dies (no orphaned servers)."""
     try:
         import ctypes
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        # SIGKILL, not SIGTERM: a worker frozen with SIGSTOP acts on SIGTERM only once continued, and one
+        # was left stopped (orphaned) when its parent died during a frozen-worker check
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
 
