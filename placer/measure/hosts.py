@@ -133,12 +133,9 @@ def measure_shared_capacity(traced: Any, devices: Sequence[str], *, rounds: int 
              len(devices), capacity, 1e3 * float(np.median(one_s)), len(devices), 1e3 * float(np.median(all_s)),
              len(one_s))
     if work_s is not None and work_s > 0:
-        from ..tf.emit import complete_assignment
-        from .links import call_interface, measure_call
+        from .links import plan_call_seconds
 
-        graph = traced.fixed.graph
-        call_s = measure_call(call_interface(traced, complete_assignment(graph, {
-            op.name: devices[0] for op in graph.get_operations()})), repeats=9)
+        call_s = plan_call_seconds(traced, {op.name: devices[0] for op in traced.fixed.graph.get_operations()})
         compute_s = float(np.median(one_s)) - call_s
         if compute_s > 0:
             realised = round(float(min(max(work_s / compute_s, 1.0), len(devices))), 3)

@@ -333,3 +333,12 @@ def measure_call(interface: CallInterface, repeats: int = 15) -> float:
     True
     """
     return _median_seconds(stand_in(interface), repeats)
+
+
+def plan_call_seconds(traced: TracedModel, assignment: Mapping[str, str], repeats: int = 9) -> float:
+    """:func:`measure_call` of ``traced`` placed by ``assignment`` (a plan's op → device; the fixed-batch
+    trace's other ops take their layer's or a neighbour's device: :func:`placer.tf.emit.complete_assignment`)."""
+    from ..tf.emit import complete_assignment, layer_devices_of
+
+    op_devices = complete_assignment(traced.fixed.graph, assignment, layer_devices_of(assignment))
+    return measure_call(call_interface(traced, op_devices), repeats=repeats)

@@ -428,12 +428,9 @@ def _call_overhead(traced: Any, plan: Plan) -> Plan:
     added to its predicted step. Inference plans only: a training step's call runs Keras' own loop."""
     if traced.step != "predict":
         return plan
-    from ..measure.links import call_interface, measure_call
-    from .emit import complete_assignment, layer_devices_of
+    from ..measure.links import plan_call_seconds
 
-    graph = traced.fixed.graph
-    op_devices = complete_assignment(graph, plan.assignment, layer_devices_of(plan.assignment))
-    call_s = measure_call(call_interface(traced, op_devices), repeats=9)
+    call_s = plan_call_seconds(traced, plan.assignment)
     log.info("fixed cost of one call of the plan: %.3f ms (measured)", call_s * 1e3)
     return replace(plan, call_overhead_s=call_s, predicted_step_time_s=plan.predicted_step_time_s + call_s)
 
