@@ -5,9 +5,12 @@ and ``placer`` packages, which they must not import), connects, calibrates the
 link between them, places a small Keras model across them and compares
 outputs with the original. Then the faults: worker 1 frozen (SIGSTOP) under a
 direct call and under ``predict``, continued, then killed. Prints one JSON
-line. The workers are stopped on every path.
+line. The workers are stopped on every path. Progress goes to stderr; a
+check that hangs dumps every thread's stack there and exits before the
+test's deadline.
 """
 
+import faulthandler
 import json
 import os
 import signal
@@ -44,13 +47,22 @@ def plant(directory: str) -> str:
     return marker
 
 
+START = time.monotonic()
+
+
+def progress(what: str) -> None:
+    print(f"[cluster_check {time.monotonic() - START:6.1f} s] {what}", file=sys.stderr, flush=True)
+
+
 def timed_error(fn) -> dict:
     t = time.monotonic()
     try:
         fn()
-        return {"error": None, "s": time.monotonic() - t}
+        out = {"error": None, "s": time.monotonic() - t}
     except Exception as e:  # noqa: BLE001  (reported to the test, which checks the type)
-        return {"error": type(e).__name__, "message": str(e)[:300], "s": time.monotonic() - t}
+        out = {"error": type(e).__name__, "message": str(e)[:300], "s": time.monotonic() - t}
+    progress(f"{out['error']} after {out['s']:.1f} s")
+    return out
 
 
 def main() -> None:
@@ -70,12 +82,14 @@ def main() -> None:
         out["connected"] = sorted(connected)
         names = {d.name for d in tf.config.list_logical_devices()}
         out["devices_visible"] = all(d in names for d in devices)
+        progress("calibrating the link")
         fit = measure_link(devices[0], devices[1], repeats=3)
         out["link"] = {"latency_s": fit.link.latency_s, "bandwidth_bytes_per_s": fit.link.bandwidth_bytes_per_s,
                        "r2": fit.r2}
         m = model()
         x = np.random.default_rng(0).standard_normal((8, 32)).astype("float32")
         ref = m.predict(x, verbose=0)
+        progress("placing on two workers")
         placed = placer.autoplace(m, devices, batch_size=8, time_limit_s=1, algorithm="round_robin",
                                   profile_cache=False)
         got = placed(x).numpy()
@@ -86,6 +100,7 @@ def main() -> None:
         out["missing_device"] = timed_error(lambda: placer.autoplace(
             m, ["/job:worker/replica:0/task:7/device:CPU:0"], batch_size=8, time_limit_s=1))
         # a two-stage pipeline of 4 micro-batches: bit-exact against the original on the same micro-batches
+        progress("pipelined inference")
         piped = placer.autoplace(m, devices, batch_size=8, time_limit_s=1, algorithm="contiguous", microbatches=4,
                                  profile_cache=False)
         ref_mb = np.concatenate([m(part, training=False).numpy() for part in np.split(x, 4)])
@@ -99,6 +114,7 @@ def main() -> None:
         twin.set_weights(mt.get_weights())
         for k in (mt, twin):
             k.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+        progress("pipelined training")
         trained = placer.autoplace(mt, devices, training=True, batch_size=8, microbatches=2, time_limit_s=1,
                                    algorithm="contiguous", profile_cache=False)
         ref_hist = twin.fit(xs, ys, batch_size=8, epochs=2, shuffle=False, verbose=0).history["loss"]
@@ -108,13 +124,16 @@ def main() -> None:
                                                       zip(trained.get_weights(), twin.get_weights())))
         out["healthy"] = timed_error(lambda: (placed.check_workers(), cluster.check()))
         pid = cluster.procs[1].pid
+        progress("freezing worker 1")
         os.kill(pid, signal.SIGSTOP)
         out["frozen_call"] = timed_error(lambda: placed(x))
         out["frozen_predict"] = timed_error(lambda: placed.predict(x, verbose=0))
         out["frozen_check"] = timed_error(lambda: cluster.check(timeout_s=2))
+        progress("continuing worker 1")
         os.kill(pid, signal.SIGCONT)
         time.sleep(1)
         out["resumed_max_abs_diff"] = float(np.abs(placed(x).numpy() - ref).max())
+        progress("killing worker 1")
         os.kill(pid, signal.SIGKILL)
         cluster.procs[1].wait()
         out["killed_call"] = timed_error(lambda: placed(x))
@@ -122,6 +141,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    faulthandler.dump_traceback_later(480, exit=True)  # before the test's 600 s: show where it hangs
     main()
     # the workers are stopped; skip TensorFlow's teardown, which tries to remove every function registered on
     # them (one is dead by now) and can wait on gRPC for a long time

@@ -519,18 +519,22 @@ class PlacedModel(keras.Model):
         (1, 2)
         """
         self._check_trainable("fit")
-        return super().fit(*args, **kwargs)
+        try:
+            return self._placed.watchdog.call(super().fit, *args, **kwargs)
+        except KeyboardInterrupt:  # fit runs in the watchdog's thread with remote workers: stop it there too
+            self.stop_training = True
+            raise
 
     def predict(self, x: Any, batch_size: int | None = None, *args: Any, **kwargs: Any) -> Any:
         """Keras' ``predict`` on the placed forward pass (``batch_size`` a positive integer or None)."""
         if batch_size is not None:
             integer("batch_size", batch_size, minimum=1, error=InputSignatureError)
-        return super().predict(x, batch_size, *args, **kwargs)
+        return self._placed.watchdog.call(super().predict, x, batch_size, *args, **kwargs)
 
     def evaluate(self, *args: Any, **kwargs: Any) -> Any:
         """Keras' ``evaluate`` on the placed test step."""
         self._check_trainable("evaluate")
-        return super().evaluate(*args, **kwargs)
+        return self._placed.watchdog.call(super().evaluate, *args, **kwargs)
 
     def sync_to(self, model: Any) -> None:
         """Write the placed model's weights into ``model`` (never done implicitly).

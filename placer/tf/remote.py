@@ -19,6 +19,11 @@ never does while the worker stays frozen). TensorFlow's own
 ``UnavailableError``/``DeadlineExceededError`` (a killed worker) become a
 ``WorkerError`` as well. Calls on local devices run directly, with no thread.
 
+Keras' ``fit``/``evaluate``/``predict`` are watched as a whole, not only
+their steps: their data iterator synchronises the eager executor before each
+batch, and that waits for an abandoned call too, outside any step. A call
+made inside a watched call (the steps) runs in the same helper thread.
+
 Examples
 --------
 >>> Watchdog({}, timeout_s=10.0).call(lambda a: a + 1, 1)
@@ -28,7 +33,7 @@ Examples
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 import tensorflow as tf
@@ -85,6 +90,7 @@ class Watchdog:
 
     workers: Mapping[str, str]
     timeout_s: float = DEFAULT_WORKER_TIMEOUT_S
+    _inside: threading.local = field(default_factory=threading.local, repr=False, compare=False)
 
     def check(self, timeout_s: float | None = None) -> None:
         """Probe every worker once (each for at most ``timeout_s``, default ``self.timeout_s``).
@@ -100,16 +106,19 @@ class Watchdog:
         if bad:
             raise WorkerError(_advice(bad, by_address))
 
-    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)``, watched while it runs (see the module docstring)."""
+    def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)``, watched while it runs (see the module docstring)."""
         if not self.workers:
-            return fn(*args)
+            return fn(*args, **kwargs)
+        if getattr(self._inside, "watched", False):  # already in a watched call (a step inside ``fit``)
+            return self._translate(fn, *args, **kwargs)
         box: dict[str, Any] = {}
         done = threading.Event()
 
         def run() -> None:
+            self._inside.watched = True
             try:
-                box["value"] = self._translate(fn, *args)
+                box["value"] = self._translate(fn, *args, **kwargs)
             except BaseException as e:  # handed to the caller below
                 box["error"] = e
             finally:
@@ -138,9 +147,9 @@ class Watchdog:
         watched._autoplace_watched = True  # type: ignore[attr-defined]
         return watched
 
-    def _translate(self, fn: Callable[..., Any], *args: Any) -> Any:
+    def _translate(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args)
+            return fn(*args, **kwargs)
         except _WORKER_ERRORS as e:
             self.check(timeout_s=min(self.timeout_s, 2.0))  # names the worker that went away, if one did
             raise WorkerError(f"a placed call failed with TensorFlow's {type(e).__name__} although every worker "
