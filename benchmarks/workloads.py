@@ -65,6 +65,41 @@ def multi_tower_mlp(towers: int = 8, width: int = 1024, depth: int = 4) -> keras
     return keras.Model(inp, out, name="multi_tower_mlp")
 
 
+def two_branch_cnn(size: int = 64, width: int = 64, depth: int = 4) -> keras.Model:
+    """Two convolutional branches (3x3 and 5x5 kernels) over one image, joined before the classifier."""
+    inp = keras.Input((size, size, 3), name="image")
+    branches = []
+    for b, kernel in enumerate((3, 5)):
+        h = inp
+        for j in range(depth):
+            h = keras.layers.Conv2D(width, kernel, padding="same", activation="relu", name=f"b{b}_conv{j}")(h)
+            if j % 2 == 1:
+                h = keras.layers.MaxPooling2D(name=f"b{b}_pool{j}")(h)
+        branches.append(keras.layers.GlobalAveragePooling2D(name=f"b{b}_gap")(h))
+    h = keras.layers.Concatenate(name="join")(branches)
+    out = keras.layers.Dense(10, name="classifier")(keras.layers.Dense(256, activation="relu", name="fc")(h))
+    return keras.Model(inp, out, name="two_branch_cnn")
+
+
+def dense_cnn(size: int = 32, blocks: int = 3, layers: int = 6, growth: int = 32) -> keras.Model:
+    """Densely connected blocks (DenseNet-style): each layer reads the concatenation of all before it."""
+    inp = keras.Input((size, size, 3), name="image")
+    h = keras.layers.Conv2D(2 * growth, 3, padding="same", name="stem")(inp)
+    for b in range(blocks):
+        feats = [h]
+        for j in range(layers):
+            x = feats[0] if len(feats) == 1 else keras.layers.Concatenate(name=f"d{b}_cat{j}")(feats)
+            x = keras.layers.BatchNormalization(name=f"d{b}_bn{j}")(x)
+            x = keras.layers.Activation("relu", name=f"d{b}_relu{j}")(x)
+            feats.append(keras.layers.Conv2D(growth, 3, padding="same", name=f"d{b}_conv{j}")(x))
+        h = keras.layers.Concatenate(name=f"d{b}_out")(feats)
+        if b < blocks - 1:
+            h = keras.layers.Conv2D(2 * growth, 1, name=f"t{b}_conv")(h)
+            h = keras.layers.AveragePooling2D(name=f"t{b}_pool")(h)
+    h = keras.layers.GlobalAveragePooling2D(name="gap")(h)
+    return keras.Model(inp, keras.layers.Dense(10, name="classifier")(h), name="dense_cnn")
+
+
 #: name -> (builder, batch size)
 WORKLOADS: dict[str, tuple[Callable[[], keras.Model], int]] = {
     "resnet50": (resnet50, 8),
@@ -73,6 +108,8 @@ WORKLOADS: dict[str, tuple[Callable[[], keras.Model], int]] = {
     "transformer": (transformer_encoder, 8),
     "lstm_seq2seq": (lstm_seq2seq, 16),
     "multi_tower_mlp": (multi_tower_mlp, 64),
+    "two_branch_cnn": (two_branch_cnn, 8),
+    "dense_cnn": (dense_cnn, 8),
 }
 
 

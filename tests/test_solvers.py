@@ -167,27 +167,75 @@ def _contiguous_brute_force(problem):
     return best
 
 
-@settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 10_000), n=st.integers(1, 9), k=st.integers(1, 4),
-       capacity=st.sampled_from([np.inf, 400.0]), forbid=st.sampled_from([0.0, 0.3]))
-def test_contiguous_dp_is_the_best_contiguous_split(seed, n, k, capacity, forbid):
+def _monotone_brute_force(problem):
+    """The least max load over every contiguous split: assignments with ``a[u] <= a[v]`` on every dependency."""
+    edges = [(t.src, d) for t in problem.tensors for d in t.dsts if d != t.src]
+    best = np.inf
+    for a in itertools.product(range(problem.k), repeat=problem.n):
+        if all(a[u] <= a[v] for u, v in edges):
+            ev = evaluate(problem, np.array(a))
+            if ev.feasible:
+                best = min(best, ev.objective)
+    return best
+
+
+def _check_dp(p, best, stages_follow_order):
     from placer.solvers.stages import contiguous_dp
 
-    p = random_problem(seed, n, k, capacity=capacity, forbid=forbid)  # uniform links: the DP's costs are exact
     sol = contiguous_dp(p, THROUGHPUT)
-    best = _contiguous_brute_force(p)
     if not np.isfinite(best):
         assert sol is None
         return
-    assert sol is not None and sol.assignment.shape == (n,)
+    assert sol is not None and sol.assignment.shape == (p.n,)
     assert evaluate(p, sol.assignment).feasible  # capacity and allowed devices kept
     assert sol.objective == pytest.approx(best, rel=1e-9, abs=1e-12)
     assert sol.lower_bound <= sol.objective + 1e-12
-    pos = {v: i for i, v in enumerate(p.order)}
-    stages = [pos[v] for v in sorted(range(n), key=lambda v: (sol.assignment[v], pos[v]))]
-    assert stages == sorted(stages), "device m's stage comes before device m+1's in the order"
+    for t in p.tensors:  # stages are contiguous: data only flows to the same or a later device
+        assert all(sol.assignment[t.src] <= sol.assignment[d] for d in t.dsts)
+    if stages_follow_order:
+        pos = {v: i for i, v in enumerate(p.order)}
+        stages = [pos[v] for v in sorted(range(p.n), key=lambda v: (sol.assignment[v], pos[v]))]
+        assert stages == sorted(stages), "device m's stage comes before device m+1's in the order"
     again = contiguous_dp(p, THROUGHPUT)
     assert np.array_equal(again.assignment, sol.assignment)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 7), k=st.integers(1, 4),
+       capacity=st.sampled_from([np.inf, 400.0]), forbid=st.sampled_from([0.0, 0.3]))
+def test_contiguous_dp_over_ideals_is_the_best_contiguous_split(seed, n, k, capacity, forbid):
+    p = random_problem(seed, n, k, capacity=capacity, forbid=forbid)  # uniform links: the DP's costs are exact
+    _check_dp(p, _monotone_brute_force(p), stages_follow_order=False)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 9), k=st.integers(1, 4),
+       capacity=st.sampled_from([np.inf, 400.0]), forbid=st.sampled_from([0.0, 0.3]))
+def test_contiguous_dp_over_one_order_is_its_best_split(seed, n, k, capacity, forbid):
+    import placer.solvers.stages as stages
+
+    p = random_problem(seed, n, k, capacity=capacity, forbid=forbid)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(stages, "MAX_IDEAL_WORK", 0.0)  # too many ideals: the DP falls back to one order
+        _check_dp(p, _contiguous_brute_force(p), stages_follow_order=True)
+
+
+def test_ideals_of_a_diamond_and_of_a_cycle():
+    from placer.solvers.stages import ideals
+
+    diamond = PlacementProblem.build(names=list("abcd"), compute_s=np.ones((4, 1)), memory_bytes=np.zeros(4),
+                                     capacity_bytes=np.full(1, np.inf), bandwidth=np.ones((1, 1)),
+                                     latency=np.zeros((1, 1)),
+                                     tensors=[TensorEdge(0, (1, 2), 1.0), TensorEdge(1, (3,), 1.0),
+                                              TensorEdge(2, (3,), 1.0)])
+    sets = {frozenset(np.flatnonzero(row).tolist()) for row in ideals(diamond, 100)}
+    assert sets == {frozenset(), frozenset({0}), frozenset({0, 1}), frozenset({0, 2}), frozenset({0, 1, 2}),
+                    frozenset({0, 1, 2, 3})}
+    assert ideals(diamond, 3) is None  # more than the limit
+    cycle = PlacementProblem.build(names=list("ab"), compute_s=np.ones((2, 1)), memory_bytes=np.zeros(2),
+                                   capacity_bytes=np.full(1, np.inf), bandwidth=np.ones((1, 1)),
+                                   latency=np.zeros((1, 1)), tensors=[TensorEdge(0, (1,), 1.0)], control=[(1, 0)])
+    assert ideals(cycle, 100) is None
 
 
 def test_auto_runs_the_dp_only_where_it_fits_the_time_limit():
@@ -236,3 +284,32 @@ def test_group_heft_keeps_groups_that_depend_on_each_other_together():
     sol = group_heft(p, SolveOptions(objective="latency"))
     assert sol.assignment[0] == sol.assignment[1]  # one unit: no 8-byte ping-pong over a 1 B/s link
     assert sol.objective == pytest.approx(4.0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(2, 7), k=st.integers(2, 3),
+       capacity=st.sampled_from([150.0, 250.0, 400.0]))
+def test_memory_bound_is_at_most_the_least_traffic(seed, n, k, capacity):
+    from placer.core.objectives import separation_bound, traffic_bytes
+
+    p = random_problem(seed, n, k, capacity=capacity)
+    least = min(traffic_bytes(p, np.array(a)) for a in itertools.product(range(k), repeat=n))
+    bound = separation_bound(p)
+    assert bound >= 0.0
+    if np.isfinite(least):
+        assert bound <= least * (1 + 1e-9) + 1e-9
+    if p.memory_bytes.sum() > capacity and np.isfinite(least) and len(p.tensors) == 0:
+        assert bound == 0.0  # nothing connects the nodes: nothing has to cross
+
+
+def test_memory_bound_is_the_cut_between_nodes_that_cannot_share():
+    from placer.core.objectives import separation_bound
+
+    # a -> b -> c, a and c too big to share a device: the cheaper of the two tensors must cross
+    p = PlacementProblem.build(names=list("abc"), compute_s=np.ones((3, 2)), memory_bytes=np.array([6.0, 0.0, 6.0]),
+                               capacity_bytes=np.full(2, 10.0), tensors=[TensorEdge(0, (1,), 5.0),
+                                                                         TensorEdge(1, (2,), 2.0)],
+                               bandwidth=np.ones((2, 2)), latency=np.zeros((2, 2)))
+    assert separation_bound(p) == 2.0
+    sol = solve_problem(p, "auto", SolveOptions(objective="memory", time_limit_s=1))
+    assert sol.objective == 2.0 and sol.lower_bound == 2.0 and sol.gap == 0.0

@@ -41,7 +41,8 @@ log = logging.getLogger(__name__)
 #: The algorithm every entry point uses when none is named.
 DEFAULT_SOLVER = "auto"
 #: Heuristics ``auto`` runs on the full problem (each where its preconditions hold).
-HEURISTICS = ("single", "round_robin", "contiguous", "contiguous_dp", "partition", "heft", "etf", "mincut")
+HEURISTICS = ("single", "round_robin", "contiguous", "contiguous_dp", "partition", "heft", "group_heft", "etf",
+              "mincut")
 #: The least refinement ``auto`` does (estimated seconds) when some budget is left.
 MIN_REFINE_S = 0.5
 #: Tensor receivers per fine op of the graphs the rates were measured on (NN graphs: 1-2); a graph with
@@ -57,6 +58,7 @@ OVERSHOOT = 1.0
 HEURISTIC_US_PER_OP: dict[str, tuple[float, float]] = {
     "single": (1.0, 0.0), "round_robin": (1.0, 0.0), "contiguous": (2.0, 0.0), "partition": (8.0, 0.0),
     "heft": (25.0, 10.0), "etf": (5.0, 15.0), "mincut": (250.0, 0.0), "contiguous_dp": (2.0, 0.0),
+    "group_heft": (20.0, 5.0),
 }
 #: Heuristics quadratic in the problem's nodes ``n``: µs per ``(n + 1)² × k`` on top (``contiguous_dp``
 #: measured 0.06-0.12 on the reference machine).

@@ -1,11 +1,13 @@
-"""Contiguous stages by dynamic programming: the best split of a topological order (no TensorFlow).
+"""Contiguous stages by dynamic programming: the best split into pipeline stages (no TensorFlow).
 
-``contiguous_dp`` cuts the problem's topological order into at most ``k``
-consecutive stages, stage ``m`` on device ``m`` (a device may get none),
-minimising the pipelined max load of the throughput objective: a stage's
+``contiguous_dp`` cuts the problem's nodes into at most ``k`` contiguous
+stages, stage ``m`` on device ``m`` (a device may get none): each stage is
+the difference of two ideals (sets closed under predecessors), over every
+ideal when there are few (Tarnawski et al.'s exact DP), else over the
+prefixes of one topological order. It minimises
+the pipelined max load of the throughput objective: a stage's
 compute on its device, plus the time to receive each tensor that enters it
-and to send each tensor that leaves it (Tarnawski et al., NeurIPS'20, on one
-topological order). Stages respect each device's memory capacity and the
+and to send each tensor that leaves it (Tarnawski et al., NeurIPS'20). Stages respect each device's memory capacity and the
 devices a node may use; colocation holds because the problem's nodes are
 colocation groups already.
 
@@ -13,9 +15,9 @@ Transfers are priced at the mean off-diagonal link (exact when every link
 is the same, as in the NeurIPS'20 workloads); the plan is then scored by
 the caller's objective like every other solver's.
 
-Cost: ``O(k n²)`` time and ``O(n²)`` memory in the problem's nodes, so it
-declines problems above :data:`MAX_NODES` (``auto`` then relies on its
-other heuristics).
+Cost: ``O(k N²)`` time and ``O(N²)`` memory in the ideals used (``N ≤ n + 1``
+for one order), so it declines problems above :data:`MAX_NODES` nodes
+(``auto`` then relies on its other heuristics).
 
 Examples
 --------
@@ -101,39 +103,144 @@ def boundary_costs(problem: PlacementProblem, pos: np.ndarray) -> np.ndarray:
     return np.cumsum(np.cumsum(diff, axis=0), axis=1)[: n + 1, : n + 1]
 
 
-@solver("contiguous_dp", requires=(small_enough,))
-def contiguous_dp(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
-    """The best split of the topological order into contiguous stages on devices ``0 … k-1`` (max load)."""
-    t0 = time.perf_counter()
-    p = problem
-    n, k = p.n, p.k
-    order = np.asarray(p.order, dtype=int)
-    pos = np.empty(n, dtype=int)
-    pos[order] = np.arange(n)
-    comm = boundary_costs(p, pos)
-    upper = np.triu(np.ones((n + 1, n + 1), dtype=bool))  # i <= j: a stage (empty when i == j)
-    mem = np.concatenate([[0.0], np.cumsum(np.asarray(p.memory_bytes, dtype=float)[order])])
+#: Largest ``ideals² × (nodes + tensors)`` the exact DP over every ideal takes (its cost matrices are
+#: ``ideals²``); above it the DP runs over the prefixes of ``problem.order`` only.
+MAX_IDEAL_WORK = 2e8
+
+
+def ideals(problem: PlacementProblem, limit: int) -> np.ndarray | None:
+    """Every ideal (set of nodes closed under predecessors) as rows of an ``(N, n)`` bool matrix.
+
+    ``None`` when there are more than ``limit``, or when the nodes' dependencies
+    have a cycle (groups of a training graph that depend on each other both
+    ways: no split of them is contiguous). Found breadth-first from the
+    empty set, adding one node whose predecessors are all in; rows come in
+    order of size, then of discovery (deterministic).
+    """
+    n = problem.n
+    preds = [0] * n
+    for t in problem.tensors:
+        for d in t.dsts:
+            if d != t.src:
+                preds[d] |= 1 << t.src
+    for u, v in problem.control:
+        if u != v:
+            preds[v] |= 1 << u
+    found = [0]
+    seen = {0}
+    frontier = [0]
+    while frontier:
+        nxt = []
+        for ideal in frontier:
+            for v in range(n):
+                if not (ideal >> v) & 1 and not preds[v] & ~ideal:
+                    grown = ideal | (1 << v)
+                    if grown not in seen:
+                        if len(found) >= limit:
+                            return None
+                        seen.add(grown)
+                        found.append(grown)
+                        nxt.append(grown)
+        frontier = nxt
+    if found[-1] != (1 << n) - 1:
+        return None  # a cycle: some nodes never become addable
+    bits = np.array([[(i >> v) & 1 for v in range(n)] for i in found], dtype=bool)
+    return bits.reshape(len(found), n)
+
+
+def ideal_costs(problem: PlacementProblem, member: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(comm, subset)`` over pairs of ideals ``(a, b)``: the stage ``b \\ a``'s receive + send seconds,
+    and whether ``a ⊆ b`` (only those pairs are stages).
+
+    With ideals, a tensor from ``s`` is received by the stage iff ``s ∈ a`` and
+    a consumer is in ``b`` but not ``a``, and sent iff ``s ∈ b \\ a`` and a
+    consumer is outside ``b`` (the same rule as :func:`boundary_costs`).
+    """
+    tau = _transfer_s(problem)
+    keep = [i for i, c in enumerate(tau) if c > 0]
+    N, n = member.shape
+    f = member.astype(np.float64)
+    subset = (f @ (~member).T.astype(np.float64)) == 0
+    comm = np.zeros((N, N))
+    if keep:
+        tensors = [problem.tensors[i] for i in keep]
+        cost = tau[keep]
+        src = np.array([t.src for t in tensors])
+        consumers = np.zeros((n, len(tensors)))
+        for j, t in enumerate(tensors):
+            consumers[list(set(t.dsts)), j] = 1.0
+        has_src = member[:, src]  # (N, T)
+        count = f @ consumers  # consumers of each tensor inside each ideal
+        all_in = count >= consumers.sum(axis=0)[None, :] - 0.5
+        # sent: s in b, s not in a, some consumer outside b
+        out_b = has_src & ~all_in
+        comm += ((out_b * cost).sum(axis=1))[None, :] - (has_src * cost) @ out_b.T.astype(np.float64)
+        for a in range(N):  # received: s in a and b holds a consumer a lacks
+            w = has_src[a] * cost
+            if w.any():
+                comm[a] += (count > count[a] + 0.5) @ w
+    return comm, subset
+
+
+def _best_stages(p: PlacementProblem, member: np.ndarray, comm: np.ndarray, subset: np.ndarray) -> np.ndarray | None:
+    """Devices ``0 … k-1`` in turn each take the stage ``b \\ a`` between two ideals (possibly empty),
+    minimising the max load; the assignment, or ``None`` when no split fits."""
+    N = member.shape[0]
+    k = p.k
+    f = member.astype(np.float64)
+    mem = f @ np.asarray(p.memory_bytes, dtype=float)
     seg_mem = mem[None, :] - mem[:, None]
-    best = np.full(n + 1, np.inf)
-    best[0] = 0.0  # before any device, only the empty prefix
-    choices = np.zeros((k, n + 1), dtype=int)
+    best = np.full(N, np.inf)
+    best[0] = 0.0  # ideal 0 is the empty set: before any device, nothing is placed
+    choices = np.zeros((k, N), dtype=int)
     for m in range(k):
-        col = np.asarray(p.compute_s[order, m], dtype=float)
-        bad = np.concatenate([[0], np.cumsum(~np.isfinite(col))])
-        work = np.concatenate([[0.0], np.cumsum(np.where(np.isfinite(col), col, 0.0))])
+        col = np.asarray(p.compute_s[:, m], dtype=float)
+        bad = f @ (~np.isfinite(col)).astype(np.float64)
+        work = f @ np.where(np.isfinite(col), col, 0.0)
         cost = work[None, :] - work[:, None] + comm
-        ok = upper & (bad[None, :] == bad[:, None]) & (seg_mem <= p.capacity_bytes[m] * (1 + 1e-9))
+        ok = subset & (np.abs(bad[None, :] - bad[:, None]) < 0.5) & (seg_mem <= p.capacity_bytes[m] * (1 + 1e-9))
         cost = np.where(ok, cost, np.inf)
         np.fill_diagonal(cost, 0.0)  # device m takes nothing
         total = np.maximum(best[:, None], cost)
         choices[m] = np.argmin(total, axis=0)
-        best = total[choices[m], np.arange(n + 1)]
-    if not np.isfinite(best[n]):
+        best = total[choices[m], np.arange(N)]
+    full = N - 1  # the last ideal is every node
+    if not np.isfinite(best[full]):
         return None
-    a = np.zeros(n, dtype=int)
-    j = n
+    a = np.zeros(p.n, dtype=int)
+    j = full
     for m in range(k - 1, -1, -1):
         i = int(choices[m, j])
-        a[order[i:j]] = m
+        a[member[j] & ~member[i]] = m
         j = i
-    return finish(p, a, "contiguous_dp", t0, options)
+    return a
+
+
+@solver("contiguous_dp", requires=(small_enough,))
+def contiguous_dp(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
+    """The best split into contiguous stages on devices ``0 … k-1`` (max load), by dynamic programming.
+
+    Over every ideal of the nodes' dependency order when there are few
+    enough (``ideals² × (nodes + tensors)`` at most :data:`MAX_IDEAL_WORK`:
+    Tarnawski et al.'s DP, exact over all contiguous splits), else over the
+    prefixes of ``problem.order`` (one topological order).
+    """
+    t0 = time.perf_counter()
+    p = problem
+    n = p.n
+    limit = int(np.sqrt(MAX_IDEAL_WORK / max(1, n + len(p.tensors))))
+    member = ideals(p, limit) if limit > n + 1 else None
+    if member is not None:
+        comm, subset = ideal_costs(p, member)
+    else:
+        order = np.asarray(p.order, dtype=int)
+        pos = np.empty(n, dtype=int)
+        pos[order] = np.arange(n)
+        member = np.zeros((n + 1, n), dtype=bool)  # prefix i of the order: its first i nodes
+        for i in range(1, n + 1):
+            member[i] = member[i - 1]
+            member[i, order[i - 1]] = True
+        comm = boundary_costs(p, pos)
+        subset = np.triu(np.ones((n + 1, n + 1), dtype=bool))
+    a = _best_stages(p, member, comm, subset)
+    return None if a is None else finish(p, a, "contiguous_dp", t0, options)
