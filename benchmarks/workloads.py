@@ -95,7 +95,7 @@ def dense_cnn(size: int = 32, blocks: int = 3, layers: int = 6, growth: int = 32
         h = keras.layers.Concatenate(name=f"d{b}_out")(feats)
         if b < blocks - 1:
             h = keras.layers.Conv2D(2 * growth, 1, name=f"t{b}_conv")(h)
-            h = keras.layers.AveragePooling2D(name=f"t{b}_pool")(h)
+            h = keras.layers.AveragePooling2D(2, name=f"t{b}_pool")(h)
     h = keras.layers.GlobalAveragePooling2D(name="gap")(h)
     return keras.Model(inp, keras.layers.Dense(10, name="classifier")(h), name="dense_cnn")
 

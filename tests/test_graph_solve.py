@@ -327,3 +327,32 @@ def test_op_graph_edges_carry_each_tensor_apart():
     g.edges["a", "b"]["tensor_bytes"] = (4,)
     with pytest.raises(CostError, match="names 2 tensors but gives 1 'tensor_bytes'"):
         build_problem(g, as_device_set(["/CPU:0"]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 6), k=st.integers(2, 3),
+       latency=st.sampled_from([0.0, 1e-4, 1e-2]), bandwidth=st.sampled_from([1e4, 1e6, 1e9]))
+def test_latency_bound_with_transfers_never_exceeds_the_best_schedule(seed, n, k, latency, bandwidth):
+    # real links: the bound counts transfers an op cannot avoid, and must stay below every simulated plan
+    from placer.core.objectives import critical_path_bound, makespan
+    from placer.core.devices import resolve_devices
+
+    g = random_graph(seed, n, mem=False)
+    devices = resolve_devices([DeviceSpec(f"/CPU:{i}", latency_s=latency, bandwidth_bytes_per_s=bandwidth)
+                               for i in range(k)])
+    problem = build_problem(g, devices).problem
+    best = min(makespan(problem, np.array(a)) for a in itertools.product(range(k), repeat=problem.n))
+    assert critical_path_bound(problem) <= best * (1 + 1e-9) + 1e-12
+
+
+def test_latency_bound_counts_a_transfer_that_cannot_be_avoided():
+    # two 1 s branches meeting in c: run apart they pay the 10 s link, together they take 2 s
+    from cost_models import TensorEdge
+    from placer.core.objectives import critical_path_bound
+    from placer.core.problem import PlacementProblem
+
+    p = PlacementProblem.build(names=list("abc"), compute_s=np.array([[1.0, 1.0], [1.0, 1.0], [0.0, 0.0]]),
+                               memory_bytes=np.zeros(3), capacity_bytes=np.full(2, np.inf),
+                               tensors=[TensorEdge(0, (2,), 10.0), TensorEdge(1, (2,), 10.0)],
+                               bandwidth=np.ones((2, 2)), latency=np.zeros((2, 2)))
+    assert critical_path_bound(p) == 2.0  # free links would give 1 s

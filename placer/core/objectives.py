@@ -98,12 +98,56 @@ def makespan(problem: PlacementProblem, assignment: np.ndarray) -> float:
     return res.step_time_s
 
 
+def _least_transfer_s(problem: PlacementProblem, tensors) -> np.ndarray:
+    """Per tensor: the least time it takes to cross any link (0 for an empty tensor)."""
+    off = ~np.eye(problem.k, dtype=bool)
+    lat = np.asarray(problem.latency, dtype=float)[off]
+    inv = 1.0 / np.asarray(problem.bandwidth, dtype=float)[off]
+    return np.array([0.0 if t.nbytes <= 0 else float((t.count * lat + t.nbytes * inv).min()) for t in tensors])
+
+
+def _earliest(edges, times: np.ndarray, best: np.ndarray, delay: np.ndarray | None, *, after: bool) -> float:
+    """A lower bound of when an op can start given its predecessors (``after``: of the time needed after
+    it ends, given its successors), ``times`` being those of the neighbours.
+
+    Free transfers give ``max(times[u] + best[u])``. With transfer times (no
+    shared processor: one op at a time per device), each neighbour is either
+    on the op's device, where those run one after another (at least their
+    summed time past the least of their ``times``), or on another, adding
+    its least transfer time. Taking the neighbours by decreasing
+    ``times + best + transfer``, the colocated set that minimises this is
+    (by a bound monotone in it) a prefix, so the least over prefixes bounds
+    every choice.
+    """
+    if not edges:
+        return 0.0
+    slowest: dict[int, float] = {}  # neighbour -> its slowest transfer to us (each neighbour counted once)
+    for ti, u in edges:
+        slowest[u] = max(slowest.get(u, 0.0), 0.0 if ti < 0 or delay is None else float(delay[ti]))
+    nbr = np.fromiter(slowest, dtype=int, count=len(slowest))
+    own = times[nbr] + best[nbr]
+    free = float(own.max())
+    if delay is None:
+        return free
+    cross = own + np.fromiter(slowest.values(), dtype=float, count=len(slowest))
+    idx = np.argsort(-cross, kind="stable")
+    cross, dur = cross[idx], best[nbr][idx]
+    first = float(times[nbr].min())
+    # j neighbours colocated (the j with the largest cross times): max(next cross time, first + their work)
+    together = first + np.concatenate([[0.0], np.cumsum(dur)])
+    apart = np.concatenate([cross, [0.0]])
+    return max(free, float(np.maximum(apart, together).min()))
+
+
 def critical_path_bound(problem: PlacementProblem, grid: int = 48) -> float:
-    """A valid lower bound of any schedule's makespan (free transfers, every op at its fastest).
+    """A valid lower bound of any schedule's makespan (every op at its fastest).
 
     The largest of
 
-    * the critical path;
+    * the critical path, where an op's earliest start counts its inputs'
+      transfers unless those inputs run on its device, one after another
+      (:func:`_earliest`; without transfer times where devices share a
+      processor);
     * total work / devices (fewer where devices share a processor:
       :meth:`~placer.core.problem.PlacementProblem.parallel_devices`);
     * the two-sided "energy" bound: ops that cannot start before ``t``
@@ -131,12 +175,13 @@ def critical_path_bound(problem: PlacementProblem, grid: int = 48) -> float:
         return 0.0
     preds, succs = dependencies(sched.m, sched.tensors, sched.control)
     order = problem.schedule_order()
+    delay = _least_transfer_s(problem, sched.tensors) if not problem.shared and problem.k > 1 else None
     head = np.zeros(sched.m)  # earliest start
     for v in order:
-        head[v] = max((head[u] + best[u] for _, u in preds[v]), default=0.0)
+        head[v] = _earliest(preds[v], head, best, delay, after=False)
     tail = np.zeros(sched.m)  # time needed after v ends
     for v in order[::-1]:
-        tail[v] = max((best[w] + tail[w] for _, w in succs[v]), default=0.0)
+        tail[v] = _earliest(succs[v], tail, best, delay, after=True)
     k = problem.parallel_devices()
     bound = max(float((head + best + tail).max()), float(best.sum() / k))
     ts = np.unique(np.quantile(head, np.linspace(0, 1, grid)))
@@ -160,6 +205,9 @@ def critical_path_bound(problem: PlacementProblem, grid: int = 48) -> float:
 #: The memory objective's bound needs one max-flow per terminal beyond the first; above this many
 #: terminals it is not computed (the bound is then 0).
 MAX_CUT_TERMINALS = 8
+#: ... nor above this many flow-network nodes times flows (networkx's max flow took ~45 µs per network
+#: node on the 2-core reference machine: this keeps the bound near a second).
+MAX_CUT_WORK = 25_000
 
 
 def separation_bound(problem: PlacementProblem) -> float:
@@ -173,8 +221,12 @@ def separation_bound(problem: PlacementProblem) -> float:
     least of the max flows from ``T``'s heaviest node to each of the others
     (Lawler's gadget for tensors with several consumers; networkx's
     Boykov-Kolmogorov max flow). Kernels (devices a node may not use) are
-    ignored, which keeps it a bound. 0 when one device can hold everything
-    or ``T`` has more than :data:`MAX_CUT_TERMINALS` nodes.
+    ignored, which keeps it a bound. 0 when one device can hold everything,
+    ``T`` has more than :data:`MAX_CUT_TERMINALS` nodes, or the flows would
+    exceed :data:`MAX_CUT_WORK`. It is weak: the cheapest separation usually
+    moves one heavy weight alone, while a feasible plan must split the whole
+    graph (the LSTM seq2seq training step on 4 devices: 2.1 MB against a
+    plan of 18.4 MB).
 
     Examples
     --------
@@ -197,7 +249,7 @@ def separation_bound(problem: PlacementProblem) -> float:
         return 0.0
     heavy = np.argsort(-memory, kind="stable")
     need = int(np.searchsorted(np.cumsum(memory[heavy]), cap * (1 + 1e-9), side="right")) + 1
-    if need > MAX_CUT_TERMINALS:
+    if need > MAX_CUT_TERMINALS or (need - 1) * (problem.n + 2 * len(problem.tensors)) > MAX_CUT_WORK:
         return 0.0
     terminals = [int(v) for v in heavy[:need]]
     g = nx.DiGraph()
