@@ -331,13 +331,15 @@ def test_op_graph_edges_carry_each_tensor_apart():
 
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 6), k=st.integers(2, 3),
-       latency=st.sampled_from([0.0, 1e-4, 1e-2]), bandwidth=st.sampled_from([1e4, 1e6, 1e9]))
-def test_latency_bound_with_transfers_never_exceeds_the_best_schedule(seed, n, k, latency, bandwidth):
-    # real links: the bound counts transfers an op cannot avoid, and must stay below every simulated plan
+       latency=st.sampled_from([0.0, 1e-4, 1e-2]), bandwidth=st.sampled_from([1e4, 1e6, 1e9]),
+       coloc=st.sampled_from([0.0, 0.6]))
+def test_latency_bound_with_transfers_never_exceeds_the_best_schedule(seed, n, k, latency, bandwidth, coloc):
+    # real links (and colocation groups): the bound counts transfers an op cannot avoid and a group's
+    # work, and must stay below every simulated plan
     from placer.core.objectives import critical_path_bound, makespan
     from placer.core.devices import resolve_devices
 
-    g = random_graph(seed, n, mem=False)
+    g = random_graph(seed, n, mem=False, coloc=coloc)
     devices = resolve_devices([DeviceSpec(f"/CPU:{i}", latency_s=latency, bandwidth_bytes_per_s=bandwidth)
                                for i in range(k)])
     problem = build_problem(g, devices).problem

@@ -249,11 +249,13 @@ def _compute_row(node: Hashable, attrs: Mapping, devset: DeviceSet, allowed: fro
         raise CostError(f"node {node!r} has no {COMPUTE_US!r}; give its µs per run (a number or a dict kind -> µs)")
     us = attrs[COMPUTE_US]
     row = np.empty(len(devset))
+    per_kind = isinstance(us, Mapping)
+    scalar = None if per_kind else _number(us, f"node {node!r} {COMPUTE_US}", MAX_COMPUTE_US)
     for d, dev in enumerate(devset.devices):
         if allowed is not None and dev.kind not in allowed:
             row[d] = np.inf
             continue
-        if isinstance(us, Mapping):
+        if per_kind:
             if dev.kind not in us:
                 raise DeviceError(
                     f"node {node!r} has no {COMPUTE_US}[{dev.kind!r}] for device {dev.name}; known kinds "
@@ -261,7 +263,7 @@ def _compute_row(node: Hashable, attrs: Mapping, devset: DeviceSet, allowed: fro
                 )
             t = _number(us[dev.kind], f"node {node!r} {COMPUTE_US}[{dev.kind!r}]", MAX_COMPUTE_US)
         else:
-            t = _number(us, f"node {node!r} {COMPUTE_US}", MAX_COMPUTE_US)
+            t = scalar
         row[d] = t * 1e-6 / dev.speed
     return row
 

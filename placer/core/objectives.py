@@ -28,8 +28,8 @@ Examples
 >>> a = np.array([0, 0, 1])
 >>> [round(OBJECTIVES[o].value(p, a), 6) for o in ("latency", "throughput", "memory")]
 [2.001, 2.001, 1000.0]
->>> round(OBJECTIVES["latency"].lower_bound(p), 6)   # critical path a -> b
-2.0
+>>> round(OBJECTIVES["latency"].lower_bound(p), 6)   # a, then b beside it and c across the link
+2.001
 """
 
 from __future__ import annotations
@@ -101,14 +101,19 @@ def makespan(problem: PlacementProblem, assignment: np.ndarray) -> float:
 def _least_transfer_s(problem: PlacementProblem, tensors) -> np.ndarray:
     """Per tensor: the least time it takes to cross any link (0 for an empty tensor)."""
     off = ~np.eye(problem.k, dtype=bool)
-    lat = np.asarray(problem.latency, dtype=float)[off]
-    inv = 1.0 / np.asarray(problem.bandwidth, dtype=float)[off]
-    return np.array([0.0 if t.nbytes <= 0 else float((t.count * lat + t.nbytes * inv).min()) for t in tensors])
+    lat = np.unique(np.stack([np.asarray(problem.latency, dtype=float)[off],
+                              1.0 / np.asarray(problem.bandwidth, dtype=float)[off]], axis=1), axis=0)
+    nbytes = np.fromiter((t.nbytes for t in tensors), dtype=float, count=len(tensors))
+    count = np.fromiter((t.count for t in tensors), dtype=float, count=len(tensors))
+    least = np.full(len(tensors), np.inf)
+    for latency, inverse in lat:  # the distinct links (one when all are alike)
+        np.minimum(least, count * latency + nbytes * inverse, out=least)
+    return np.where(nbytes > 0, least, 0.0)
 
 
-def _earliest(edges, times: np.ndarray, best: np.ndarray, delay: np.ndarray | None, *, after: bool) -> float:
-    """A lower bound of when an op can start given its predecessors (``after``: of the time needed after
-    it ends, given its successors), ``times`` being those of the neighbours.
+def _earliest(edges, times: list[float], best: list[float], delay: list[float] | None) -> float:
+    """A lower bound of when an op can start given its predecessors ``edges`` (or, given its successors,
+    of the time needed after it ends), ``times`` being those of the neighbours.
 
     Free transfers give ``max(times[u] + best[u])``. With transfer times (no
     shared processor: one op at a time per device), each neighbour is either
@@ -117,26 +122,28 @@ def _earliest(edges, times: np.ndarray, best: np.ndarray, delay: np.ndarray | No
     its least transfer time. Taking the neighbours by decreasing
     ``times + best + transfer``, the colocated set that minimises this is
     (by a bound monotone in it) a prefix, so the least over prefixes bounds
-    every choice.
+    every choice. Pure Python: it runs once per op in both directions.
     """
     if not edges:
         return 0.0
+    if len(edges) == 1 or delay is None:
+        return max(times[u] + best[u] for _, u in edges)
     slowest: dict[int, float] = {}  # neighbour -> its slowest transfer to us (each neighbour counted once)
     for ti, u in edges:
-        slowest[u] = max(slowest.get(u, 0.0), 0.0 if ti < 0 or delay is None else float(delay[ti]))
-    nbr = np.fromiter(slowest, dtype=int, count=len(slowest))
-    own = times[nbr] + best[nbr]
-    free = float(own.max())
-    if delay is None:
+        c = 0.0 if ti < 0 else delay[ti]
+        if c >= slowest.get(u, -1.0):
+            slowest[u] = c
+    free = max(times[u] + best[u] for u in slowest)
+    if len(slowest) == 1:
         return free
-    cross = own + np.fromiter(slowest.values(), dtype=float, count=len(slowest))
-    idx = np.argsort(-cross, kind="stable")
-    cross, dur = cross[idx], best[nbr][idx]
-    first = float(times[nbr].min())
-    # j neighbours colocated (the j with the largest cross times): max(next cross time, first + their work)
-    together = first + np.concatenate([[0.0], np.cumsum(dur)])
-    apart = np.concatenate([cross, [0.0]])
-    return max(free, float(np.maximum(apart, together).min()))
+    cross = sorted(((times[u] + best[u] + c, u) for u, c in slowest.items()), reverse=True)
+    together = min(times[u] for u in slowest)  # all colocated so far run after the earliest of them
+    least = max(cross[0][0], together)  # j = 0: nothing colocated
+    for j, (_, u) in enumerate(cross):  # the first j + 1 colocated
+        together += best[u]
+        apart = cross[j + 1][0] if j + 1 < len(cross) else 0.0
+        least = min(least, max(apart, together))
+    return max(free, least)
 
 
 def critical_path_bound(problem: PlacementProblem, grid: int = 48) -> float:
@@ -150,6 +157,8 @@ def critical_path_bound(problem: PlacementProblem, grid: int = 48) -> float:
       processor);
     * total work / devices (fewer where devices share a processor:
       :meth:`~placer.core.problem.PlacementProblem.parallel_devices`);
+    * the largest node's work (its ops share one device, one at a time; a
+      shared processor's capacity's worth at once);
     * the two-sided "energy" bound: ops that cannot start before ``t``
       (longest path to them ≥ ``t``) and must end ``τ`` before the end
       (longest path after them ≥ ``τ``) fit between, so
@@ -176,14 +185,19 @@ def critical_path_bound(problem: PlacementProblem, grid: int = 48) -> float:
     preds, succs = dependencies(sched.m, sched.tensors, sched.control)
     order = problem.schedule_order()
     delay = _least_transfer_s(problem, sched.tensors) if not problem.shared and problem.k > 1 else None
-    head = np.zeros(sched.m)  # earliest start
-    for v in order:
-        head[v] = _earliest(preds[v], head, best, delay, after=False)
-    tail = np.zeros(sched.m)  # time needed after v ends
-    for v in order[::-1]:
-        tail[v] = _earliest(succs[v], tail, best, delay, after=True)
+    fastest = best.tolist()
+    delays = None if delay is None else delay.tolist()
+    head_l = [0.0] * sched.m  # earliest start
+    for v in order.tolist():
+        head_l[v] = _earliest(preds[v], head_l, fastest, delays)
+    tail_l = [0.0] * sched.m  # time needed after v ends
+    for v in order[::-1].tolist():
+        tail_l[v] = _earliest(succs[v], tail_l, fastest, delays)
+    head, tail = np.array(head_l), np.array(tail_l)
     k = problem.parallel_devices()
-    bound = max(float((head + best + tail).max()), float(best.sum() / k))
+    overlap = max([c for _, c in problem.shared], default=1.0)
+    largest_group = float(problem.compute_s.min(axis=1).max()) / overlap if problem.n else 0.0
+    bound = max(float((head + best + tail).max()), float(best.sum() / k), largest_group)
     ts = np.unique(np.quantile(head, np.linspace(0, 1, grid)))
     taus = np.unique(np.quantile(tail, np.linspace(0, 1, grid)))
     for t in ts:

@@ -54,7 +54,8 @@ def integer(name: str, value: Any, *, minimum: int = 0, maximum: int = 2**63 - 1
 def real(name: str, value: Any, *, minimum: float = 0.0, maximum: float = math.inf, strict: bool = False,
          error: type[AutoplaceError] = AutoplaceError) -> float:
     """``value`` as a finite ``float`` in ``[minimum, maximum]`` (``(minimum, maximum]`` with ``strict``)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    if type(value) is not float and type(value) is not int and (  # the common cases skip the ABC check
+            isinstance(value, bool) or not isinstance(value, numbers.Real)):
         raise error(f"{name} must be a number, got {value!r}")
     try:
         out = float(value)
