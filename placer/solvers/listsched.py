@@ -203,42 +203,7 @@ def _groups(st: _State) -> np.ndarray:
     return a
 
 
-#: ``group_heft`` declines a problem whose largest unit (after merging groups that depend on each other
-#: both ways) holds more than this share of the work: it could only return about one device's plan
-#: (a training graph whose variable groups hold both the forward read and the update).
-MAX_UNIT_SHARE = 0.5
-
-
-def _units(problem: PlacementProblem) -> tuple[np.ndarray, int, list[int]]:
-    """``(unit of each node, units, a topological order of the units)``: the condensation of the nodes'
-    dependencies (networkx), computed once per problem."""
-    import networkx as nx
-
-    def compute() -> tuple[np.ndarray, int, list[int]]:
-        g = nx.DiGraph()
-        g.add_nodes_from(range(problem.n))
-        g.add_edges_from((t.src, d) for t in problem.tensors for d in t.dsts if d != t.src)
-        g.add_edges_from((u, v) for u, v in problem.control if u != v)
-        cond = nx.condensation(g)
-        unit_of = np.array([cond.graph["mapping"][v] for v in range(problem.n)], dtype=int)
-        return unit_of, cond.number_of_nodes(), list(nx.topological_sort(cond))
-
-    return problem.memo("group_units", compute)
-
-
-def splittable_units(problem: PlacementProblem) -> str | None:
-    """Precondition: no unit of the condensed group graph holds more than :data:`MAX_UNIT_SHARE` of the work."""
-    unit_of, units, _ = _units(problem)
-    work = np.where(np.isfinite(problem.compute_s), problem.compute_s, np.nan)
-    per_node = np.nan_to_num(np.nanmin(work, axis=1)) if problem.n else np.zeros(0)
-    share = np.bincount(unit_of, weights=per_node, minlength=units).max() / max(per_node.sum(), 1e-300)
-    if problem.n and share > MAX_UNIT_SHARE:
-        return (f"groups that depend on each other both ways merge into one unit with {share:.0%} of the work "
-                "(it would place about that much on one device)")
-    return None
-
-
-@solver("group_heft", requires=(splittable_units,))
+@solver("group_heft")
 def group_heft(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
     """HEFT with each problem node (a colocation or coarse group) as one unit of decision.
 
@@ -263,9 +228,17 @@ def group_heft(problem: PlacementProblem, options: SolveOptions) -> Solution | N
     >>> sorted(s.assignment[1:].tolist()), round(s.objective, 6)
     ([0, 1], 1.0)
     """
+    import networkx as nx
+
     t0 = time.perf_counter()
     p = problem
-    unit_of, units, topo = _units(p)
+    g = nx.DiGraph()
+    g.add_nodes_from(range(p.n))
+    g.add_edges_from((t.src, d) for t in p.tensors for d in t.dsts if d != t.src)
+    g.add_edges_from((u, v) for u, v in p.control if u != v)
+    cond = nx.condensation(g)
+    unit_of = np.array([cond.graph["mapping"][v] for v in range(p.n)])
+    units = cond.number_of_nodes()
     members = [np.flatnonzero(unit_of == u) for u in range(units)]
     work = np.array([p.compute_s[m].sum(axis=0) for m in members]).reshape(units, p.k)
     memory = np.array([p.memory_bytes[m].sum() for m in members])
@@ -283,6 +256,7 @@ def group_heft(problem: PlacementProblem, options: SolveOptions) -> Solution | N
             succ_cost[su].append((0.0, du))
     finite = np.where(np.isfinite(work), work, np.nan)
     wbar = np.nan_to_num(np.nanmean(finite, axis=1)) if units else np.zeros(0)
+    topo = list(nx.topological_sort(cond))
     pos = np.empty(units, dtype=int)
     pos[topo] = np.arange(units)
     rank = np.zeros(units)
