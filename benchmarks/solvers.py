@@ -38,6 +38,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
@@ -91,6 +92,17 @@ def capacity(graph, k: int) -> int:
     return int(max(1.25 * total / k, 1.05 * max(groups.values(), default=0))) + 1
 
 
+def markdown_lines() -> tuple[list[str], Callable[[str], None]]:
+    """``(lines, emit)``: ``emit(s)`` prints a results line as it comes and keeps it for the results file."""
+    lines: list[str] = []
+
+    def emit(s: str = "") -> None:
+        print(s, flush=True)
+        lines.append(s)
+
+    return lines, emit
+
+
 def fmt(x: float) -> str:
     return "—" if x is None or not np.isfinite(x) else f"{x:.4g}"
 
@@ -123,12 +135,7 @@ def main() -> int:
     ap.add_argument("--out", default=str(HERE / "results" / "solvers.md"))
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    lines: list[str] = []
-
-    def emit(s: str = "") -> None:
-        print(s, flush=True)
-        lines.append(s)
-
+    lines, emit = markdown_lines()
     results = []
     graphs = {}
     if args.scale_only:

@@ -45,7 +45,7 @@ from placer.core.build import build_problem  # noqa: E402
 from placer.core.devices import resolve_devices  # noqa: E402
 from placer.errors import AutoplaceError  # noqa: E402
 from placer.solvers import SolveOptions, solve_problem  # noqa: E402
-from solvers import build_graph, fmt  # noqa: E402
+from solvers import build_graph, fmt, markdown_lines  # noqa: E402
 
 MODELS = ["lstm_seq2seq", "two_branch_cnn", "dense_cnn"]
 ALGORITHMS = ["single", "round_robin", "contiguous", "heft", "etf", "group_heft", "contiguous_dp"]
@@ -68,12 +68,7 @@ def main() -> int:
     ap.add_argument("--out", default=str(HERE / "results" / "solvers_colocation.md"))
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    lines: list[str] = []
-
-    def emit(s: str = "") -> None:
-        print(s, flush=True)
-        lines.append(s)
-
+    lines, emit = markdown_lines()
     emit("## Solver benchmark: large colocation groups (4 devices, links 100 µs + 250 bytes/µs, latency)")
     emit()
     emit("Simulated step in ms. `grouped`: ops in groups of 2+ ops (largest group), under `group_by` `op` "
