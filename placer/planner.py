@@ -18,9 +18,9 @@ Two independent 3 ms branches and a join, on two devices:
 >>> g.add_edges_from([("in", "left"), ("in", "right"), ("left", "join"), ("right", "join")], bytes=1024)
 >>> p = solve(g, ["/CPU:0", "/CPU:1"], time_limit_s=1.0)
 >>> p.assignment["left"] != p.assignment["right"], p.objective, p.status
-(True, 'latency', 'heuristic')
->>> round(p.value * 1e3, 3), round(p.lower_bound * 1e3, 3)   # ms, predicted: makespan, critical path
-(3.022, 3.002)
+(True, 'latency', 'optimal')
+>>> round(p.value * 1e3, 3), round(p.lower_bound * 1e3, 3)   # ms, predicted: makespan = bound
+(3.022, 3.022)
 >>> round(p.baselines["single"].value * 1e3, 3)
 6.002
 """
