@@ -41,7 +41,7 @@ import time
 
 import numpy as np
 
-from ..core.problem import PlacementProblem
+from ..core.problem import PlacementProblem, dependencies
 from .base import Solution, SolveOptions, finish
 from .registry import solver
 
@@ -120,14 +120,7 @@ def ideals(problem: PlacementProblem, limit: int) -> np.ndarray | None:
     order of size, then of discovery (deterministic).
     """
     n = problem.n
-    preds = [0] * n
-    for t in problem.tensors:
-        for d in t.dsts:
-            if d != t.src:
-                preds[d] |= 1 << t.src
-    for u, v in problem.control:
-        if u != v:
-            preds[v] |= 1 << u
+    preds = [sum({1 << u for _, u in edges}) for edges in dependencies(n, problem.tensors, problem.control)[0]]
     found = [0]
     seen = {0}
     frontier = [0]
@@ -239,9 +232,7 @@ def contiguous_dp(problem: PlacementProblem, options: SolveOptions) -> Solution 
         pos = np.empty(n, dtype=int)
         pos[order] = np.arange(n)
         member = np.zeros((n + 1, n), dtype=bool)  # prefix i of the order: its first i nodes
-        for i in range(1, n + 1):
-            member[i] = member[i - 1]
-            member[i, order[i - 1]] = True
+        member[:, order] = np.tri(n + 1, n, -1, dtype=bool)
         comm = boundary_costs(p, pos)
         subset = np.triu(np.ones((n + 1, n + 1), dtype=bool))
     a = _best_stages(p, member, comm, subset)
