@@ -17,6 +17,7 @@ import signal
 import sys
 import tempfile
 import time
+from dataclasses import replace
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -45,6 +46,13 @@ def plant(directory: str) -> str:
         with open(os.path.join(directory, pkg, "__init__.py"), "w") as f:
             f.write(f"open({marker!r}, 'w').write({pkg!r})\n")
     return marker
+
+
+def two_stages(plan: placer.Plan) -> placer.Plan:
+    """``plan`` with the towers on its first device and the head (concatenation, dense, output) on its second."""
+    first, second = plan.devices
+    return replace(plan, assignment={op: second if ("head" in op or "concatenate" in op or op.startswith("Identity"))
+                                     else first for op in plan.assignment})
 
 
 START = time.monotonic()
@@ -101,8 +109,10 @@ def main() -> None:
             m, ["/job:worker/replica:0/task:7/device:CPU:0"], batch_size=8, time_limit_s=1))
         # a two-stage pipeline of 4 micro-batches: bit-exact against the original on the same micro-batches
         progress("pipelined inference")
-        piped = placer.autoplace(m, devices, batch_size=8, time_limit_s=1, algorithm="contiguous", microbatches=4,
-                                 profile_cache=False)
+        # (the split is given: on real workers the measured link makes one device the better plan for a
+        # model this small, and this check is about running a pipeline across workers)
+        piped = placer.autoplace(m, devices, batch_size=8, microbatches=4, profile_cache=False,
+                                 plan=two_stages(placed.plan))
         ref_mb = np.concatenate([m(part, training=False).numpy() for part in np.split(x, 4)])
         out["pipelined_bit_exact"] = bool(np.array_equal(piped(x).numpy(), ref_mb))
         out["pipelined_devices"] = sorted(set(piped.plan.assignment.values()))
@@ -116,10 +126,11 @@ def main() -> None:
             k.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
         progress("pipelined training")
         trained = placer.autoplace(mt, devices, training=True, batch_size=8, microbatches=2, time_limit_s=1,
-                                   algorithm="contiguous", profile_cache=False)
+                                   algorithm="round_robin", profile_cache=False)
         ref_hist = twin.fit(xs, ys, batch_size=8, epochs=2, shuffle=False, verbose=0).history["loss"]
         got_hist = trained.fit(xs, ys, batch_size=8, epochs=2, shuffle=False, verbose=0).history["loss"]
         out["pipelined_training_rel"] = float(max(abs(a - b) / abs(b) for a, b in zip(got_hist, ref_hist)))
+        out["pipelined_training_devices"] = sorted(set(trained.plan.assignment.values()))
         out["pipelined_training_weights"] = float(max(np.abs(a - b).max() for a, b in
                                                       zip(trained.get_weights(), twin.get_weights())))
         out["healthy"] = timed_error(lambda: (placed.check_workers(), cluster.check()))

@@ -54,6 +54,7 @@ def test_two_pinned_workers_place_a_model_and_shut_down():
     assert out["bad_spec"]["error"] == "DeviceError", out["bad_spec"]
     assert out["missing_device"]["error"] == "DeviceError", out["missing_device"]
     assert out["pipelined_bit_exact"] and len(out["pipelined_devices"]) == 2, out
+    assert len(out["pipelined_training_devices"]) == 2, out
     assert out["pipelined_training_rel"] <= 1e-5 and out["pipelined_training_weights"] <= 1e-5, out
     workers = {f"/job:worker/replica:0/task:{i}/device:CPU:0" for i in range(2)}
     assert set(out["used_devices"]) == workers

@@ -66,6 +66,21 @@ def test_plan_round_trips_and_reapplies_without_solving(model, devices, placed, 
     assert np.array_equal(again(x).numpy(), p(x).numpy())
 
 
+def test_a_reapplied_plan_takes_microbatches_and_refuses_other_groupings(model, devices, placed):
+    p = placed["latency"].plan
+    assert p.microbatches == 1
+    piped = placer.autoplace(model, devices, batch_size=64, plan=p, microbatches=2)
+    assert piped.plan.microbatches == 2 and piped.plan.assignment == p.assignment
+    x = sample(model, 64, seed=5)
+    ref = np.concatenate([model(part, training=False).numpy() for part in np.split(x, 2)])
+    assert np.array_equal(piped(x).numpy(), ref)
+    other = "op" if p.group_by != "op" else "layer"
+    with pytest.raises(PlanError, match=f"made with group_by={p.group_by!r}, not {other!r}; drop group_by="):
+        placer.autoplace(model, devices, batch_size=64, plan=p, group_by=other)
+    with pytest.raises(PlanError, match="made with objective='latency', not 'memory'"):
+        placer.autoplace(model, devices, batch_size=64, plan=p, objective="memory")
+
+
 def test_a_plan_for_another_graph_names_the_ops_that_differ(devices, placed, tmp_path):
     other = multi_input()
     with pytest.raises(PlanError, match=r"\[solve stage\] the plan does not fit this graph: .* ops the graph lacks "

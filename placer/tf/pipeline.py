@@ -498,7 +498,9 @@ def autoplace(model: Any, devices: Sequence[Any], *, plan: Plan | str | os.PathL
     plan : Plan or path, optional
         A plan saved from an earlier placement of the same model
         (``placed.plan.save(path)``): it is re-applied without solving (and
-        re-scored with this run's costs).
+        re-scored with this run's costs). It runs as the micro-batches it was
+        made with unless ``microbatches=`` is given; ``group_by=`` or
+        ``objective=`` other than the plan's raise :class:`PlanError`.
     **options
         Fields of :class:`PlacementOptions`.
 
@@ -527,6 +529,10 @@ def autoplace(model: Any, devices: Sequence[Any], *, plan: Plan | str | os.PathL
     opts = options_from(options, PlacementOptions)
     given = _as_plan(plan)
     if given is not None:  # a re-applied plan is grouped and scored as it was made
+        for name in ("group_by", "objective"):
+            if name in options and options[name] != getattr(given, name):
+                raise PlanError(f"the plan was made with {name}={getattr(given, name)!r}, not "
+                                f"{options[name]!r}; drop {name}= to re-apply it, or solve again without plan=")
         opts = replace(opts, group_by=given.group_by, objective=given.objective)
     stages = StageTimer(progress=opts.progress)
     devset, shell, traced, input_specs, costs = _first_stages(model, devices, opts, stages)
@@ -535,7 +541,8 @@ def autoplace(model: Any, devices: Sequence[Any], *, plan: Plan | str | os.PathL
     built = stages.run("problem", build_problem, op_graph.graph, devset, group_by=opts.group_by)
     placed_plan = stages.run("solve", _solve, built, opts.plan_options(), given, traced.batch_size, opts.compression)
     placed_plan, small = stages.run("microbatches", _microbatches, model, built, placed_plan, devset, opts,
-                                    opts.microbatches if given is None else given.microbatches)
+                                    opts.microbatches if given is None or "microbatches" in options
+                                    else given.microbatches)
     if opts.measure_call:
         placed_plan = stages.run("calls", _call_overhead, traced, placed_plan)
     if opts.training and placed_plan.microbatches > 1:
