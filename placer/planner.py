@@ -30,15 +30,18 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Hashable, Mapping, Sequence
 
 import networkx as nx
 import numpy as np
 
+from cost_models import SimOptions
+
 from .core.build import DEFAULT_GROUP_BY, GROUPINGS, BuiltProblem, build_problem
 from .core.devices import DeviceSet
 from .core.graph_io import as_device_set
+from .core.microbatch import best_microbatches, simulate_pipeline
 from .core.objectives import DEFAULT_OBJECTIVE, OBJECTIVES, get_objective
 from .core.plan import BaselineResult, Plan
 from .core.problem import evaluate
@@ -288,6 +291,43 @@ def plan_problem(built: BuiltProblem, options: PlanOptions, *,
         predicted_peak_memory_bytes=tuple(float(x) for x in sim.peak_memory_bytes), baselines=baselines,
         log=tuple(attempts),
     )
+
+
+def pipeline_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_size: int,
+                  candidates: Sequence[int], *, small: Any = None, fallback: bool = True) -> Plan:
+    """``plan`` run as the candidate micro-batch count with the shortest predicted step; or one device.
+
+    With ``fallback`` and a time objective, one device (the single
+    baseline's) at its own best count is tried too: the solver spreads work for its objective (for
+    ``throughput``, the busiest device's load, which ignores how many
+    micro-batches fill the pipeline), while a batch runs as one step. The
+    plan with the shorter predicted step is returned, with
+    ``microbatches`` and ``predicted_step_time_s`` set; a fallback says so
+    in its ``log``.
+    """
+    a = built.group_assignment(plan.assignment)
+    m, step = best_microbatches(built, a, batch_size, candidates, small=small)
+    if fallback and options.objective != "memory" and len(np.unique(a)) > 1:
+        try:
+            one = solve_problem(built.problem, "single", options.solve_options(built))
+        except NoFeasiblePlanError as e:  # nothing fits one device: the spread plan stands
+            log.info("one device is not an alternative to the pipeline: %s", e)
+            one = None
+        if one is not None:
+            m1, step1 = best_microbatches(built, one.assignment, batch_size, candidates, small=small)
+            fits = not _over(simulate_pipeline(built, one.assignment, m1, SimOptions(), small=small,
+                                               batch_size=batch_size).peak_memory_bytes,
+                             built.problem.capacity_bytes).size
+            if fits and step1 < step:
+                note = (f"one device at {m1} micro-batch(es) is predicted faster ({1e3 * step1:.3f} ms) than the "
+                        f"{plan.solver} plan at its best {m} ({1e3 * step:.3f} ms): placed on one device")
+                log.info(note)
+                single = plan_problem(built, options, given=built.node_devices(one.assignment))
+                plan = replace(single, solver="single", status="heuristic", log=(*plan.log, note),
+                               baselines=plan.baselines, batch_size=plan.batch_size, compression=plan.compression,
+                               solve_time_s=plan.solve_time_s)
+                m, step = m1, step1
+    return replace(plan, microbatches=m, predicted_step_time_s=step if m > 1 else plan.predicted_step_time_s)
 
 
 def solve(graph: nx.DiGraph, devices: Sequence[Any] | DeviceSet, **options: Any) -> Plan:

@@ -4,6 +4,7 @@ The contract: a pipelined placed model gives, bit for bit, what the original mod
 micro-batches (the same kernels at the same sizes run), and the whole batch's outputs to rounding.
 """
 
+import networkx as nx
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -12,8 +13,11 @@ from hypothesis import strategies as st
 
 import placer
 from cost_models import SimOptions, TensorEdge, simulate
-from placer.core.microbatch import candidate_microbatches, pipelined_schedule
+from placer.core.build import build_problem
+from placer.core.graph_io import as_device_set
+from placer.core.microbatch import candidate_microbatches, pipelined_schedule, simulate_pipeline
 from placer.core.problem import Schedule
+from placer.planner import PlanOptions, pipeline_plan, plan_problem
 from placer.tf.microbatch import GATE_PREFIX, microbatch_sizes
 from tests.models import MODELS, sample
 
@@ -58,6 +62,57 @@ def test_two_stage_chain_overlaps_its_micro_batches():
                         options=SimOptions()).step_time_s == pytest.approx(expect)
     assert candidate_microbatches(12) == [1, 2, 3, 4, 6, 12]
     assert microbatch_sizes(44, 4) == [11, 11, 11, 11] and microbatch_sizes(5, 4) == [2, 1, 1, 1]
+
+
+def _chain_problem(link_bytes: float):
+    g = nx.DiGraph()
+    for v in "ab":
+        g.add_node(v, compute_us=1000.0)
+    g.add_edge("a", "b", bytes=link_bytes)
+    return build_problem(g, as_device_set(["/CPU:0", "/CPU:1"]))
+
+
+def test_a_pipeline_predicted_slower_than_one_device_falls_back_to_it():
+    # two 1 ms ops and a 4 MB tensor: the throughput objective splits them (busiest device 1.52 ms < 2 ms);
+    # unpipelined, the split step is 2.52 ms, and one device's 2 ms wins; in 4 micro-batches the split wins
+    built = _chain_problem(4e6)
+    opts = PlanOptions(objective="throughput", time_limit_s=1)
+    split = plan_problem(built, opts)
+    assert len(set(split.assignment.values())) == 2
+    one = pipeline_plan(built, split, opts, 4, [1])
+    assert set(one.assignment.values()) == {split.devices[0]} and one.solver == "single"
+    assert one.microbatches == 1 and one.predicted_step_time_s == pytest.approx(2e-3)
+    assert "predicted faster (2.000 ms)" in one.log[-1] and one.baselines == split.baselines
+    kept = pipeline_plan(built, split, opts, 4, [1], fallback=False)
+    assert kept.assignment == split.assignment and kept.predicted_step_time_s == pytest.approx(2.52e-3)
+    piped = pipeline_plan(built, split, opts, 4, [1, 2, 4])
+    assert piped.assignment == split.assignment and piped.microbatches == 4
+    assert piped.predicted_step_time_s < 2e-3
+    memory = PlanOptions(objective="memory", time_limit_s=1)  # no fallback for memory: time is not its aim
+    assert pipeline_plan(built, split, memory, 4, [1]).assignment == split.assignment
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 3), st.sampled_from([1e3, 1e5, 4e6]), st.sampled_from([[1], [1, 2], [1, 2, 4]]))
+def test_the_chosen_pipeline_is_never_predicted_slower_than_one_device(seed, link_bytes, candidates):
+    rng = np.random.default_rng(seed)
+    g = nx.gnp_random_graph(8, 0.3, seed=seed, directed=True)
+    dag = nx.DiGraph((u, v) for u, v in g.edges if u < v)
+    dag.add_nodes_from(range(8))
+    for v in dag:
+        dag.nodes[v]["compute_us"] = float(rng.integers(100, 2000))
+    for e in dag.edges:
+        dag.edges[e]["bytes"] = link_bytes
+    built = build_problem(dag, as_device_set(["/CPU:0", "/CPU:1", "/CPU:2"]))
+    opts = PlanOptions(objective="throughput", time_limit_s=0.5, seed=seed)
+    plan = plan_problem(built, opts)
+    out = pipeline_plan(built, plan, opts, 4, candidates)
+    single = np.zeros(built.problem.n, dtype=int)
+    best_single = min(simulate_pipeline(built, single, m).step_time_s for m in candidates)
+    a = built.group_assignment(plan.assignment)
+    best_plan = min(simulate_pipeline(built, a, m).step_time_s for m in candidates)
+    assert out.microbatches in candidates
+    assert out.predicted_step_time_s == pytest.approx(min(best_single, best_plan), rel=1e-9)
 
 
 @pytest.fixture(scope="module")

@@ -52,7 +52,7 @@ from ..core.devices import resolve_devices
 from ..core.plan import Plan
 from ..core.validate import MAX_BATCH_SIZE, MAX_TIME_LIMIT_S, integer, real
 from ..errors import AutoplaceError, InputSignatureError, PlanError, TrainingError
-from ..planner import MODEL_MEMORY, PlanOptions, options_from, plan_problem
+from ..planner import DEFAULT_SOLVER, MODEL_MEMORY, PlanOptions, options_from, pipeline_plan, plan_problem
 from .costs import ProfileOptions, compute_costs
 from .opgraph import build_op_graph
 from .placed_model import PlacedModel
@@ -323,17 +323,18 @@ def _solve(built: Any, options: PlanOptions, given: Plan | None, batch_size: int
 
 
 def _microbatches(model: Any, built: Any, plan: Plan, devset: Any, opts: PlacementOptions,
-                  microbatches: int | str) -> tuple[Plan, Any]:
+                  microbatches: int | str, fallback: bool) -> tuple[Plan, Any]:
     """The microbatches stage: how many micro-batches the plan runs as, and its pipelined predicted step.
 
     Op times on a micro-batch are not the batch's divided by ``m``: the ops are profiled again at the
-    smallest micro-batch tried (:class:`placer.core.microbatch.SmallBatchCosts`). Returns the plan and
-    those costs (``None`` without micro-batches).
+    smallest micro-batch tried (:class:`placer.core.microbatch.SmallBatchCosts`). With ``fallback``, one
+    device at its best count replaces the plan where it is predicted faster
+    (:func:`placer.planner.pipeline_plan`). Returns the plan and those costs (``None`` without micro-batches).
     """
     batch = int(plan.batch_size or 1)
     if microbatches == 1:
-        return plan, None
-    from ..core.microbatch import SmallBatchCosts, best_microbatches, candidate_microbatches
+        return pipeline_plan(built, plan, opts.plan_options(), batch, [1], fallback=fallback), None
+    from ..core.microbatch import SmallBatchCosts, candidate_microbatches
 
     if microbatches != "auto" and batch % int(microbatches):
         raise InputSignatureError(f"microbatches={microbatches} does not divide the batch size {batch}; pick "
@@ -367,11 +368,11 @@ def _microbatches(model: Any, built: Any, plan: Plan, devset: Any, opts: Placeme
             if name in row:
                 durations[i] = other.schedule.durations_s[row[name]]
         small = SmallBatchCosts(smallest, durations)
-    a = built.group_assignment(plan.assignment)
-    m, step = best_microbatches(built, a, batch, candidates, small=small)
+    out = pipeline_plan(built, plan, opts.plan_options(), batch, candidates, small=small, fallback=fallback)
     log.info("%d micro-batches per batch: predicted step %.3f ms (%.3f ms without; ops profiled again at "
-             "batch %d)", m, 1e3 * step, 1e3 * plan.predicted_step_time_s, smallest)
-    return replace(plan, microbatches=m, predicted_step_time_s=step), small
+             "batch %d)", out.microbatches, 1e3 * out.predicted_step_time_s, 1e3 * plan.predicted_step_time_s,
+             smallest)
+    return out, small
 
 
 def _first_stages(model: Any, devices: Sequence[Any], opts: PlacementOptions, stages: StageTimer) -> tuple[Any, ...]:
@@ -542,7 +543,8 @@ def autoplace(model: Any, devices: Sequence[Any], *, plan: Plan | str | os.PathL
     placed_plan = stages.run("solve", _solve, built, opts.plan_options(), given, traced.batch_size, opts.compression)
     placed_plan, small = stages.run("microbatches", _microbatches, model, built, placed_plan, devset, opts,
                                     opts.microbatches if given is None or "microbatches" in options
-                                    else given.microbatches)
+                                    else given.microbatches,
+                                    given is None and opts.algorithm == DEFAULT_SOLVER)
     if opts.measure_call:
         placed_plan = stages.run("calls", _call_overhead, traced, placed_plan)
     if opts.training and placed_plan.microbatches > 1:
