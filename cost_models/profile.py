@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Mapping, Sequence
@@ -325,7 +326,11 @@ class GraphProfiler:
         for node in gd.node:
             node.device = ""
         g = tf.Graph()
-        with g.as_default(), g.device(device):
+        # On a worker (``target``) a graph's variables outlive the session in the server's resource manager,
+        # named by container and variable name: a container of its own keeps two profiles from ever sharing
+        # (a second model's ``autoplace_var_3`` met the first's, of another dtype), and :meth:`close` frees it.
+        self._target, self._container = target, f"autoplace_profile_{uuid.uuid4().hex}"
+        with g.as_default(), g.device(device), g.container(self._container):
             input_map = {}
             self._feeds = {}
             for i, (name, value) in enumerate(feeds.items()):
@@ -367,8 +372,11 @@ class GraphProfiler:
         self.close()
 
     def close(self) -> None:
-        """Close the session (idempotent)."""
+        """Close the session and, on a worker, free this profile's variables there (idempotent)."""
         self._sess.close()
+        if self._target and self._container:
+            tf.compat.v1.Session.reset(self._target, [self._container])
+            self._container = ""
 
     def _traced_run(self) -> tf.compat.v1.RunMetadata:
         md = tf.compat.v1.RunMetadata()

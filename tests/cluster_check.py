@@ -27,6 +27,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import placer  # noqa: E402
+from cost_models.profile import GraphProfiler  # noqa: E402
 from placer.measure.cluster import LocalCluster  # noqa: E402
 from placer.measure.links import measure_link  # noqa: E402
 
@@ -53,6 +54,16 @@ def two_stages(plan: placer.Plan) -> placer.Plan:
     first, second = plan.devices
     return replace(plan, assignment={op: second if ("head" in op or "concatenate" in op or op.startswith("Identity"))
                                      else first for op in plan.assignment})
+
+
+def profile_with_variable(dtype: str, target: str, device: str) -> None:
+    """Profile, on ``target``, a graph reading one variable (``autoplace_var_0``) of ``dtype``."""
+    g = tf.Graph()
+    with g.as_default():
+        handle = tf.raw_ops.VarHandleOp(dtype=tf.as_dtype(dtype), shape=[2], name="v")
+        tf.identity(tf.raw_ops.ReadVariableOp(resource=handle, dtype=tf.as_dtype(dtype)), name="out")
+    GraphProfiler(g.as_graph_def(), {}, {"v:0": np.ones(2, dtype)}, ["out:0"], device=device, warmup=1,
+                  target=target).close()
 
 
 START = time.monotonic()
@@ -133,6 +144,11 @@ def main() -> None:
         out["pipelined_training_devices"] = sorted(set(trained.plan.assignment.values()))
         out["pipelined_training_weights"] = float(max(np.abs(a - b).max() for a, b in
                                                       zip(trained.get_weights(), twin.get_weights())))
+        # two profiles on one worker whose variables share a name but not a dtype (a second model placed in
+        # the same process): each profile's variables live in a container of its own on the worker
+        progress("two profiles with clashing variable names")
+        out["second_profile"] = timed_error(lambda: [profile_with_variable(dtype, f"grpc://{cluster.spec['worker'][0]}",
+                                                                           devices[0]) for dtype in ("int64", "float32")])
         out["healthy"] = timed_error(lambda: (placed.check_workers(), cluster.check()))
         pid = cluster.procs[1].pid
         progress("freezing worker 1")

@@ -53,6 +53,7 @@ def test_two_pinned_workers_place_a_model_and_shut_down():
     assert out["unreachable"]["error"] == "WorkerError" and out["unreachable"]["s"] < 30, out["unreachable"]
     assert out["bad_spec"]["error"] == "DeviceError", out["bad_spec"]
     assert out["missing_device"]["error"] == "DeviceError", out["missing_device"]
+    assert out["second_profile"]["error"] is None, out["second_profile"]
     assert out["pipelined_bit_exact"] and len(out["pipelined_devices"]) == 2, out
     assert len(out["pipelined_training_devices"]) == 2, out
     assert out["pipelined_training_rel"] <= 1e-5 and out["pipelined_training_weights"] <= 1e-5, out
