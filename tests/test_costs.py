@@ -2,6 +2,7 @@
 
 import json
 import logging
+from dataclasses import replace
 
 import keras
 import numpy as np
@@ -19,6 +20,7 @@ from cost_models.analytic import (
     op_flops_bytes,
 )
 from cost_models.cache import CacheKey, ProfileCache
+from placer.measure.hosts import runtime_factor
 from placer.tf.costs import ProfileOptions, compute_costs, op_shapes
 from placer.errors import CostError
 from placer.tf.trace import trace_model
@@ -84,10 +86,11 @@ def test_analytic_costs_for_absent_hardware(small_traced):
 
 
 def test_profile_cache_hit_and_foreign_entry(small_traced, tmp_path, caplog):
+    # the cache holds session profiles; the runtime factor (timed every run) is off here
     cache = ProfileCache(tmp_path)
-    first = compute_costs(small_traced, ["CPU"], ProfileOptions(repeats=1, seed=0, cache=cache))
+    first = compute_costs(small_traced, ["CPU"], ProfileOptions(repeats=1, seed=0, runtime=False, cache=cache))
     assert first.source["CPU"] == "measured"
-    second = compute_costs(small_traced, ["CPU"], ProfileOptions(repeats=1, seed=0, cache=cache))
+    second = compute_costs(small_traced, ["CPU"], ProfileOptions(repeats=1, seed=0, runtime=False, cache=cache))
     assert second.source["CPU"] == "measured (cached)" and second.us == first.us
     # an entry written for another TF version (e.g. copied between machines) is not used
     (entry,) = tmp_path.glob("profile-CPU-*.json")
@@ -95,14 +98,27 @@ def test_profile_cache_hit_and_foreign_entry(small_traced, tmp_path, caplog):
     doc["key"]["tf_version"] = "1.15.0"
     entry.write_text(json.dumps(doc))
     with caplog.at_level(logging.WARNING):
-        third = compute_costs(small_traced, ["CPU"], ProfileOptions(repeats=1, seed=0, cache=cache))
+        third = compute_costs(small_traced, ["CPU"], ProfileOptions(repeats=1, seed=0, runtime=False, cache=cache))
     assert third.source["CPU"] == "measured"
     assert "ignoring profile cache entry" in caplog.text
     assert cache.get(CacheKey("other-graph", "CPU", 16, "x")) is None
     # a profile taken with Grappler off is a different measurement: not a hit for the default (on)
-    off = compute_costs(small_traced, ["CPU"], ProfileOptions(repeats=1, seed=0, cache=cache, grappler=False))
+    off = compute_costs(small_traced, ["CPU"], ProfileOptions(repeats=1, seed=0, runtime=False, cache=cache, grappler=False))
     assert off.source["CPU"] == "measured" and len(list(tmp_path.glob("profile-CPU-*.json"))) == 2
-    assert compute_costs(small_traced, ["CPU"], ProfileOptions(repeats=1, seed=0, cache=cache, grappler=False)).us == off.us
+    assert compute_costs(small_traced, ["CPU"], ProfileOptions(repeats=1, seed=0, runtime=False, cache=cache, grappler=False)).us == off.us
+
+
+def test_the_runtime_factor_scales_measured_ops_to_a_timed_step(small_traced, tmp_path):
+    raw = compute_costs(small_traced, ["CPU"], ProfileOptions(repeats=1, cache=tmp_path, runtime=False))
+    assert raw.runtime_factor == {}
+    scaled = compute_costs(small_traced, ["CPU"], ProfileOptions(repeats=1, cache=tmp_path))  # the cached profile
+    factor = scaled.runtime_factor["CPU"]
+    assert scaled.source["CPU"] == "measured (cached)" and factor >= 1.0
+    assert scaled.us["CPU"].keys() == raw.us["CPU"].keys()
+    assert all(scaled.us["CPU"][n] == pytest.approx(us * factor) for n, us in raw.us["CPU"].items())
+    train = trace_model(keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)]), batch_size=2)
+    with pytest.raises(placer.DeviceError, match="forward pass, not a training step"):
+        runtime_factor(replace(train, step="train"), "/CPU:0", 1e-3)
 
 
 def test_autoplace_plans_with_an_analytic_spec_for_the_local_kind(devices):

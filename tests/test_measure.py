@@ -39,3 +39,5 @@ def test_measure_at_another_batch_has_no_prediction_and_bad_counts_are_refused(p
     assert other.batch_size == 8 and other.predicted_step_s is None and other.prediction_error is None
     with pytest.raises(placer.AutoplaceError, match="repeats"):
         placed.measure(repeats=0)
+    with pytest.raises(placer.TrainingError, match="this placement is for inference"):
+        placed.measure(np.ones((4, 16), "float32"), np.ones((4, 4), "float32"))

@@ -422,6 +422,31 @@ def test_train_on_batch_and_test_on_batch_follow_keras(trained, devices):
     close(placed.test_on_batch(x, y), ref.test_on_batch(x, y))
 
 
+def test_measure_times_the_training_step_and_restores_every_variable(trained, devices):
+    # a compiled model (its compile config) with integer targets, measured on a random batch
+    placed = trained["cnn"]["placed"]
+    state = [*placed.variables, *placed.optimizer.variables, *placed.metrics_variables]
+    before = [v.numpy().copy() for v in state]
+    m = placed.measure(repeats=3, warmup=1)
+    assert m.step == "train" and m.batch_size == BATCH and len(m.placed_s) == len(m.original_s) == 3
+    assert m.predicted_step_s == placed.plan.predicted_step_time_s and m.prediction_error is not None
+    assert all(np.array_equal(v.numpy(), b) for v, b in zip(state, before))
+    assert "training step measured at batch 8" in placed.summary()
+    entries = {e["what"]: e for e in validate_report(placed.report_data)["measurements"]}
+    assert set(entries) == {"placed model, training step", f"original model on {m.original_device}, training step"}
+    # optimizer= and loss= given to autoplace (the compile keyword path), the batch given
+    t = trained["transformer"]
+    other = placer.autoplace(t["model"], devices[:2], training=True, batch_size=BATCH, time_limit_s=1,
+                             optimizer=keras.optimizers.SGD(0.1), loss="mae", shared_capacity=None)
+    weights = [w.copy() for w in other.get_weights()]
+    got = other.measure(t["x"][:BATCH], t["y"][:BATCH], repeats=2, warmup=0)
+    assert got.step == "train" and min(got.placed_s + got.original_s) > 0
+    assert all(np.array_equal(a, b) for a, b in zip(other.get_weights(), weights))
+    assert int(other.optimizer.iterations.numpy()) == 0
+    with pytest.raises(placer.TrainingError, match="both x and y"):
+        other.measure(t["x"][:BATCH], repeats=1)
+
+
 def test_pipelined_training_refuses_batch_normalization_and_bad_counts(trained, devices):
     with pytest.raises(placer.TrainingError, match="microbatches=2 with batch normalization"):
         placer.autoplace(trained["cnn"]["model"], devices[:2], training=True, batch_size=BATCH, microbatches=2,

@@ -107,42 +107,77 @@ def measure_shared_capacity(traced: Any, devices: Sequence[str], *, rounds: int 
     DeviceError
         Fewer than two devices, or a training step (its copies would update the model's variables).
     """
-    from ..tf.costs import random_batch
-
     if len(devices) < 2:
         raise DeviceError(f"measuring a shared processor needs two or more devices, got {list(devices)}")
     if traced.step != "predict":
         raise DeviceError("the shared-processor capacity is measured with the forward pass, not a training step")
-    xs = [tf.constant(x) for x in random_batch(traced.input_specs, traced.batch_size, seed)]
-    one, every = _copies_function(traced, devices[:1]), _copies_function(traced, devices)
-    for _ in range(WARMUP):
-        for fn in (one, every):
-            _fetch(fn(*xs))
-    one_s: list[float] = []
-    all_s: list[float] = []
-    start = time.perf_counter()
-    for r in range(max(rounds, 3)):
-        if r >= 3 and time.perf_counter() - start > budget_s:
-            break
-        for fn, out in ((one, one_s), (every, all_s)):
-            t = time.perf_counter()
-            _fetch(fn(*xs))
-            out.append(time.perf_counter() - t)
+    one_s, all_s = _interleaved(traced, [devices[:1], devices], rounds, budget_s, seed)
     capacity = capacity_from_times(one_s, all_s, len(devices))
     log.info("shared processor of %d devices: capacity %.2f (one copy %.2f ms, %d at once %.2f ms, %d rounds)",
              len(devices), capacity, 1e3 * float(np.median(one_s)), len(devices), 1e3 * float(np.median(all_s)),
              len(one_s))
     if work_s is not None and work_s > 0:
-        from .links import plan_call_seconds
-
-        call_s = plan_call_seconds(traced, {op.name: devices[0] for op in traced.fixed.graph.get_operations()})
-        compute_s = float(np.median(one_s)) - call_s
+        compute_s = float(np.median(one_s)) - _call_seconds(traced, devices[0])
         if compute_s > 0:
             realised = round(float(min(max(work_s / compute_s, 1.0), len(devices))), 3)
             log.info("one copy realises %.2f ops' worth at once (ops %.2f ms, step less call %.2f ms)", realised,
                      work_s * 1e3, compute_s * 1e3)
             capacity = min(capacity, realised)
     return capacity
+
+
+def runtime_factor(traced: Any, device: str, work_s: float, *, rounds: int = DEFAULT_ROUNDS,
+                   budget_s: float = BUDGET_S, seed: int = 0) -> tuple[float, float]:
+    """How much slower this process's runtime runs ``traced`` on ``device`` than its profiled ops add up to.
+
+    ``(factor, step less call s)``: one copy of the forward graph, every op on ``device``, timed as a
+    ``tf.function`` (:data:`DEFAULT_ROUNDS` runs after :data:`WARMUP`), its fixed call cost
+    (:func:`placer.measure.links.plan_call_seconds`) taken off, over ``work_s``; at least 1 (a
+    device whose ops overlap may beat the sum, which the simulator's one-op-at-a-time device does not
+    model, so it is not scaled down).
+
+    Raises
+    ------
+    DeviceError
+        A training step (one copy would update the model's variables).
+    """
+    if traced.step != "predict":
+        raise DeviceError("the runtime factor is measured with the forward pass, not a training step")
+    (one_s,) = _interleaved(traced, [[device]], rounds, budget_s, seed)
+    compute_s = float(np.median(one_s)) - _call_seconds(traced, device)
+    factor = max(1.0, compute_s / work_s) if work_s > 0 else 1.0
+    log.info("runtime on %s: one step less its call %.3f ms, profiled ops %.3f ms: factor %.3f", device,
+             1e3 * compute_s, 1e3 * work_s, factor)
+    return factor, compute_s
+
+
+def _interleaved(traced: Any, placements: Sequence[Sequence[str]], rounds: int, budget_s: float,
+                 seed: int) -> list[list[float]]:
+    """Seconds per call of one copy of ``traced`` per device of each placement, the placements interleaved
+    (:data:`WARMUP` calls each first; at least 3 rounds, no new round after ``budget_s``)."""
+    from ..tf.costs import random_batch
+
+    xs = [tf.constant(x) for x in random_batch(traced.input_specs, traced.batch_size, seed)]
+    fns = [_copies_function(traced, devices) for devices in placements]
+    for _ in range(WARMUP):
+        for fn in fns:
+            _fetch(fn(*xs))
+    out: list[list[float]] = [[] for _ in fns]
+    start = time.perf_counter()
+    for r in range(max(rounds, 3)):
+        if r >= 3 and time.perf_counter() - start > budget_s:
+            break
+        for fn, times in zip(fns, out):
+            t = time.perf_counter()
+            _fetch(fn(*xs))
+            times.append(time.perf_counter() - t)
+    return out
+
+
+def _call_seconds(traced: Any, device: str) -> float:
+    from .links import plan_call_seconds
+
+    return plan_call_seconds(traced, {op.name: device for op in traced.fixed.graph.get_operations()})
 
 
 def _fetch(outs: Any) -> None:

@@ -44,6 +44,8 @@ class StepMeasurement:
         Where the original model ran (the plan's first device).
     predicted_step_s : float or None
         The cost model's step for this batch (``None`` when the plan was made at another batch size).
+    step : str
+        What was timed: ``"predict"`` (the forward pass) or ``"train"`` (one ``train_on_batch``).
     """
 
     placed_s: tuple[float, ...]
@@ -51,6 +53,7 @@ class StepMeasurement:
     batch_size: int
     original_device: str
     predicted_step_s: float | None
+    step: str = "predict"
 
     @property
     def placed_step_s(self) -> float:
@@ -79,9 +82,10 @@ class StepMeasurement:
         placed, placed_spread = _median_spread(self.placed_s)
         original, original_spread = _median_spread(self.original_s)
         common = {"repeats": len(self.placed_s), "batch_size": self.batch_size}
-        return ({"what": "placed model", "step_time_s": placed, "spread_s": placed_spread, **common,
+        what = "" if self.step == "predict" else ", training step"
+        return ({"what": f"placed model{what}", "step_time_s": placed, "spread_s": placed_spread, **common,
                  "predicted_step_time_s": self.predicted_step_s, "prediction_error": self.prediction_error},
-                {"what": f"original model on {self.original_device}", "step_time_s": original,
+                {"what": f"original model on {self.original_device}{what}", "step_time_s": original,
                  "spread_s": original_spread, **common, "speedup_of_placed": self.speedup})
 
     def summary(self) -> str:
@@ -91,7 +95,8 @@ class StepMeasurement:
         err = self.prediction_error
         pred = ("" if err is None else f"; predicted {self.predicted_step_s * 1e3:.3f} ms, "
                 f"{100 * err:+.1f}% off the measurement")
-        return (f"measured at batch {self.batch_size} ({len(self.placed_s)} interleaved runs): placed "
+        what = "" if self.step == "predict" else "training step "
+        return (f"{what}measured at batch {self.batch_size} ({len(self.placed_s)} interleaved runs): placed "
                 f"{placed * 1e3:.3f} ± {ps * 1e3:.3f} ms, original on {self.original_device} "
                 f"{original * 1e3:.3f} ± {os_ * 1e3:.3f} ms, measured speedup {self.speedup:.2f}x{pred}")
 
@@ -100,7 +105,8 @@ def _timed(fn: Callable[..., Any], args: Sequence[Any]) -> float:
     t = time.perf_counter()
     out = fn(*args)
     for x in tf.nest.flatten(out):
-        x.numpy()  # the step is done when its outputs are on the host
+        if hasattr(x, "numpy"):  # the step is done when its outputs are on the host (floats already are)
+            x.numpy()
     return time.perf_counter() - t
 
 

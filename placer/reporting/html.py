@@ -438,8 +438,11 @@ def render_html(data: Mapping[str, Any]) -> str:
             parts.append("<p>Link speeds are <b>assumed</b> (defaults or the DeviceSpec's values), not measured.</p>")
     cm = data.get("cost_model")
     if cm:
+        factors = cm.get("runtime_factor") or {}
         parts += ["<h2>Where the costs come from</h2>",
-                  _table(["device kind", "op times"], sorted(cm.get("compute", {}).items()))]
+                  _table(["device kind", "op times", "scaled to the runtime's measured step"],
+                         [(kind, src, f"×{factors[kind]:.3f}" if kind in factors else "not measured")
+                          for kind, src in sorted(cm.get("compute", {}).items())])]
         unknown = cm.get("analytic_unknown_op_types") or {}
         if unknown:
             parts.append("<p>Op types without an analytic formula (estimated from bytes): "

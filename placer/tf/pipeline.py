@@ -96,9 +96,9 @@ class PlacementOptions:
     compression_error : float
         ``auto``'s error budget: the largest per-tensor relative error
         (``max|decoded - x| / max|x|``) a codec may introduce.
-    profile_repeats, profile_grappler, profile_cache, hardware
+    profile_repeats, profile_grappler, profile_cache, profile_runtime, hardware
         How op costs are obtained: :class:`placer.tf.costs.ProfileOptions`'
-        ``repeats``, ``grappler``, ``cache`` and ``hardware`` (same defaults).
+        ``repeats``, ``grappler``, ``cache``, ``runtime`` and ``hardware`` (same defaults).
     training : bool
         Plan and place the whole training step (Keras' ``train_step``:
         forward, loss, gradients, optimizer update) so that ``fit`` and
@@ -173,6 +173,7 @@ class PlacementOptions:
     profile_repeats: int = ProfileOptions.repeats
     profile_grappler: bool = ProfileOptions.grappler
     profile_cache: bool | str | os.PathLike = ProfileOptions.cache
+    profile_runtime: bool = ProfileOptions.runtime
     hardware: Mapping[str, Any] | None = None
     training: bool = False
     optimizer: Any = None
@@ -192,7 +193,7 @@ class PlacementOptions:
         if self.progress is not None and not callable(self.progress):
             raise AutoplaceError(f"progress must be a callable progress(stage, seconds), got {self.progress!r}")
         object.__setattr__(self, "replicas", integer("replicas", self.replicas, minimum=1, error=TrainingError))
-        for flag in ("training", "profile_grappler", "calibrate_links", "measure_call"):
+        for flag in ("training", "profile_grappler", "profile_runtime", "calibrate_links", "measure_call"):
             if not isinstance(getattr(self, flag), bool):
                 raise AutoplaceError(f"{flag} must be True or False, got {getattr(self, flag)!r}")
         if self.batch_size is not None:
@@ -234,7 +235,7 @@ class PlacementOptions:
     def profile_options(self) -> ProfileOptions:
         """The costs stage's options."""
         return ProfileOptions(repeats=self.profile_repeats, grappler=self.profile_grappler, cache=self.profile_cache,
-                              hardware=self.hardware, seed=self.seed)
+                              hardware=self.hardware, seed=self.seed, runtime=self.profile_runtime)
 
 
 #: The stages of :func:`autoplace`, in order; :func:`profile` runs :data:`PROFILE_STAGES`.

@@ -71,6 +71,30 @@ class _Origin:
         self.model = model
 
 
+def fresh_copy(obj: Any) -> Any:
+    """A fresh Keras object with ``obj``'s configuration (strings and callables are kept)."""
+    if isinstance(obj, (str, type(None))) or not hasattr(obj, "get_config"):
+        return obj
+    return keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(obj))
+
+
+def one_device_twin(model: Any, weights: Sequence[Any], compile_kwargs: Mapping[str, Any] | None,
+                    compile_config: Mapping[str, Any] | None, device: str) -> Any:
+    """A clone of ``model`` with ``weights``, every variable on ``device``, compiled with the given settings
+    (fresh optimizer and metrics): what one device trains, for :meth:`PlacedModel.measure`."""
+    with tf.device(device):
+        twin = keras.models.clone_model(model)
+        twin.set_weights(weights)
+        if compile_config is not None:
+            twin.compile_from_config(dict(compile_config))
+        else:
+            kwargs = dict(compile_kwargs or {})
+            kwargs["optimizer"] = fresh_copy(kwargs.get("optimizer"))
+            kwargs["metrics"] = tf.nest.map_structure(fresh_copy, kwargs.get("metrics"))
+            twin.compile(**kwargs)
+    return twin
+
+
 @dataclass
 class _Placement:
     """What placement gave the shell (mutable: functions are added as new batch structures arrive)."""
@@ -88,6 +112,7 @@ class _Placement:
     planned: EmittedModel | None = None  # the function of the planned trace
     report: Report | None = None
     measurement: StepMeasurement | None = None  # the last placed.measure(x)
+    data_structure: Any = None  # a training placement: the planned step's (x, y) specs
 
 
 REPLICA_SCOPE = "replica"
@@ -204,6 +229,7 @@ class PlacedModel(keras.Model):
         object.__setattr__(self, "_placement", None)
         object.__setattr__(self, "_tracing", False)
         object.__setattr__(self, "_replica_groups", ())
+        object.__setattr__(self, "_compile_settings", (None, None))
 
     # -- the shell: what tracing sees -------------------------------------------
     def call(self, inputs: Any, training: bool = False) -> Any:  # noqa: D102  (see __call__)
@@ -226,6 +252,7 @@ class PlacedModel(keras.Model):
         the same settings) is given. ``sample_batch`` is one ``(x, y)`` batch
         of arrays, used only for shapes.
         """
+        object.__setattr__(self, "_compile_settings", (compile_kwargs, compile_config))  # for measure()
         names = getattr(self._origin.model, "output_names", None)
         if names:  # Keras names per-output losses and metrics after them ("o1_loss", "o1_mae")
             self.output_names = list(names)
@@ -312,6 +339,7 @@ class PlacedModel(keras.Model):
         emitted = (self._forward(False) if traced.step == "predict"
                    else self._step_function(traced.step, traced.data_structure))
         self._placement.planned = emitted
+        self._placement.data_structure = traced.data_structure
         _say_what_compression_did(compression, emitted)
         return emitted
 
@@ -660,17 +688,28 @@ class PlacedModel(keras.Model):
         m = self._placed.measurement
         return self.plan.summary() + ("" if m is None else "\n" + m.summary())
 
-    def measure(self, x: Any = None, *, repeats: int = DEFAULT_REPEATS, warmup: int = DEFAULT_WARMUP,
-                seed: int = 0) -> StepMeasurement:
-        """Time the placed forward pass against the original model on ``x``, interleaved (measured, not predicted).
+    def measure(self, x: Any = None, y: Any = None, *, repeats: int = DEFAULT_REPEATS,
+                warmup: int = DEFAULT_WARMUP, seed: int = 0) -> StepMeasurement:
+        """Time the placed step against the original model's, interleaved (measured, not predicted).
 
-        ``x=None``: a random batch of the planning batch size (:func:`placer.tf.costs.random_batch`, ``seed``).
+        The step is the one the plan was made for. For inference, the placed forward pass on ``x``
+        against the original run as one graph function on the plan's first device. For a placement
+        of the training step, one ``train_on_batch(x, y)`` of this model against one of a copy of the
+        original (its current weights, the same compile settings, every variable on the plan's first
+        device): Keras' own step on both sides. Training steps change weights, so every variable of
+        this model (weights, optimizer slots and iterations, metric totals) is restored afterwards;
+        the user's model is never touched.
 
-        The original runs as one graph function on the plan's first device; each call's outputs are
-        fetched to the host, and the two alternate which goes first every round
-        (:func:`placer.measure.steps.measure_steps`). The result, with the cost model's prediction
-        beside it when ``x`` has the planning batch size, goes into :meth:`summary` and the report's
-        ``measurements``.
+        ``x=None`` (and ``y=None``): a random batch of the planning batch size
+        (:func:`placer.tf.costs.random_batch`, ``seed``). Each call's outputs are fetched to the host,
+        and the two alternate which goes first every round (:func:`placer.measure.steps.measure_steps`).
+        The result, with the cost model's prediction beside it when the batch is the planning batch
+        size, goes into :meth:`summary` and the report's ``measurements``.
+
+        Raises
+        ------
+        TrainingError
+            ``y`` for an inference placement, or only one of ``x`` and ``y`` for a training placement.
 
         Examples
         --------
@@ -686,6 +725,11 @@ class PlacedModel(keras.Model):
         repeats = integer("repeats", repeats, minimum=1, maximum=10**6)
         warmup = integer("warmup", warmup, minimum=0, maximum=10**6)
         p = self._placed
+        if p.training:
+            return self._record(self._measure_training(x, y, repeats, warmup, seed))
+        if y is not None:
+            raise TrainingError("y is for measuring a training step; this placement is for inference: "
+                                "call measure(x), or place with training=True to time training")
         if x is None:
             x = random_batch(p.input_specs, p.plan.batch_size or 1, seed)
         args = self._as_inputs(x)
@@ -701,11 +745,43 @@ class PlacedModel(keras.Model):
                                              warmup=warmup)
         batch = int(args[0].shape[0])
         predicted = p.plan.predicted_step_time_s if batch == p.plan.batch_size else None
-        result = StepMeasurement(tuple(placed_s), tuple(original_s), batch, device, predicted)
+        return self._record(StepMeasurement(tuple(placed_s), tuple(original_s), batch, device, predicted))
+
+    def _record(self, result: StepMeasurement) -> StepMeasurement:
+        p = self._placed
         p.measurement = result
         if p.report is not None:
             p.report = replace(p.report, measurements=result.report_entries())
         return result
+
+    def _measure_training(self, x: Any, y: Any, repeats: int, warmup: int, seed: int) -> StepMeasurement:
+        """:meth:`measure` of a training placement: ``train_on_batch`` here and on a one-device twin."""
+        p = self._placed
+        if (x is None) != (y is None):
+            raise TrainingError("measure() of a training placement takes both x and y (a batch and its "
+                                "targets), or neither (a random batch of the planning size)")
+        if x is None:
+            specs = tf.nest.flatten(p.data_structure)
+            x, y = tf.nest.pack_sequence_as(p.data_structure, random_batch(specs, p.plan.batch_size or 1, seed))
+        device = p.plan.devices[0]
+        twin = one_device_twin(self._origin.model, self.get_weights(), *self._compile_settings, device)
+        state = [*self.variables, *self.optimizer.variables, *self.metrics_variables]
+        saved = [v.numpy() for v in state]
+
+        def original() -> Any:
+            with tf.device(device):
+                return twin.train_on_batch(x, y)
+
+        try:
+            placed_s, original_s = measure_steps(lambda: self.train_on_batch(x, y), original, (),
+                                                 repeats=repeats, warmup=warmup)
+        finally:  # the measurement trained this model: put every variable back
+            for v, value in zip(state, saved):
+                v.assign(value)
+        batch = int(tf.nest.flatten(x)[0].shape[0])
+        planned = p.plan.batch_size * max(len(self._replica_groups), 1) if p.plan.batch_size else None
+        predicted = p.plan.predicted_step_time_s if batch == planned and len(self._replica_groups) <= 1 else None
+        return StepMeasurement(tuple(placed_s), tuple(original_s), batch, device, predicted, step="train")
 
     def get_config(self) -> dict[str, Any]:
         raise UnsupportedError("a PlacedModel cannot be saved as a .keras file; use placed.export(path) for a "

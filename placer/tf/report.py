@@ -11,7 +11,7 @@ measured here, read from the profile cache, or estimated analytically.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
@@ -41,11 +41,15 @@ class CostSource:
         Whether measured op times were taken with TensorFlow's optimizer on.
     analytic_unknown_op_types : Mapping[str, tuple of str]
         Per analytic kind, op types without a formula (bytes-based estimate).
+    runtime_factor : Mapping[str, float]
+        Per measured kind, the factor its op times were scaled up by to match a timed step of the
+        runtime that runs the plan (:attr:`placer.tf.costs.ProfileOptions.runtime`; absent: not measured).
     """
 
     compute: Mapping[str, str]
     profiled_with_grappler: bool
     analytic_unknown_op_types: Mapping[str, tuple[str, ...]]
+    runtime_factor: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -103,7 +107,8 @@ class Report:
             "cost_model": {"compute": dict(self.costs.compute),
                            "profiled_with_grappler": self.costs.profiled_with_grappler,
                            "analytic_unknown_op_types": {k: list(v) for k, v in
-                                                         self.costs.analytic_unknown_op_types.items() if v}},
+                                                         self.costs.analytic_unknown_op_types.items() if v},
+                           "runtime_factor": dict(self.costs.runtime_factor)},
             "ops": list(self.ops),
             "edges": list(self.edges),
             "compressed_edges": list(self.compressed_edges),
@@ -150,7 +155,7 @@ def build_report(plan: Plan, op_graph: OpGraph, built: BuiltProblem, sim: SimRes
                    "latency_s": link.latency_s, "source": "calibrated" if (i, j) in devset.calibrated else "assumed",
                    "fit": None}
                   for (i, j), link in devset.links.items())
-    source = CostSource(dict(costs.source), grappler, dict(costs.unknown_op_types))
+    source = CostSource(dict(costs.source), grappler, dict(costs.unknown_op_types), dict(costs.runtime_factor))
     shared = tuple({"devices": [names[i] for i in sp.devices], "capacity": sp.capacity, "source": sp.source}
                    for sp in devset.shared)
     return Report(plan, graph_summary(op_graph), devices, sim.link_bytes, sim, source, links, ops, edges,

@@ -18,18 +18,11 @@ import numpy as np
 import tensorflow as tf
 
 from ..errors import InputSignatureError, TrainingError, UnsupportedError
-from .placed_model import PlacedModel
+from .placed_model import PlacedModel, fresh_copy
 from .trace import TracedModel, _normalise_specs, as_spec, check_model, is_shape, model_inputs, with_batch
 
 #: Compile settings a placed step cannot honour, and what they become.
 _PLACED_COMPILE = {"jit_compile": False, "run_eagerly": False, "steps_per_execution": 1}
-
-
-def _copy(obj: Any) -> Any:
-    """A fresh Keras object with ``obj``'s configuration (strings and callables are kept)."""
-    if isinstance(obj, (str, type(None))) or not hasattr(obj, "get_config"):
-        return obj
-    return keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(obj))
 
 
 def compile_settings(model: Any, *, optimizer: Any = None, loss: Any = None, metrics: Any = None,
@@ -70,9 +63,9 @@ def compile_settings(model: Any, *, optimizer: Any = None, loss: Any = None, met
         return None, {**config, **_PLACED_COMPILE}
     if optimizer is None or loss is None:
         raise TrainingError("give both optimizer= and loss= (or neither, to use the model's compile settings)")
-    copied_metrics = None if metrics is None else tf.nest.map_structure(_copy, metrics)
-    return {"optimizer": _copy(keras.optimizers.get(optimizer)), "loss": _copy(loss), "metrics": copied_metrics,
-            "loss_weights": loss_weights, **_PLACED_COMPILE}, None
+    copied_metrics = None if metrics is None else tf.nest.map_structure(fresh_copy, metrics)
+    return {"optimizer": fresh_copy(keras.optimizers.get(optimizer)), "loss": fresh_copy(loss),
+            "metrics": copied_metrics, "loss_weights": loss_weights, **_PLACED_COMPILE}, None
 
 
 def check_replicable(model: Any, replicas: int, batch_size: int, what: str = "replicas") -> None:
