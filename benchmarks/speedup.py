@@ -58,6 +58,25 @@ def median_spread(xs) -> tuple[float, float]:
     return float(q2), float((q3 - q1) / 2)
 
 
+def pipeline_ceiling(single_steps: dict[int, float], stages: int = 2) -> tuple[float, int]:
+    """``(speedup, m)``: the best a chain cut into ``stages`` equal stages can do in a GPipe pipeline.
+
+    ``single_steps``: measured steps of the whole model on one worker at ``m`` micro-batches. With
+    perfect balance and free transfers each stage takes ``single(m) / (m * stages)`` per
+    micro-batch, and the pipeline's step is ``(m + stages - 1)`` of those (training: the same for
+    its forward and its backward phase). The speedup is over the best single-worker step.
+
+    >>> pipeline_ceiling({1: 100.0, 2: 100.0, 4: 100.0})
+    (1.6, 4)
+    >>> pipeline_ceiling({1: 100.0})
+    (1.0, 1)
+    """
+    best = min(single_steps.values())
+    steps = {m: (m + stages - 1) * t / (m * stages) for m, t in single_steps.items()}
+    m = min(steps, key=lambda k: (steps[k], k))
+    return round(best / steps[m], 3), m
+
+
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import placer
@@ -185,6 +204,9 @@ def _run_case(case: str, args: argparse.Namespace, out, summary: list, devices: 
             f"{predicted_single / pred:.2f}x | {100 * (pred - med) / med:+.1f}% | {share} |")
     if auto is not None:
         ia = [label for label, _ in configs].index("autoplace")
+        ceiling, cm = pipeline_ceiling({int(configs[i][0].split("=")[1]): medians[i][0] for i in singles})
+        out(f"\n{case}: a perfect two-stage cut of the chain (balanced, transfers free) could reach at most "
+            f"{ceiling:.2f}x the best single worker, at m={cm} (from the measured single-worker steps above)\n")
         summary.append((case, medians[best][0] / medians[ia][0],
                         predicted_single / configs[ia][1].plan.predicted_step_time_s,
                         (configs[ia][1].plan.predicted_step_time_s - medians[ia][0]) / medians[ia][0],

@@ -131,8 +131,10 @@ def op_graph(name: str, training: bool, repeats: int = 3, batch: int | None = No
     tracer = trace_training_step if training else trace_model
     traced = tracer(model, batch_size=batch or default_batch)
     t1 = time.perf_counter()
-    # Every traced op timed on its own (Grappler off), as in the recorded solver tables.
-    costs = compute_costs(traced, ["CPU"], ProfileOptions(repeats=repeats, seed=0, grappler=False, cache=False)).us
+    # Every traced op timed on its own (Grappler off), as in the recorded solver tables; the session profile
+    # as it is (no runtime factor, which postdates those tables).
+    costs = compute_costs(traced, ["CPU"], ProfileOptions(repeats=repeats, seed=0, grappler=False, cache=False,
+                                                          runtime=False)).us
     t2 = time.perf_counter()
     og = build_op_graph(traced, costs)
     t3 = time.perf_counter()

@@ -417,6 +417,36 @@ class GraphProfiler:
             self._sess.run(self._fixed, self._feeds)
             self._calls.append(time.perf_counter() - t)
 
+    def step_round(self) -> None:
+        """One untraced step and one run of its fixed cost (``measure_step`` only; no op times).
+
+        Raises
+        ------
+        ValueError
+            The profiler was opened without ``measure_step``.
+        """
+        if not self._measure_step:
+            raise ValueError("step_round() needs a profiler opened with measure_step=True")
+        t = time.perf_counter()
+        self._sess.run(self._outs, self._feeds)
+        self._steps.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        self._sess.run(self._fixed, self._feeds)
+        self._calls.append(time.perf_counter() - t)
+
+    def step_compute_s(self, last: int | None = None) -> float:
+        """Median untraced step less the median fixed cost, over every round so far or the ``last`` ones (s).
+
+        Raises
+        ------
+        ValueError
+            No step was timed yet (no ``round`` or ``step_round`` with ``measure_step``).
+        """
+        if not self._steps:
+            raise ValueError("no untraced step timed yet; run round() or step_round() with measure_step=True")
+        n = len(self._steps) if last is None else max(int(last), 1)
+        return float(np.median(self._steps[-n:])) - float(np.median(self._calls[-n:]))
+
     def result(self) -> OpProfile:
         """Medians and spreads over the rounds run so far.
 

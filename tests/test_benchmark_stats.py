@@ -8,6 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from fidelity import ordered_pairs, sign_test_p, spearman, split_half  # noqa: E402
+from speedup import pipeline_ceiling  # noqa: E402
 
 
 def test_spearman_with_ties_and_reversal():
@@ -47,3 +48,11 @@ def test_split_half_tells_a_clear_order_from_noise():
     swap = [[1.0, 1.0, 1.0, 1.0], [2.0, 2.0, 2.0, 2.0], [3.0, 3.0, 3.5, 3.5], [3.5, 3.5, 3.0, 3.0], [5.0] * 4]
     rho, ok = split_half(swap, splits=50)
     assert ok == 1.0 and min(rho, 1.0) >= 0.9 - 1e-9
+
+
+def test_pipeline_ceiling_from_measured_single_worker_steps():
+    # benchmarks/results/speedup.md, ResNet50 inference on one worker at m = 1, 2, 4, 8 (ms)
+    speedup, m = pipeline_ceiling({1: 486.0, 2: 515.4, 4: 538.6, 8: 610.1})
+    assert m == 4 and speedup == pytest.approx(486.0 / (5 * 538.6 / 8), abs=1e-3)
+    assert speedup < 1.5  # the target is above what two such workers can give by pipelining
+    assert pipeline_ceiling({1: 10.0, 2: 10.0}, stages=3) == (pytest.approx(1.5, abs=1e-3), 2)

@@ -113,7 +113,7 @@ def test_the_runtime_factor_scales_measured_ops_to_a_timed_step(small_traced, tm
     assert raw.runtime_factor == {}
     scaled = compute_costs(small_traced, ["CPU"], ProfileOptions(repeats=1, cache=tmp_path))  # the cached profile
     factor = scaled.runtime_factor["CPU"]
-    assert scaled.source["CPU"] == "measured (cached)" and factor >= 1.0
+    assert scaled.source["CPU"] == "measured (cached)" and 1 / 3 <= factor <= 3
     assert scaled.us["CPU"].keys() == raw.us["CPU"].keys()
     assert all(scaled.us["CPU"][n] == pytest.approx(us * factor) for n, us in raw.us["CPU"].items())
     train = trace_model(keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)]), batch_size=2)

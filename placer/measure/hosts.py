@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -46,6 +46,9 @@ DEFAULT_ROUNDS = 7
 WARMUP = 2
 #: Stop adding rounds once a group's measurement has taken this long (at least 3 rounds run).
 BUDGET_S = 20.0
+#: The most :func:`runtime_factor` scales op times by, either way (a larger ratio is a broken measurement
+#: more likely than a runtime that different from its own profile).
+MAX_RUNTIME_FACTOR = 3.0
 
 
 def capacity_from_times(one_s: Sequence[float], all_s: Sequence[float], size: int) -> float:
@@ -54,8 +57,11 @@ def capacity_from_times(one_s: Sequence[float], all_s: Sequence[float], size: in
     return round(float(min(max(ratio, 1.0), size)), 3)
 
 
-def _copies_function(traced: Any, devices: Sequence[str]) -> Any:
-    """A ``tf.function`` running one copy of ``traced``'s fixed-batch forward graph per device, independently."""
+def _copies_function(traced: Any, devices: Sequence[str], variables: Mapping[str, Any] | None = None) -> Any:
+    """A ``tf.function`` running one copy of ``traced``'s fixed-batch forward graph per device, independently.
+
+    ``variables``: placeholder → the variable the copies read instead of the model's own (copies on a
+    worker, so that a step does not fetch every weight from this process)."""
     from ..tf.emit import IMPORT_PREFIX, tf_variable
 
     base = traced.fixed.graph.as_graph_def()
@@ -66,7 +72,8 @@ def _copies_function(traced: Any, devices: Sequence[str]) -> Any:
         for node in gd.node:
             node.device = device
         graph_defs.append(gd)
-    captures = [(ph, tf_variable(v).handle) for ph, v in traced.variables.items()] + list(traced.constants.items())
+    own = dict(traced.variables) if variables is None else dict(variables)
+    captures = [(ph, tf_variable(v).handle) for ph, v in own.items()] + list(traced.constants.items())
 
     def copies(*xs: tf.Tensor) -> list[tf.Tensor]:
         fg = tf.compat.v1.get_default_graph()
@@ -126,15 +133,21 @@ def measure_shared_capacity(traced: Any, devices: Sequence[str], *, rounds: int 
     return capacity
 
 
-def runtime_factor(traced: Any, device: str, work_s: float, *, rounds: int = DEFAULT_ROUNDS,
+def runtime_factor(traced: Any, device: str, session: Any, *, rounds: int = DEFAULT_ROUNDS,
                    budget_s: float = BUDGET_S, seed: int = 0) -> tuple[float, float]:
-    """How much slower this process's runtime runs ``traced`` on ``device`` than its profiled ops add up to.
+    """How much longer this process's runtime takes for ``traced``'s step on ``device`` than the profiling
+    session does: the factor the session's op times are scaled by.
 
-    ``(factor, step less call s)``: one copy of the forward graph, every op on ``device``, timed as a
-    ``tf.function`` (:data:`DEFAULT_ROUNDS` runs after :data:`WARMUP`), its fixed call cost
-    (:func:`placer.measure.links.plan_call_seconds`) taken off, over ``work_s``; at least 1 (a
-    device whose ops overlap may beat the sum, which the simulator's one-op-at-a-time device does not
-    model, so it is not scaled down).
+    Each round times one untraced step of ``session`` (an open
+    :class:`cost_models.profile.GraphProfiler` of the same graph, ``measure_step=True``) and, right
+    after, one copy of the forward graph as a ``tf.function`` with every op (and a copy of every
+    weight) on ``device``: the machine's drift hits both alike. The factor is the runtime's median
+    step less its fixed call cost (:func:`placer.measure.links.plan_call_seconds`) over the
+    session's median step less its fixed cost, clipped to ``1 / MAX_RUNTIME_FACTOR …
+    MAX_RUNTIME_FACTOR``; returned with that session figure (seconds), which tells how fast the
+    machine runs the session now (against a cached profile, say). Below 1 the runtime beat the session (its optimizer fused more, or a
+    device's threads overlapped ops); the simulator runs a device's ops one at a time, so scaling
+    them down is what makes its one-device step right.
 
     Raises
     ------
@@ -143,23 +156,38 @@ def runtime_factor(traced: Any, device: str, work_s: float, *, rounds: int = DEF
     """
     if traced.step != "predict":
         raise DeviceError("the runtime factor is measured with the forward pass, not a training step")
-    (one_s,) = _interleaved(traced, [[device]], rounds, budget_s, seed)
+    from ..tf.emit import tf_variable
+
+    with tf.device(device):  # the weights where the step runs, as a plan puts them (not read across processes)
+        copies = {ph: tf.Variable(tf_variable(v).read_value(), trainable=False) for ph, v in traced.variables.items()}
+    (one_s,) = _interleaved(traced, [[device]], rounds, budget_s, seed, copies, before=session.step_round)
     compute_s = float(np.median(one_s)) - _call_seconds(traced, device)
-    factor = max(1.0, compute_s / work_s) if work_s > 0 else 1.0
-    log.info("runtime on %s: one step less its call %.3f ms, profiled ops %.3f ms: factor %.3f", device,
-             1e3 * compute_s, 1e3 * work_s, factor)
-    return factor, compute_s
+    reference_s = session.step_compute_s(last=len(one_s))
+    ratio = compute_s / reference_s if reference_s > 0 else 1.0
+    factor = clip_runtime_factor(ratio)
+    log.info("runtime on %s: one step less its call %.3f ms, the profiling session's %.3f ms: factor %.3f",
+             device, 1e3 * compute_s, 1e3 * reference_s, factor)
+    return factor, reference_s
 
 
-def _interleaved(traced: Any, placements: Sequence[Sequence[str]], rounds: int, budget_s: float,
-                 seed: int) -> list[list[float]]:
+def clip_runtime_factor(factor: float) -> float:
+    """``factor`` within ``1 / MAX_RUNTIME_FACTOR … MAX_RUNTIME_FACTOR``."""
+    return min(max(factor, 1 / MAX_RUNTIME_FACTOR), MAX_RUNTIME_FACTOR)
+
+
+def _interleaved(traced: Any, placements: Sequence[Sequence[str]], rounds: int, budget_s: float, seed: int,
+                 variables: Mapping[str, Any] | None = None, *,
+                 before: Callable[[], None] | None = None) -> list[list[float]]:
     """Seconds per call of one copy of ``traced`` per device of each placement, the placements interleaved
-    (:data:`WARMUP` calls each first; at least 3 rounds, no new round after ``budget_s``)."""
+    (:data:`WARMUP` calls each first; at least 3 rounds, no new round after ``budget_s``); ``before()``
+    runs at the start of every round, warm-up included (other work to interleave, untimed here)."""
     from ..tf.costs import random_batch
 
     xs = [tf.constant(x) for x in random_batch(traced.input_specs, traced.batch_size, seed)]
-    fns = [_copies_function(traced, devices) for devices in placements]
+    fns = [_copies_function(traced, devices, variables) for devices in placements]
     for _ in range(WARMUP):
+        if before is not None:
+            before()
         for fn in fns:
             _fetch(fn(*xs))
     out: list[list[float]] = [[] for _ in fns]
@@ -167,6 +195,8 @@ def _interleaved(traced: Any, placements: Sequence[Sequence[str]], rounds: int, 
     for r in range(max(rounds, 3)):
         if r >= 3 and time.perf_counter() - start > budget_s:
             break
+        if before is not None:
+            before()
         for fn, times in zip(fns, out):
             t = time.perf_counter()
             _fetch(fn(*xs))

@@ -28,7 +28,7 @@ from cost_models.analytic import (
     estimate_graph,
 )
 from cost_models.cache import CacheKey, ProfileCache, default_cache_dir, fingerprint
-from cost_models.profile import profile_graph
+from cost_models.profile import GraphProfiler
 
 from ..errors import CostError
 from .trace import TracedModel
@@ -62,12 +62,15 @@ class ProfileOptions:
     runtime : bool
         Also time the forward pass as this process runs it (a
         ``tf.function`` on the profiled device, its fixed call cost taken
-        off: :func:`placer.measure.hosts.runtime_factor`) and, where that
-        takes longer than the profiled ops add up to, scale every op of the
-        kind up by the ratio: ops are profiled in a TF1 session, which ran
-        the demo's model 18–23% faster than the eager runtime that runs the
-        plan. Inference traces only (a copy of a training step would update
-        the variables). Measured every time (a few steps), cache or not.
+        off, its weights copied to the device), interleaved with untraced
+        steps of the profiling session, and scale every op of the kind by
+        the ratio (:func:`placer.measure.hosts.runtime_factor`): ops are
+        profiled in a TF1 session, which ran the demo's model 10–20% faster
+        than the eager runtime that runs the plan. A cached profile is also
+        scaled by the session's step now over the cached ops' sum (the
+        machine's drift since). Inference traces only (a copy of a training
+        step would update the variables). Measured every time (a few
+        steps), cache or not.
     """
 
     repeats: int = 5
@@ -97,7 +100,7 @@ class ComputeCosts:
     us: Mapping[str, Mapping[str, float]]
     source: Mapping[str, str]
     unknown_op_types: Mapping[str, tuple[str, ...]]
-    #: Kind → the factor its measured op times were scaled up by (:attr:`ProfileOptions.runtime`).
+    #: Kind → the factor its measured op times were scaled by (:attr:`ProfileOptions.runtime`).
     runtime_factor: Mapping[str, float] = field(default_factory=dict)
 
 
@@ -226,45 +229,47 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
             f"/device:{kind}:0", "")
         use_cache = cache if not target else None
         hit = use_cache.get(key, {n.name for n in gd.node} - mapped) if use_cache is not None else None
+        runtime = options.runtime and traced.step == "predict"
         if hit is not None:
             log.info("profile of %d ops on %s from the cache", len(hit.median_us), kind)
             us[kind], source[kind], unknown[kind] = dict(hit.median_us), "measured (cached)", ()
-            _runtime_scaled(traced, kind, device if target else _local_device(kind, devices), us, factors, options)
-            continue
+            if not runtime:
+                continue
         resources = {f"{ph}:0": var.value.numpy() for ph, var in traced.variables.items()}
         constants = {f"{ph}:0": t.numpy() for ph, t in traced.constants.items()}
         try:
-            prof = profile_graph(gd, feeds, resources, traced.output_names,
-                                 constants=constants, device=device, repeats=repeats, target=target,
-                                 grappler=grappler, measure_step=True)
+            with GraphProfiler(gd, feeds, resources, traced.output_names, constants=constants, device=device,
+                               target=target, grappler=grappler, measure_step=True,
+                               warmup=0 if hit is not None else 2) as prof:
+                if hit is None:
+                    for _ in range(repeats):
+                        prof.round()
+                    result = prof.result()
+                    calibrated = result.calibrated_us()
+                    log.info("%s: executor overhead %.1f µs per op (untraced step %.2f ms, kernels %.2f ms)", kind,
+                             result.overhead_us or 0.0, (result.step_s or 0.0) * 1e3, result.op_sum_s * 1e3)
+                    if use_cache is not None:
+                        cache.put(key, calibrated, result.spread_us)
+                    if target:
+                        log.info("%s ops profiled on %s (%s)", kind, device, target)
+                    us[kind], source[kind], unknown[kind] = calibrated, "measured", ()
+                if runtime:  # in the same session, its steps interleaved with the runtime's
+                    from ..measure.hosts import clip_runtime_factor, runtime_factor
+
+                    run_on = device if target else _local_device(kind, devices)
+                    factor, session_s = runtime_factor(traced, run_on, prof, seed=seed)
+                    if hit is not None:  # and how much slower the session runs now than when it was cached
+                        cached_s = sum(us[kind].values()) * 1e-6
+                        factor = clip_runtime_factor(factor * session_s / cached_s) if cached_s > 0 else factor
+                        log.info("%s: the session's step now %.3f ms, the cached ops %.3f ms: factor %.3f in all",
+                                 kind, 1e3 * session_s, 1e3 * cached_s, factor)
+                    factors[kind] = factor
+                    us[kind] = {name: t * factor for name, t in us[kind].items()}
         except ValueError as e:
             raise CostError(str(e)) from e
-        calibrated = prof.calibrated_us()
-        log.info("%s: executor overhead %.1f µs per op (untraced step %.2f ms, kernels %.2f ms)", kind,
-                 prof.overhead_us or 0.0, (prof.step_s or 0.0) * 1e3, prof.op_sum_s * 1e3)
-        if use_cache is not None:
-            cache.put(key, calibrated, prof.spread_us)
-        if target:
-            log.info("%s ops profiled on %s (%s)", kind, device, target)
-        us[kind], source[kind], unknown[kind] = calibrated, "measured", ()
-        _runtime_scaled(traced, kind, device if target else _local_device(kind, devices), us, factors, options)
     return ComputeCosts(us, source, unknown, factors)
 
 
 def _local_device(kind: str, devices: Sequence[str]) -> str:
     """The first of ``devices`` of ``kind`` (the planned ones), else this process's first device of it."""
     return next((d for d in devices if d.rsplit("/device:", 1)[-1].split(":")[0] == kind), f"/device:{kind}:0")
-
-
-def _runtime_scaled(traced: TracedModel, kind: str, device: str, us: dict[str, Mapping[str, float]],
-                    factors: dict[str, float], options: ProfileOptions) -> None:
-    """Scale ``us[kind]`` by :func:`placer.measure.hosts.runtime_factor` on ``device`` (see
-    :attr:`ProfileOptions.runtime`); the factor goes into ``factors``."""
-    if not options.runtime or traced.step != "predict":
-        return
-    from ..measure.hosts import runtime_factor
-
-    factor, _ = runtime_factor(traced, device, sum(us[kind].values()) * 1e-6, seed=options.seed)
-    factors[kind] = factor
-    if factor > 1:
-        us[kind] = {name: t * factor for name, t in us[kind].items()}

@@ -42,7 +42,7 @@ class CostSource:
     analytic_unknown_op_types : Mapping[str, tuple of str]
         Per analytic kind, op types without a formula (bytes-based estimate).
     runtime_factor : Mapping[str, float]
-        Per measured kind, the factor its op times were scaled up by to match a timed step of the
+        Per measured kind, the factor its op times were scaled by to match a timed step of the
         runtime that runs the plan (:attr:`placer.tf.costs.ProfileOptions.runtime`; absent: not measured).
     """
 
