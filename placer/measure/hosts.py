@@ -31,13 +31,16 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from ..core.devices import DeviceSet, SharedProcessor
 from ..errors import DeviceError
+
+if TYPE_CHECKING:
+    from cost_models.profile import GraphProfiler
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +136,7 @@ def measure_shared_capacity(traced: Any, devices: Sequence[str], *, rounds: int 
     return capacity
 
 
-def runtime_factor(traced: Any, device: str, session: Any, *, rounds: int = DEFAULT_ROUNDS,
+def runtime_factor(traced: Any, device: str, session: GraphProfiler, *, rounds: int = DEFAULT_ROUNDS,
                    budget_s: float = BUDGET_S, seed: int = 0) -> tuple[float, float]:
     """How much longer this process's runtime takes for ``traced``'s step on ``device`` than the profiling
     session does: the factor the session's op times are scaled by.
