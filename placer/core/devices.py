@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -145,12 +146,13 @@ class DeviceSpec:
                 object.__setattr__(self, attr, real(f"{self.name}: {attr}", v, strict=attr != "latency_s",
                                                     error=DeviceError))
 
-    @property
+    # Parsed from the (canonical, frozen) name once: the problem builder asks per node and device.
+    @cached_property
     def kind(self) -> str:
         """Device type (``CPU``, ``GPU``, …)."""
         return device_kind(self.name)
 
-    @property
+    @cached_property
     def host(self) -> str:
         """Process part of the name (``/job:…/replica:…/task:…``)."""
         return device_host(self.name)

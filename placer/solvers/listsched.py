@@ -32,9 +32,17 @@ from .registry import acyclic_schedule, solver
 
 
 def _mean_transfer_s(problem: PlacementProblem, tensors: Sequence[TensorEdge]) -> list[float]:
-    """Per tensor edge: its transfer time averaged over every ordered pair of distinct devices."""
-    off = [(i, j) for i in range(problem.k) for j in range(problem.k) if i != j]
-    return [float(np.mean([problem.transfer_s(t, i, j) for i, j in off])) if off else 0.0 for t in tensors]
+    """Per tensor edge: its transfer time averaged over every ordered pair of distinct devices
+    (:meth:`PlacementProblem.transfer_s` per pair, computed for all tensors at once)."""
+    k = problem.k
+    if k < 2 or not tensors:
+        return [0.0] * len(tensors)
+    off = ~np.eye(k, dtype=bool)
+    lat, bw = np.asarray(problem.latency)[off], np.asarray(problem.bandwidth)[off]
+    nbytes = np.array([t.nbytes for t in tensors], dtype=float)
+    count = np.array([t.count for t in tensors], dtype=float)
+    per_pair = count[:, None] * lat[None, :] + nbytes[:, None] / bw[None, :]
+    return np.where(nbytes > 0, per_pair.mean(axis=1), 0.0).tolist()
 
 
 class _State:
