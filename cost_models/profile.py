@@ -410,12 +410,7 @@ class GraphProfiler:
             if name in self._samples:
                 self._samples[name].append(dt)
         if self._measure_step:
-            t = time.perf_counter()
-            self._sess.run(self._outs, self._feeds)
-            self._steps.append(time.perf_counter() - t)
-            t = time.perf_counter()
-            self._sess.run(self._fixed, self._feeds)
-            self._calls.append(time.perf_counter() - t)
+            self.step_round()
 
     def step_round(self) -> None:
         """One untraced step and one run of its fixed cost (``measure_step`` only; no op times).
