@@ -298,10 +298,11 @@ def pipeline_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_s
     """``plan`` run as the candidate micro-batch count with the shortest predicted step; or one device.
 
     With ``fallback`` and a time objective, one device (the single
-    baseline's) at its own best count is tried too: the solver spreads work for its objective (for
-    ``throughput``, the busiest device's load, which ignores how many
-    micro-batches fill the pipeline), while a batch runs as one step. The
-    plan with the shorter predicted step is returned, with
+    baseline's) at its own best count is tried too: the solver spreads
+    work for its objective (for ``throughput``, the busiest device's load,
+    which ignores how many micro-batches fill the pipeline), while a batch
+    runs as one step. The plan with the shorter predicted step (one device
+    only where its simulated peak memory fits) is returned, with
     ``microbatches`` and ``predicted_step_time_s`` set; a fallback says so
     in its ``log``.
     """
@@ -315,10 +316,9 @@ def pipeline_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_s
             one = None
         if one is not None:
             m1, step1 = best_microbatches(built, one.assignment, batch_size, candidates, small=small)
-            fits = not _over(simulate_pipeline(built, one.assignment, m1, SimOptions(), small=small,
-                                               batch_size=batch_size).peak_memory_bytes,
-                             built.problem.capacity_bytes).size
-            if fits and step1 < step:
+            if step1 < step and not _over(simulate_pipeline(built, one.assignment, m1, SimOptions(), small=small,
+                                                            batch_size=batch_size).peak_memory_bytes,
+                                          built.problem.capacity_bytes).size:  # peak simulated only if it wins
                 note = (f"one device at {m1} micro-batch(es) is predicted faster ({1e3 * step1:.3f} ms) than the "
                         f"{plan.solver} plan at its best {m} ({1e3 * step:.3f} ms): placed on one device")
                 log.info(note)

@@ -148,9 +148,9 @@ def runtime_factor(traced: Any, device: str, session: GraphProfiler, *, rounds: 
     step less its fixed call cost (:func:`placer.measure.links.plan_call_seconds`) over the
     session's median step less its fixed cost, clipped to ``1 / MAX_RUNTIME_FACTOR …
     MAX_RUNTIME_FACTOR``; returned with that session figure (seconds), which tells how fast the
-    machine runs the session now (against a cached profile, say). Below 1 the runtime beat the session (its optimizer fused more, or a
-    device's threads overlapped ops); the simulator runs a device's ops one at a time, so scaling
-    them down is what makes its one-device step right.
+    machine runs the session now (against a cached profile, say). Below 1 the runtime beat the
+    session (its optimizer fused more, or a device's threads overlapped ops); the simulator runs a
+    device's ops one at a time, so scaling them down is what makes its one-device step right.
 
     Raises
     ------

@@ -30,6 +30,7 @@ from cost_models.analytic import (
 from cost_models.cache import CacheKey, ProfileCache, default_cache_dir, fingerprint
 from cost_models.profile import GraphProfiler
 
+from ..core.devices import device_host, device_kind
 from ..errors import CostError
 from .trace import TracedModel
 
@@ -204,8 +205,7 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
     remote_of: dict[str, tuple[str, str]] = {}  # kind -> (device, grpc address) of its first device on a worker
     addresses = worker_addresses(devices)
     for name in devices:
-        task = name.rsplit("/device:", 1)[0]
-        kind = name.rsplit("/device:", 1)[-1].split(":")[0]
+        task, kind = device_host(name), device_kind(name)
         if task in addresses and kind not in remote_of:
             remote_of[kind] = (name, addresses[task])
     for kind in kinds:
@@ -272,4 +272,4 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
 
 def _local_device(kind: str, devices: Sequence[str]) -> str:
     """The first of ``devices`` of ``kind`` (the planned ones), else this process's first device of it."""
-    return next((d for d in devices if d.rsplit("/device:", 1)[-1].split(":")[0] == kind), f"/device:{kind}:0")
+    return next((d for d in devices if device_kind(d) == kind), f"/device:{kind}:0")

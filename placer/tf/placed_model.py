@@ -779,8 +779,9 @@ class PlacedModel(keras.Model):
             for v, value in zip(state, saved):
                 v.assign(value)
         batch = int(tf.nest.flatten(x)[0].shape[0])
-        planned = p.plan.batch_size * max(len(self._replica_groups), 1) if p.plan.batch_size else None
-        predicted = p.plan.predicted_step_time_s if batch == planned and len(self._replica_groups) <= 1 else None
+        # with replicas the plan is one group's step on its share of the batch: no prediction for the whole
+        predicted = (p.plan.predicted_step_time_s if batch == p.plan.batch_size and len(self._replica_groups) <= 1
+                     else None)
         return StepMeasurement(tuple(placed_s), tuple(original_s), batch, device, predicted, step="train")
 
     def get_config(self) -> dict[str, Any]:
