@@ -79,19 +79,37 @@ def load(path: str) -> PlacementProblem:
     cap = np.array([float(data["maxSizePerFPGA"])] * acc + [np.inf] * cpus)
     return PlacementProblem.build(names=[str(s[0]) for s in groups], compute_s=compute, memory_bytes=memory,
                                   capacity_bytes=cap, tensors=tensors, bandwidth=np.ones((k, k)),
-                                  latency=np.zeros((k, k)), order=list(nx.topological_sort(_dag(groups, tensors))),
+                                  latency=np.zeros((k, k)), order=_forward_order(nodes, data["edges"], gid),
                                   schedule=schedule)
 
 
-def _dag(groups, tensors):
+def _forward_order(nodes, edges, gid):
+    """Groups in a topological order of the forward graph, as the paper's DP orders them.
+
+    A colour class holds a layer's forward and backward nodes, so the groups'
+    own dependencies form cycles in training graphs. The order follows the
+    edges between forward nodes; a group with backward nodes only sits where
+    the mirror image of its backward edges puts it (Tarnawski et al.'s
+    artificial forward nodes). Ties by the group's index (its smallest node id).
+    """
+    forward = {g for nid, g in gid.items() if not nodes[nid]["isBackwardNode"]}
     g = nx.DiGraph()
-    g.add_nodes_from(range(len(groups)))
-    for t in tensors:
-        for d in t.dsts:
-            g.add_edge(t.src, d)
-    if not nx.is_directed_acyclic_graph(g):  # colocation merges can close cycles; fall back to id order
-        return nx.DiGraph([(i, i + 1) for i in range(len(groups) - 1)]) if len(groups) > 1 else g
-    return g
+    g.add_nodes_from(set(gid.values()))
+    for e in edges:
+        u, v = gid[e["sourceId"]], gid[e["destId"]]
+        if u == v:
+            continue
+        back = nodes[e["sourceId"]]["isBackwardNode"], nodes[e["destId"]]["isBackwardNode"]
+        if not any(back):
+            g.add_edge(u, v)
+        elif all(back) and (u not in forward or v not in forward):
+            g.add_edge(v, u)  # mirrored
+    # Colour classes can close cycles in the forward graph too; the paper fuses those, here they
+    # keep their place (the condensation's order, ties by smallest group) and the DP mirrors inside them.
+    c = nx.condensation(g)
+    first = {x: min(c.nodes[x]["members"]) for x in c}
+    return [v for x in nx.lexicographical_topological_sort(c, key=first.__getitem__)
+            for v in sorted(c.nodes[x]["members"])]
 
 
 def main() -> None:

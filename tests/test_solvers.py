@@ -20,7 +20,9 @@ from placer.solvers.mincut import min_cut_assignment
 FAST = ["single", "round_robin", "contiguous"]
 
 
-def random_problem(seed, n, k, *, comm=1.0, capacity=np.inf, hetero=False, forbid=0.0):
+def random_problem(seed, n, k, *, comm=1.0, capacity=np.inf, hetero=False, forbid=0.0, back=0.0):
+    """A random DAG of ``n`` nodes on ``k`` devices; ``back`` > 0 adds tensors from a node to earlier
+    ones with that probability per node (cycles, as colocation groups of a training graph have)."""
     rng = np.random.default_rng(seed)
     g = nx.gnp_random_graph(n, 0.3, seed=int(seed), directed=True)
     tensors = []
@@ -28,6 +30,8 @@ def random_problem(seed, n, k, *, comm=1.0, capacity=np.inf, hetero=False, forbi
         dsts = tuple(sorted(v for v in g.successors(u) if v > u))
         if dsts:
             tensors.append(TensorEdge(u, dsts, float(rng.uniform(0, 2e3 * comm))))
+        if back and u and rng.random() < back:
+            tensors.append(TensorEdge(u, (int(rng.integers(0, u)),), float(rng.uniform(0, 2e3 * comm))))
     compute = rng.uniform(0.1, 1.0, size=(n, 1)) * (rng.uniform(0.5, 2.0, size=(1, k)) if hetero else np.ones((1, k)))
     if forbid:
         mask = rng.random((n, k)) < forbid
@@ -152,9 +156,10 @@ def test_negative_tensor_size_rejected():
                                bandwidth=np.ones((1, 1)), latency=np.zeros((1, 1)))
 
 
-def _contiguous_brute_force(problem):
-    """The least max load over every split of ``problem.order`` into stages on devices 0..k-1 (some empty)."""
-    order, n, k = list(problem.order), problem.n, problem.k
+def _contiguous_brute_force(problem, order=None):
+    """The least max load over every split of ``order`` (``problem.order``) into stages on devices 0..k-1
+    (some empty)."""
+    order, n, k = list(problem.order if order is None else order), problem.n, problem.k
     best = np.inf
     for cuts in itertools.combinations_with_replacement(range(n + 1), k - 1):
         bounds = (0, *cuts, n)
@@ -167,9 +172,11 @@ def _contiguous_brute_force(problem):
     return best
 
 
-def _monotone_brute_force(problem):
-    """The least max load over every contiguous split: assignments with ``a[u] <= a[v]`` on every dependency."""
-    edges = [(t.src, d) for t in problem.tensors for d in t.dsts if d != t.src]
+def _monotone_brute_force(problem, edges=None):
+    """The least max load over every contiguous split: assignments with ``a[u] <= a[v]`` on every dependency
+    (on every one of ``edges`` where given)."""
+    if edges is None:
+        edges = [(t.src, d) for t in problem.tensors for d in t.dsts if d != t.src]
     best = np.inf
     for a in itertools.product(range(problem.k), repeat=problem.n):
         if all(a[u] <= a[v] for u, v in edges):
@@ -179,8 +186,8 @@ def _monotone_brute_force(problem):
     return best
 
 
-def _check_dp(p, best, stages_follow_order):
-    from placer.solvers.stages import contiguous_dp
+def _check_dp(p, best, stages_follow_order, order=None):
+    from placer.solvers.stages import contiguous_dp, split_edges
 
     sol = contiguous_dp(p, THROUGHPUT)
     if not np.isfinite(best):
@@ -190,10 +197,10 @@ def _check_dp(p, best, stages_follow_order):
     assert evaluate(p, sol.assignment).feasible  # capacity and allowed devices kept
     assert sol.objective == pytest.approx(best, rel=1e-9, abs=1e-12)
     assert sol.lower_bound <= sol.objective + 1e-12
-    for t in p.tensors:  # stages are contiguous: data only flows to the same or a later device
-        assert all(sol.assignment[t.src] <= sol.assignment[d] for d in t.dsts)
+    for u, v in split_edges(p)[0]:  # stages are contiguous: dependencies go to the same or a later device
+        assert sol.assignment[u] <= sol.assignment[v]
     if stages_follow_order:
-        pos = {v: i for i, v in enumerate(p.order)}
+        pos = {v: i for i, v in enumerate(p.order if order is None else order)}
         stages = [pos[v] for v in sorted(range(p.n), key=lambda v: (sol.assignment[v], pos[v]))]
         assert stages == sorted(stages), "device m's stage comes before device m+1's in the order"
     again = contiguous_dp(p, THROUGHPUT)
@@ -220,6 +227,40 @@ def test_contiguous_dp_over_one_order_is_its_best_split(seed, n, k, capacity, fo
         _check_dp(p, _contiguous_brute_force(p), stages_follow_order=True)
 
 
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(2, 7), k=st.integers(1, 3),
+       capacity=st.sampled_from([np.inf, 400.0]), one_order=st.booleans())
+def test_contiguous_dp_where_groups_form_cycles(seed, n, k, capacity, one_order):
+    """Cycles between nodes: the DP is the best split contiguous along :func:`split_edges` (every
+    tensor still charged), over its ideals or over one topological order of it."""
+    import placer.solvers.stages as stages
+
+    p = random_problem(seed, n, k, capacity=capacity, back=0.5)
+    edges, _ = stages.split_edges(p)
+    assert nx.is_directed_acyclic_graph(nx.DiGraph(edges))
+    with pytest.MonkeyPatch.context() as mp:
+        if not one_order:
+            _check_dp(p, _monotone_brute_force(p, edges), stages_follow_order=False)
+            return
+        mp.setattr(stages, "MAX_IDEAL_WORK", 0.0)
+        order = stages._split_order(p, edges)  # problem.order is not topological once edges go back
+        _check_dp(p, _contiguous_brute_force(p, order), stages_follow_order=True, order=order)
+
+
+def test_split_edges_mirror_what_runs_against_the_order():
+    from placer.solvers.stages import split_edges
+
+    # a -> b -> c forward; c -> b and b -> a backward (a training graph's gradients); d hangs off c
+    p = PlacementProblem.build(names=list("abcd"), compute_s=np.ones((4, 1)), memory_bytes=np.zeros(4),
+                               capacity_bytes=np.full(1, np.inf), bandwidth=np.ones((1, 1)), latency=np.zeros((1, 1)),
+                               tensors=[TensorEdge(0, (1,), 1.0), TensorEdge(1, (2,), 1.0), TensorEdge(2, (1, 3), 1.0),
+                                        TensorEdge(1, (0,), 1.0)])
+    assert split_edges(p) == ([(0, 1), (1, 2), (2, 3)], False)
+    acyclic = random_problem(5, 8, 2)
+    edges, complete = split_edges(acyclic)
+    assert complete and edges == sorted({(t.src, d) for t in acyclic.tensors for d in t.dsts})
+
+
 def test_ideals_of_a_diamond_and_of_a_cycle():
     from placer.solvers.stages import ideals
 
@@ -235,7 +276,9 @@ def test_ideals_of_a_diamond_and_of_a_cycle():
     cycle = PlacementProblem.build(names=list("ab"), compute_s=np.ones((2, 1)), memory_bytes=np.zeros(2),
                                    capacity_bytes=np.full(1, np.inf), bandwidth=np.ones((1, 1)),
                                    latency=np.zeros((1, 1)), tensors=[TensorEdge(0, (1,), 1.0)], control=[(1, 0)])
-    assert ideals(cycle, 100) is None
+    # a cycle follows the order (a before b): the ideals of a -> b
+    assert {frozenset(np.flatnonzero(row).tolist()) for row in ideals(cycle, 100)} == {
+        frozenset(), frozenset({0}), frozenset({0, 1})}
 
 
 def test_auto_runs_the_dp_only_where_it_fits_the_time_limit():
@@ -313,3 +356,4 @@ def test_memory_bound_is_the_cut_between_nodes_that_cannot_share():
     assert separation_bound(p) == 2.0
     sol = solve_problem(p, "auto", SolveOptions(objective="memory", time_limit_s=1))
     assert sol.objective == 2.0 and sol.lower_bound == 2.0 and sol.gap == 0.0
+

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import time
 
+import networkx as nx
 import numpy as np
 
 from ..core.problem import PlacementProblem, dependencies
@@ -70,8 +71,9 @@ def boundary_costs(problem: PlacementProblem, pos: np.ndarray) -> np.ndarray:
 
     A tensor is received once by a stage that holds one of its consumers
     but not its producer, and sent once by a stage that holds its producer
-    and not all of its consumers. Built as a 2-D difference array: each
-    tensor adds one rectangle of ``(i, j)`` per consumer and one for its producer.
+    and not all of its consumers (consumers may sit before the producer in
+    the order where groups form cycles). Built as a 2-D difference array:
+    each tensor adds one rectangle of ``(i, j)`` per consumer and two for its producer.
     """
     n = problem.n
     tau = _transfer_s(problem)
@@ -80,27 +82,70 @@ def boundary_costs(problem: PlacementProblem, pos: np.ndarray) -> np.ndarray:
     vals: list[float] = []
 
     def rect(r0: int, r1: int, c0: int, c1: int, v: float) -> None:  # rows [r0, r1) x cols [c0, c1)
-        rows.extend((r0, r1, r0, r1))
-        cols.extend((c0, c0, c1, c1))
-        vals.extend((v, -v, -v, v))
+        if r0 < r1 and c0 < c1:
+            rows.extend((r0, r1, r0, r1))
+            cols.extend((c0, c0, c1, c1))
+            vals.extend((v, -v, -v, v))
 
     for t, cost in zip(problem.tensors, tau):
-        if cost <= 0:
-            continue
         s = int(pos[t.src])
-        dsts = sorted(int(pos[d]) for d in t.dsts)
+        dsts = sorted({int(pos[d]) for d in t.dsts} - {s})
+        if cost <= 0 or not dsts:
+            continue
+        # received: stage [i, j) without s whose first consumer is d (i in (prev, d], j past d)
+        prev = -1
+        for d in (x for x in dsts if x < s):  # stages ending at or before s
+            rect(prev + 1, d + 1, d + 1, s + 1, cost)
+            prev = d
         prev = s
-        for d in dsts:
-            if d > prev:  # stages starting in (prev, d] receive t once j passes d
-                rect(prev + 1, d + 1, d + 1, n + 1, cost)
-                prev = d
-        last = dsts[-1] if dsts else s
-        if last > s:  # stages holding s that end before the last consumer send t
-            rect(0, s + 1, s + 1, last + 1, cost)
+        for d in (x for x in dsts if x > s):  # stages starting after s
+            rect(prev + 1, d + 1, d + 1, n + 1, cost)
+            prev = d
+        # sent: every stage holding s (i <= s < j) but those that hold every consumer too
+        rect(0, s + 1, s + 1, n + 1, cost)
+        rect(0, min(dsts[0], s) + 1, max(dsts[-1], s) + 1, n + 1, -cost)
     diff = np.zeros((n + 2, n + 2))
     if vals:
         np.add.at(diff, (np.asarray(rows), np.asarray(cols)), np.asarray(vals))
     return np.cumsum(np.cumsum(diff, axis=0), axis=1)[: n + 1, : n + 1]
+
+
+def split_edges(problem: PlacementProblem) -> tuple[list[tuple[int, int]], bool]:
+    """The dependencies a contiguous split keeps, and whether they are the problem's own.
+
+    Every edge between two nodes, except inside a cycle (a strongly connected
+    set of groups, such as a training graph's groups that each hold a layer's
+    forward and gradient ops), where an edge against ``problem.order`` is
+    mirrored: ``u -> v`` with ``v`` earlier in the order becomes ``v -> u``.
+    This is Tarnawski et al.'s rule for training graphs: the forward graph
+    stays contiguous, a gradient op follows its layer, and a gradient op with
+    no layer of its own (its colour class has no forward node) sits between
+    the layers it connects. The result is acyclic: between cycles the edges
+    follow their condensation, inside one they follow the order.
+
+    Examples
+    --------
+    Two groups that feed each other (``a`` first in the order): ``a -> b`` twice.
+
+    >>> import numpy as np
+    >>> from cost_models import TensorEdge
+    >>> p = PlacementProblem.build(names=["a", "b"], compute_s=np.ones((2, 1)), memory_bytes=np.zeros(2),
+    ...     capacity_bytes=np.full(1, np.inf), tensors=[TensorEdge(0, (1,), 1.0), TensorEdge(1, (0,), 1.0)],
+    ...     bandwidth=np.ones((1, 1)), latency=np.zeros((1, 1)))
+    >>> split_edges(p)
+    ([(0, 1)], False)
+    """
+    preds, _ = dependencies(problem.n, problem.tensors, problem.control)
+    edges = sorted({(u, v) for v in range(problem.n) for _, u in preds[v]})
+    g = nx.DiGraph(edges)
+    g.add_nodes_from(range(problem.n))
+    if nx.is_directed_acyclic_graph(g):
+        return edges, True
+    comp = {v: i for i, c in enumerate(nx.strongly_connected_components(g)) for v in c}
+    rank = np.empty(problem.n, dtype=np.int64)
+    rank[np.asarray(problem.order, dtype=int)] = np.arange(problem.n)
+    kept = {(u, v) if comp[u] != comp[v] or rank[u] < rank[v] else (v, u) for u, v in edges}
+    return sorted(kept), False
 
 
 #: Largest ``ideals² × (nodes + tensors)`` the exact DP over every ideal takes (its cost matrices are
@@ -111,16 +156,16 @@ MAX_IDEAL_WORK = 5e7
 
 
 def ideals(problem: PlacementProblem, limit: int) -> np.ndarray | None:
-    """Every ideal (set of nodes closed under predecessors) as rows of an ``(N, n)`` bool matrix.
+    """Every ideal (set of nodes closed under predecessors along :func:`split_edges`) as rows of an
+    ``(N, n)`` bool matrix, or ``None`` when there are more than ``limit``.
 
-    ``None`` when there are more than ``limit``, or when the nodes' dependencies
-    have a cycle (groups of a training graph that depend on each other both
-    ways: no split of them is contiguous). Found breadth-first from the
-    empty set, adding one node whose predecessors are all in; rows come in
-    order of size, then of discovery (deterministic).
+    Found breadth-first from the empty set, adding one node whose predecessors
+    are all in; rows come in order of size, then of discovery (deterministic).
     """
     n = problem.n
-    preds = [sum({1 << u for _, u in edges}) for edges in dependencies(n, problem.tensors, problem.control)[0]]
+    preds = [0] * n
+    for u, v in split_edges(problem)[0]:
+        preds[v] |= 1 << u
     found = [0]
     seen = {0}
     frontier = [0]
@@ -137,8 +182,6 @@ def ideals(problem: PlacementProblem, limit: int) -> np.ndarray | None:
                         found.append(grown)
                         nxt.append(grown)
         frontier = nxt
-    if found[-1] != (1 << n) - 1:
-        return None  # a cycle: some nodes never become addable
     bits = np.array([[(i >> v) & 1 for v in range(n)] for i in found], dtype=bool)
     return bits.reshape(len(found), n)
 
@@ -147,12 +190,14 @@ def ideal_costs(problem: PlacementProblem, member: np.ndarray) -> tuple[np.ndarr
     """``(comm, subset)`` over pairs of ideals ``(a, b)``: the stage ``b \\ a``'s receive + send seconds,
     and whether ``a ⊆ b`` (only those pairs are stages).
 
-    With ideals, a tensor from ``s`` is received by the stage iff ``s ∈ a`` and
-    a consumer is in ``b`` but not ``a``, and sent iff ``s ∈ b \\ a`` and a
-    consumer is outside ``b`` (the same rule as :func:`boundary_costs`).
+    A tensor is received by the stage iff its producer is outside it and a
+    consumer inside, and sent iff its producer is inside and a consumer
+    outside (the rule of :func:`boundary_costs`); with ``a ⊆ b`` the producer
+    is inside iff it is in ``b`` and not ``a``, and the stage holds
+    ``count[b] - count[a]`` of its consumers.
     """
     tau = _transfer_s(problem)
-    keep = [i for i, c in enumerate(tau) if c > 0]
+    keep = [i for i, c in enumerate(tau) if c > 0 and set(problem.tensors[i].dsts) - {problem.tensors[i].src}]
     N, n = member.shape
     f = member.astype(np.float64)
     subset = (f @ (~member).T.astype(np.float64)) == 0
@@ -163,17 +208,15 @@ def ideal_costs(problem: PlacementProblem, member: np.ndarray) -> tuple[np.ndarr
         src = np.array([t.src for t in tensors])
         consumers = np.zeros((n, len(tensors)))
         for j, t in enumerate(tensors):
-            consumers[list(set(t.dsts)), j] = 1.0
+            consumers[list(set(t.dsts) - {t.src}), j] = 1.0
+        total = consumers.sum(axis=0)
         has_src = member[:, src]  # (N, T)
         count = f @ consumers  # consumers of each tensor inside each ideal
-        all_in = count >= consumers.sum(axis=0)[None, :] - 0.5
-        # sent: s in b, s not in a, some consumer outside b
-        out_b = has_src & ~all_in
-        comm += ((out_b * cost).sum(axis=1))[None, :] - (has_src * cost) @ out_b.T.astype(np.float64)
-        for a in range(N):  # received: s in a and b holds a consumer a lacks
-            w = has_src[a] * cost
-            if w.any():
-                comm[a] += (count > count[a] + 0.5) @ w
+        for a in range(N):
+            b = np.flatnonzero(subset[a])  # the stages b \ a
+            inside = has_src[b] & ~has_src[a]
+            held = count[b] - count[a]
+            comm[a, b] = np.where(inside, held < total - 0.5, held > 0.5) @ cost
     return comm, subset
 
 
@@ -211,14 +254,23 @@ def _best_stages(p: PlacementProblem, member: np.ndarray, comm: np.ndarray, subs
     return a
 
 
+def _split_order(problem: PlacementProblem, edges: list[tuple[int, int]]) -> list[int]:
+    """A topological order of ``edges`` (acyclic), ties by position in ``problem.order``: that order
+    itself where it is topological."""
+    g = nx.DiGraph(edges)
+    g.add_nodes_from(range(problem.n))
+    rank = {v: i for i, v in enumerate(problem.order)}
+    return list(nx.lexicographical_topological_sort(g, key=rank.__getitem__))
+
+
 @solver("contiguous_dp", requires=(small_enough,))
 def contiguous_dp(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
     """The best split into contiguous stages on devices ``0 … k-1`` (max load), by dynamic programming.
 
-    Over every ideal of the nodes' dependency order when there are few
+    Over every ideal of the nodes' dependency order (:func:`split_edges`) when there are few
     enough (``ideals² × (nodes + tensors)`` at most :data:`MAX_IDEAL_WORK`:
     Tarnawski et al.'s DP, exact over all contiguous splits), else over the
-    prefixes of ``problem.order`` (one topological order).
+    prefixes of one topological order of :func:`split_edges` (``problem.order`` where that is one).
     """
     t0 = time.perf_counter()
     p = problem
@@ -228,7 +280,7 @@ def contiguous_dp(problem: PlacementProblem, options: SolveOptions) -> Solution 
     if member is not None:
         comm, subset = ideal_costs(p, member)
     else:
-        order = np.asarray(p.order, dtype=int)
+        order = np.asarray(_split_order(p, split_edges(p)[0]), dtype=int)
         pos = np.empty(n, dtype=int)
         pos[order] = np.arange(n)
         member = np.zeros((n + 1, n), dtype=bool)  # prefix i of the order: its first i nodes
