@@ -169,10 +169,13 @@ class SimOptions:
         Compute each device's peak memory (``False``: ``SimResult.peak_memory_bytes``
         is all zeros; a step-time score does not need it, and on 50k-op graphs
         it is half the simulation's time).
-    shared : tuple of (tuple of int, float)
+    shared : tuple of (tuple of int, float) or (tuple of int, float, float)
         Groups of devices that share one processor, each with its capacity:
         how many ops' worth of work the group does at once (measured by
-        :func:`placer.measure.hosts.measure_shared_capacity`; at least 1).
+        :func:`placer.measure.hosts.measure_shared_capacity`; at least 1),
+        and optionally how much of it one device can use alone (default: all
+        of it, as logical devices of one process's thread pool; 1 for worker
+        processes that each run one op at a time).
     """
 
     concurrency: int = 1
@@ -180,10 +183,10 @@ class SimOptions:
     transfer_cpu_s: np.ndarray | None = None
     time_factor: Sequence[float] | None = None
     peak_memory: bool = True
-    shared: tuple[tuple[tuple[int, ...], float], ...] = ()
+    shared: tuple[tuple[tuple[int, ...], float] | tuple[tuple[int, ...], float, float], ...] = ()
 
-    def checked_shares(self, k: int) -> tuple[tuple[tuple[int, ...], float], ...]:
-        """:attr:`shared` with device indices as ints and capacities as floats.
+    def checked_shares(self, k: int) -> tuple[tuple[tuple[int, ...], float, float], ...]:
+        """:attr:`shared` as ``(devices, capacity, one device's share)`` with ints and floats.
 
         Raises
         ------
@@ -192,14 +195,18 @@ class SimOptions:
         """
         seen: set[int] = set()
         out = []
-        for devs, cap in self.shared:
+        for entry in self.shared:
+            devs, cap = entry[0], entry[1]
+            alone = entry[2] if len(entry) > 2 else cap
             devs = tuple(int(d) for d in devs)
             if not devs or any(not 0 <= d < k for d in devs) or seen & set(devs) or len(set(devs)) != len(devs):
                 raise ValueError(f"shared groups must name distinct devices in 0..{k - 1}, got {self.shared!r}")
             seen |= set(devs)
             if not math.isfinite(cap) or cap < 1:
                 raise ValueError(f"a shared group's capacity must be a finite number >= 1, got {cap!r}")
-            out.append((devs, float(cap)))
+            if not math.isfinite(alone) or not 1 <= alone <= cap:
+                raise ValueError(f"one device's share of a shared group must lie in 1..{cap}, got {alone!r}")
+            out.append((devs, float(cap), float(alone)))
         return tuple(out)
 
 
@@ -444,23 +451,23 @@ def _with_transfer_ops(durations: np.ndarray, tensors: Sequence[TensorEdge], a: 
 def _simulate_shared(durations: np.ndarray, tensors: Sequence[TensorEdge], a: np.ndarray,
                      link_seconds: Callable[[int, int, float], float], control_edges: Sequence[tuple[int, int]],
                      link_latency_s: np.ndarray | None, memory: MemoryTraits, options: SimOptions,
-                     shares: tuple[tuple[tuple[int, ...], float], ...]) -> SimResult:
+                     shares: tuple[tuple[tuple[int, ...], float, float], ...]) -> SimResult:
     """:func:`simulate` with processor sharing inside device groups (an event loop over rate changes).
 
     Same dependency, ready-order and link rules as :func:`simulate`; an
     op's *work* is its duration, and it progresses at its group's rate
     ``min(1, capacity / running ops of the group)`` (1 outside groups); a
-    group's devices run up to ``ceil(capacity)`` ops at once. Its outgoing
+    group's devices run up to ``ceil(one device's share)`` ops at once. Its outgoing
     transfers are issued when it ends, in the order ops end.
     """
     n, k = durations.shape
     lifo = options.ready_order == "lifo"
     group_of = np.full(k, -1, dtype=int)
-    capacity = [c for _, c in shares]
+    capacity = [c for _, c, _ in shares]
     slots = np.full(k, options.concurrency, dtype=int)
-    for g, (devs, c) in enumerate(shares):
+    for g, (devs, _, alone) in enumerate(shares):
         group_of[list(devs)] = g
-        slots[list(devs)] = max(options.concurrency, math.ceil(c - 1e-9))
+        slots[list(devs)] = max(options.concurrency, math.ceil(alone - 1e-9))
     n_waiting, consumers_of, ctrl_succ = _dependencies(n, tensors, control_edges)
     ready_at = np.zeros(n)
     heaps: list[list[tuple[float, int]]] = [[] for _ in range(k)]

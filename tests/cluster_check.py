@@ -114,6 +114,7 @@ def main() -> None:
         got = placed(x).numpy()
         out["max_abs_diff"] = float(np.abs(got - ref).max())
         out["link_sources"] = sorted({link["source"] for link in placed.report_data["links"]})
+        out["shared"] = placed.report_data.get("shared_processors", [])
         out["used_devices"] = sorted(set(placed.plan.assignment.values()))
         out["variable_devices"] = sorted({v.value.device for v in placed.variables})
         out["missing_device"] = timed_error(lambda: placer.autoplace(

@@ -62,6 +62,10 @@ def test_two_pinned_workers_place_a_model_and_shut_down():
     assert set(out["variable_devices"]) <= workers
     assert out["max_abs_diff"] <= 1e-5, out
     assert out["link_sources"] == ["calibrated"]  # autoplace measured the link between the two workers
+    # the two worker processes run on one machine: one group, not pooled, its capacity measured
+    (machine,) = out["shared"]
+    assert set(machine["devices"]) == workers and machine["pooled"] is False and machine["source"] == "measured"
+    assert 1.0 <= machine["capacity"] <= 2.0
     assert out["link"]["latency_s"] > 0  # a cross-process call costs something, unlike logical devices
     assert not out["hijacked"]  # the workers imported the installed packages, not the planted ones
     assert out["healthy"]["error"] is None

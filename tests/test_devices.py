@@ -58,3 +58,20 @@ def test_device_spec_validation(kwargs):
 
 def test_errors_share_one_base():
     assert issubclass(DeviceError, AutoplaceError)
+
+
+def test_shared_processors_pooled_or_one_process_each_and_their_json():
+    from placer.core.devices import SharedProcessor, resolve_devices
+    from placer.core.graph_io import devices_from_json, devices_to_json
+
+    pool = SharedProcessor((0, 1), 1.3, "measured")
+    machine = SharedProcessor((2, 3), 1.7, "measured", pooled=False)
+    assert (pool.per_device, machine.per_device) == (1.3, 1.0)
+    with pytest.raises(DeviceError, match="pooled"):
+        SharedProcessor((0, 1), 1.5, pooled="no")
+    devset = resolve_devices(["/CPU:0", "/CPU:1", "/job:worker/task:0/device:CPU:0",
+                              "/job:worker/task:1/device:CPU:0"]).with_shared([pool, machine])
+    again = devices_from_json(devices_to_json(devset))
+    assert again.shared == (pool, machine)
+    data = devices_to_json(devset)
+    assert "pooled" not in data["shared"][0] and data["shared"][1]["pooled"] is False

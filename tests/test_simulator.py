@@ -251,6 +251,20 @@ def test_shared_processor_slows_concurrent_ops_and_bad_groups_are_refused():
     assert simulate(d, [], [0, 0, 0, 0], lk, options=shared(1.0)).step_time_s == pytest.approx(4.0)  # one device: as before
     # logical devices of one process are one processor: one device's independent ops overlap as much as four's
     assert simulate(d, [], [0, 0, 0, 0], lk, options=shared(1.5)).step_time_s == pytest.approx(4 / 1.5)
-    for bad in [(((0, 1), 0.5),), (((0, 5), 1.0),), (((0, 1), 1.0), ((1,), 1.0)), (((0, 1), float("nan")),)]:
+    for bad in [(((0, 1), 0.5),), (((0, 5), 1.0),), (((0, 1), 1.0), ((1,), 1.0)), (((0, 1), float("nan")),),
+                (((0, 1), 1.5, 2.0),), (((0, 1), 1.5, 0.5),)]:
         with pytest.raises(ValueError, match="shared"):
             simulate(d, [], [0, 1, 0, 1], lk, options=SimOptions(shared=bad))
+
+
+def test_worker_processes_on_one_machine_share_it_but_each_runs_its_own_ops_one_at_a_time():
+    """Not pooled (one device's share is 1): spread over both devices, four 1 s ops take 4 / 1.7 s; on
+    one device they take 4 s (that device runs one op at a time), unlike a pooled group's 4 / 1.7."""
+    d = np.ones((4, 2))
+    lk = link()
+    machine = SimOptions(shared=(((0, 1), 1.7, 1.0),))
+    assert simulate(d, [], [0, 1, 0, 1], lk, options=machine).step_time_s == pytest.approx(4 / 1.7)
+    assert simulate(d, [], [0, 0, 0, 0], lk, options=machine).step_time_s == pytest.approx(4.0)
+    assert simulate(d, [], [0, 0, 0, 1], lk, options=machine).step_time_s == pytest.approx(
+        1 / 0.85 + 2.0)  # both busy for the first op (rate 0.85 each), then device 0 alone at full speed
+    assert SimOptions(shared=(((0, 1), 1.7),)).checked_shares(2) == (((0, 1), 1.7, 1.7),)  # pooled by default

@@ -357,3 +357,16 @@ def test_memory_bound_is_the_cut_between_nodes_that_cannot_share():
     sol = solve_problem(p, "auto", SolveOptions(objective="memory", time_limit_s=1))
     assert sol.objective == 2.0 and sol.lower_bound == 2.0 and sol.gap == 0.0
 
+
+def test_max_load_of_a_shared_machine_and_of_a_shared_pool():
+    """Two workers on one machine of capacity 1.7 (not pooled): one device alone does its own work at
+    full speed and no faster; a pooled group's device may use the whole capacity."""
+    def problem(alone):
+        return PlacementProblem.build(names=["a", "b"], compute_s=np.ones((2, 2)), memory_bytes=np.zeros(2),
+                                      capacity_bytes=np.full(2, np.inf), tensors=[], bandwidth=np.full((2, 2), 1e9),
+                                      latency=np.zeros((2, 2)), shared=[((0, 1), 1.7, alone)])
+    machine, pool = problem(1.0), problem(1.7)
+    assert evaluate(machine, np.array([0, 0])).objective == pytest.approx(2.0)
+    assert evaluate(machine, np.array([0, 1])).objective == pytest.approx(2 / 1.7)
+    assert evaluate(pool, np.array([0, 0])).objective == pytest.approx(2 / 1.7)
+    assert problem(1.0).shared == (((0, 1), 1.7, 1.0),)

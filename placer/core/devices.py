@@ -164,7 +164,8 @@ SHARE_SOURCES = ("measured", "given")
 
 @dataclass(frozen=True)
 class SharedProcessor:
-    """Devices of a :class:`DeviceSet` that share one processor (logical CPU devices of one process).
+    """Devices of a :class:`DeviceSet` that share one processor: logical CPU devices of one process
+    (``pooled``), or the CPUs of worker processes on one machine (not ``pooled``).
 
     Parameters
     ----------
@@ -172,19 +173,32 @@ class SharedProcessor:
         Indices into the set's devices.
     capacity : float
         How many of them can do their profiled work at once (1 … ``len(devices)``):
-        four logical CPUs over two cores whose ops each use both cores have about 1.
+        four logical CPUs over two cores whose ops each use both cores have about 1;
+        two one-core workers on a 2-core machine that also runs their client, about 1.7.
     source : {"measured", "given"}
         Where the capacity came from.
+    pooled : bool
+        The devices draw on one runtime's thread pool, so one of them alone may use
+        the whole capacity (logical devices of one process). ``False``: each device is
+        its own runtime and does at most one device's work at a time (worker processes).
 
     Examples
     --------
     >>> SharedProcessor((0, 1, 2, 3), 1.1).capacity
     1.1
+    >>> SharedProcessor((0, 1), 1.7, pooled=False).per_device
+    1.0
     """
 
     devices: tuple[int, ...]
     capacity: float
     source: str = "given"
+    pooled: bool = True
+
+    @property
+    def per_device(self) -> float:
+        """How much of the capacity one device can use alone."""
+        return self.capacity if self.pooled else 1.0
 
     def __post_init__(self) -> None:
         devs = tuple(integer("shared device index", d, minimum=0, error=DeviceError) for d in self.devices)
@@ -197,6 +211,8 @@ class SharedProcessor:
         object.__setattr__(self, "capacity", float(min(cap, len(devs))))
         if self.source not in SHARE_SOURCES:
             raise DeviceError(f"source must be one of {SHARE_SOURCES}, got {self.source!r}")
+        if not isinstance(self.pooled, bool):
+            raise DeviceError(f"pooled must be True or False, got {self.pooled!r}")
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,7 @@ def devices_to_json(devset: DeviceSet) -> dict:
     out: dict[str, Any] = {"devices": devs, "links": links}
     if devset.shared:
         out["shared"] = [{"devices": [devset.names[i] for i in sp.devices], "capacity": sp.capacity,
-                          "source": sp.source} for sp in devset.shared]
+                          "source": sp.source, **({} if sp.pooled else {"pooled": False})} for sp in devset.shared]
     return out
 
 
@@ -108,7 +108,7 @@ def devices_from_json(data: Mapping) -> DeviceSet:
         except KeyError:
             raise DeviceError(f"shared entry {e!r} names a device that is not in the device list "
                               f"{list(devset.names)}") from None
-        shared.append(SharedProcessor(idx, e.get("capacity"), e.get("source", "given")))
+        shared.append(SharedProcessor(idx, e.get("capacity"), e.get("source", "given"), e.get("pooled", True)))
     return DeviceSet(devset.devices, links, tuple(shared))
 
 

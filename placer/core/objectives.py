@@ -184,7 +184,8 @@ def critical_path_bound(problem: PlacementProblem, grid: int = 48) -> float:
         return 0.0
     preds, succs = dependencies(sched.m, sched.tensors, sched.control)
     order = problem.schedule_order()
-    delay = _least_transfer_s(problem, sched.tensors) if not problem.shared and problem.k > 1 else None
+    pooled = any(alone > 1 for _, _, alone in problem.shared)  # a device may overlap its own ops
+    delay = _least_transfer_s(problem, sched.tensors) if not pooled and problem.k > 1 else None
     fastest = best.tolist()
     delays = None if delay is None else delay.tolist()
     head_l = [0.0] * sched.m  # earliest start
@@ -195,7 +196,7 @@ def critical_path_bound(problem: PlacementProblem, grid: int = 48) -> float:
         tail_l[v] = _earliest(succs[v], tail_l, fastest, delays)
     head, tail = np.array(head_l), np.array(tail_l)
     k = problem.parallel_devices()
-    overlap = max([c for _, c in problem.shared], default=1.0)
+    overlap = max([alone for _, _, alone in problem.shared], default=1.0)
     largest_group = float(problem.compute_s.min(axis=1).max()) / overlap if problem.n else 0.0
     bound = max(float((head + best + tail).max()), float(best.sum() / k), largest_group)
     ts = np.unique(np.quantile(head, np.linspace(0, 1, grid)))

@@ -177,9 +177,10 @@ class PlacementProblem:
         Ordering-only dependencies between nodes.
     schedule : Schedule or None
         The fine DAG behind coarse nodes; ``None``: the nodes themselves.
-    shared : tuple of (tuple of int, float)
+    shared : tuple of (tuple of int, float, float)
         Groups of devices that share one processor, with the group's
-        capacity (``cost_models.SimOptions.shared``).
+        capacity and how much of it one device can use alone
+        (``cost_models.SimOptions.shared``).
     transfer_cpu : numpy.ndarray or None
         ``(k, k)`` CPU seconds a transfer costs on each end (calibrated gRPC
         links; ``cost_models.SimOptions.transfer_cpu_s``); ``None``: not modelled.
@@ -196,7 +197,7 @@ class PlacementProblem:
     symmetric: bool
     control: tuple[tuple[int, int], ...] = ()
     schedule: Schedule | None = None
-    shared: tuple[tuple[tuple[int, ...], float], ...] = ()
+    shared: tuple[tuple[tuple[int, ...], float, float], ...] = ()
     transfer_cpu: np.ndarray | None = None
     _memo: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
@@ -224,7 +225,7 @@ class PlacementProblem:
         order: Sequence[int] | None = None,
         control: Sequence[tuple[int, int]] = (),
         schedule: Schedule | None = None,
-        shared: Sequence[tuple[Sequence[int], float]] = (),
+        shared: Sequence[tuple[Sequence[int], float] | tuple[Sequence[int], float, float]] = (),
         transfer_cpu: np.ndarray | None = None,
     ) -> "PlacementProblem":
         """Validate the arrays and build a frozen problem.
@@ -278,7 +279,7 @@ class PlacementProblem:
             if schedule.m and (schedule.group.min() < 0 or schedule.group.max() >= n):
                 raise GraphError(f"schedule groups must lie in 0..{n - 1}")
         try:
-            shared_t = SimOptions(shared=tuple((tuple(g), float(c)) for g, c in shared)).checked_shares(k)
+            shared_t = SimOptions(shared=tuple((tuple(g[0]), *map(float, g[1:])) for g in shared)).checked_shares(k)
         except (TypeError, ValueError) as e:
             raise GraphError(f"bad shared device groups: {e}") from None
         symmetric = bool(
@@ -318,7 +319,7 @@ class PlacementProblem:
 
     def parallel_devices(self) -> float:
         """How many ops' worth of work can run at once: one per device, a shared group's capacity for its devices."""
-        return float(self.k - sum(len(g) - c for g, c in self.shared))
+        return float(self.k - sum(len(g) - c for g, c, _ in self.shared))
 
     def memo(self, key: str, compute: Callable[[], Any]) -> Any:
         """``compute()`` once per problem (bounds, orders): the problem is immutable."""
@@ -400,8 +401,8 @@ def evaluate(problem: PlacementProblem, assignment: np.ndarray) -> Evaluation:
     feasible = bool(np.isfinite(per_node).all() and (mem <= p.capacity_bytes * (1 + 1e-9)).all())
     per_device = comp.copy()
     load = 0.0
-    for devs, c in p.shared:  # one processor doing c ops' worth at once, for any of its devices
-        per_device[list(devs)] /= c
+    for devs, c, alone in p.shared:  # one processor doing c ops' worth at once, one device up to `alone`
+        per_device[list(devs)] /= alone
         load = max(load, float(comp[list(devs)].sum()) / c)
     load = max(load, float((per_device + comm).max()))
     obj = load if feasible else float("inf")
@@ -417,5 +418,5 @@ def trivial_lower_bound(problem: PlacementProblem) -> float:
     best = problem.compute_s.min(axis=1)
     if best.size == 0:
         return 0.0
-    overlap = max([c for _, c in problem.shared], default=1.0)
+    overlap = max([alone for _, _, alone in problem.shared], default=1.0)
     return float(max(best.max() / overlap, best.sum() / problem.parallel_devices()))

@@ -19,6 +19,20 @@ overlapped on one device no better than ~1.0, and a placement spreads
 *that* work. The simulator (``cost_models.SimOptions.shared``)
 then runs a group's concurrent ops at ``min(1, capacity / running)`` each.
 
+Worker processes on one machine share it too, even pinned to distinct
+cores: caches, memory bandwidth and the client process. Measured here
+(2 cores, two workers pinned to one each): one forward pass on both
+workers at once took 1.16–1.18× as long as on either alone (ResNet50 at
+4 rows, an MLP at 64), so the pair does ~1.7 workers' worth at once, and
+plans that keep both busy (a pipeline) ran 9–27% slower than predicted
+without it. :func:`machine_groups` finds such processes (the machine's boot
+id, read by a TF op on each process's CPU) and
+:func:`measure_shared_capacity` times one copy on the first worker against
+one copy per worker at once, each copy reading a copy of the weights on
+its own worker; the group is not ``pooled`` (each worker still runs its
+own ops one at a time) and its capacity is not capped by what one copy
+realises.
+
 Examples
 --------
 >>> capacity_from_times([0.010, 0.011, 0.009], [0.040, 0.041, 0.039], 4)
@@ -31,6 +45,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -60,11 +75,12 @@ def capacity_from_times(one_s: Sequence[float], all_s: Sequence[float], size: in
     return round(float(min(max(ratio, 1.0), size)), 3)
 
 
-def _copies_function(traced: Any, devices: Sequence[str], variables: Mapping[str, Any] | None = None) -> Any:
+def _copies_function(traced: Any, devices: Sequence[str],
+                     variables: Mapping[str, Mapping[str, Any]] | None = None) -> Any:
     """A ``tf.function`` running one copy of ``traced``'s fixed-batch forward graph per device, independently.
 
-    ``variables``: placeholder → the variable the copies read instead of the model's own (copies on a
-    worker, so that a step does not fetch every weight from this process)."""
+    ``variables``: device → (placeholder → the variable its copy reads instead of the model's own: a copy
+    on a worker, so that a step does not fetch every weight from this process)."""
     from ..tf.emit import IMPORT_PREFIX, tf_variable
 
     base = traced.fixed.graph.as_graph_def()
@@ -75,14 +91,16 @@ def _copies_function(traced: Any, devices: Sequence[str], variables: Mapping[str
         for node in gd.node:
             node.device = device
         graph_defs.append(gd)
-    own = dict(traced.variables) if variables is None else dict(variables)
-    captures = [(ph, tf_variable(v).handle) for ph, v in own.items()] + list(traced.constants.items())
+    captures = []
+    for device in devices:
+        own = traced.variables if variables is None or device not in variables else variables[device]
+        captures.append([(ph, tf_variable(v).handle) for ph, v in own.items()] + list(traced.constants.items()))
 
     def copies(*xs: tf.Tensor) -> list[tf.Tensor]:
         fg = tf.compat.v1.get_default_graph()
-        captured = {f"{ph}:0": fg.capture(value) for ph, value in captures}
         outs: list[tf.Tensor] = []
         for i, gd in enumerate(graph_defs):
+            captured = {f"{ph}:0": fg.capture(value) for ph, value in captures[i]}
             input_map = {**captured, **dict(zip(traced.input_names, xs))}
             outs += tf.graph_util.import_graph_def(gd, input_map=input_map, return_elements=list(traced.output_names),
                                                    name=f"{IMPORT_PREFIX}_copy{i}")
@@ -92,8 +110,10 @@ def _copies_function(traced: Any, devices: Sequence[str], variables: Mapping[str
 
 
 def measure_shared_capacity(traced: Any, devices: Sequence[str], *, rounds: int = DEFAULT_ROUNDS,
-                            budget_s: float = BUDGET_S, seed: int = 0, work_s: float | None = None) -> float:
-    """The capacity of ``devices`` (one process's logical CPUs) for ``traced``'s ops; see the module docstring.
+                            budget_s: float = BUDGET_S, seed: int = 0, work_s: float | None = None,
+                            pooled: bool = True) -> float:
+    """The capacity of ``devices`` (one process's logical CPUs, or with ``pooled=False`` the CPUs of
+    worker processes on one machine) for ``traced``'s ops; see the module docstring.
 
     Parameters
     ----------
@@ -110,7 +130,10 @@ def measure_shared_capacity(traced: Any, devices: Sequence[str], *, rounds: int 
     work_s : float, optional
         The profiled op times of ``traced`` summed (seconds): then the capacity is also at most what one
         copy realises by itself, ``work_s / (one copy − its fixed call cost)``: the model's own
-        branches overlap on the shared processor no better than they do on one device.
+        branches overlap on the shared processor no better than they do on one device (pooled only).
+    pooled : bool
+        ``False``: the devices are separate processes; each copy reads a copy of the weights on its
+        own device, and ``work_s`` does not cap the capacity (each process runs its own ops).
 
     Raises
     ------
@@ -121,12 +144,18 @@ def measure_shared_capacity(traced: Any, devices: Sequence[str], *, rounds: int 
         raise DeviceError(f"measuring a shared processor needs two or more devices, got {list(devices)}")
     if traced.step != "predict":
         raise DeviceError("the shared-processor capacity is measured with the forward pass, not a training step")
-    one_s, all_s = _interleaved(traced, [devices[:1], devices], rounds, budget_s, seed)
+    local = None if pooled else weight_copies(traced, devices)
+    one_s, all_s = _interleaved(traced, [devices[:1], devices], rounds, budget_s, seed, local)
     capacity = capacity_from_times(one_s, all_s, len(devices))
+    if not pooled:  # calling several processes costs more than one: compare the compute, not the calls
+        one_c = float(np.median(one_s)) - _call_seconds(traced, devices[0])
+        all_c = float(np.median(all_s)) - _copies_call_seconds(traced, devices)
+        if one_c > 0 and all_c > 0:
+            capacity = capacity_from_times([one_c], [all_c], len(devices))
     log.info("shared processor of %d devices: capacity %.2f (one copy %.2f ms, %d at once %.2f ms, %d rounds)",
              len(devices), capacity, 1e3 * float(np.median(one_s)), len(devices), 1e3 * float(np.median(all_s)),
              len(one_s))
-    if work_s is not None and work_s > 0:
+    if pooled and work_s is not None and work_s > 0:
         compute_s = float(np.median(one_s)) - _call_seconds(traced, devices[0])
         if compute_s > 0:
             realised = round(float(min(max(work_s / compute_s, 1.0), len(devices))), 3)
@@ -159,10 +188,7 @@ def runtime_factor(traced: Any, device: str, session: GraphProfiler, *, rounds: 
     """
     if traced.step != "predict":
         raise DeviceError("the runtime factor is measured with the forward pass, not a training step")
-    from ..tf.emit import tf_variable
-
-    with tf.device(device):  # the weights where the step runs, as a plan puts them (not read across processes)
-        copies = {ph: tf.Variable(tf_variable(v).read_value(), trainable=False) for ph, v in traced.variables.items()}
+    copies = weight_copies(traced, [device])
     (one_s,) = _interleaved(traced, [[device]], rounds, budget_s, seed, copies, before=session.step_round)
     compute_s = float(np.median(one_s)) - _call_seconds(traced, device)
     reference_s = session.step_compute_s(last=len(one_s))
@@ -173,13 +199,26 @@ def runtime_factor(traced: Any, device: str, session: GraphProfiler, *, rounds: 
     return factor, reference_s
 
 
+def weight_copies(traced: Any, devices: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """device → (placeholder → a non-trainable copy of that weight on the device): where a plan puts
+    them, so that a timed copy does not read its weights across processes."""
+    from ..tf.emit import tf_variable
+
+    out = {}
+    for device in devices:
+        with tf.device(device):
+            out[device] = {ph: tf.Variable(tf_variable(v).read_value(), trainable=False)
+                           for ph, v in traced.variables.items()}
+    return out
+
+
 def clip_runtime_factor(factor: float) -> float:
     """``factor`` within ``1 / MAX_RUNTIME_FACTOR … MAX_RUNTIME_FACTOR``."""
     return min(max(factor, 1 / MAX_RUNTIME_FACTOR), MAX_RUNTIME_FACTOR)
 
 
 def _interleaved(traced: Any, placements: Sequence[Sequence[str]], rounds: int, budget_s: float, seed: int,
-                 variables: Mapping[str, Any] | None = None, *,
+                 variables: Mapping[str, Mapping[str, Any]] | None = None, *,
                  before: Callable[[], None] | None = None) -> list[list[float]]:
     """Seconds per call of one copy of ``traced`` per device of each placement, the placements interleaved
     (:data:`WARMUP` calls each first; at least 3 rounds, no new round after ``budget_s``); ``before()``
@@ -213,25 +252,85 @@ def _call_seconds(traced: Any, device: str) -> float:
     return plan_call_seconds(traced, {op.name: device for op in traced.fixed.graph.get_operations()})
 
 
+def _copies_call_seconds(traced: Any, devices: Sequence[str]) -> float:
+    """The fixed cost of one call of :func:`_copies_function` over ``devices`` (a stand-in: each copy's inputs
+    fed from this process, its outputs fetched, its captured variables and an op on its device)."""
+    from .links import CallInterface, call_interface, measure_call
+
+    one = call_interface(traced, {op.name: devices[0] for op in traced.fixed.graph.get_operations()})
+    per = lambda tensors, d: tuple(replace(t, device=d) for t in tensors)  # noqa: E731
+    return measure_call(CallInterface(
+        inputs=tuple(t for d in devices for t in per(one.inputs, d)),
+        outputs=tuple(t for d in devices for t in per(one.outputs, d)),
+        variables=tuple((d, n) for d in devices for _, n in one.variables), devices=tuple(devices)))
+
+
 def _fetch(outs: Any) -> None:
     for t in tf.nest.flatten(outs):
         t.numpy()
 
 
-def shared_processors(traced: Any, devset: DeviceSet, *, given: float | None = None, seed: int = 0,
-                      work_s: float | None = None) -> DeviceSet:
-    """``devset`` with a :class:`~placer.core.devices.SharedProcessor` per process holding two or more of its CPUs.
+#: Read on each process's CPU to tell which processes share a machine (Linux: one id per boot of a kernel).
+MACHINE_ID_FILE = "/proc/sys/kernel/random/boot_id"
+
+
+def machine_groups(devset: DeviceSet, kind: str = "CPU") -> list[tuple[int, ...]]:
+    """Indices of ``kind`` devices of two or more processes that run on one machine, by machine.
+
+    A process's machine is the boot id its own CPU reads (:data:`MACHINE_ID_FILE`, a ``tf.io.read_file``
+    placed there); a process that cannot read it is taken as a machine of its own (logged). Machines
+    where some process holds two or more such devices are left to :meth:`DeviceSet.host_groups`
+    (logged): a group is either one process's logical devices or one device per process.
+    """
+    by_process: dict[str, list[int]] = {}
+    for i, d in enumerate(devset.devices):
+        if d.kind == kind:
+            by_process.setdefault(d.host, []).append(i)
+    if len(by_process) < 2:
+        return []
+    by_machine: dict[str, list[str]] = {}
+    for host in by_process:
+        try:
+            with tf.device(f"{host}/device:CPU:0"):
+                machine = tf.io.read_file(MACHINE_ID_FILE).numpy().decode().strip()
+        except (tf.errors.NotFoundError, tf.errors.PermissionDeniedError, tf.errors.UnimplementedError) as e:
+            log.info("cannot tell which machine %s runs on (%s): taken as a machine of its own", host,
+                     str(e).splitlines()[0])
+            machine = host
+        by_machine.setdefault(machine, []).append(host)
+    groups = []
+    for hosts in by_machine.values():
+        if len(hosts) < 2:
+            continue
+        if any(len(by_process[h]) > 1 for h in hosts):
+            log.info("processes %s share a machine, but some hold several %s devices: only those are grouped",
+                     hosts, kind)
+            continue
+        groups.append(tuple(sorted(by_process[h][0] for h in hosts)))
+    return groups
+
+
+def sharing_groups(devset: DeviceSet) -> list[tuple[tuple[int, ...], bool]]:
+    """``(devices, pooled)`` of each group of CPUs that share a processor: one process's logical CPUs
+    (pooled), then one CPU per process of a machine that runs several (:func:`machine_groups`)."""
+    return [(g, True) for g in devset.host_groups("CPU")] + [(g, False) for g in machine_groups(devset)]
+
+
+def shared_processors(traced: Any, devset: DeviceSet, groups: Sequence[tuple[tuple[int, ...], bool]] | None = None,
+                      *, given: float | None = None, seed: int = 0, work_s: float | None = None) -> DeviceSet:
+    """``devset`` with a :class:`~placer.core.devices.SharedProcessor` per group of :func:`sharing_groups`
+    (or of ``groups``, found that way).
 
     ``given``: that capacity for every such group instead of measuring (``source == "given"``).
     ``work_s``: the forward pass's profiled op times summed (see :func:`measure_shared_capacity`).
     GPUs are separate processors and get none.
     """
     shared = []
-    for group in devset.host_groups("CPU"):
+    for group, pooled in sharing_groups(devset) if groups is None else groups:
         names = [devset.names[i] for i in group]
         if given is not None:
-            shared.append(SharedProcessor(group, given, "given"))
+            shared.append(SharedProcessor(group, given, "given", pooled))
         else:
-            shared.append(SharedProcessor(group, measure_shared_capacity(traced, names, seed=seed, work_s=work_s),
-                                          "measured"))
+            capacity = measure_shared_capacity(traced, names, seed=seed, work_s=work_s, pooled=pooled)
+            shared.append(SharedProcessor(group, capacity, "measured", pooled))
     return devset.with_shared(shared)

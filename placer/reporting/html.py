@@ -424,8 +424,9 @@ def render_html(data: Mapping[str, Any]) -> str:
               _table(["device", "kind", "ops", "load (predicted)", "resident", "peak (predicted)", "capacity"],
                      dev_rows, numeric=(2, 3, 4, 5, 6))]
     for sp in data.get("shared_processors", []):
+        what = "processor" if sp.get("pooled", True) else "machine (one process each)"
         parts.append(f"<p>{len(sp['devices'])} devices ({', '.join(_short(d) for d in sp['devices'])}) share one "
-                     f"processor: together they do {sp['capacity']:.2f} ops' worth of work at once "
+                     f"{what}: together they do {sp['capacity']:.2f} ops' worth of work at once "
                      f"({html.escape(sp['source'])}); the predictions charge it.</p>")
     if data.get("links"):
         kinds = Counter(link["source"] for link in data["links"])

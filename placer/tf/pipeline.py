@@ -146,11 +146,13 @@ class PlacementOptions:
         :func:`placer.measure.links.measure_call`, well under a second) and
         add it to the predicted step (``plan.call_overhead_s``). Default True.
     shared_capacity : "measure", float or None
-        Logical CPU devices of one process share its cores. ``"measure"``
-        (default): measure how much of the model's work they do at once
-        (:mod:`placer.measure.hosts`; a second or so for small models) and
-        let the simulator and the objectives charge it; a number: that
-        capacity (1 … devices per process); ``None``: treat them as
+        Logical CPU devices of one process share its cores, and worker
+        processes on one machine share it (caches, memory bandwidth, the
+        client). ``"measure"`` (default): measure how much of the model's
+        work they do at once (:mod:`placer.measure.hosts`; a second or so
+        for small models, ~10 s for ResNet50 on workers) and let the
+        simulator and the objectives charge it; a number: that capacity
+        (1 … devices in the group) for every group; ``None``: treat them as
         independent processors (what the plan then promises is not what
         runs).
     targets : tf.TensorSpec, shape tuple or list of them, optional
@@ -406,9 +408,13 @@ def _hosts(model: Any, traced: Any, devset: Any, opts: PlacementOptions, costs: 
         from ..measure.links import calibrate_links
 
         devset = calibrate_links(devset, cross_process_only=True, transfer_cpu=True)[0]
-    if opts.shared_capacity is None or not devset.host_groups("CPU"):
+    if opts.shared_capacity is None:
         return devset
-    from ..measure.hosts import shared_processors
+    from ..measure.hosts import shared_processors, sharing_groups
+
+    groups = sharing_groups(devset)
+    if not groups:
+        return devset
 
     given = None if opts.shared_capacity == "measure" else float(opts.shared_capacity)
     forward = traced
@@ -417,10 +423,10 @@ def _hosts(model: Any, traced: Any, devset: Any, opts: PlacementOptions, costs: 
     work_s = None
     if costs is not None and forward is traced and "CPU" in costs.us:
         work_s = sum(costs.us["CPU"].values()) * 1e-6
-    out = shared_processors(forward, devset, given=given, seed=opts.seed, work_s=work_s)
+    out = shared_processors(forward, devset, groups, given=given, seed=opts.seed, work_s=work_s)
     for sp in out.shared:
-        log.info("devices %s share one processor: capacity %.2f (%s)", [devset.names[i] for i in sp.devices],
-                 sp.capacity, sp.source)
+        log.info("devices %s share one %s: capacity %.2f (%s)", [devset.names[i] for i in sp.devices],
+                 "processor" if sp.pooled else "machine", sp.capacity, sp.source)
     return out
 
 

@@ -156,8 +156,8 @@ def build_report(plan: Plan, op_graph: OpGraph, built: BuiltProblem, sim: SimRes
                    "fit": None}
                   for (i, j), link in devset.links.items())
     source = CostSource(dict(costs.source), grappler, dict(costs.unknown_op_types), dict(costs.runtime_factor))
-    shared = tuple({"devices": [names[i] for i in sp.devices], "capacity": sp.capacity, "source": sp.source}
-                   for sp in devset.shared)
+    shared = tuple({"devices": [names[i] for i in sp.devices], "capacity": sp.capacity, "source": sp.source,
+                    "pooled": sp.pooled} for sp in devset.shared)
     return Report(plan, graph_summary(op_graph), devices, sim.link_bytes, sim, source, links, ops, edges,
                   tuple(asdict(e) for e in emitted.compressed), dict(stage_seconds),
                   {"name": model_name, "step": emitted.step}, shared_processors=shared,
