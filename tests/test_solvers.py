@@ -197,7 +197,7 @@ def _check_dp(p, best, stages_follow_order, order=None):
     assert evaluate(p, sol.assignment).feasible  # capacity and allowed devices kept
     assert sol.objective == pytest.approx(best, rel=1e-9, abs=1e-12)
     assert sol.lower_bound <= sol.objective + 1e-12
-    for u, v in split_edges(p)[0]:  # stages are contiguous: dependencies go to the same or a later device
+    for u, v in split_edges(p):  # stages are contiguous: dependencies go to the same or a later device
         assert sol.assignment[u] <= sol.assignment[v]
     if stages_follow_order:
         pos = {v: i for i, v in enumerate(p.order if order is None else order)}
@@ -236,7 +236,7 @@ def test_contiguous_dp_where_groups_form_cycles(seed, n, k, capacity, one_order)
     import placer.solvers.stages as stages
 
     p = random_problem(seed, n, k, capacity=capacity, back=0.5)
-    edges, _ = stages.split_edges(p)
+    edges = stages.split_edges(p)
     assert nx.is_directed_acyclic_graph(nx.DiGraph(edges))
     with pytest.MonkeyPatch.context() as mp:
         if not one_order:
@@ -255,10 +255,9 @@ def test_split_edges_mirror_what_runs_against_the_order():
                                capacity_bytes=np.full(1, np.inf), bandwidth=np.ones((1, 1)), latency=np.zeros((1, 1)),
                                tensors=[TensorEdge(0, (1,), 1.0), TensorEdge(1, (2,), 1.0), TensorEdge(2, (1, 3), 1.0),
                                         TensorEdge(1, (0,), 1.0)])
-    assert split_edges(p) == ([(0, 1), (1, 2), (2, 3)], False)
+    assert split_edges(p) == [(0, 1), (1, 2), (2, 3)]
     acyclic = random_problem(5, 8, 2)
-    edges, complete = split_edges(acyclic)
-    assert complete and edges == sorted({(t.src, d) for t in acyclic.tensors for d in t.dsts})
+    assert split_edges(acyclic) == sorted({(t.src, d) for t in acyclic.tensors for d in t.dsts})  # its own edges
 
 
 def test_ideals_of_a_diamond_and_of_a_cycle():

@@ -258,11 +258,13 @@ def _copies_call_seconds(traced: Any, devices: Sequence[str]) -> float:
     from .links import CallInterface, call_interface, measure_call
 
     one = call_interface(traced, {op.name: devices[0] for op in traced.fixed.graph.get_operations()})
-    per = lambda tensors, d: tuple(replace(t, device=d) for t in tensors)  # noqa: E731
-    return measure_call(CallInterface(
-        inputs=tuple(t for d in devices for t in per(one.inputs, d)),
-        outputs=tuple(t for d in devices for t in per(one.outputs, d)),
-        variables=tuple((d, n) for d in devices for _, n in one.variables), devices=tuple(devices)))
+
+    def on_each(tensors: Sequence[Any]) -> tuple[Any, ...]:
+        return tuple(replace(t, device=d) for d in devices for t in tensors)
+
+    return measure_call(CallInterface(inputs=on_each(one.inputs), outputs=on_each(one.outputs),
+                                      variables=tuple((d, n) for d in devices for _, n in one.variables),
+                                      devices=tuple(devices)))
 
 
 def _fetch(outs: Any) -> None:
@@ -316,17 +318,17 @@ def sharing_groups(devset: DeviceSet) -> list[tuple[tuple[int, ...], bool]]:
     return [(g, True) for g in devset.host_groups("CPU")] + [(g, False) for g in machine_groups(devset)]
 
 
-def shared_processors(traced: Any, devset: DeviceSet, groups: Sequence[tuple[tuple[int, ...], bool]] | None = None,
-                      *, given: float | None = None, seed: int = 0, work_s: float | None = None) -> DeviceSet:
-    """``devset`` with a :class:`~placer.core.devices.SharedProcessor` per group of :func:`sharing_groups`
-    (or of ``groups``, found that way).
+def shared_processors(traced: Any, devset: DeviceSet, groups: Sequence[tuple[tuple[int, ...], bool]], *,
+                      given: float | None = None, seed: int = 0, work_s: float | None = None) -> DeviceSet:
+    """``devset`` with a :class:`~placer.core.devices.SharedProcessor` per ``(devices, pooled)`` group
+    (:func:`sharing_groups`).
 
     ``given``: that capacity for every such group instead of measuring (``source == "given"``).
     ``work_s``: the forward pass's profiled op times summed (see :func:`measure_shared_capacity`).
     GPUs are separate processors and get none.
     """
     shared = []
-    for group, pooled in sharing_groups(devset) if groups is None else groups:
+    for group, pooled in groups:
         names = [devset.names[i] for i in group]
         if given is not None:
             shared.append(SharedProcessor(group, given, "given", pooled))

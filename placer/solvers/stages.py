@@ -110,8 +110,8 @@ def boundary_costs(problem: PlacementProblem, pos: np.ndarray) -> np.ndarray:
     return np.cumsum(np.cumsum(diff, axis=0), axis=1)[: n + 1, : n + 1]
 
 
-def split_edges(problem: PlacementProblem) -> tuple[list[tuple[int, int]], bool]:
-    """The dependencies a contiguous split keeps, and whether they are the problem's own.
+def split_edges(problem: PlacementProblem) -> list[tuple[int, int]]:
+    """The dependencies a contiguous split keeps (sorted).
 
     Every edge between two nodes, except inside a cycle (a strongly connected
     set of groups, such as a training graph's groups that each hold a layer's
@@ -133,38 +133,38 @@ def split_edges(problem: PlacementProblem) -> tuple[list[tuple[int, int]], bool]
     ...     capacity_bytes=np.full(1, np.inf), tensors=[TensorEdge(0, (1,), 1.0), TensorEdge(1, (0,), 1.0)],
     ...     bandwidth=np.ones((1, 1)), latency=np.zeros((1, 1)))
     >>> split_edges(p)
-    ([(0, 1)], False)
+    [(0, 1)]
     """
     preds, _ = dependencies(problem.n, problem.tensors, problem.control)
     edges = sorted({(u, v) for v in range(problem.n) for _, u in preds[v]})
     g = nx.DiGraph(edges)
     g.add_nodes_from(range(problem.n))
     if nx.is_directed_acyclic_graph(g):
-        return edges, True
+        return edges
     comp = {v: i for i, c in enumerate(nx.strongly_connected_components(g)) for v in c}
     rank = np.empty(problem.n, dtype=np.int64)
     rank[np.asarray(problem.order, dtype=int)] = np.arange(problem.n)
     kept = {(u, v) if comp[u] != comp[v] or rank[u] < rank[v] else (v, u) for u, v in edges}
-    return sorted(kept), False
+    return sorted(kept)
 
 
 #: Largest ``ideals² × (nodes + tensors)`` the exact DP over every ideal takes (its cost matrices are
-#: ``ideals²``); above it the DP runs over the prefixes of ``problem.order`` only. At the cap it takes
+#: ``ideals²``); above it the DP runs over the prefixes of one topological order only. At the cap it takes
 #: ~0.13 s on the 2-core reference machine (2.5 ns per unit), more than ``auto`` charges it (the one-order
 #: estimate), which stays within its time-limit slack.
 MAX_IDEAL_WORK = 5e7
 
 
-def ideals(problem: PlacementProblem, limit: int) -> np.ndarray | None:
-    """Every ideal (set of nodes closed under predecessors along :func:`split_edges`) as rows of an
-    ``(N, n)`` bool matrix, or ``None`` when there are more than ``limit``.
+def ideals(problem: PlacementProblem, limit: int, edges: list[tuple[int, int]] | None = None) -> np.ndarray | None:
+    """Every ideal (set of nodes closed under predecessors along ``edges``, default :func:`split_edges`)
+    as rows of an ``(N, n)`` bool matrix, or ``None`` when there are more than ``limit``.
 
     Found breadth-first from the empty set, adding one node whose predecessors
     are all in; rows come in order of size, then of discovery (deterministic).
     """
     n = problem.n
     preds = [0] * n
-    for u, v in split_edges(problem)[0]:
+    for u, v in split_edges(problem) if edges is None else edges:
         preds[v] |= 1 << u
     found = [0]
     seen = {0}
@@ -276,11 +276,12 @@ def contiguous_dp(problem: PlacementProblem, options: SolveOptions) -> Solution 
     p = problem
     n = p.n
     limit = int(np.sqrt(MAX_IDEAL_WORK / max(1, n + len(p.tensors))))
-    member = ideals(p, limit) if limit > n + 1 else None
+    edges = split_edges(p)
+    member = ideals(p, limit, edges) if limit > n + 1 else None
     if member is not None:
         comm, subset = ideal_costs(p, member)
     else:
-        order = np.asarray(_split_order(p, split_edges(p)[0]), dtype=int)
+        order = np.asarray(_split_order(p, edges), dtype=int)
         pos = np.empty(n, dtype=int)
         pos[order] = np.arange(n)
         member = np.zeros((n + 1, n), dtype=bool)  # prefix i of the order: its first i nodes
