@@ -369,3 +369,57 @@ def test_max_load_of_a_shared_machine_and_of_a_shared_pool():
     assert evaluate(machine, np.array([0, 1])).objective == pytest.approx(2 / 1.7)
     assert evaluate(pool, np.array([0, 0])).objective == pytest.approx(2 / 1.7)
     assert problem(1.0).shared == (((0, 1), 1.7, 1.0),)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 20), k=st.integers(2, 5), data=st.data())
+def test_a_plan_on_some_devices_scores_the_same_on_all(seed, n, k, data):
+    """``on_devices`` keeps every cost: a plan of the sub-problem, mapped back, has the same max load,
+    simulated step and memory per device (shared processors included)."""
+    from placer.core.objectives import makespan
+
+    base = random_problem(seed, n, k, hetero=True, capacity=400.0)
+    shared = data.draw(st.sampled_from([(), (tuple(range(k)), 1.5, 1.0), (tuple(range(k)), 1.5, 1.5)]))
+    p = PlacementProblem.build(names=base.names, compute_s=base.compute_s, memory_bytes=base.memory_bytes,
+                               capacity_bytes=base.capacity_bytes, tensors=base.tensors, bandwidth=base.bandwidth,
+                               latency=base.latency, shared=[shared] if shared else ())
+    devices = data.draw(st.lists(st.integers(0, k - 1), min_size=1, max_size=k, unique=True))
+    sub = p.on_devices(devices)
+    assert sub.k == len(devices)
+    a = np.random.default_rng(seed).integers(0, sub.k, n)
+    full = np.asarray(devices)[a]
+    assert evaluate(sub, a).objective == pytest.approx(evaluate(p, full).objective, rel=1e-12)
+    assert np.array_equal(evaluate(sub, a).memory_bytes, evaluate(p, full).memory_bytes[devices])
+    if len(devices) > 1 or not shared:  # one device keeps a shared processor's one-device share
+        assert makespan(sub, a) == pytest.approx(makespan(p, full), rel=1e-12)
+
+
+def test_on_devices_rejects_bad_subsets():
+    p = random_problem(1, 4, 3, forbid=0.6)
+    with pytest.raises(GraphError, match="distinct"):
+        p.on_devices([0, 0])
+    with pytest.raises(GraphError, match="distinct"):
+        p.on_devices([3])
+    lonely = int(np.flatnonzero(np.isfinite(p.compute_s).sum(axis=1) == 1)[0])
+    only = int(np.flatnonzero(np.isfinite(p.compute_s[lonely]))[0])
+    with pytest.raises(GraphError, match="allowed on no device"):
+        p.on_devices([d for d in range(3) if d != only])
+
+
+def test_auto_searches_two_devices_first_and_keeps_what_it_found():
+    """Two independent chains joined at the end, on 4 devices: the search on 2 devices runs, its
+    plan is scored, and auto's plan is at least as good as it."""
+    from placer.solvers.auto import FEWER_DEVICES, fewer_devices
+
+    n = 13
+    tensors = [TensorEdge(i, (i + 2,), 10.0) for i in range(10)] + [TensorEdge(10, (12,), 10.0),
+                                                                      TensorEdge(11, (12,), 10.0)]
+    p = PlacementProblem.build(names=[f"n{i}" for i in range(n)], compute_s=np.ones((n, 4)),
+                               memory_bytes=np.zeros(n), capacity_bytes=np.full(4, np.inf), tensors=tensors,
+                               bandwidth=np.full((4, 4), 1e6), latency=np.full((4, 4), 1e-4))
+    assert fewer_devices(p, FEWER_DEVICES) == [0, 1]
+    s = solve_problem(p, "auto", SolveOptions(objective="throughput", time_limit_s=1))
+    assert "cpsat on 2 devices: 7.00011 (optimal)" in s.log  # a chain each, the join after both
+    spread = next(x for x in s.log if x.startswith(f"cpsat@{FEWER_DEVICES}+refine: "))
+    assert float(spread.split(": ")[1]) < 7  # refinement spread it over the 4 devices
+    assert s.objective <= float(spread.split(": ")[1]) * (1 + 1e-6)
