@@ -358,3 +358,32 @@ def test_latency_bound_counts_a_transfer_that_cannot_be_avoided():
                                tensors=[TensorEdge(0, (2,), 10.0), TensorEdge(1, (2,), 10.0)],
                                bandwidth=np.ones((2, 2)), latency=np.zeros((2, 2)))
     assert critical_path_bound(p) == 2.0  # free links would give 1 s
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), m=st.integers(2, 9), n=st.integers(1, 4), k=st.integers(1, 3),
+       latency=st.sampled_from([0.0, 0.3]), shared=st.sampled_from([None, 1.0, 1.5]))
+def test_latency_bound_of_grouped_ops_never_exceeds_the_best_schedule(seed, m, n, k, latency, shared):
+    """Problem nodes of several ops each (as a layer's forward and gradient ops), real links, devices
+    that may share a processor: the bound (a node's ops serialised between their heads and tails among
+    it) stays below every simulated plan."""
+    from cost_models import TensorEdge
+    from placer.core.objectives import critical_path_bound, makespan
+    from placer.core.problem import PlacementProblem, Schedule
+
+    rng = np.random.default_rng(seed)
+    group = np.unique(rng.integers(0, n, m), return_inverse=True)[1]  # nodes numbered 0..n-1, none empty
+    n = int(group.max()) + 1
+    tensors = [TensorEdge(u, tuple(sorted(w for w in range(u + 1, m) if rng.random() < 0.4)), float(rng.uniform(0, 2)))
+               for u in range(m)]
+    tensors = [t for t in tensors if t.dsts]
+    durations = rng.uniform(0.1, 1.0, (m, 1)) * np.ones((1, k))
+    compute = np.zeros((n, k))
+    np.add.at(compute, group, durations)
+    p = PlacementProblem.build(names=[f"g{i}" for i in range(n)], compute_s=compute, memory_bytes=np.zeros(n),
+                               capacity_bytes=np.full(k, np.inf), tensors=[], bandwidth=np.ones((k, k)),
+                               latency=np.full((k, k), latency),
+                               schedule=Schedule(durations, tuple(tensors), (), group),
+                               shared=[(tuple(range(k)), 1.5, shared)] if shared and k > 1 else ())
+    best = min(makespan(p, np.array(a)) for a in itertools.product(range(k), repeat=n))
+    assert critical_path_bound(p) <= best * (1 + 1e-9) + 1e-12

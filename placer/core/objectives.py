@@ -157,8 +157,11 @@ def critical_path_bound(problem: PlacementProblem, grid: int = 48) -> float:
       processor);
     * total work / devices (fewer where devices share a processor:
       :meth:`~placer.core.problem.PlacementProblem.parallel_devices`);
-    * the largest node's work (its ops share one device, one at a time; a
-      shared processor's capacity's worth at once);
+    * per node, its ops' one-device bound: they share one device, one at a
+      time (a shared processor's capacity's worth at once), so any of them
+      that cannot start before ``t`` and need ``τ`` after them take
+      ``t + their work + τ`` (:func:`_node_bound`; with ``t = τ = 0``, the
+      node's work);
     * the two-sided "energy" bound: ops that cannot start before ``t``
       (longest path to them ≥ ``t``) and must end ``τ`` before the end
       (longest path after them ≥ ``τ``) fit between, so
@@ -198,7 +201,8 @@ def critical_path_bound(problem: PlacementProblem, grid: int = 48) -> float:
     k = problem.parallel_devices()
     overlap = max([alone for _, _, alone in problem.shared], default=1.0)
     largest_group = float(problem.compute_s.min(axis=1).max()) / overlap if problem.n else 0.0
-    bound = max(float((head + best + tail).max()), float(best.sum() / k), largest_group)
+    bound = max(float((head + best + tail).max()), float(best.sum() / k), largest_group,
+                _node_bound(head, tail, best, sched.group, overlap, grid))
     ts = np.unique(np.quantile(head, np.linspace(0, 1, grid)))
     taus = np.unique(np.quantile(tail, np.linspace(0, 1, grid)))
     for t in ts:
@@ -214,6 +218,40 @@ def critical_path_bound(problem: PlacementProblem, grid: int = 48) -> float:
         valid = n_ge > 0  # an empty set of ops constrains nothing
         if valid.any():
             bound = max(bound, float((t + taus[valid] + work[valid] / k).max()))
+    return bound
+
+
+def _node_bound(head: np.ndarray, tail: np.ndarray, work: np.ndarray, group: np.ndarray, overlap: float,
+                grid: int) -> float:
+    """The largest one-device bound of a problem node: its ops run on one device, one at a time (``overlap``
+    ops at once on a shared processor), so the set of them with ``head ≥ t`` and ``tail ≥ τ`` needs
+    ``t + work / overlap + τ`` (Carlier's head-body-tail bound of one machine), over every ``t`` of a node
+    of up to ``grid`` ops, else ``grid`` quantiles, and every ``τ``.
+
+    Examples
+    --------
+    A node of two 1 s ops, one that cannot start before 3 s, one that needs 2 s after it: either order
+    ends by the other's head or tail, 1 + 1 + 2 (from 0) or 3 + 1 + 2 (the first alone).
+
+    >>> _node_bound(np.array([0.0, 3.0]), np.array([2.0, 2.0]), np.ones(2), np.array([0, 0]), 1.0, 8)
+    6.0
+    """
+    if group.size == 0:
+        return 0.0
+    order = np.argsort(group, kind="stable")
+    starts = np.flatnonzero(np.r_[True, np.diff(group[order]) != 0])
+    sizes = np.diff(np.r_[starts, group.size])
+    bound = 0.0
+    for first, size in zip(starts[sizes > 1], sizes[sizes > 1]):  # a single op's bound is its critical path
+        idx = order[first:first + size]
+        h, t, w = head[idx], tail[idx], work[idx]
+        by_tail = np.argsort(-t, kind="stable")
+        h, t, w = h[by_tail], t[by_tail], w[by_tail]
+        cuts = np.unique(h) if size <= grid else np.unique(np.quantile(h, np.linspace(0, 1, grid)))
+        for a in cuts:
+            sel = h >= a  # by decreasing tail: the ops with tail >= t[j] among them are a prefix
+            if sel.any():
+                bound = max(bound, float(a + (np.cumsum(w[sel]) / overlap + t[sel]).max()))
     return bound
 
 

@@ -9,7 +9,11 @@
 2. greedy refinement of the best (:mod:`placer.solvers.refine`), and of a
    runner-up within :data:`RUNNER_UP` of it (another algorithm's plan; each
    on half the share);
-3. CP-SAT warm-started from the best plan, on a coarsened problem above
+3. for ``latency`` on more than :data:`FEWER_DEVICES` devices, CP-SAT on
+   that many of them first (:func:`fewer_devices`; the problem coarsened to
+   :data:`FEWER_MAX_NODES` nodes), its plan spread over all by refinement,
+   scored, and a warm start when it is the better one;
+   then CP-SAT warm-started from the best plan, on a coarsened problem above
    ``max_nodes`` nodes (:mod:`placer.solvers.multilevel`);
 4. a short refinement of CP-SAT's plan when it is the best and not proven.
 
@@ -68,12 +72,18 @@ RUNNER_UP = 1.05
 #: Heuristics that run only when their estimate is at most this share of the time limit (so that a large
 #: problem's refinement and CP-SAT keep their budget).
 MAX_SHARE: dict[str, float] = {"contiguous_dp": 0.25}
-#: With more devices than this, the load-based CP-SAT search first places the problem on this many of them
-#: (half of CP-SAT's budget), spreads that plan over all by refinement, and starts the full search from it when
-#: it is the better start. CP-SAT finds good plans of the smaller model far sooner: the two-branch CNN's
-#: training step on 4 devices (layer groups) reached a max load of 111 ms on 2 devices in the budget where the
-#: 4-device model stayed at 167 ms (it needed 4x the budget to pass 111 ms).
+#: Where CP-SAT's load model is only a proxy (``latency``) and there are more devices than this, the search
+#: first places the problem on this many of them (half of CP-SAT's budget), spreads that plan over all by
+#: refinement, scores it, and starts the full search from it when it is the better start. A plan on fewer
+#: devices pays fewer transfers, and CP-SAT finds good plans of the smaller model far sooner: the two-branch
+#: CNN's training step on 4 devices (layer groups) reached a max load of 111 ms on 2 devices in the budget
+#: where the 4-device model stayed at 167 ms (it needed 4x the budget to pass 111 ms). For ``throughput``
+#: it did not pay: no plan of the solver suite improved, and on the NeurIPS'20 workloads the halved budget
+#: lost two proven optima (OperatorGraphs/bert_l-3, 21.91 -> 22.10 and 54.21 -> 54.62 ms).
 FEWER_DEVICES = 2
+#: ... on a problem coarsened to at most this many nodes (CP-SAT found nothing better than its hint on 1,500
+#: coarse nodes of the LSTM seq2seq training step within the budget).
+FEWER_MAX_NODES = 500
 
 
 def _describe(name: str, sol: Solution | None) -> str:
@@ -102,46 +112,71 @@ def no_plan_error(problem: PlacementProblem, options: SolveOptions, tried: list[
 
 
 def fewer_devices(problem: PlacementProblem, count: int) -> list[int] | None:
-    """The ``count`` devices a search on fewer devices uses: the largest memory first, then the fastest
-    (least total compute), then the lowest index; ``None`` when some node may use none of them.
+    """The ``count`` devices a search on fewer devices uses (sorted), or ``None`` when no such set lets
+    every node run.
+
+    Devices rank fastest first (least time on the nodes every device may run; on all
+    they may run where none is common), then by memory (most first), then by index;
+    the first set in that ranking's order that lets every node run is taken.
 
     Examples
     --------
     >>> from cost_models import TensorEdge
-    >>> p = PlacementProblem.build(names=["a"], compute_s=np.array([[3.0, 1.0, 2.0]]), memory_bytes=np.zeros(1),
-    ...     capacity_bytes=np.full(3, np.inf), tensors=[], bandwidth=np.ones((3, 3)), latency=np.zeros((3, 3)))
-    >>> fewer_devices(p, 2)
+    >>> p = PlacementProblem.build(names=["a", "b"], compute_s=np.array([[3.0, 1.0, 2.0], [3.0, np.inf, 2.0]]),
+    ...     memory_bytes=np.zeros(2), capacity_bytes=np.full(3, np.inf), tensors=[], bandwidth=np.ones((3, 3)),
+    ...     latency=np.zeros((3, 3)))
+    >>> fewer_devices(p, 2)   # device 1 is fastest; 2 runs node b, which 1 cannot
     [1, 2]
+    >>> fewer_devices(p, 1)   # the fastest device that runs both
+    [2]
     """
+    import itertools
+
     allowed = np.isfinite(problem.compute_s)
-    speed = np.where(allowed, problem.compute_s, 0.0).sum(axis=0)
-    ranked = sorted(range(problem.k), key=lambda d: (-problem.capacity_bytes[d], speed[d], d))[:count]
-    picked = sorted(ranked)
-    return picked if allowed[:, picked].any(axis=1).all() else None
+    common = allowed.all(axis=1)
+    rows = common if common.any() else np.ones(problem.n, dtype=bool)
+    speed = np.where(allowed, problem.compute_s, 0.0)[rows].sum(axis=0)
+    ranked = sorted(range(problem.k), key=lambda d: (speed[d], -problem.capacity_bytes[d], d))
+    for picked in itertools.combinations(ranked, min(count, problem.k)):
+        if allowed[:, list(picked)].any(axis=1).all():
+            return sorted(picked)
+    return None
 
 
 def _start_on_fewer(problem: PlacementProblem, warm: np.ndarray | None, options: SolveOptions,
                     tried: list[str]) -> np.ndarray | None:
-    """CP-SAT on :data:`FEWER_DEVICES` of the devices, its plan spread over all by refinement (see
-    :data:`FEWER_DEVICES`); ``None`` when that search finds nothing (or no such subset can hold the nodes)."""
+    """CP-SAT on :data:`FEWER_DEVICES` of the devices (the problem coarsened to at most
+    :data:`FEWER_MAX_NODES` nodes first, ``options.coarsen_keys`` merged first), its plan spread over all
+    by refinement (see :data:`FEWER_DEVICES`); ``None`` when that search finds nothing (or no such subset
+    can run every node)."""
     devices = fewer_devices(problem, FEWER_DEVICES)
     if devices is None:
-        tried.append(f"cpsat on {FEWER_DEVICES} devices: skipped (some nodes may use none of them)")
+        tried.append(f"cpsat on {FEWER_DEVICES} devices: skipped (no {FEWER_DEVICES} of them run every node)")
         return None
-    sub = problem.on_devices(devices)
+    contraction = None
+    search = problem
+    if problem.n > FEWER_MAX_NODES:
+        contraction = coarsen_problem(problem, FEWER_MAX_NODES, keys=options.coarsen_keys, seed=options.seed)
+        search = contraction.coarse
+    sub = search.on_devices(devices)
     hint = None
     if warm is not None:  # nodes on the other devices start on the first of these
         where = {d: i for i, d in enumerate(devices)}
-        hint = np.array([where.get(int(d), 0) for d in warm])
-    result = solve_cpsat(sub, replace(options, warm_start=hint))
+        full_hint = np.array([where.get(int(d), 0) for d in warm])
+        hint = full_hint if contraction is None else contraction.restrict(
+            full_hint, np.where(np.isfinite(problem.compute_s), problem.compute_s, 0.0).max(axis=1))
+    result = solve_cpsat(sub, replace(options, warm_start=hint, coarsen_keys=None))
     if result.status is CpSatStatus.INVALID:
         raise SolverError(f"CP-SAT rejected the model of {sub.n} nodes on {sub.k} devices as invalid; "
                           "this is a bug in autoplace, please report it")
+    where = f"{FEWER_DEVICES} devices" + ("" if contraction is None else f", {problem.n} -> {search.n} nodes")
     if result.solution is None:
-        tried.append(f"cpsat on {FEWER_DEVICES} devices: {result.status.value}")
+        tried.append(f"cpsat on {where}: {result.status.value}")
         return None
-    tried.append(f"cpsat on {FEWER_DEVICES} devices: {result.solution.objective:.6g} ({result.solution.status})")
+    tried.append(f"cpsat on {where}: {result.solution.objective:.6g} ({result.solution.status})")
     spread = np.asarray(devices)[result.solution.assignment]
+    if contraction is not None:
+        spread = contraction.expand(spread)
     return refine(problem, spread, "throughput", work=int(MIN_REFINE_S * VISITS_PER_S))
 
 
@@ -247,16 +282,19 @@ def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
         # of what is left to keep the wall budget.
         budget = max(0.3, left / 3)
         spent = 3 * budget  # what CP-SAT costs by that estimate
-        if model == "throughput" and search.k > FEWER_DEVICES:
+        if model == "throughput" and options.objective != "throughput" and search.k > FEWER_DEVICES:
             budget /= 2  # the other half for the search on fewer devices, whose refinement comes on top
             spent += MIN_REFINE_S
-            start = _start_on_fewer(search, warm, replace(options, time_limit_s=budget, coarsen_keys=None), tried)
+            best_full = None if best is None else best.assignment
+            start = _start_on_fewer(problem, best_full, replace(options, time_limit_s=budget), tried)
             if start is not None:
-                fewer = finish(problem, start if contraction is None else contraction.expand(start),
-                               f"cpsat@{FEWER_DEVICES}", t0, options, "feasible")
+                fewer = finish(problem, start, f"cpsat@{FEWER_DEVICES}", t0, options, "feasible")
                 if fewer is not None:
                     tried.append(_describe(f"cpsat@{FEWER_DEVICES}+refine", fewer))
                     found.append(fewer)
+                if contraction is not None:
+                    work = np.where(np.isfinite(problem.compute_s), problem.compute_s, 0.0).max(axis=1)
+                    start = contraction.restrict(start, work)
                 if warm is None or evaluate(search, start).objective < evaluate(search, warm).objective:
                     warm = start
             log.info("%s (%.1f s)", tried[-1], time.perf_counter() - t0)
