@@ -156,9 +156,13 @@ def test_negative_tensor_size_rejected():
                                bandwidth=np.ones((1, 1)), latency=np.zeros((1, 1)))
 
 
-def _contiguous_brute_force(problem, order=None):
-    """The least max load over every split of ``order`` (``problem.order``) into stages on devices 0..k-1
-    (some empty)."""
+#: The DP's objectives: what each minimises, from an evaluation.
+DP_OBJECTIVES = {"throughput": lambda ev: ev.objective, "memory": lambda ev: float(ev.traffic_bytes.sum())}
+
+
+def _contiguous_brute_force(problem, order=None, objective="throughput"):
+    """The least max load (or traffic) over every split of ``order`` (``problem.order``) into stages on
+    devices 0..k-1 (some empty)."""
     order, n, k = list(problem.order if order is None else order), problem.n, problem.k
     best = np.inf
     for cuts in itertools.combinations_with_replacement(range(n + 1), k - 1):
@@ -168,13 +172,13 @@ def _contiguous_brute_force(problem, order=None):
             a[order[bounds[m]:bounds[m + 1]]] = m
         ev = evaluate(problem, a)
         if ev.feasible:
-            best = min(best, ev.objective)
+            best = min(best, DP_OBJECTIVES[objective](ev))
     return best
 
 
-def _monotone_brute_force(problem, edges=None):
-    """The least max load over every contiguous split: assignments with ``a[u] <= a[v]`` on every dependency
-    (on every one of ``edges`` where given)."""
+def _monotone_brute_force(problem, edges=None, objective="throughput"):
+    """The least max load (or traffic) over every contiguous split: assignments with ``a[u] <= a[v]`` on
+    every dependency (on every one of ``edges`` where given)."""
     if edges is None:
         edges = [(t.src, d) for t in problem.tensors for d in t.dsts if d != t.src]
     best = np.inf
@@ -182,14 +186,15 @@ def _monotone_brute_force(problem, edges=None):
         if all(a[u] <= a[v] for u, v in edges):
             ev = evaluate(problem, np.array(a))
             if ev.feasible:
-                best = min(best, ev.objective)
+                best = min(best, DP_OBJECTIVES[objective](ev))
     return best
 
 
-def _check_dp(p, best, stages_follow_order, order=None):
+def _check_dp(p, best, stages_follow_order, order=None, objective="throughput"):
     from placer.solvers.stages import contiguous_dp, split_edges
 
-    sol = contiguous_dp(p, THROUGHPUT)
+    options = SolveOptions(objective=objective)
+    sol = contiguous_dp(p, options)
     if not np.isfinite(best):
         assert sol is None
         return
@@ -203,34 +208,38 @@ def _check_dp(p, best, stages_follow_order, order=None):
         pos = {v: i for i, v in enumerate(p.order if order is None else order)}
         stages = [pos[v] for v in sorted(range(p.n), key=lambda v: (sol.assignment[v], pos[v]))]
         assert stages == sorted(stages), "device m's stage comes before device m+1's in the order"
-    again = contiguous_dp(p, THROUGHPUT)
+    again = contiguous_dp(p, options)
     assert np.array_equal(again.assignment, sol.assignment)
 
 
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 7), k=st.integers(1, 4),
-       capacity=st.sampled_from([np.inf, 400.0]), forbid=st.sampled_from([0.0, 0.3]))
-def test_contiguous_dp_over_ideals_is_the_best_contiguous_split(seed, n, k, capacity, forbid):
+       capacity=st.sampled_from([np.inf, 400.0, 150.0]), forbid=st.sampled_from([0.0, 0.3]),
+       objective=st.sampled_from(sorted(DP_OBJECTIVES)))
+def test_contiguous_dp_over_ideals_is_the_best_contiguous_split(seed, n, k, capacity, forbid, objective):
     p = random_problem(seed, n, k, capacity=capacity, forbid=forbid)  # uniform links: the DP's costs are exact
-    _check_dp(p, _monotone_brute_force(p), stages_follow_order=False)
+    _check_dp(p, _monotone_brute_force(p, objective=objective), stages_follow_order=False, objective=objective)
 
 
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 9), k=st.integers(1, 4),
-       capacity=st.sampled_from([np.inf, 400.0]), forbid=st.sampled_from([0.0, 0.3]))
-def test_contiguous_dp_over_one_order_is_its_best_split(seed, n, k, capacity, forbid):
+       capacity=st.sampled_from([np.inf, 400.0, 150.0]), forbid=st.sampled_from([0.0, 0.3]),
+       objective=st.sampled_from(sorted(DP_OBJECTIVES)))
+def test_contiguous_dp_over_one_order_is_its_best_split(seed, n, k, capacity, forbid, objective):
     import placer.solvers.stages as stages
 
     p = random_problem(seed, n, k, capacity=capacity, forbid=forbid)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(stages, "MAX_IDEAL_WORK", 0.0)  # too many ideals: the DP falls back to one order
-        _check_dp(p, _contiguous_brute_force(p), stages_follow_order=True)
+        _check_dp(p, _contiguous_brute_force(p, objective=objective), stages_follow_order=True,
+                  objective=objective)
 
 
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(2, 7), k=st.integers(1, 3),
-       capacity=st.sampled_from([np.inf, 400.0]), one_order=st.booleans())
-def test_contiguous_dp_where_groups_form_cycles(seed, n, k, capacity, one_order):
+       capacity=st.sampled_from([np.inf, 400.0, 150.0]), one_order=st.booleans(),
+       objective=st.sampled_from(sorted(DP_OBJECTIVES)))
+def test_contiguous_dp_where_groups_form_cycles(seed, n, k, capacity, one_order, objective):
     """Cycles between nodes: the DP is the best split contiguous along :func:`split_edges` (every
     tensor still charged), over its ideals or over one topological order of it."""
     import placer.solvers.stages as stages
@@ -240,11 +249,12 @@ def test_contiguous_dp_where_groups_form_cycles(seed, n, k, capacity, one_order)
     assert nx.is_directed_acyclic_graph(nx.DiGraph(edges))
     with pytest.MonkeyPatch.context() as mp:
         if not one_order:
-            _check_dp(p, _monotone_brute_force(p, edges), stages_follow_order=False)
+            _check_dp(p, _monotone_brute_force(p, edges, objective), stages_follow_order=False, objective=objective)
             return
         mp.setattr(stages, "MAX_IDEAL_WORK", 0.0)
         order = stages._split_order(p, edges)  # problem.order is not topological once edges go back
-        _check_dp(p, _contiguous_brute_force(p, order), stages_follow_order=True, order=order)
+        _check_dp(p, _contiguous_brute_force(p, order, objective), stages_follow_order=True, order=order,
+                  objective=objective)
 
 
 def test_split_edges_mirror_what_runs_against_the_order():
@@ -432,3 +442,41 @@ def test_auto_searches_two_devices_first_for_latency_only():
     assert s.objective <= float(spread.split(": ")[1]) * (1 + 1e-6)  # auto keeps what it found
     t = solve_problem(p, "auto", SolveOptions(objective="throughput", time_limit_s=1))
     assert not any(x.startswith("cpsat on ") for x in t.log)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 8), back=st.sampled_from([0.0, 0.5]))
+def test_stage_costs_are_what_a_stage_sends_and_receives(seed, n, back):
+    """Every stage's cost in the DP's matrices, against a count over the tensors: seconds received and
+    sent (max load), or bytes received (traffic), over one order and over the ideals."""
+    from placer.solvers.stages import _split_order, _tensor_costs, boundary_costs, ideal_costs, ideals, split_edges
+
+    p = random_problem(seed, n, 3, back=back)
+    edges = split_edges(p)
+    order = _split_order(p, edges)
+    pos = np.empty(n, dtype=int)
+    pos[order] = np.arange(n)
+
+    def direct(stage, traffic):
+        cost = _tensor_costs(p, traffic)
+        total = 0.0
+        for t, c in zip(p.tensors, cost):
+            readers = set(t.dsts) - {t.src}
+            if not readers:
+                continue
+            if t.src not in stage and readers & stage:
+                total += c  # received once
+            if not traffic and t.src in stage and readers - stage:
+                total += c  # sent once
+        return total
+
+    member = ideals(p, 10_000, edges)
+    for traffic in (False, True):
+        c = boundary_costs(p, pos, traffic)
+        for i in range(n + 1):
+            for j in range(i, n + 1):
+                assert c[i, j] == pytest.approx(direct(set(order[i:j]), traffic), abs=1e-9)
+        comm, subset = ideal_costs(p, member, traffic)
+        for a, b in zip(*np.nonzero(subset)):
+            stage = set(np.flatnonzero(member[b] & ~member[a]).tolist())
+            assert comm[a, b] == pytest.approx(direct(stage, traffic), abs=1e-9)

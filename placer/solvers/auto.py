@@ -205,8 +205,6 @@ def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
         if reason is None and name == "mincut" and np.array_equal(problem.compute_s[:, 0], problem.compute_s[:, 1]):
             # min total busy time on two identical devices is one device (or infeasible): nothing new
             reason = "identical devices"
-        if reason is None and name == "contiguous_dp" and get_objective(options.objective).cpsat_model != "max_load":
-            reason = f"it minimises load, not the {options.objective} objective"
         cost = _estimated_s(name, m, problem.k, options.objective, problem.n)
         if reason is None and cost > MAX_SHARE.get(name, np.inf) * options.time_limit_s:
             reason = f"time limit: estimated {cost:.2g} s, more than {MAX_SHARE[name]:.0%} of the limit"

@@ -42,6 +42,7 @@ import time
 import networkx as nx
 import numpy as np
 
+from ..core.objectives import get_objective
 from ..core.problem import PlacementProblem, dependencies
 from .base import Solution, SolveOptions, finish
 from .registry import solver
@@ -55,8 +56,10 @@ def small_enough(problem: PlacementProblem) -> str | None:
     return None if problem.n <= MAX_NODES else f"it is quadratic in nodes: {problem.n} > {MAX_NODES}"
 
 
-def _transfer_s(problem: PlacementProblem) -> np.ndarray:
-    """Per tensor edge: seconds to move it over the mean off-diagonal link."""
+def _tensor_costs(problem: PlacementProblem, traffic: bool) -> np.ndarray:
+    """Per tensor edge: its bytes (``traffic``), else seconds to move it over the mean off-diagonal link."""
+    if traffic:
+        return np.array([float(t.nbytes) for t in problem.tensors])
     k = problem.k
     off = ~np.eye(k, dtype=bool)
     if k == 1:
@@ -66,8 +69,9 @@ def _transfer_s(problem: PlacementProblem) -> np.ndarray:
     return np.array([0.0 if t.nbytes <= 0 else t.count * lat + t.nbytes * inv_bw for t in problem.tensors])
 
 
-def boundary_costs(problem: PlacementProblem, pos: np.ndarray) -> np.ndarray:
-    """``C[i, j]``: receive + send seconds of the stage holding order positions ``i … j-1`` (shape ``(n+1, n+1)``).
+def boundary_costs(problem: PlacementProblem, pos: np.ndarray, traffic: bool = False) -> np.ndarray:
+    """``C[i, j]``: receive + send seconds of the stage holding order positions ``i … j-1`` (shape ``(n+1, n+1)``),
+    or with ``traffic`` the bytes it receives.
 
     A tensor is received once by a stage that holds one of its consumers
     but not its producer, and sent once by a stage that holds its producer
@@ -76,7 +80,7 @@ def boundary_costs(problem: PlacementProblem, pos: np.ndarray) -> np.ndarray:
     each tensor adds one rectangle of ``(i, j)`` per consumer and two for its producer.
     """
     n = problem.n
-    tau = _transfer_s(problem)
+    tau = _tensor_costs(problem, traffic)
     rows: list[int] = []
     cols: list[int] = []
     vals: list[float] = []
@@ -101,6 +105,8 @@ def boundary_costs(problem: PlacementProblem, pos: np.ndarray) -> np.ndarray:
         for d in (x for x in dsts if x > s):  # stages starting after s
             rect(prev + 1, d + 1, d + 1, n + 1, cost)
             prev = d
+        if traffic:
+            continue
         # sent: every stage holding s (i <= s < j) but those that hold every consumer too
         rect(0, s + 1, s + 1, n + 1, cost)
         rect(0, min(dsts[0], s) + 1, max(dsts[-1], s) + 1, n + 1, -cost)
@@ -186,9 +192,10 @@ def ideals(problem: PlacementProblem, limit: int, edges: list[tuple[int, int]] |
     return bits.reshape(len(found), n)
 
 
-def ideal_costs(problem: PlacementProblem, member: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(comm, subset)`` over pairs of ideals ``(a, b)``: the stage ``b \\ a``'s receive + send seconds,
-    and whether ``a ⊆ b`` (only those pairs are stages).
+def ideal_costs(problem: PlacementProblem, member: np.ndarray,
+                traffic: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """``(comm, subset)`` over pairs of ideals ``(a, b)``: the stage ``b \\ a``'s receive + send seconds
+    (with ``traffic``: the bytes it receives), and whether ``a ⊆ b`` (only those pairs are stages).
 
     A tensor is received by the stage iff its producer is outside it and a
     consumer inside, and sent iff its producer is inside and a consumer
@@ -196,7 +203,7 @@ def ideal_costs(problem: PlacementProblem, member: np.ndarray) -> tuple[np.ndarr
     is inside iff it is in ``b`` and not ``a``, and the stage holds
     ``count[b] - count[a]`` of its consumers.
     """
-    tau = _transfer_s(problem)
+    tau = _tensor_costs(problem, traffic)
     keep = [i for i, c in enumerate(tau) if c > 0 and set(problem.tensors[i].dsts) - {problem.tensors[i].src}]
     N, n = member.shape
     f = member.astype(np.float64)
@@ -216,13 +223,16 @@ def ideal_costs(problem: PlacementProblem, member: np.ndarray) -> tuple[np.ndarr
             b = np.flatnonzero(subset[a])  # the stages b \ a
             inside = has_src[b] & ~has_src[a]
             held = count[b] - count[a]
-            comm[a, b] = np.where(inside, held < total - 0.5, held > 0.5) @ cost
+            crossing = ~inside & (held > 0.5) if traffic else np.where(inside, held < total - 0.5, held > 0.5)
+            comm[a, b] = crossing @ cost
     return comm, subset
 
 
-def _best_stages(p: PlacementProblem, member: np.ndarray, comm: np.ndarray, subset: np.ndarray) -> np.ndarray | None:
+def _best_stages(p: PlacementProblem, member: np.ndarray, comm: np.ndarray, subset: np.ndarray,
+                 traffic: bool = False) -> np.ndarray | None:
     """Devices ``0 … k-1`` in turn each take the stage ``b \\ a`` between two ideals (possibly empty),
-    minimising the max load; the assignment, or ``None`` when no split fits."""
+    minimising the max load (with ``traffic``: the bytes received, summed over stages); the assignment,
+    or ``None`` when no split fits."""
     N = member.shape[0]
     k = p.k
     f = member.astype(np.float64)
@@ -235,11 +245,11 @@ def _best_stages(p: PlacementProblem, member: np.ndarray, comm: np.ndarray, subs
         col = np.asarray(p.compute_s[:, m], dtype=float)
         bad = f @ (~np.isfinite(col)).astype(np.float64)
         work = f @ np.where(np.isfinite(col), col, 0.0)
-        cost = work[None, :] - work[:, None] + comm
+        cost = comm if traffic else work[None, :] - work[:, None] + comm
         ok = subset & (np.abs(bad[None, :] - bad[:, None]) < 0.5) & (seg_mem <= p.capacity_bytes[m] * (1 + 1e-9))
         cost = np.where(ok, cost, np.inf)
         np.fill_diagonal(cost, 0.0)  # device m takes nothing
-        total = np.maximum(best[:, None], cost)
+        total = best[:, None] + cost if traffic else np.maximum(best[:, None], cost)
         choices[m] = np.argmin(total, axis=0)
         best = total[choices[m], np.arange(N)]
     full = N - 1  # the last ideal is every node
@@ -265,7 +275,9 @@ def _split_order(problem: PlacementProblem, edges: list[tuple[int, int]]) -> lis
 
 @solver("contiguous_dp", requires=(small_enough,))
 def contiguous_dp(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
-    """The best split into contiguous stages on devices ``0 … k-1`` (max load), by dynamic programming.
+    """The best split into contiguous stages on devices ``0 … k-1``, by dynamic programming: the least max
+    load, or for the ``memory`` objective the least bytes crossing devices (each stage under its device's
+    memory either way).
 
     Over every ideal of the nodes' dependency order (:func:`split_edges`) when there are few
     enough (``ideals² × (nodes + tensors)`` at most :data:`MAX_IDEAL_WORK`:
@@ -275,18 +287,19 @@ def contiguous_dp(problem: PlacementProblem, options: SolveOptions) -> Solution 
     t0 = time.perf_counter()
     p = problem
     n = p.n
+    traffic = get_objective(options.objective).cpsat_model == "traffic"
     limit = int(np.sqrt(MAX_IDEAL_WORK / max(1, n + len(p.tensors))))
     edges = split_edges(p)
     member = ideals(p, limit, edges) if limit > n + 1 else None
     if member is not None:
-        comm, subset = ideal_costs(p, member)
+        comm, subset = ideal_costs(p, member, traffic)
     else:
         order = np.asarray(_split_order(p, edges), dtype=int)
         pos = np.empty(n, dtype=int)
         pos[order] = np.arange(n)
         member = np.zeros((n + 1, n), dtype=bool)  # prefix i of the order: its first i nodes
         member[:, order] = np.tri(n + 1, n, -1, dtype=bool)
-        comm = boundary_costs(p, pos)
+        comm = boundary_costs(p, pos, traffic)
         subset = np.triu(np.ones((n + 1, n + 1), dtype=bool))
-    a = _best_stages(p, member, comm, subset)
+    a = _best_stages(p, member, comm, subset, traffic)
     return None if a is None else finish(p, a, "contiguous_dp", t0, options)
