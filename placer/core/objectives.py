@@ -320,6 +320,137 @@ def separation_bound(problem: PlacementProblem) -> float:
                      for v in terminals[1:]))
 
 
+#: Max flows the balance bound may solve (a bisection over its Lagrange multiplier).
+BALANCE_FLOWS = 24
+
+
+def balance_bound(problem: PlacementProblem, flows: int = BALANCE_FLOWS) -> float:
+    """A valid lower bound of the bytes crossing devices in any plan that fits the memory capacities,
+    from the bisection every such plan contains.
+
+    Devices hold at most ``C`` (the largest capacity) of the nodes' memory ``M``,
+    so their sets can be grouped into two sides that each hold at least
+    ``β = (M - C) / 2`` (add devices to the lighter side: the sides differ by at most
+    one device's share; on 2 devices each side is one device, ``β = M - C``). A
+    tensor with a consumer across the sides crosses at least once, so the traffic
+    is at least the least hypergraph cut ``cut(A, B)`` over splits with ``m(B) ≥ β``
+    and the heaviest node ``s`` in ``A`` (the sides are interchangeable). Its
+    Lagrangian relaxation, for any ``λ ≥ 0``,
+
+        ``L(λ) = λ (β - M) + min over A ∋ s of [cut(A, B) + λ m(A)]``,
+
+    is at most that least cut, and the inner minimum is one s-t max flow (Lawler's
+    gadget for tensors with several consumers; each node an arc to the sink of
+    capacity ``λ m(v)``; OR-Tools' max flow on capacities scaled to integers and
+    rounded down, which keeps the bound valid). ``λ`` is bisected on a log scale by the
+    subgradient ``β - m(B)``, in at most ``flows`` max flows; the best ``L`` seen is
+    returned (0 when one device can hold every node). Kernels (devices a node
+    may not use) are ignored, which keeps it a bound.
+
+    Examples
+    --------
+    A chain of four 5-byte nodes on two devices of 10: two nodes each, so a tensor crosses; the least
+    of them (3 bytes) is the bound.
+
+    >>> from cost_models import TensorEdge
+    >>> p = PlacementProblem.build(names=list("abcd"), compute_s=np.ones((4, 2)), memory_bytes=np.full(4, 5.0),
+    ...     capacity_bytes=np.full(2, 10.0), tensors=[TensorEdge(0, (1,), 8.0), TensorEdge(1, (2,), 3.0),
+    ...     TensorEdge(2, (3,), 8.0)], bandwidth=np.ones((2, 2)), latency=np.zeros((2, 2)))
+    >>> balance_bound(p)
+    3.0
+    """
+    from ortools.graph.python import max_flow
+
+    memory = np.asarray(problem.memory_bytes, dtype=float)
+    total = float(memory.sum())
+    caps = np.asarray(problem.capacity_bytes, dtype=float)
+    cap = float(caps.max()) if problem.k else 0.0
+    if problem.k < 2 or not np.isfinite(cap) or total <= cap * (1 + 1e-9):
+        return 0.0
+    beta = total - cap if problem.k == 2 else (total - cap) / 2
+    n = problem.n
+    s = int(np.argmax(memory))
+    sink = n
+    tails: list[int] = []
+    heads: list[int] = []
+    caps_b: list[int] = []
+    extra = n + 1  # gadget nodes after the problem's nodes and the sink
+    big = float(sum(t.nbytes for t in problem.tensors)) + 1.0  # more than any cut: an arc never cut
+    for t in problem.tensors:
+        pins = sorted({t.src, *t.dsts})
+        w = float(t.nbytes)
+        if len(pins) < 2 or w <= 0:
+            continue
+        if len(pins) == 2:
+            u, v = pins
+            tails += [u, v]
+            heads += [v, u]
+            caps_b += [w, w]
+            continue
+        a, b = extra, extra + 1
+        extra += 2
+        tails.append(a)
+        heads.append(b)
+        caps_b.append(w)
+        for v in pins:
+            tails += [v, b]
+            heads += [a, v]
+            caps_b += [big, big]
+    heavy = np.flatnonzero(memory > 0)
+    tensor_caps = np.asarray(caps_b, dtype=float)
+    net = max_flow.SimpleMaxFlow()
+    tensor_arcs = net.add_arcs_with_capacity(np.asarray(tails, dtype=np.int64), np.asarray(heads, dtype=np.int64),
+                                             np.zeros(len(tails), dtype=np.int64))
+    to_sink = net.add_arcs_with_capacity(heavy.astype(np.int64), np.full(heavy.size, sink, dtype=np.int64),
+                                         np.zeros(heavy.size, dtype=np.int64))
+    limit = 1e6 * big / max(float(memory[heavy].min()), 1e-300)  # beyond it every node is priced out of A
+
+    def lagrangian(lam: float) -> tuple[float, float, float]:
+        """``(L(λ), cut(A, B), β - m(B))`` at ``lam`` for the minimising ``A``.
+
+        Capacities are scaled to integers (``scale`` units per byte, all of them together under 2^61, so no
+        flow overflows) and rounded down, so the flow, scaled back, is at most the true minimum and ``L``
+        stays a bound (as it does where an "uncuttable" arc of the gadget is cut: that only lowers the cut).
+        """
+        scale = 2.0 ** 61 / (tensor_caps.sum() + lam * total + 1.0)
+        net.set_arcs_capacity(tensor_arcs, np.floor(scale * tensor_caps).astype(np.int64))
+        net.set_arcs_capacity(to_sink, np.floor(scale * lam * memory[heavy]).astype(np.int64))
+        if net.solve(s, sink) != net.OPTIMAL:
+            raise SolverError("the memory bound's max flow failed; this is a bug in autoplace, please report it")
+        source_side = np.zeros(extra, dtype=bool)
+        source_side[np.asarray(net.get_source_side_min_cut(), dtype=np.int64)] = True
+        slope = beta - float(memory[~source_side[:n]].sum())
+        flow = float(net.optimal_flow()) / scale
+        return lam * (beta - total) + flow, flow - lam * float(memory[source_side[:n]].sum()), slope
+
+    # λ where a node's memory outweighs every tensor, and where it weighs nothing next to the least tensor
+    lo, hi = np.log(1e-6 / max(total, 1e-300)), np.log(limit)
+    best = 0.0
+    lines: dict[bool, tuple[float, float]] = {}  # the last line L follows on each side of its maximum
+    for _ in range(max(1, flows - 1)):
+        mid = 0.5 * (lo + hi)
+        value, cut, slope = lagrangian(float(np.exp(mid)))
+        best = max(best, value)
+        lines[slope > 0] = (cut, slope)
+        if slope > 0:
+            lo = mid  # B too light: a higher price on A's memory
+        else:
+            hi = mid
+    if len(lines) == 2 and lines[True][1] > lines[False][1]:  # L is concave: its maximum is where they meet
+        (c_up, g_up), (c_down, g_down) = lines[True], lines[False]
+        lam = (c_down - c_up) / (g_up - g_down)
+        if 0 < lam < limit:
+            best = max(best, lagrangian(lam)[0])
+    if all(float(t.nbytes).is_integer() for t in problem.tensors):  # whole bytes cross: round up
+        best = float(np.ceil(best - 1e-6 * max(1.0, best)))
+    return max(best, 0.0) + 0.0  # never -0.0
+
+
+def memory_bound(problem: PlacementProblem) -> float:
+    """The memory objective's bound: the larger of :func:`separation_bound` and :func:`balance_bound`."""
+    return max(separation_bound(problem), balance_bound(problem))
+
+
 def max_load(problem: PlacementProblem, assignment: np.ndarray) -> float:
     """Pipelined max-load (``inf`` if infeasible)."""
     return evaluate(problem, assignment).objective
@@ -333,4 +464,4 @@ def traffic_bytes(problem: PlacementProblem, assignment: np.ndarray) -> float:
 
 _register(Objective("latency", "s", makespan, critical_path_bound, cpsat_model="max_load", score_us_per_op=30.0))
 _register(Objective("throughput", "s", max_load, trivial_lower_bound, cpsat_model="max_load"))
-_register(Objective("memory", "bytes", traffic_bytes, separation_bound, cpsat_model="traffic"))
+_register(Objective("memory", "bytes", traffic_bytes, memory_bound, cpsat_model="traffic"))
