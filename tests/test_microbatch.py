@@ -115,6 +115,14 @@ def test_the_chosen_pipeline_is_never_predicted_slower_than_one_device(seed, lin
     assert out.predicted_step_time_s == pytest.approx(min(best_single, best_plan), rel=1e-9)
 
 
+def onednn_on() -> bool:
+    """Whether TensorFlow runs oneDNN's custom ops here (its default on x86 CPUs with AVX512-VNNI or AMX,
+    unless ``TF_ENABLE_ONEDNN_OPTS=0``)."""
+    from tensorflow.python.util import _pywrap_util_port
+
+    return bool(_pywrap_util_port.IsMklEnabled())
+
+
 @pytest.fixture(scope="module")
 def chain():
     model = MODELS["sequential"][0]()
@@ -129,8 +137,15 @@ def test_pipelined_outputs_are_bit_exact_per_micro_batch(chain):
     assert len(set(placed.plan.assignment.values())) == 2
     x = sample(model, 16)
     got = placed(x).numpy()
-    ref = np.concatenate([model(part, training=False).numpy() for part in np.split(x, 4)])
-    assert np.array_equal(got, ref)
+    # the reference runs as a graph, as the placed model does (eager skips Grappler's fused kernels)
+    graph = tf.function(lambda part: model(part, training=False))
+    ref = np.concatenate([graph(part).numpy() for part in np.split(x, 4)])
+    if onednn_on():
+        # oneDNN fuses MatMul + BiasAdd + Tanh in the original's graph and not across the pipeline's gates:
+        # the last bit of a tanh layer differs (1.8e-7 seen on a CPU with AMX; README, Known limitations)
+        np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)
+    else:
+        assert np.array_equal(got, ref)
     np.testing.assert_allclose(got, model(x, training=False).numpy(), rtol=1e-5, atol=1e-6)
     # Keras' predict with a short last batch (37 = 2 x 16 + 5): uneven micro-batches, same values
     x2 = sample(model, 37, seed=1)
