@@ -4,11 +4,13 @@ Nodes are weighted by compute on their fastest device, edges by the bytes
 they carry (a multi-consumer tensor is a star from its producer); METIS
 cuts the least bytes subject to balanced compute, with each device's share
 proportional to its speed. For the ``memory`` objective (the least bytes
-across devices that fit) nodes are weighted by their memory instead, each
+across devices that fit) it also weighs nodes by their memory, each
 device's share proportional to its capacity, once with METIS' default
-imbalance and once with all the capacities allow; the better plan is kept
-(ResNet50's training step on 4 devices of 1.25x an even share: 278 MB
-across with the compute-balanced start, 49-71 MB with these). Nodes then
+imbalance and once with all the capacities allow, and keeps the best of
+the three plans (ResNet50's training step on 4 devices of 1.25x an even
+share: 278 MB across with the compute-balanced start, 49-71 MB with the
+memory-balanced ones; on InceptionV3's training step on 2 devices the
+compute-balanced one was better). Nodes then
 leave devices they may not run on, and devices over capacity shed their
 largest nodes to devices with room.
 """
@@ -100,8 +102,8 @@ def _metis(xadj: np.ndarray, adjncy: np.ndarray, ew: np.ndarray, vw: np.ndarray,
 
 @solver("partition")
 def partition(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
-    """METIS k-way partition balancing compute (memory, for the memory objective) and cutting bytes,
-    then :func:`repair`."""
+    """METIS k-way partition balancing compute (and, for the memory objective, memory) and cutting bytes,
+    then :func:`repair`; the best plan."""
     t0 = time.perf_counter()
     p = problem
     if p.k == 1 or p.n <= 1:
@@ -132,16 +134,13 @@ def partition(problem: PlacementProblem, options: SolveOptions) -> Solution | No
         return finish(p, repair(p, np.full(p.n, usable[0], dtype=int)), "partition", t0, options)
     memory = np.asarray(p.memory_bytes, dtype=float)
     caps = np.asarray(p.capacity_bytes, dtype=float)[usable]
-    if get_objective(options.objective).cpsat_model != "traffic" or not np.isfinite(caps).all() or memory.sum() <= 0:
-        a = repair(p, usable[_metis(xadj, adjncy, ew, vw, shares[usable], int(options.seed))])
-        return finish(p, a, "partition", t0, options)
-    # the memory objective: balance memory in proportion to the capacities, cut the least bytes
-    mw = np.maximum(1, np.round(memory / memory.sum() * _SCALE)).astype(np.int64)
-    slack = float(caps.sum() / memory.sum()) - 1.0  # a part may outgrow its target by this share and still fit
-    plans = []
-    for ufactor in dict.fromkeys((None, int(np.clip(900 * slack, 1, 1000)))):  # default 1.03, then what fits
-        a = repair(p, usable[_metis(xadj, adjncy, ew, mw, caps, int(options.seed), ufactor)])
-        sol = finish(p, a, "partition", t0, options)
-        if sol is not None:
-            plans.append(sol)
-    return min(plans, key=lambda sol: sol.objective, default=None)
+    plans = [finish(p, repair(p, usable[_metis(xadj, adjncy, ew, vw, shares[usable], int(options.seed))]),
+                    "partition", t0, options)]
+    if get_objective(options.objective).cpsat_model == "traffic" and np.isfinite(caps).all() and memory.sum() > 0:
+        # the memory objective: balance memory in proportion to the capacities too, cut the least bytes
+        mw = np.maximum(1, np.round(memory / memory.sum() * _SCALE)).astype(np.int64)
+        slack = float(caps.sum() / memory.sum()) - 1.0  # a part may outgrow its target by this share and fit
+        for ufactor in dict.fromkeys((None, int(np.clip(900 * slack, 1, 1000)))):  # default 1.03, what fits
+            a = repair(p, usable[_metis(xadj, adjncy, ew, mw, caps, int(options.seed), ufactor)])
+            plans.append(finish(p, a, "partition", t0, options))
+    return min((sol for sol in plans if sol is not None), key=lambda sol: sol.objective, default=None)
