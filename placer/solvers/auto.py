@@ -25,6 +25,7 @@ a loaded machine.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from dataclasses import replace
@@ -33,9 +34,9 @@ import numpy as np
 
 from ..core.objectives import get_objective
 from ..core.problem import PlacementProblem, evaluate
-from ..errors import NoFeasiblePlanError, SolverError
+from ..errors import NoFeasiblePlanError
 from .base import Solution, SolveOptions, finish
-from .cpsat import CpSatStatus, solve_cpsat
+from .cpsat import solve_cpsat
 from .multilevel import coarsen_problem
 from .refine import VISITS_PER_S, refine
 from .registry import SOLVERS
@@ -130,8 +131,6 @@ def fewer_devices(problem: PlacementProblem, count: int) -> list[int] | None:
     >>> fewer_devices(p, 1)   # the fastest device that runs both
     [2]
     """
-    import itertools
-
     allowed = np.isfinite(problem.compute_s)
     common = allowed.all(axis=1)
     rows = common if common.any() else np.ones(problem.n, dtype=bool)
@@ -163,12 +162,8 @@ def _start_on_fewer(problem: PlacementProblem, warm: np.ndarray | None, options:
     if warm is not None:  # nodes on the other devices start on the first of these
         where = {d: i for i, d in enumerate(devices)}
         full_hint = np.array([where.get(int(d), 0) for d in warm])
-        hint = full_hint if contraction is None else contraction.restrict(
-            full_hint, np.where(np.isfinite(problem.compute_s), problem.compute_s, 0.0).max(axis=1))
+        hint = full_hint if contraction is None else contraction.restrict(full_hint)
     result = solve_cpsat(sub, replace(options, warm_start=hint, coarsen_keys=None))
-    if result.status is CpSatStatus.INVALID:
-        raise SolverError(f"CP-SAT rejected the model of {sub.n} nodes on {sub.k} devices as invalid; "
-                          "this is a bug in autoplace, please report it")
     where = f"{FEWER_DEVICES} devices" + ("" if contraction is None else f", {problem.n} -> {search.n} nodes")
     if result.solution is None:
         tried.append(f"cpsat on {where}: {result.status.value}")
@@ -270,8 +265,7 @@ def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
             tried.append(f"coarsened {problem.n} -> {search.n} nodes")
             starts = [SOLVERS["partition"](search, replace(options, coarsen_keys=None))]
             if best is not None:
-                work = np.where(np.isfinite(problem.compute_s), problem.compute_s, 0.0).max(axis=1)
-                restricted = contraction.restrict(best.assignment, work)
+                restricted = contraction.restrict(best.assignment)
                 starts.append(finish(search, restricted, "restricted", t0, options))
             starts = [s for s in starts if s is not None]
             warm = min(starts, key=lambda s: s.objective).assignment if starts else None
@@ -291,15 +285,11 @@ def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
                     tried.append(_describe(f"cpsat@{FEWER_DEVICES}+refine", fewer))
                     found.append(fewer)
                 if contraction is not None:
-                    work = np.where(np.isfinite(problem.compute_s), problem.compute_s, 0.0).max(axis=1)
-                    start = contraction.restrict(start, work)
+                    start = contraction.restrict(start)
                 if warm is None or evaluate(search, start).objective < evaluate(search, warm).objective:
                     warm = start
             log.info("%s (%.1f s)", tried[-1], time.perf_counter() - t0)
         result = solve_cpsat(search, replace(options, time_limit_s=budget, warm_start=warm, coarsen_keys=None))
-        if result.status is CpSatStatus.INVALID:
-            raise SolverError(f"CP-SAT rejected the model of {search.n} nodes on {search.k} devices as invalid; "
-                              "this is a bug in autoplace, please report it")
         exact = result.solution
         tried.append(f"cpsat: {result.status.value}" if exact is None
                      else f"cpsat: {exact.objective:.6g} ({exact.status})")

@@ -85,10 +85,17 @@ def solve_cpsat(problem: PlacementProblem, options: SolveOptions) -> CpSatResult
     """Solve the model with CP-SAT under ``options.time_limit_s`` (deterministic time).
 
     Runs in a child process when TensorFlow is loaded here (see the module docstring).
+
+    Raises
+    ------
+    SolverError
+        If CP-SAT calls its model invalid (a bug in this module: please report it).
     """
-    if "tensorflow" in sys.modules:
-        return _solve_in_child(problem, options)
-    return _solve(problem, options)
+    result = _solve_in_child(problem, options) if "tensorflow" in sys.modules else _solve(problem, options)
+    if result.status is CpSatStatus.INVALID:
+        raise SolverError(f"CP-SAT rejected the model of {problem.n} nodes on {problem.k} devices as invalid; "
+                          "this is a bug in autoplace, please report it")
+    return result
 
 
 @solver("cpsat")
@@ -101,9 +108,6 @@ def cpsat(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
         If CP-SAT calls its model invalid (a bug in this module: please report it).
     """
     result = solve_cpsat(problem, options)
-    if result.status is CpSatStatus.INVALID:
-        raise SolverError(f"CP-SAT rejected the model of {problem.n} nodes on {problem.k} devices as invalid; "
-                          "this is a bug in autoplace, please report it")
     if result.solution is None:
         log.info("CP-SAT: %s", result.status.value)
     return result.solution

@@ -32,17 +32,23 @@ class Contraction:
 
     coarse: PlacementProblem
     coarse_of: np.ndarray
+    #: ``(n, k)`` compute seconds of the original nodes (``inf`` = not allowed), the default weights of
+    #: :meth:`restrict`.
+    original_compute: np.ndarray
 
     def expand(self, coarse_assignment: np.ndarray) -> np.ndarray:
         """Assignment of the original nodes from one of the coarse nodes."""
         return np.asarray(coarse_assignment, dtype=int)[self.coarse_of]
 
-    def restrict(self, assignment: np.ndarray, weights: np.ndarray) -> np.ndarray:
-        """Coarse assignment from an original one: each coarse node goes where most of its weight was.
+    def restrict(self, assignment: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+        """Coarse assignment from an original one: each coarse node goes where most of its weight was
+        (default: each original node's largest compute time on a device it may use).
 
         Ties go to the lower device index. The result may be infeasible
         (memory); it is meant as a search hint.
         """
+        if weights is None:
+            weights = np.where(np.isfinite(self.original_compute), self.original_compute, 0.0).max(axis=1)
         k = self.coarse.k
         votes = np.zeros((self.coarse.n, k))
         np.add.at(votes, (self.coarse_of, np.asarray(assignment, dtype=int)), np.asarray(weights, dtype=float) + 1e-12)
@@ -163,4 +169,4 @@ def _contract(p: PlacementProblem, roots: np.ndarray) -> Contraction:
     coarse = PlacementProblem.build(names=names, compute_s=compute, memory_bytes=memory,
                                     capacity_bytes=p.capacity_bytes, tensors=tensors, bandwidth=p.bandwidth,
                                     latency=p.latency, order=range(m), schedule=p.schedule_view().regroup(coarse_of))
-    return Contraction(coarse, coarse_of)
+    return Contraction(coarse, coarse_of, p.compute_s)
