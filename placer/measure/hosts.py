@@ -46,7 +46,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -54,14 +54,16 @@ import tensorflow as tf
 from ..core.devices import DeviceSet, SharedProcessor
 from ..errors import DeviceError
 
-if TYPE_CHECKING:
-    from cost_models.profile import GraphProfiler
-
 log = logging.getLogger(__name__)
 
 #: Interleaved timing rounds (one copy, then all copies) per group, and the warm-up calls of each.
 DEFAULT_ROUNDS = 7
 WARMUP = 2
+#: ... and warm-up goes on until this long has passed (at most :data:`MAX_WARMUP` rounds): right after a
+#: profiling session closed, a new function's first ~10 calls of the demo's model took 3.0-5.4 ms and
+#: the next ones 2.3 ms (2-core VM with AMX), which two warm-up calls left in the timed median.
+WARMUP_S = 0.3
+MAX_WARMUP = 50
 #: Stop adding rounds once a group's measurement has taken this long (at least 3 rounds run).
 BUDGET_S = 20.0
 #: The most :func:`runtime_factor` scales op times by, either way (a larger ratio is a broken measurement
@@ -165,38 +167,47 @@ def measure_shared_capacity(traced: Any, devices: Sequence[str], *, rounds: int 
     return capacity
 
 
-def runtime_factor(traced: Any, device: str, session: GraphProfiler, *, rounds: int = DEFAULT_ROUNDS,
-                   budget_s: float = BUDGET_S, seed: int = 0) -> tuple[float, float]:
+def runtime_factor(traced: Any, device: str, reference_s: float, *, rounds: int = DEFAULT_ROUNDS,
+                   budget_s: float = BUDGET_S, seed: int = 0) -> float:
     """How much longer this process's runtime takes for ``traced``'s step on ``device`` than the profiling
-    session does: the factor the session's op times are scaled by.
+    session did: the factor the session's op times are scaled by.
 
-    Each round times one untraced step of ``session`` (an open
-    :class:`cost_models.profile.GraphProfiler` of the same graph, ``measure_step=True``) and, right
-    after, one copy of the forward graph as a ``tf.function`` with every op (and a copy of every
-    weight) on ``device``: the machine's drift hits both alike. The factor is the runtime's median
-    step less its fixed call cost (:func:`placer.measure.links.plan_call_seconds`) over the
-    session's median step less its fixed cost, clipped to ``1 / MAX_RUNTIME_FACTOR …
-    MAX_RUNTIME_FACTOR``; returned with that session figure (seconds), which tells how fast the
-    machine runs the session now (against a cached profile, say). Below 1 the runtime beat the
-    session (its optimizer fused more, or a device's threads overlapped ops); the simulator runs a
-    device's ops one at a time, so scaling them down is what makes its one-device step right.
+    ``reference_s`` is the session's median untraced step less its fixed cost
+    (:meth:`cost_models.profile.GraphProfiler.step_compute_s`, timed in a block
+    just before). Here one copy of the forward graph runs as a ``tf.function``
+    with every op (and a copy of every weight) on ``device``, ``rounds`` times;
+    the factor is its median step less its fixed call cost
+    (:func:`placer.measure.links.plan_call_seconds`) over ``reference_s``, clipped
+    to ``1 / MAX_RUNTIME_FACTOR … MAX_RUNTIME_FACTOR``. Below 1 the runtime beat the
+    session (its optimizer fused more, or a device's threads overlapped ops); the
+    simulator runs a device's ops one at a time, so scaling them down is what makes
+    its one-device step right.
+
+    Call it with the session *closed*: while a TF1 session was open (and had run),
+    this process's ``tf.function`` steps ran 1.3–1.8× slower on a 2-core VM with AMX
+    (oneDNN's ops on), and the factor, timed interleaved with the session's steps,
+    came out 1.3–1.8 where the two timed apart gave 0.57–0.65 (the demo's predicted
+    step was then 13–140% above the measurement).
 
     Raises
     ------
     DeviceError
         A training step (one copy would update the model's variables).
+
+    Examples
+    --------
+    >>> clip_runtime_factor(10.0), clip_runtime_factor(0.5)
+    (3.0, 0.5)
     """
     if traced.step != "predict":
         raise DeviceError("the runtime factor is measured with the forward pass, not a training step")
     copies = weight_copies(traced, [device])
-    (one_s,) = _interleaved(traced, [[device]], rounds, budget_s, seed, copies, before=session.step_round)
+    (one_s,) = _interleaved(traced, [[device]], rounds, budget_s, seed, copies)
     compute_s = float(np.median(one_s)) - _call_seconds(traced, device)
-    reference_s = session.step_compute_s(last=len(one_s))
-    ratio = compute_s / reference_s if reference_s > 0 else 1.0
-    factor = clip_runtime_factor(ratio)
+    factor = clip_runtime_factor(compute_s / reference_s if reference_s > 0 else 1.0)
     log.info("runtime on %s: one step less its call %.3f ms, the profiling session's %.3f ms: factor %.3f",
              device, 1e3 * compute_s, 1e3 * reference_s, factor)
-    return factor, reference_s
+    return factor
 
 
 def weight_copies(traced: Any, devices: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -221,13 +232,17 @@ def _interleaved(traced: Any, placements: Sequence[Sequence[str]], rounds: int, 
                  variables: Mapping[str, Mapping[str, Any]] | None = None, *,
                  before: Callable[[], None] | None = None) -> list[list[float]]:
     """Seconds per call of one copy of ``traced`` per device of each placement, the placements interleaved
-    (:data:`WARMUP` calls each first; at least 3 rounds, no new round after ``budget_s``); ``before()``
-    runs at the start of every round, warm-up included (other work to interleave, untimed here)."""
+    (warm-up rounds first: :data:`WARMUP`, and more until :data:`WARMUP_S` has passed; at least 3 timed
+    rounds, no new round after ``budget_s``); ``before()`` runs at the start of every round, warm-up
+    included (other work to interleave, untimed here)."""
     from ..tf.costs import random_batch
 
     xs = [tf.constant(x) for x in random_batch(traced.input_specs, traced.batch_size, seed)]
     fns = [_copies_function(traced, devices, variables) for devices in placements]
-    for _ in range(WARMUP):
+    warm = time.perf_counter()
+    for r in range(MAX_WARMUP):
+        if r >= WARMUP and time.perf_counter() - warm >= WARMUP_S:
+            break
         if before is not None:
             before()
         for fn in fns:

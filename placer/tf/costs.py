@@ -63,11 +63,12 @@ class ProfileOptions:
     runtime : bool
         Also time the forward pass as this process runs it (a
         ``tf.function`` on the profiled device, its fixed call cost taken
-        off, its weights copied to the device), interleaved with untraced
-        steps of the profiling session, and scale every op of the kind by
-        the ratio (:func:`placer.measure.hosts.runtime_factor`): ops are
-        profiled in a TF1 session, which ran the demo's model 10–20% faster
-        than the eager runtime that runs the plan. A cached profile is also
+        off, its weights copied to the device) against a block of untraced
+        steps of the profiling session, the runtime's timed once the session
+        is closed, and scale every op of the kind by the ratio
+        (:func:`placer.measure.hosts.runtime_factor`): ops are profiled in a
+        TF1 session, which ran the demo's model 10–20% faster than the eager
+        runtime that runs the plan on one VM and 35–45% slower on another. A cached profile is also
         scaled by the session's step now over the cached ops' sum (the
         machine's drift since). Inference traces only (a copy of a training
         step would update the variables). Measured every time (a few
@@ -237,6 +238,7 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
                 continue
         resources = {f"{ph}:0": var.value.numpy() for ph, var in traced.variables.items()}
         constants = {f"{ph}:0": t.numpy() for ph, t in traced.constants.items()}
+        reference_s = 0.0
         try:
             with GraphProfiler(gd, feeds, resources, traced.output_names, constants=constants, device=device,
                                target=target, grappler=grappler, measure_step=True,
@@ -253,18 +255,24 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
                     if target:
                         log.info("%s ops profiled on %s (%s)", kind, device, target)
                     us[kind], source[kind], unknown[kind] = calibrated, "measured", ()
-                if runtime:  # in the same session, its steps interleaved with the runtime's
-                    from ..measure.hosts import clip_runtime_factor, runtime_factor
+                if runtime:  # the session's step, timed in one block while it is open
+                    from ..measure.hosts import DEFAULT_ROUNDS
 
-                    run_on = device if target else _local_device(kind, devices)
-                    factor, session_s = runtime_factor(traced, run_on, prof, seed=seed)
-                    if hit is not None:  # and how much slower the session runs now than when it was cached
-                        cached_s = sum(us[kind].values()) * 1e-6
-                        factor = clip_runtime_factor(factor * session_s / cached_s) if cached_s > 0 else factor
-                        log.info("%s: the session's step now %.3f ms, the cached ops %.3f ms: factor %.3f in all",
-                                 kind, 1e3 * session_s, 1e3 * cached_s, factor)
-                    factors[kind] = factor
-                    us[kind] = {name: t * factor for name, t in us[kind].items()}
+                    for _ in range(DEFAULT_ROUNDS):
+                        prof.step_round()
+                    reference_s = prof.step_compute_s(last=DEFAULT_ROUNDS)
+            if runtime:  # and the runtime's, with the session closed (see runtime_factor)
+                from ..measure.hosts import clip_runtime_factor, runtime_factor
+
+                run_on = device if target else _local_device(kind, devices)
+                factor = runtime_factor(traced, run_on, reference_s, seed=seed)
+                if hit is not None:  # and how much slower the session runs now than when it was cached
+                    cached_s = sum(us[kind].values()) * 1e-6
+                    factor = clip_runtime_factor(factor * reference_s / cached_s) if cached_s > 0 else factor
+                    log.info("%s: the session's step now %.3f ms, the cached ops %.3f ms: factor %.3f in all",
+                             kind, 1e3 * reference_s, 1e3 * cached_s, factor)
+                factors[kind] = factor
+                us[kind] = {name: t * factor for name, t in us[kind].items()}
         except ValueError as e:
             raise CostError(str(e)) from e
     return ComputeCosts(us, source, unknown, factors)
