@@ -522,3 +522,21 @@ def test_partition_balances_memory_for_the_memory_objective():
     assert np.bincount(s.assignment, weights=p.memory_bytes, minlength=3).max() <= 300.0
     with pytest.raises(NoFeasiblePlanError):  # the same graph, balanced by compute
         solve_problem(p, "partition", THROUGHPUT)
+
+
+def test_coarsening_merges_whole_keys_only_when_asked():
+    """Keys (layer scopes) merge first, under the work cap per coarse node; ``whole_keys`` merges each key
+    whole (the 2-device search's layer view), still under the memory cap."""
+    from placer.solvers.multilevel import coarsen_problem
+
+    n = 12
+    p = PlacementProblem.build(names=[f"n{i}" for i in range(n)], compute_s=np.ones((n, 2)),
+                               memory_bytes=np.array([1.0] * 11 + [50.0]), capacity_bytes=np.full(2, 200.0),
+                               tensors=[TensorEdge(i, (i + 1,), 1.0) for i in range(n - 1)],
+                               bandwidth=np.ones((2, 2)), latency=np.zeros((2, 2)))
+    keys = ["a"] * 6 + ["b"] * 6  # node 11 (50 bytes) is over the memory cap (200 / 8) with any other
+    capped = coarsen_problem(p, 6, keys=keys)
+    whole = coarsen_problem(p, 6, keys=keys, whole_keys=True)
+    assert np.bincount(capped.coarse_of).max() < 6  # the work cap (2 x 12 / 6 = 4 ops) splits each key
+    assert len(set(whole.coarse_of[:6])) == 1 and len(set(whole.coarse_of[6:11])) == 1
+    assert whole.coarse.memory_bytes[whole.coarse_of[11]] == 50.0  # the memory cap still holds: alone

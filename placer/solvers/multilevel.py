@@ -10,7 +10,7 @@ pairs of nodes joined by the heaviest tensors, heaviest first, while
 
 until at most ``target`` nodes remain or a pass merges (almost) nothing.
 Optional *keys* (e.g. Keras layer scopes) are merged first under the same
-limits. The coarse problem keeps the fine dataflow graph as its
+limits, or with ``whole_keys`` each key whole (no work cap: a layer view). The coarse problem keeps the fine dataflow graph as its
 :class:`~placer.core.problem.Schedule`, and merged tensors keep their byte and
 tensor counts, so every objective of a coarse assignment equals the
 objective of its projection: coarse plans are scored exactly.
@@ -57,7 +57,7 @@ class Contraction:
 
 
 def coarsen_problem(problem: PlacementProblem, target: int, keys: Sequence[Hashable] | None = None,
-                    seed: int = 0) -> Contraction:
+                    seed: int = 0, whole_keys: bool = False) -> Contraction:
     """Merge nodes of ``problem`` until about ``target`` remain.
 
     Examples
@@ -97,11 +97,11 @@ def coarsen_problem(problem: PlacementProblem, target: int, keys: Sequence[Hasha
             v = label[v]
         return v
 
-    def try_union(u: int, w: int) -> bool:
+    def try_union(u: int, w: int, cap: float = work_cap) -> bool:
         ru, rw = find(u), find(w)
         if ru == rw:
             return False
-        if not (mask[ru] & mask[rw]) or work[ru] + work[rw] > work_cap or mem[ru] + mem[rw] > mem_cap:
+        if not (mask[ru] & mask[rw]) or work[ru] + work[rw] > cap or mem[ru] + mem[rw] > mem_cap:
             return False
         ru, rw = min(ru, rw), max(ru, rw)
         label[rw] = ru
@@ -115,7 +115,7 @@ def coarsen_problem(problem: PlacementProblem, target: int, keys: Sequence[Hasha
         first: dict[Hashable, int] = {}
         for v in range(n):
             if keys[v] is not None:
-                count -= try_union(first.setdefault(keys[v], v), v)
+                count -= try_union(first.setdefault(keys[v], v), v, np.inf if whole_keys else work_cap)
     src = np.array([t.src for t in p.tensors for w in set(t.dsts) - {t.src}], dtype=int)
     dst = np.array([w for t in p.tensors for w in sorted(set(t.dsts) - {t.src})], dtype=int)
     byt = np.array([t.nbytes for t in p.tensors for _ in set(t.dsts) - {t.src}], dtype=float)
