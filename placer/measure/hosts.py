@@ -31,7 +31,10 @@ id, read by a TF op on each process's CPU) and
 one copy per worker at once, each copy reading a copy of the weights on
 its own worker; the group is not ``pooled`` (each worker still runs its
 own ops one at a time) and its capacity is not capped by what one copy
-realises.
+realises. Calling several processes costs more than calling one, so the
+two are compared without their fixed call costs: a stand-in of each
+(:func:`placer.measure.links.stand_in`) is timed in the same rounds and
+subtracted round by round.
 
 Examples
 --------
@@ -56,8 +59,14 @@ from ..errors import DeviceError
 
 log = logging.getLogger(__name__)
 
-#: Interleaved timing rounds (one copy, then all copies) per group, and the warm-up calls of each.
-DEFAULT_ROUNDS = 7
+#: Interleaved timing rounds (one copy, all copies and, for worker processes, their stand-ins) per group,
+#: and the warm-up calls of each. On two one-core workers (the 8-tower MLP, 6 measurements each) the
+#: capacity ranged 1.61-1.72 with 31 rounds and the stand-ins in the rounds, 1.41-1.85 with 31 rounds and
+#: the stand-ins timed apart, 1.31-1.85 with 7 rounds.
+DEFAULT_ROUNDS = 31
+#: Steps of the profiling session timed for :func:`runtime_factor`'s reference (one block, session open),
+#: and the runtime's rounds it is compared with.
+REFERENCE_ROUNDS = 7
 WARMUP = 2
 #: ... and warm-up goes on until this long has passed (at most :data:`MAX_WARMUP` rounds): right after a
 #: profiling session closed, a new function's first ~10 calls of the demo's model took 3.0-5.4 ms and
@@ -147,11 +156,12 @@ def measure_shared_capacity(traced: Any, devices: Sequence[str], *, rounds: int 
     if traced.step != "predict":
         raise DeviceError("the shared-processor capacity is measured with the forward pass, not a training step")
     local = None if pooled else weight_copies(traced, devices)
-    one_s, all_s = _interleaved(traced, [devices[:1], devices], rounds, budget_s, seed, local)
+    placements = [devices[:1], devices]
+    times = _interleaved(traced, placements, rounds, budget_s, seed, local, stand_ins=() if pooled else placements)
+    one_s, all_s = times[:2]
     capacity = capacity_from_times(one_s, all_s, len(devices))
     if not pooled:  # calling several processes costs more than one: compare the compute, not the calls
-        one_c = float(np.median(one_s)) - _call_seconds(traced, devices[0])
-        all_c = float(np.median(all_s)) - _copies_call_seconds(traced, devices)
+        one_c, all_c = _compute_seconds(one_s, times[2]), _compute_seconds(all_s, times[3])
         if one_c > 0 and all_c > 0:
             capacity = capacity_from_times([one_c], [all_c], len(devices))
     log.info("shared processor of %d devices: capacity %.2f (one copy %.2f ms, %d at once %.2f ms, %d rounds)",
@@ -167,7 +177,7 @@ def measure_shared_capacity(traced: Any, devices: Sequence[str], *, rounds: int 
     return capacity
 
 
-def runtime_factor(traced: Any, device: str, reference_s: float, *, rounds: int = DEFAULT_ROUNDS,
+def runtime_factor(traced: Any, device: str, reference_s: float, *, rounds: int = REFERENCE_ROUNDS,
                    budget_s: float = BUDGET_S, seed: int = 0) -> float:
     """How much longer this process's runtime takes for ``traced``'s step on ``device`` than the profiling
     session did: the factor the session's op times are scaled by.
@@ -177,11 +187,16 @@ def runtime_factor(traced: Any, device: str, reference_s: float, *, rounds: int 
     just before). Here one copy of the forward graph runs as a ``tf.function``
     with every op (and a copy of every weight) on ``device``, ``rounds`` times;
     the factor is its median step less its fixed call cost
-    (:func:`placer.measure.links.plan_call_seconds`) over ``reference_s``, clipped
+    (:func:`placer.measure.links.plan_call_seconds`, timed after the rounds) over ``reference_s``, clipped
     to ``1 / MAX_RUNTIME_FACTOR … MAX_RUNTIME_FACTOR``. Below 1 the runtime beat the
     session (its optimizer fused more, or a device's threads overlapped ops); the
     simulator runs a device's ops one at a time, so scaling them down is what makes
     its one-device step right.
+
+    The call cost is timed apart here, not in the rounds as :func:`measure_shared_capacity`
+    does for worker processes: timed in the rounds (on logical devices) it came out larger, and
+    the demo's predictions dropped below its measurements (2.09-2.16 ms predicted in four runs,
+    2.28-2.55 ms in six with the call timed apart; measured 2.35-3.7 ms).
 
     Call it with the session *closed*: while a TF1 session was open (and had run),
     this process's ``tf.function`` steps ran 1.3–1.8× slower on a 2-core VM with AMX
@@ -230,15 +245,22 @@ def clip_runtime_factor(factor: float) -> float:
 
 def _interleaved(traced: Any, placements: Sequence[Sequence[str]], rounds: int, budget_s: float, seed: int,
                  variables: Mapping[str, Mapping[str, Any]] | None = None, *,
-                 before: Callable[[], None] | None = None) -> list[list[float]]:
+                 before: Callable[[], None] | None = None,
+                 stand_ins: Sequence[Sequence[str]] = ()) -> list[list[float]]:
     """Seconds per call of one copy of ``traced`` per device of each placement, the placements interleaved
     (warm-up rounds first: :data:`WARMUP`, and more until :data:`WARMUP_S` has passed; at least 3 timed
     rounds, no new round after ``budget_s``); ``before()`` runs at the start of every round, warm-up
-    included (other work to interleave, untimed here)."""
+    included (other work to interleave, untimed here).
+
+    ``stand_ins``: placements whose fixed call cost is timed in the same rounds (a stand-in of their
+    copies' interface, :func:`_copies_stand_in`), listed after the placements' times: a call cost
+    subtracted from a copy's time of the same round cancels the machine's slow spells (see
+    :data:`DEFAULT_ROUNDS`)."""
     from ..tf.costs import random_batch
 
     xs = [tf.constant(x) for x in random_batch(traced.input_specs, traced.batch_size, seed)]
-    fns = [_copies_function(traced, devices, variables) for devices in placements]
+    copies = [_copies_function(traced, devices, variables) for devices in placements]
+    fns = [lambda fn=fn: fn(*xs) for fn in copies] + [_copies_stand_in(traced, devices) for devices in stand_ins]
     warm = time.perf_counter()
     for r in range(MAX_WARMUP):
         if r >= WARMUP and time.perf_counter() - warm >= WARMUP_S:
@@ -246,7 +268,7 @@ def _interleaved(traced: Any, placements: Sequence[Sequence[str]], rounds: int, 
         if before is not None:
             before()
         for fn in fns:
-            _fetch(fn(*xs))
+            _fetch(fn())
     out: list[list[float]] = [[] for _ in fns]
     start = time.perf_counter()
     for r in range(max(rounds, 3)):
@@ -256,9 +278,25 @@ def _interleaved(traced: Any, placements: Sequence[Sequence[str]], rounds: int, 
             before()
         for fn, times in zip(fns, out):
             t = time.perf_counter()
-            _fetch(fn(*xs))
+            _fetch(fn())
             times.append(time.perf_counter() - t)
     return out
+
+
+def _copies_stand_in(traced: Any, devices: Sequence[str]) -> Callable[[], Any]:
+    """A stand-in (:func:`placer.measure.links.stand_in`) of one call of :func:`_copies_function` over
+    ``devices``: each copy's inputs fed from this process, its outputs fetched, its captured variables and
+    an op on its device, next to no compute."""
+    from .links import CallInterface, call_interface, stand_in
+
+    one = call_interface(traced, {op.name: devices[0] for op in traced.fixed.graph.get_operations()})
+
+    def on_each(tensors: Sequence[Any]) -> tuple[Any, ...]:
+        return tuple(replace(t, device=d) for d in devices for t in tensors)
+
+    return stand_in(CallInterface(inputs=on_each(one.inputs), outputs=on_each(one.outputs),
+                                  variables=tuple((d, n) for d in devices for _, n in one.variables),
+                                  devices=tuple(devices)))
 
 
 def _call_seconds(traced: Any, device: str) -> float:
@@ -267,19 +305,15 @@ def _call_seconds(traced: Any, device: str) -> float:
     return plan_call_seconds(traced, {op.name: device for op in traced.fixed.graph.get_operations()})
 
 
-def _copies_call_seconds(traced: Any, devices: Sequence[str]) -> float:
-    """The fixed cost of one call of :func:`_copies_function` over ``devices`` (a stand-in: each copy's inputs
-    fed from this process, its outputs fetched, its captured variables and an op on its device)."""
-    from .links import CallInterface, call_interface, measure_call
+def _compute_seconds(copies_s: Sequence[float], calls_s: Sequence[float]) -> float:
+    """Median over rounds of a copy's time less its stand-in's time of the same round.
 
-    one = call_interface(traced, {op.name: devices[0] for op in traced.fixed.graph.get_operations()})
+    A slow spell that hits both calls of a round cancels (the second round here):
 
-    def on_each(tensors: Sequence[Any]) -> tuple[Any, ...]:
-        return tuple(replace(t, device=d) for d in devices for t in tensors)
-
-    return measure_call(CallInterface(inputs=on_each(one.inputs), outputs=on_each(one.outputs),
-                                      variables=tuple((d, n) for d in devices for _, n in one.variables),
-                                      devices=tuple(devices)))
+    >>> round(_compute_seconds([0.010, 0.020, 0.011], [0.002, 0.012, 0.003]), 6)
+    0.008
+    """
+    return float(np.median(np.asarray(copies_s, dtype=float) - np.asarray(calls_s, dtype=float)))
 
 
 def _fetch(outs: Any) -> None:

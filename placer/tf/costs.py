@@ -256,11 +256,11 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
                         log.info("%s ops profiled on %s (%s)", kind, device, target)
                     us[kind], source[kind], unknown[kind] = calibrated, "measured", ()
                 if runtime:  # the session's step, timed in one block while it is open
-                    from ..measure.hosts import DEFAULT_ROUNDS
+                    from ..measure.hosts import REFERENCE_ROUNDS
 
-                    for _ in range(DEFAULT_ROUNDS):
+                    for _ in range(REFERENCE_ROUNDS):
                         prof.step_round()
-                    reference_s = prof.step_compute_s(last=DEFAULT_ROUNDS)
+                    reference_s = prof.step_compute_s(last=REFERENCE_ROUNDS)
             if runtime:  # and the runtime's, with the session closed (see runtime_factor)
                 from ..measure.hosts import clip_runtime_factor, runtime_factor
 
