@@ -11,11 +11,13 @@ test's deadline.
 """
 
 import faulthandler
+import glob
 import json
 import os
 import signal
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import replace
 
@@ -84,13 +86,25 @@ def timed_error(fn) -> dict:
     return out
 
 
+def trace_sizes(addresses: str, step) -> list[int]:
+    """Bytes of each worker's trace (``*.xplane.pb``) of 0.5 s of ``step()`` calls, largest first."""
+    with tempfile.TemporaryDirectory() as logdir:
+        tracer = threading.Thread(target=tf.profiler.experimental.client.trace, args=(addresses, logdir, 500))
+        tracer.start()
+        while tracer.is_alive():
+            step()
+        tracer.join()
+        files = glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)
+        return sorted((os.path.getsize(f) for f in files), reverse=True)
+
+
 def main() -> None:
     out = {}
     here = os.getcwd()
     planted = tempfile.mkdtemp()
     marker = plant(planted)
     os.chdir(planted)  # the workers start here
-    with LocalCluster(2) as cluster:
+    with LocalCluster(2, profiler=True) as cluster:
         os.chdir(here)
         out["hijacked"] = os.path.exists(marker)
         out["worker_pids"] = [p.pid for p in cluster.procs]
@@ -150,6 +164,8 @@ def main() -> None:
         progress("two profiles with clashing variable names")
         out["second_profile"] = timed_error(lambda: [profile_with_variable(dtype, f"grpc://{cluster.spec['worker'][0]}",
                                                                            devices[0]) for dtype in ("int64", "float32")])
+        progress("tracing both workers' ops with their profiler servers")
+        out["traces"] = trace_sizes(cluster.profiler_addresses, lambda: placed(x).numpy())
         out["healthy"] = timed_error(lambda: (placed.check_workers(), cluster.check()))
         pid = cluster.procs[1].pid
         progress("freezing worker 1")

@@ -69,6 +69,7 @@ def test_two_pinned_workers_place_a_model_and_shut_down():
     assert out["link"]["latency_s"] > 0  # a cross-process call costs something, unlike logical devices
     assert not out["hijacked"]  # the workers imported the installed packages, not the planted ones
     assert out["healthy"]["error"] is None
+    assert len(out["traces"]) == 2 and min(out["traces"]) > 1000, out["traces"]  # both workers' profiler servers
     for case in ("frozen_call", "frozen_predict", "frozen_check", "killed_call"):  # typed, within 30 s
         assert out[case]["error"] == "WorkerError" and out[case]["s"] < 30, (case, out[case])
     assert "task:1" in out["frozen_call"]["message"] and "not answering" in out["frozen_call"]["message"]

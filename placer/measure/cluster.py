@@ -111,10 +111,16 @@ class LocalCluster:
         Extra environment of the worker processes (e.g.
         ``{"TF_CPU_ALLOCATOR_USE_BFC": "true"}`` so that the CPU allocator
         counts every allocation in its statistics).
+    profiler : bool
+        Also run TensorFlow's profiler server in each worker, at
+        :attr:`profiler_addresses` (for ``tf.profiler.experimental.client.trace``;
+        docs/costs.md, "How to look inside a worker"). Tracing slows the
+        workers' steps (11-25% measured), so leave it off when timing.
     """
 
     def __init__(self, workers: int = 2, *, pin_cores: bool = True, threads: int = 1, start_timeout_s: float = 90.0,
-                 require_isolated_network: bool = True, env: Mapping[str, str] | None = None) -> None:
+                 require_isolated_network: bool = True, env: Mapping[str, str] | None = None,
+                 profiler: bool = False) -> None:
         workers = integer("workers (the number of worker processes)", workers, minimum=1, error=DeviceError)
         threads = integer("threads", threads, minimum=1, error=DeviceError)
         if env is not None and not (isinstance(env, Mapping)
@@ -126,13 +132,21 @@ class LocalCluster:
         self.start_timeout_s = start_timeout_s
         self.require_isolated_network = require_isolated_network
         self.env = dict(env or {})
+        self.profiler = bool(profiler)
         self.ports: list[int] = []
+        self.profiler_ports: list[int] = []
         self.procs: list[subprocess.Popen] = []
 
     @property
     def spec(self) -> dict[str, list[str]]:
         """The cluster spec (``{"worker": ["127.0.0.1:PORT", …]}``)."""
         return {"worker": [f"127.0.0.1:{p}" for p in self.ports]}
+
+    @property
+    def profiler_addresses(self) -> str:
+        """The workers' profiler servers as ``tf.profiler.experimental.client.trace`` takes them
+        (``"grpc://127.0.0.1:P0,grpc://127.0.0.1:P1"``; empty without ``profiler=True``)."""
+        return ",".join(f"grpc://127.0.0.1:{p}" for p in self.profiler_ports)
 
     def device(self, task: int, kind: str = "CPU", index: int = 0) -> str:
         """Full name of a worker's device."""
@@ -145,6 +159,7 @@ class LocalCluster:
                 "loopback-only network namespace (unshare -rn sh -c 'ip link set lo up; <command>') or pass "
                 "require_isolated_network=False on a firewalled host")
         self.ports = [_free_port() for _ in range(self.workers)]
+        self.profiler_ports = [_free_port() for _ in range(self.workers)] if self.profiler else []
         cores = os.cpu_count() or 1
         env = child_environment({"TF_CPP_MIN_LOG_LEVEL": "2", **self.env})
         env.pop("AUTOPLACE_CACHE_DIR", None)
@@ -152,7 +167,8 @@ class LocalCluster:
                     self.workers, self.ports)
         try:
             for i in range(self.workers):
-                cmd = python_module_command("placer.measure.worker", json.dumps(self.spec), str(i), str(self.threads))
+                cmd = python_module_command("placer.measure.worker", json.dumps(self.spec), str(i), str(self.threads),
+                                            *([str(self.profiler_ports[i])] if self.profiler else []))
                 if self.pin_cores and shutil.which("taskset"):
                     cmd = ["taskset", "-c", str(i % cores), *cmd]
                 self.procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
