@@ -42,6 +42,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 from isolation import isolated  # noqa: E402
+from markdown import MarkdownOut  # noqa: E402
 
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 LATENCIES_S = (0.1e-3, 0.25e-3, 0.5e-3, 1e-3)
@@ -68,11 +69,7 @@ def run(args: argparse.Namespace) -> int:
     from placer.tf.emit import complete_assignment, layer_devices_of
     from placer.tf.trace import trace_model
 
-    lines: list[str] = []
-
-    def out(s: str = "") -> None:
-        print(s, flush=True)
-        lines.append(s)
+    out = MarkdownOut()
 
     with placer.LocalCluster(2, pin_cores=True, threads=1) as cluster:
         devices = placer.connect(cluster)
@@ -149,10 +146,7 @@ def run(args: argparse.Namespace) -> int:
                 sim = built.simulate(built.group_assignment(p.plan.assignment))
                 cells.append(f"{(sim.step_time_s + p.plan.call_overhead_s) * 1e3:.2f}")
             out(f"| {latency * 1e3:.3g} | " + " | ".join(cells) + " |")
-    path = Path(args.out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n")
-    print(f"written: {path}", file=sys.stderr)
+    out.write(args.out)
     return 0
 
 

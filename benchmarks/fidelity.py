@@ -46,6 +46,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 from isolation import isolated  # noqa: E402
+from markdown import MarkdownOut  # noqa: E402
 
 MODELS = ["multi_tower_mlp", "transformer", "resnet50", "inception_v3"]
 #: Planning batch and input size per model (small enough for one core).
@@ -145,11 +146,7 @@ def run(args: argparse.Namespace) -> int:
     from placer.solvers import SolveOptions, solve_problem
     from placer.tf.trace import trace_model
 
-    lines: list[str] = []
-
-    def out(s: str = "") -> None:
-        print(s, flush=True)
-        lines.append(s)
+    out = MarkdownOut()
 
     rows = []
     mem_rows = []
@@ -309,10 +306,7 @@ def run(args: argparse.Namespace) -> int:
         dump["links"] = {f"{i}-{j}": (f.link.latency_s, f.link.bandwidth_bytes_per_s) for (i, j), f in fits.items()}
         dump["transfer_cpu_s"] = float(cpu_s)
         Path(args.dump).write_text(json.dumps(dump))
-    path = Path(args.out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n")
-    print(f"written: {path}", file=sys.stderr)
+    out.write(args.out)
     return 0
 
 

@@ -41,6 +41,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 from isolation import isolated  # noqa: E402
+from markdown import MarkdownOut  # noqa: E402
 
 #: name -> (builder kwargs, batch, training, compile settings)
 CASES = {
@@ -81,11 +82,7 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import placer
 
-    lines: list[str] = []
-
-    def out(s: str = "") -> None:
-        print(s, flush=True)
-        lines.append(s)
+    out = MarkdownOut()
 
     with placer.LocalCluster(2, pin_cores=True, threads=1) as cluster:
         devices = placer.connect(cluster)
@@ -117,10 +114,7 @@ def run(args: argparse.Namespace) -> int:
         if summary:
             out(f"Median absolute prediction error of autoplace's step: "
                 f"{100 * float(np.median([abs(e) for _, _, _, e, _ in summary])):.1f}%")
-    path = Path(args.out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n")
-    print(f"written: {path}", file=sys.stderr)
+    out.write(args.out)
     return 1 if failed else 0
 
 

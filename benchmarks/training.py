@@ -41,6 +41,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 from isolation import isolated  # noqa: E402
+from markdown import MarkdownOut  # noqa: E402
 
 CODECS = ["none", "bf16", "int8", "auto"]
 #: name → (builder kwargs, batch, classes)
@@ -61,11 +62,7 @@ def run(args: argparse.Namespace) -> int:
     from placer.measure.cluster import LocalCluster
     from placer.measure.links import calibrate_links
 
-    lines: list[str] = []
-
-    def out(s: str = "") -> None:
-        print(s, flush=True)
-        lines.append(s)
+    out = MarkdownOut()
 
     class StepTimer(keras.callbacks.Callback):
         def __init__(self) -> None:
@@ -153,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     out()
     out(f"(`python benchmarks/training.py --models {' '.join(args.models)} --steps {args.steps} "
         f"--rounds {args.rounds}`)")
-    Path(args.out).write_text("\n".join(lines) + "\n")
+    out.write(args.out)
     return 0
 
 
