@@ -41,3 +41,18 @@ def test_measure_at_another_batch_has_no_prediction_and_bad_counts_are_refused(p
         placed.measure(repeats=0)
     with pytest.raises(placer.TrainingError, match="this placement is for inference"):
         placed.measure(np.ones((4, 16), "float32"), np.ones((4, 4), "float32"))
+
+
+def test_a_placement_measured_slower_than_one_device_is_said_plainly():
+    from placer.measure.steps import StepMeasurement
+
+    slow = StepMeasurement((0.013, 0.0131, 0.0129, 0.0132), (0.010, 0.0101, 0.0099, 0.0102), 4, "/CPU:0", 0.011)
+    assert slow.slower_than_original and slow.speedup < 1
+    assert "measured slower than the original on /CPU:0" in slow.summary()
+    assert "algorithm='single'" in slow.summary()
+    # within the noise (overlapping spreads) or faster: no verdict
+    noisy = StepMeasurement((0.013, 0.009, 0.016, 0.010), (0.010, 0.0101, 0.0099, 0.0102), 4, "/CPU:0", None)
+    fast = StepMeasurement((0.008, 0.0081, 0.0079, 0.0082), (0.010, 0.0101, 0.0099, 0.0102), 4, "/CPU:0", None)
+    for m in (noisy, fast):
+        assert not m.slower_than_original and "measured slower" not in m.summary()
+

@@ -71,6 +71,22 @@ class StepMeasurement:
         return self.original_step_s / self.placed_step_s
 
     @property
+    def slower_than_original(self) -> bool:
+        """Measured: the placed step's median exceeds the original's by more than both spreads (half the
+        interquartile range of each), i.e. by more than the run's own noise.
+
+        Examples
+        --------
+        >>> StepMeasurement((1.3, 1.31, 1.29), (1.0, 1.01, 0.99), 4, "/CPU:0", None).slower_than_original
+        True
+        >>> StepMeasurement((1.0, 1.2, 0.9), (1.0, 1.01, 0.99), 4, "/CPU:0", None).slower_than_original
+        False
+        """
+        placed, ps = _median_spread(self.placed_s)
+        original, os_ = _median_spread(self.original_s)
+        return placed - ps > original + os_
+
+    @property
     def prediction_error(self) -> float | None:
         """``(predicted - measured) / measured`` of the placed step, or ``None`` without a prediction."""
         if self.predicted_step_s is None:
@@ -96,9 +112,13 @@ class StepMeasurement:
         pred = ("" if err is None else f"; predicted {self.predicted_step_s * 1e3:.3f} ms, "
                 f"{100 * err:+.1f}% off the measurement")
         what = "" if self.step == "predict" else "training step "
+        verdict = ("" if not self.slower_than_original else
+                   f"\nthe placement is measured slower than the original on {self.original_device} (by more "
+                   "than either run's spread): place it with algorithm='single' to run it there, or measure "
+                   "again with more repeats if the machine was busy")
         return (f"{what}measured at batch {self.batch_size} ({len(self.placed_s)} interleaved runs): placed "
                 f"{placed * 1e3:.3f} ± {ps * 1e3:.3f} ms, original on {self.original_device} "
-                f"{original * 1e3:.3f} ± {os_ * 1e3:.3f} ms, measured speedup {self.speedup:.2f}x{pred}")
+                f"{original * 1e3:.3f} ± {os_ * 1e3:.3f} ms, measured speedup {self.speedup:.2f}x{pred}{verdict}")
 
 
 def _timed(fn: Callable[..., Any], args: Sequence[Any]) -> float:
