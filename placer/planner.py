@@ -299,10 +299,13 @@ def plan_problem(built: BuiltProblem, options: PlanOptions, *,
 #: splits predicted 1.01x (the demo, 4 logical CPUs) and 1.07x (Transformer training) measured 0.92x and
 #: 0.90x, while those predicted 1.14x and 1.66x measured 1.18x and 1.12x (benchmarks/results/speedup.md).
 SPLIT_MARGIN = 0.10
+#: The largest split margin accepted (a plan predicted this many times faster than one device is still kept).
+MAX_SPLIT_MARGIN = 100.0
 
 
 def pipeline_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_size: int,
-                  candidates: Sequence[int], *, small: Any = None, fallback: bool = True) -> Plan:
+                  candidates: Sequence[int], *, small: Any = None, fallback: bool = True,
+                  split_margin: float = SPLIT_MARGIN) -> Plan:
     """``plan`` run as the candidate micro-batch count with the shortest predicted step; or one device.
 
     With ``fallback`` and a time objective, one device (the single
@@ -310,7 +313,7 @@ def pipeline_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_s
     work for its objective (for ``throughput``, the busiest device's load,
     which ignores how many micro-batches fill the pipeline), while a batch
     runs as one step. The spread plan is kept only where it is predicted at
-    least :data:`SPLIT_MARGIN` faster than one device (whose simulated peak
+    least ``split_margin`` (default :data:`SPLIT_MARGIN`) faster than one device (whose simulated peak
     memory must fit); the plan is returned with ``microbatches`` and
     ``predicted_step_time_s`` set, and a fallback says so in its ``log``.
     """
@@ -324,12 +327,12 @@ def pipeline_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_s
             one = None
         if one is not None:
             m1, step1 = best_microbatches(built, one.assignment, batch_size, candidates, small=small)
-            if step1 < step * (1 + SPLIT_MARGIN) and not _over(
+            if step1 < step * (1 + split_margin) and not _over(
                     simulate_pipeline(built, one.assignment, m1, SimOptions(), small=small,
                                       batch_size=batch_size).peak_memory_bytes,
                     built.problem.capacity_bytes).size:  # peak simulated only if it wins
                 faster = ("faster than" if step1 < step else
-                          f"within {100 * SPLIT_MARGIN:.0f}% (the cost model's error) of")
+                          f"within {100 * split_margin:.0f}% (split_margin, the cost model's error) of")
                 note = (f"one device at {m1} micro-batch(es) is predicted {faster} the {plan.solver} plan at its "
                         f"best {m} ({1e3 * step1:.3f} ms against {1e3 * step:.3f} ms): placed on one device")
                 log.info(note)

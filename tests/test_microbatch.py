@@ -143,8 +143,25 @@ def test_a_spread_plan_predicted_within_the_margin_of_one_device_falls_back_to_i
     else:
         assert out.predicted_step_time_s > 2e-3 / (1 + SPLIT_MARGIN)
         assert out.solver == "single" and len(set(out.assignment.values())) == 1
-        assert f"within {100 * SPLIT_MARGIN:.0f}% (the cost model's error) of" in out.log[-1]
+        assert f"within {100 * SPLIT_MARGIN:.0f}% (split_margin, the cost model's error) of" in out.log[-1]
         assert out.predicted_step_time_s == pytest.approx(2e-3)
+
+
+def test_the_split_margin_is_an_option():
+    """``split_margin=0`` keeps the fork's 4% predicted gain on two devices; a margin above the gain or a bad
+    value is refused where it is given (``autoplace``'s options)."""
+    from placer.tf.pipeline import PlacementOptions
+
+    built = _fork_problem(7.2e6)
+    opts = PlanOptions(objective="latency", time_limit_s=1)
+    plan = plan_problem(built, opts)
+    kept = pipeline_plan(built, plan, opts, 4, [1], split_margin=0.0)
+    assert kept.assignment == plan.assignment and len(set(kept.assignment.values())) == 2
+    assert pipeline_plan(built, plan, opts, 4, [1], split_margin=0.5).solver == "single"
+    assert PlacementOptions().split_margin == SPLIT_MARGIN and PlacementOptions(split_margin=0).split_margin == 0.0
+    for bad in (-0.1, float("nan"), "10%", 1e9):
+        with pytest.raises(placer.AutoplaceError, match="split_margin"):
+            PlacementOptions(split_margin=bad)
 
 
 def onednn_on() -> bool:

@@ -52,7 +52,8 @@ from ..core.devices import resolve_devices
 from ..core.plan import Plan
 from ..core.validate import MAX_BATCH_SIZE, MAX_TIME_LIMIT_S, integer, real
 from ..errors import AutoplaceError, InputSignatureError, PlanError, TrainingError
-from ..planner import DEFAULT_SOLVER, MODEL_MEMORY, PlanOptions, options_from, pipeline_plan, plan_problem
+from ..planner import (DEFAULT_SOLVER, MAX_SPLIT_MARGIN, MODEL_MEMORY, SPLIT_MARGIN, PlanOptions, options_from,
+                       pipeline_plan, plan_problem)
 from .costs import ProfileOptions, compute_costs
 from .opgraph import build_op_graph
 from .placed_model import PlacedModel
@@ -159,6 +160,13 @@ class PlacementOptions:
         The labels' shapes and dtypes for planning (default: those of the
         model's outputs; labels of another shape, e.g. sparse class ids, are
         traced when ``fit`` first sees them, on the same plan).
+    split_margin : float
+        With the default algorithm and a time objective, the plan on several
+        devices is kept over one device only where it is predicted at least
+        this much faster (default :data:`placer.planner.SPLIT_MARGIN`, 0.1:
+        10%, about the cost model's median error; ``0`` keeps any predicted
+        gain; larger where predictions of split plans have run fast, e.g.
+        gRPC workers sharing one machine).
     """
 
     batch_size: int | None = None
@@ -186,6 +194,7 @@ class PlacementOptions:
     replicas: int = 1
     shared_capacity: str | float | None = "measure"
     microbatches: int | str = 1
+    split_margin: float = SPLIT_MARGIN
     calibrate_links: bool = True
     measure_call: bool = True
     worker_timeout_s: float = DEFAULT_WORKER_TIMEOUT_S
@@ -205,6 +214,7 @@ class PlacementOptions:
                                                             maximum=10**6))
         object.__setattr__(self, "worker_timeout_s", real("worker_timeout_s", self.worker_timeout_s, strict=True,
                                                           maximum=MAX_TIME_LIMIT_S))
+        object.__setattr__(self, "split_margin", real("split_margin", self.split_margin, maximum=MAX_SPLIT_MARGIN))
         try:
             CompressionPolicy(self.compression, self.compression_error)
         except ValueError as e:
@@ -336,7 +346,8 @@ def _microbatches(model: Any, built: Any, plan: Plan, devset: Any, opts: Placeme
     """
     batch = int(plan.batch_size or 1)
     if microbatches == 1:
-        return pipeline_plan(built, plan, opts.plan_options(), batch, [1], fallback=fallback), None
+        return pipeline_plan(built, plan, opts.plan_options(), batch, [1], fallback=fallback,
+                             split_margin=opts.split_margin), None
     from ..core.microbatch import SmallBatchCosts, candidate_microbatches
 
     if microbatches != "auto" and batch % int(microbatches):
@@ -371,7 +382,8 @@ def _microbatches(model: Any, built: Any, plan: Plan, devset: Any, opts: Placeme
             if name in row:
                 durations[i] = other.schedule.durations_s[row[name]]
         small = SmallBatchCosts(smallest, durations)
-    out = pipeline_plan(built, plan, opts.plan_options(), batch, candidates, small=small, fallback=fallback)
+    out = pipeline_plan(built, plan, opts.plan_options(), batch, candidates, small=small, fallback=fallback,
+                        split_margin=opts.split_margin)
     log.info("%d micro-batches per batch: predicted step %.3f ms (%.3f ms without; ops profiled again at "
              "batch %d)", out.microbatches, 1e3 * out.predicted_step_time_s, 1e3 * plan.predicted_step_time_s,
              smallest)
