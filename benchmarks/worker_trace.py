@@ -5,8 +5,8 @@ on a ``placer.LocalCluster(2, profiler=True)`` (two workers, one pinned core
 and one thread each, TF's profiler server in each) as one worker
 (``single``) and as autoplace's plan (``objective="throughput"``, one
 micro-batch). Each placement is timed untraced (``--steps`` calls), then run
-in a loop while ``tf.profiler.experimental.client.trace`` records both
-workers for ``--trace-ms``. From each worker's trace (XSpace protos, plane
+in a loop while both workers are recorded for ``--trace-ms``
+(:meth:`placer.LocalCluster.trace`). From each worker's trace (XSpace protos, plane
 ``/host:CPU``), per step (a ``FunctionRun`` event starts each worker's part of
 a step): when that worker's part started, its first and last kernel, and its
 kernels' summed time. The table beside them: the plan's prediction (measured
@@ -20,11 +20,9 @@ absolute times with the untraced step.
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -38,7 +36,7 @@ from isolation import isolated  # noqa: E402
 from markdown import MarkdownOut  # noqa: E402
 
 
-def trace_events(path: str) -> list[tuple[str, float, float]]:
+def trace_events(path: str | Path) -> list[tuple[str, float, float]]:
     """``(name, start µs, end µs)`` of every event on the ``/host:CPU`` plane of one worker's trace
     (absolute times: the line's start plus the event's offset)."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
@@ -101,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
             "part of the step (`FunctionRun`); period = to its next step's start (traced, so slower than the "
             "untraced step). predicted = call cost + simulated step; makespan = the simulated step alone.")
         out()
-        out("| placement | untraced step ms | predicted ms | simulated makespan ms | worker | steps | "
+        out("| placement | measured step ms (untraced) | predicted ms | simulated makespan ms | worker | steps | "
             "first compute kernel | last kernel end | kernels' sum | period |")
         out("|---|---|---|---|---|---|---|---|---|---|")
         for label, options in (("single", dict(algorithm="single", calibrate_links=False)),
@@ -123,22 +121,13 @@ def run(args: argparse.Namespace) -> int:
             plan = placed.plan
             makespan = plan.predicted_step_time_s - plan.call_overhead_s
             with tempfile.TemporaryDirectory() as logdir:
-                tracer = threading.Thread(target=tf.profiler.experimental.client.trace,
-                                          args=(cluster.profiler_addresses, logdir, args.trace_ms))
-                tracer.start()
-                while tracer.is_alive():
-                    step()
-                tracer.join()
-                files = sorted(glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True))
-                for path in files:
+                for task, path in cluster.trace(step, logdir, args.trace_ms).items():
                     phases = step_phases(trace_events(path))
                     if not len(phases):
                         continue  # a worker this placement does not use
                     first, last, busy, period = np.median(phases, axis=0)
-                    port = int(Path(path).name.split(".xplane")[0].rsplit("_", 1)[-1])
-                    worker = f"task {cluster.profiler_ports.index(port)}" if port in cluster.profiler_ports else port
                     out(f"| {label} | {1e3 * float(np.median(times)):.2f} | {1e3 * plan.predicted_step_time_s:.2f} | "
-                        f"{1e3 * makespan:.2f} | {worker} | {len(phases)} | {first:.0f} | {last:.0f} | "
+                        f"{1e3 * makespan:.2f} | task {task} | {len(phases)} | {first:.0f} | {last:.0f} | "
                         f"{busy:.0f} | {period:.0f} |")
     out.write(args.out)
     return 0

@@ -11,13 +11,11 @@ test's deadline.
 """
 
 import faulthandler
-import glob
 import json
 import os
 import signal
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import replace
 
@@ -86,16 +84,10 @@ def timed_error(fn) -> dict:
     return out
 
 
-def trace_sizes(addresses: str, step) -> list[int]:
-    """Bytes of each worker's trace (``*.xplane.pb``) of 0.5 s of ``step()`` calls, largest first."""
+def trace_sizes(cluster: LocalCluster, step) -> dict[int, int]:
+    """Task → bytes of that worker's trace of 0.5 s of ``step()`` calls."""
     with tempfile.TemporaryDirectory() as logdir:
-        tracer = threading.Thread(target=tf.profiler.experimental.client.trace, args=(addresses, logdir, 500))
-        tracer.start()
-        while tracer.is_alive():
-            step()
-        tracer.join()
-        files = glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)
-        return sorted((os.path.getsize(f) for f in files), reverse=True)
+        return {task: path.stat().st_size for task, path in cluster.trace(step, logdir, 500).items()}
 
 
 def main() -> None:
@@ -165,7 +157,7 @@ def main() -> None:
         out["second_profile"] = timed_error(lambda: [profile_with_variable(dtype, f"grpc://{cluster.spec['worker'][0]}",
                                                                            devices[0]) for dtype in ("int64", "float32")])
         progress("tracing both workers' ops with their profiler servers")
-        out["traces"] = trace_sizes(cluster.profiler_addresses, lambda: placed(x).numpy())
+        out["traces"] = trace_sizes(cluster, lambda: placed(x).numpy())
         out["healthy"] = timed_error(lambda: (placed.check_workers(), cluster.check()))
         pid = cluster.procs[1].pid
         progress("freezing worker 1")

@@ -245,12 +245,10 @@ def clip_runtime_factor(factor: float) -> float:
 
 def _interleaved(traced: Any, placements: Sequence[Sequence[str]], rounds: int, budget_s: float, seed: int,
                  variables: Mapping[str, Mapping[str, Any]] | None = None, *,
-                 before: Callable[[], None] | None = None,
                  stand_ins: Sequence[Sequence[str]] = ()) -> list[list[float]]:
     """Seconds per call of one copy of ``traced`` per device of each placement, the placements interleaved
     (warm-up rounds first: :data:`WARMUP`, and more until :data:`WARMUP_S` has passed; at least 3 timed
-    rounds, no new round after ``budget_s``); ``before()`` runs at the start of every round, warm-up
-    included (other work to interleave, untimed here).
+    rounds, no new round after ``budget_s``).
 
     ``stand_ins``: placements whose fixed call cost is timed in the same rounds (a stand-in of their
     copies' interface, :func:`_copies_stand_in`), listed after the placements' times: a call cost
@@ -265,8 +263,6 @@ def _interleaved(traced: Any, placements: Sequence[Sequence[str]], rounds: int, 
     for r in range(MAX_WARMUP):
         if r >= WARMUP and time.perf_counter() - warm >= WARMUP_S:
             break
-        if before is not None:
-            before()
         for fn in fns:
             _fetch(fn())
     out: list[list[float]] = [[] for _ in fns]
@@ -274,8 +270,6 @@ def _interleaved(traced: Any, placements: Sequence[Sequence[str]], rounds: int, 
     for r in range(max(rounds, 3)):
         if r >= 3 and time.perf_counter() - start > budget_s:
             break
-        if before is not None:
-            before()
         for fn, times in zip(fns, out):
             t = time.perf_counter()
             _fetch(fn())
