@@ -108,7 +108,7 @@ def main() -> None:
         names = {d.name for d in tf.config.list_logical_devices()}
         out["devices_visible"] = all(d in names for d in devices)
         progress("calibrating the link")
-        fit = measure_link(devices[0], devices[1], repeats=3)
+        fit = measure_link(devices[0], devices[1], repeats=5)
         out["link"] = {"latency_s": fit.link.latency_s, "bandwidth_bytes_per_s": fit.link.bandwidth_bytes_per_s,
                        "r2": fit.r2}
         m = model()
