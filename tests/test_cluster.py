@@ -81,3 +81,37 @@ def test_two_pinned_workers_place_a_model_and_shut_down():
     assert out["resumed_max_abs_diff"] <= 1e-5  # a worker that comes back serves the placed model again
     for pid in out["worker_pids"]:  # the workers are gone
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+
+
+TRIM_PROBE = """
+import sys, time
+import numpy as np
+sys.path.insert(0, {root!r})
+from placer.measure.worker import _resident_bytes, start_heap_trimmer
+if {trim}:
+    assert start_heap_trimmer()
+time.sleep(0.2)
+arrays = [np.ones(100_000 // 8) for _ in range(3000)]  # 100 kB each: under glibc's mmap threshold, on the heap
+kept = arrays[::100]  # one block in a hundred stays: the freed ones in between cannot shrink the heap's top
+del arrays
+held = _resident_bytes()
+time.sleep(2.5)  # idle: the trimmer's second passes
+print(held, _resident_bytes())
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm") or "glibc" not in " ".join(__import__("platform").libc_ver()),
+                    reason="the heap trimmer needs glibc and /proc")
+@pytest.mark.parametrize("trim", [True, False])
+def test_an_idle_worker_hands_freed_heap_memory_back(trim):
+    """The worker's trimmer (placer.measure.worker) returns the freed blocks of a fragmented heap once the process
+    is idle; without it they stay resident."""
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    out = subprocess.run([sys.executable, "-c", TRIM_PROBE.format(root=root, trim=trim)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    held, after = map(int, out.stdout.split())
+    assert held > 250e6, held  # the probe did fragment ~300 MB of heap
+    if trim:
+        assert after < held - 200e6, (held, after)
+    else:
+        assert after > held - 50e6, (held, after)
