@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
             for p in placed.values():
                 ps = p._placed
                 links = {ij: Link(link.bandwidth_bytes_per_s, latency, link.cpu_s) for ij, link in ps.devices.links.items()}
-                devset = DeviceSet(ps.devices.devices, links, ps.devices.shared, ps.devices.calibrated)
+                devset = DeviceSet(ps.devices.devices, links, ps.devices.shared, ps.devices.fits)
                 built = build_problem(ps.op_graph.graph, devset, group_by=p.plan.group_by)
                 sim = built.simulate(built.group_assignment(p.plan.assignment))
                 cells.append(f"{(sim.step_time_s + p.plan.call_overhead_s) * 1e3:.2f}")

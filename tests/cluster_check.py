@@ -120,6 +120,11 @@ def main() -> None:
         got = placed(x).numpy()
         out["max_abs_diff"] = float(np.abs(got - ref).max())
         out["link_sources"] = sorted({link["source"] for link in placed.report_data["links"]})
+        out["link_fits"] = [link["fit"] for link in placed.report_data["links"]]
+        html_path = os.path.join(planted, "report.html")
+        placed.report(html_path)
+        with open(html_path, encoding="utf-8") as f:
+            out["report_shows_fit"] = "fit of the calibration" in f.read()
         out["shared"] = placed.report_data.get("shared_processors", [])
         out["used_devices"] = sorted(set(placed.plan.assignment.values()))
         out["variable_devices"] = sorted({v.value.device for v in placed.variables})

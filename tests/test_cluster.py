@@ -67,6 +67,10 @@ def test_two_pinned_workers_place_a_model_and_shut_down():
     assert set(out["variable_devices"]) <= workers
     assert out["max_abs_diff"] <= 1e-5, out
     assert out["link_sources"] == ["calibrated"]  # autoplace measured the link between the two workers
+    # ... with its fit's quality in the report: 6 payload sizes, a coefficient of determination, a worst error
+    assert [f["points"] for f in out["link_fits"]] == [6, 6], out["link_fits"]
+    assert all(f["r2"] <= 1.0 and f["max_rel_error"] >= 0 for f in out["link_fits"]), out["link_fits"]
+    assert out["report_shows_fit"]
     # the two worker processes run on one machine: one group, not pooled, its capacity measured
     (machine,) = out["shared"]
     assert set(machine["devices"]) == workers and machine["pooled"] is False and machine["source"] == "measured"

@@ -101,3 +101,20 @@ def test_a_large_report_renders_with_its_limits_stated():
     assert "<image" in page.split('id="chart-timeline"')[1].split("</figure>")[0]  # bars as one raster
     assert f"more than this page draws ({MAX_GRAPH_LAYERS:,})" in page
     assert "and 3,959 smaller cut edges" in page
+
+
+def test_calibrated_links_show_their_fit(report_paths):
+    """A calibrated link's fit quality is stored per link and shown beside its speed; an assumed one shows none."""
+    from placer.reporting.html import render_html
+
+    _, data, _ = report_paths
+    assert data["links"] and all(link["fit"] is None for link in data["links"])  # logical devices: assumed
+    first = {**data["links"][0], "source": "calibrated", "bandwidth_bytes_per_s": 1.4e9, "latency_s": 2.1e-4,
+             "fit": {"r2": 0.95, "max_rel_error": 0.18, "points": 6}}
+    page = render_html(validate_report({**data, "links": [first, *data["links"][1:]]}))
+    row = re.search(r"<tr><td>1\.40 GB/s</td>.*?</tr>", page)
+    assert row and "R² 0.950, 6 sizes, worst point 18% off" in row.group(0), row
+    with pytest.raises(placer.ReportError):
+        validate_report({**data, "links": [{**first, "fit": "good"}]})
+    with pytest.raises(placer.ReportError):  # a fit must say how many sizes it stands on
+        validate_report({**data, "links": [{**first, "fit": {"r2": 0.95, "max_rel_error": 0.18}}]})

@@ -27,7 +27,7 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from cost_models.comm import Link
+from cost_models.comm import Link, LinkFit
 
 from ..errors import DeviceError
 from .validate import MAX_BYTES, integer, real
@@ -222,8 +222,8 @@ class DeviceSet:
     devices: tuple[DeviceSpec, ...]
     links: Mapping[tuple[int, int], Link] = field(default_factory=dict)
     shared: tuple[SharedProcessor, ...] = ()
-    #: The ordered pairs whose links were measured (the rest are assumed defaults).
-    calibrated: frozenset[tuple[int, int]] = frozenset()
+    #: The ordered pairs whose links were measured, each with its fit (the rest are assumed defaults).
+    fits: Mapping[tuple[int, int], LinkFit] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         seen: set[int] = set()
@@ -235,7 +235,12 @@ class DeviceSet:
 
     def with_shared(self, shared: Sequence[SharedProcessor]) -> "DeviceSet":
         """The same devices and links with these shared processors."""
-        return DeviceSet(self.devices, self.links, tuple(shared), self.calibrated)
+        return DeviceSet(self.devices, self.links, tuple(shared), self.fits)
+
+    @property
+    def calibrated(self) -> frozenset[tuple[int, int]]:
+        """The ordered pairs whose links were measured (keys of :attr:`fits`)."""
+        return frozenset(self.fits)
 
     def host_groups(self, kind: str = "CPU") -> list[tuple[int, ...]]:
         """Indices of devices of ``kind`` that share a process (two or more), by process.

@@ -229,7 +229,7 @@ def calibrate_links(devset: DeviceSet, sizes: Sequence[int] = DEFAULT_SIZES, rep
                                                                measure_transfer_cpu(b.name, a.name)]))
     links = {**devset.links, **{ij: Link(f.link.bandwidth_bytes_per_s, f.link.latency_s, cpu.get(ij, 0.0))
                                 for ij, f in fits.items()}}
-    return DeviceSet(devset.devices, links, devset.shared, devset.calibrated | frozenset(fits)), fits
+    return DeviceSet(devset.devices, links, devset.shared, {**devset.fits, **fits}), fits
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,13 @@ def _value(x: float | None, unit: str) -> str:
     return _ms(x) if unit == "s" else _mb(x)
 
 
+def _fit_text(fit: dict | None) -> str:
+    """A calibrated link's fit quality in words ("—" for an assumed link)."""
+    if not fit:
+        return "—"
+    return f"R² {fit['r2']:.3f}, {fit['points']} sizes, worst point {100 * fit['max_rel_error']:.0f}% off"
+
+
 def _short(device: str) -> str:
     """``/job:localhost/replica:0/task:0/device:CPU:1`` → ``CPU:1``; remote devices keep their task."""
     if device.startswith("/job:localhost/replica:0/task:0/device:"):
@@ -430,11 +437,14 @@ def render_html(data: Mapping[str, Any]) -> str:
                      f"({html.escape(sp['source'])}); the predictions charge it.</p>")
     if data.get("links"):
         kinds = Counter(link["source"] for link in data["links"])
-        uniq = {(link["bandwidth_bytes_per_s"], link["latency_s"], link["source"]) for link in data["links"]}
-        link_rows = [(f"{bw / 1e9:.2f} GB/s", f"{lat * 1e6:.1f} µs", src,
-                      sum(1 for x in data["links"] if (x["bandwidth_bytes_per_s"], x["latency_s"], x["source"]) ==
-                          (bw, lat, src))) for bw, lat, src in sorted(uniq)]
-        parts.append(_table(["bandwidth", "latency", "source", "links"], link_rows, numeric=(3,)))
+        def key(link: dict) -> tuple:
+            return link["bandwidth_bytes_per_s"], link["latency_s"], link["source"], _fit_text(link.get("fit"))
+
+        counts = Counter(key(link) for link in data["links"])
+        link_rows = [(f"{bw / 1e9:.2f} GB/s", f"{lat * 1e6:.1f} µs", src, fit, n)
+                     for (bw, lat, src, fit), n in sorted(counts.items())]
+        parts.append(_table(["bandwidth", "latency", "source", "fit of the calibration", "links"], link_rows,
+                            numeric=(4,)))
         if "calibrated" not in kinds:
             parts.append("<p>Link speeds are <b>assumed</b> (defaults or the DeviceSpec's values), not measured.</p>")
     cm = data.get("cost_model")

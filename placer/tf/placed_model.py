@@ -643,7 +643,7 @@ class PlacedModel(keras.Model):
 
     # -- outputs -----------------------------------------------------------
     def report(self, path: str | os.PathLike) -> str:
-        """Write the placement report (``.json``) and return its path."""
+        """Write the placement report (``.json`` data, ``.html`` page or ``.trace.json``) and return its path."""
         return self._placed.report.write(path)
 
     @property

@@ -126,6 +126,13 @@ class Report:
         return write_report(self.to_dict(), path)
 
 
+def _fit_quality(fit: Any) -> dict[str, Any] | None:
+    """A link calibration's fit quality as the report stores it (``None`` for an assumed link)."""
+    if fit is None:
+        return None
+    return {"r2": fit.r2, "max_rel_error": fit.max_rel_error, "points": fit.points}
+
+
 def build_report(plan: Plan, op_graph: OpGraph, built: BuiltProblem, sim: SimResult, costs: ComputeCosts,
                  grappler: bool, emitted: EmittedModel, stage_seconds: Mapping[str, float],
                  model_name: str = "model", pipeline_sim: SimResult | None = None) -> Report:
@@ -152,8 +159,8 @@ def build_report(plan: Plan, op_graph: OpGraph, built: BuiltProblem, sim: SimRes
                    "codec": codec.get((u, plan.assignment[v])) if plan.assignment[u] != plan.assignment[v] else None}
                   for u, v, b in g.edges(data=BYTES, default=0) if u in plan.assignment and v in plan.assignment)
     links = tuple({"src": names[i], "dst": names[j], "bandwidth_bytes_per_s": link.bandwidth_bytes_per_s,
-                   "latency_s": link.latency_s, "source": "calibrated" if (i, j) in devset.calibrated else "assumed",
-                   "fit": None}
+                   "latency_s": link.latency_s, "source": "calibrated" if (i, j) in devset.fits else "assumed",
+                   "fit": _fit_quality(devset.fits.get((i, j)))}
                   for (i, j), link in devset.links.items())
     source = CostSource(dict(costs.source), grappler, dict(costs.unknown_op_types), dict(costs.runtime_factor))
     shared = tuple({"devices": [names[i] for i in sp.devices], "capacity": sp.capacity, "source": sp.source,
