@@ -125,7 +125,11 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--export", default=None, help="also write a SavedModel of the placed model here")
     plan.add_argument("--measure", type=count, default=None, metavar="RUNS", nargs="?", const=20,
                       help="also time the placed model against the original on a random batch, interleaved "
-                      "(RUNS each, default 20): measured step times and speedup go into the summary and report")
+                      "(RUNS each, default 20, more until --measure-seconds have passed): measured step times "
+                      "and speedup go into the summary and report")
+    plan.add_argument("--measure-seconds", type=float, default=None, metavar="S",
+                      help="with --measure: keep timing past RUNS until the runs took S seconds (default: "
+                      "placed.measure's, 1 s; 0: exactly RUNS)")
     plan.add_argument("--plan-json", default=None, help="also write the plan (op → device) as JSON here")
     plan.add_argument("--graph-json", default=None, help="also write the cost-annotated op graph here "
                       "(re-plan it offline with plan-graph)")
@@ -375,7 +379,8 @@ def _plan_model(args: argparse.Namespace, bar: _Progress | None = None) -> int:
     if bar is not None:
         bar.close()
     if args.measure:
-        placed.measure(repeats=args.measure)
+        placed.measure(repeats=args.measure,
+                       **({} if args.measure_seconds is None else {"min_time_s": args.measure_seconds}))
     _write_all(outputs, {"export": placed.export, "plan": placed.plan.save, "graph": placed.save_graph,
                          "report": placed.report})
     print(placed.summary())

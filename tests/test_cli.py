@@ -43,7 +43,7 @@ def planned(tmp_path_factory):
     d = tmp_path_factory.mktemp("cli")
     branchy(width=32).save(d / "m.keras")
     r = run_cli("plan", "m.keras", *DEVICES, "--time-limit", "1", "--report", "rep.json", "--plan-json", "plan.json",
-                "--graph-json", "ops.json", "--export", "saved", "--measure", "5", cwd=d)
+                "--graph-json", "ops.json", "--export", "saved", "--measure", "5", "--measure-seconds", "0", cwd=d)
     assert r.returncode == 0, r.stderr[-2000:]
     return d, r
 

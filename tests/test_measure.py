@@ -16,7 +16,7 @@ def placed(devices):
 
 def test_measure_times_both_models_and_compares_with_the_prediction(placed):
     x = np.random.default_rng(0).standard_normal((4, 16)).astype("float32")
-    m = placed.measure(x, repeats=7, warmup=1)
+    m = placed.measure(x, repeats=7, warmup=1, min_time_s=0)
     assert len(m.placed_s) == len(m.original_s) == 7 and min(m.placed_s + m.original_s) > 0
     assert m.placed_step_s == pytest.approx(float(np.median(m.placed_s)))
     assert m.speedup == pytest.approx(np.median(m.original_s) / np.median(m.placed_s))
@@ -33,12 +33,26 @@ def test_measure_times_both_models_and_compares_with_the_prediction(placed):
 
 
 def test_measure_at_another_batch_has_no_prediction_and_bad_counts_are_refused(placed):
-    m = placed.measure(repeats=3, warmup=0)  # a random batch of the planning size
+    m = placed.measure(repeats=3, warmup=0, min_time_s=0)  # a random batch of the planning size
     assert m.batch_size == 4 and m.prediction_error is not None
-    other = placed.measure(np.ones((8, 16), "float32"), repeats=3, warmup=0)
+    other = placed.measure(np.ones((8, 16), "float32"), repeats=3, warmup=0, min_time_s=0)
     assert other.batch_size == 8 and other.predicted_step_s is None and other.prediction_error is None
     with pytest.raises(placer.AutoplaceError, match="repeats"):
         placed.measure(repeats=0)
+    with pytest.raises(placer.AutoplaceError, match="min_time_s"):
+        placed.measure(min_time_s=-1.0)
+
+
+def test_measure_goes_on_until_its_minimum_time(placed):
+    """Past ``repeats``, rounds continue until the timed ones took ``min_time_s`` (a fast step's median over
+    20 calls drifted ±20% on a shared VM)."""
+    import time
+
+    t = time.perf_counter()
+    m = placed.measure(repeats=3, warmup=0, min_time_s=0.5)
+    took = time.perf_counter() - t
+    assert len(m.placed_s) > 3 and took >= 0.5
+    assert sum(m.placed_s) + sum(m.original_s) >= 0.5 * 0.9  # the rounds' own time (the loop adds a little)
     with pytest.raises(placer.TrainingError, match="this placement is for inference"):
         placed.measure(np.ones((4, 16), "float32"), np.ones((4, 4), "float32"))
 

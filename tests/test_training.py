@@ -427,7 +427,7 @@ def test_measure_times_the_training_step_and_restores_every_variable(trained, de
     placed = trained["cnn"]["placed"]
     state = [*placed.variables, *placed.optimizer.variables, *placed.metrics_variables]
     before = [v.numpy().copy() for v in state]
-    m = placed.measure(repeats=3, warmup=1)
+    m = placed.measure(repeats=3, warmup=1, min_time_s=0)
     assert m.step == "train" and m.batch_size == BATCH and len(m.placed_s) == len(m.original_s) == 3
     assert m.predicted_step_s == placed.plan.predicted_step_time_s and m.prediction_error is not None
     assert all(np.array_equal(v.numpy(), b) for v, b in zip(state, before))
@@ -439,7 +439,7 @@ def test_measure_times_the_training_step_and_restores_every_variable(trained, de
     other = placer.autoplace(t["model"], devices[:2], training=True, batch_size=BATCH, time_limit_s=1,
                              optimizer=keras.optimizers.SGD(0.1), loss="mae", shared_capacity=None)
     weights = [w.copy() for w in other.get_weights()]
-    got = other.measure(t["x"][:BATCH], t["y"][:BATCH], repeats=2, warmup=0)
+    got = other.measure(t["x"][:BATCH], t["y"][:BATCH], repeats=2, warmup=0, min_time_s=0)
     assert got.step == "train" and min(got.placed_s + got.original_s) > 0
     assert all(np.array_equal(a, b) for a, b in zip(other.get_weights(), weights))
     assert int(other.optimizer.iterations.numpy()) == 0

@@ -65,8 +65,27 @@ log = logging.getLogger(__name__)
 #: the stand-ins timed apart, 1.31-1.85 with 7 rounds.
 DEFAULT_ROUNDS = 31
 #: Steps of the profiling session timed for :func:`runtime_factor`'s reference (one block, session open),
-#: and the runtime's rounds it is compared with.
+#: and the runtime's rounds it is compared with ...
 REFERENCE_ROUNDS = 7
+#: ... at least, and more until each side has run this long (at most :data:`MAX_REFERENCE_ROUNDS`): 7 steps
+#: of the demo's model are ~25 ms, and this VM's speed drifts more than 20% over such windows (the
+#: demo's step, predicted from them, came out 2-30% below the measurement in five of six runs).
+REFERENCE_MIN_S = 0.5
+MAX_REFERENCE_ROUNDS = 500
+
+
+def enough_rounds(done: int, started: float, rounds: int = REFERENCE_ROUNDS, min_s: float = REFERENCE_MIN_S,
+                  most: int = MAX_REFERENCE_ROUNDS) -> bool:
+    """Whether ``done`` rounds since ``started`` (``time.perf_counter``) are enough: ``rounds`` of them and
+    ``min_s`` seconds, or ``most`` rounds.
+
+    Examples
+    --------
+    >>> now = time.perf_counter()
+    >>> enough_rounds(7, now, min_s=0.0), enough_rounds(7, now, min_s=60.0), enough_rounds(500, now, min_s=60.0)
+    (True, False, True)
+    """
+    return done >= most or (done >= rounds and time.perf_counter() - started >= min_s)
 WARMUP = 2
 #: ... and warm-up goes on until this long has passed (at most :data:`MAX_WARMUP` rounds): right after a
 #: profiling session closed, a new function's first ~10 calls of the demo's model took 3.0-5.4 ms and
@@ -178,14 +197,15 @@ def measure_shared_capacity(traced: Any, devices: Sequence[str], *, rounds: int 
 
 
 def runtime_factor(traced: Any, device: str, reference_s: float, *, rounds: int = REFERENCE_ROUNDS,
-                   budget_s: float = BUDGET_S, seed: int = 0) -> float:
+                   min_s: float = REFERENCE_MIN_S, budget_s: float = BUDGET_S, seed: int = 0) -> float:
     """How much longer this process's runtime takes for ``traced``'s step on ``device`` than the profiling
     session did: the factor the session's op times are scaled by.
 
     ``reference_s`` is the session's median untraced step less its fixed cost
     (:meth:`cost_models.profile.GraphProfiler.step_compute_s`, timed in a block
     just before). Here one copy of the forward graph runs as a ``tf.function``
-    with every op (and a copy of every weight) on ``device``, ``rounds`` times;
+    with every op (and a copy of every weight) on ``device``, ``rounds`` times and more until
+    ``min_s`` has passed (:func:`enough_rounds`);
     the factor is its median step less its fixed call cost
     (:func:`placer.measure.links.plan_call_seconds`, timed after the rounds) over ``reference_s``, clipped
     to ``1 / MAX_RUNTIME_FACTOR … MAX_RUNTIME_FACTOR``. Below 1 the runtime beat the
@@ -217,7 +237,7 @@ def runtime_factor(traced: Any, device: str, reference_s: float, *, rounds: int 
     if traced.step != "predict":
         raise DeviceError("the runtime factor is measured with the forward pass, not a training step")
     copies = weight_copies(traced, [device])
-    (one_s,) = _interleaved(traced, [[device]], rounds, budget_s, seed, copies)
+    (one_s,) = _interleaved(traced, [[device]], rounds, budget_s, seed, copies, min_s=min_s)
     compute_s = float(np.median(one_s)) - _call_seconds(traced, device)
     factor = clip_runtime_factor(compute_s / reference_s if reference_s > 0 else 1.0)
     log.info("runtime on %s: one step less its call %.3f ms, the profiling session's %.3f ms: factor %.3f",
@@ -245,10 +265,11 @@ def clip_runtime_factor(factor: float) -> float:
 
 def _interleaved(traced: Any, placements: Sequence[Sequence[str]], rounds: int, budget_s: float, seed: int,
                  variables: Mapping[str, Mapping[str, Any]] | None = None, *,
-                 stand_ins: Sequence[Sequence[str]] = ()) -> list[list[float]]:
+                 stand_ins: Sequence[Sequence[str]] = (), min_s: float = 0.0) -> list[list[float]]:
     """Seconds per call of one copy of ``traced`` per device of each placement, the placements interleaved
     (warm-up rounds first: :data:`WARMUP`, and more until :data:`WARMUP_S` has passed; at least 3 timed
-    rounds, no new round after ``budget_s``).
+    rounds, ``rounds`` and more until ``min_s`` has passed (:func:`enough_rounds`), no new round after
+    ``budget_s``).
 
     ``stand_ins``: placements whose fixed call cost is timed in the same rounds (a stand-in of their
     copies' interface, :func:`_copies_stand_in`), listed after the placements' times: a call cost
@@ -267,8 +288,8 @@ def _interleaved(traced: Any, placements: Sequence[Sequence[str]], rounds: int, 
             _fetch(fn())
     out: list[list[float]] = [[] for _ in fns]
     start = time.perf_counter()
-    for r in range(max(rounds, 3)):
-        if r >= 3 and time.perf_counter() - start > budget_s:
+    for r in range(MAX_REFERENCE_ROUNDS):
+        if r >= 3 and (time.perf_counter() - start > budget_s or enough_rounds(r, start, rounds, min_s)):
             break
         for fn, times in zip(fns, out):
             t = time.perf_counter()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -256,11 +257,13 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
                         log.info("%s ops profiled on %s (%s)", kind, device, target)
                     us[kind], source[kind], unknown[kind] = calibrated, "measured", ()
                 if runtime:  # the session's step, timed in one block while it is open
-                    from ..measure.hosts import REFERENCE_ROUNDS
+                    from ..measure.hosts import enough_rounds
 
-                    for _ in range(REFERENCE_ROUNDS):
+                    started, done = time.perf_counter(), 0
+                    while not enough_rounds(done, started):
                         prof.step_round()
-                    reference_s = prof.step_compute_s(last=REFERENCE_ROUNDS)
+                        done += 1
+                    reference_s = prof.step_compute_s(last=done)
             if runtime:  # and the runtime's, with the session closed (see runtime_factor)
                 from ..measure.hosts import clip_runtime_factor, runtime_factor
 

@@ -44,13 +44,13 @@ from ..core.compression import CODECS, CompressionPolicy
 from ..core.devices import DeviceSet
 from ..core.graph_io import save_graph
 from ..core.plan import Plan
-from ..core.validate import integer
+from ..core.validate import integer, real
 from ..errors import InputSignatureError, ModelError, TrainingError, UnsupportedError
 from .codecs import CompressedEdge
 from .emit import EmittedModel, emit, layer_devices_of, observed_devices
 from .costs import random_batch
 from .export import export_saved_model
-from ..measure.steps import DEFAULT_REPEATS, DEFAULT_WARMUP, StepMeasurement, measure_steps
+from ..measure.steps import DEFAULT_MIN_TIME_S, DEFAULT_REPEATS, DEFAULT_WARMUP, StepMeasurement, measure_steps
 from .opgraph import GRADIENT_SCOPE, OpGraph, layer_of
 from .remote import DEFAULT_WORKER_TIMEOUT_S, Watchdog, worker_addresses
 from .report import Report
@@ -689,7 +689,8 @@ class PlacedModel(keras.Model):
         return self.plan.summary() + ("" if m is None else "\n" + m.summary())
 
     def measure(self, x: Any = None, y: Any = None, *, repeats: int = DEFAULT_REPEATS,
-                warmup: int = DEFAULT_WARMUP, seed: int = 0) -> StepMeasurement:
+                warmup: int = DEFAULT_WARMUP, min_time_s: float = DEFAULT_MIN_TIME_S,
+                seed: int = 0) -> StepMeasurement:
         """Time the placed step against the original model's, interleaved (measured, not predicted).
 
         The step is the one the plan was made for. For inference, the placed forward pass on ``x``
@@ -702,7 +703,8 @@ class PlacedModel(keras.Model):
 
         ``x=None`` (and ``y=None``): a random batch of the planning batch size
         (:func:`placer.tf.costs.random_batch`, ``seed``). Each call's outputs are fetched to the host,
-        and the two alternate which goes first every round (:func:`placer.measure.steps.measure_steps`).
+        and the two alternate which goes first every round (:func:`placer.measure.steps.measure_steps`):
+        ``repeats`` rounds after ``warmup``, and more until the timed ones took ``min_time_s``.
         The result, with the cost model's prediction beside it when the batch is the planning batch
         size, goes into :meth:`summary` and the report's ``measurements``.
 
@@ -716,7 +718,7 @@ class PlacedModel(keras.Model):
         >>> import keras, numpy as np, placer
         >>> m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
         >>> placed = placer.autoplace(m, ["/CPU:0", "/CPU:1"], batch_size=2, time_limit_s=1)
-        >>> result = placed.measure(np.ones((2, 4), "float32"), repeats=5, warmup=1)
+        >>> result = placed.measure(np.ones((2, 4), "float32"), repeats=5, warmup=1, min_time_s=0)
         >>> len(result.placed_s), result.speedup > 0, result.prediction_error is not None
         (5, True, True)
         >>> placed.report_data["measurements"][0]["what"]
@@ -724,9 +726,11 @@ class PlacedModel(keras.Model):
         """
         repeats = integer("repeats", repeats, minimum=1, maximum=10**6)
         warmup = integer("warmup", warmup, minimum=0, maximum=10**6)
+        min_time_s = real("min_time_s (seconds)", min_time_s, maximum=3600.0)
+        rounds = {"repeats": repeats, "warmup": warmup, "min_time_s": min_time_s}
         p = self._placed
         if p.training:
-            return self._record(self._measure_training(x, y, repeats, warmup, seed))
+            return self._record(self._measure_training(x, y, seed, rounds))
         if y is not None:
             raise TrainingError("y is for measuring a training step; this placement is for inference: "
                                 "call measure(x), or place with training=True to time training")
@@ -741,8 +745,7 @@ class PlacedModel(keras.Model):
                 return model(model_inputs(model, list(xs)), training=False)
 
         original = tf.function(original_step, input_signature=list(p.input_specs), autograph=False)
-        placed_s, original_s = measure_steps(lambda *xs: self._run(fn, list(xs)), original, args, repeats=repeats,
-                                             warmup=warmup)
+        placed_s, original_s = measure_steps(lambda *xs: self._run(fn, list(xs)), original, args, **rounds)
         batch = int(args[0].shape[0])
         predicted = p.plan.predicted_step_time_s if batch == p.plan.batch_size else None
         return self._record(StepMeasurement(tuple(placed_s), tuple(original_s), batch, device, predicted))
@@ -754,7 +757,7 @@ class PlacedModel(keras.Model):
             p.report = replace(p.report, measurements=result.report_entries())
         return result
 
-    def _measure_training(self, x: Any, y: Any, repeats: int, warmup: int, seed: int) -> StepMeasurement:
+    def _measure_training(self, x: Any, y: Any, seed: int, rounds: dict[str, Any]) -> StepMeasurement:
         """:meth:`measure` of a training placement: ``train_on_batch`` here and on a one-device twin."""
         p = self._placed
         if (x is None) != (y is None):
@@ -773,8 +776,7 @@ class PlacedModel(keras.Model):
                 return twin.train_on_batch(x, y)
 
         try:
-            placed_s, original_s = measure_steps(lambda: self.train_on_batch(x, y), original, (),
-                                                 repeats=repeats, warmup=warmup)
+            placed_s, original_s = measure_steps(lambda: self.train_on_batch(x, y), original, (), **rounds)
         finally:  # the measurement trained this model: put every variable back
             for v, value in zip(state, saved):
                 v.assign(value)
