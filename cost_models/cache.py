@@ -1,7 +1,7 @@
 """On-disk cache of measured per-op times (no TensorFlow).
 
 An entry is keyed by the graph's fingerprint, the device kind, the batch
-size and the TensorFlow version; the key is stored inside the entry too, so
+size, the TensorFlow version and, for a gRPC worker, that worker process; the key is stored inside the entry too, so
 a file that was copied, renamed or written by another version is detected
 and ignored with a warning — never silently used.
 
@@ -57,6 +57,9 @@ class CacheKey:
     batch_size: int
     tf_version: str
     grappler: bool = False
+    #: The worker process the times were measured on, as its server identifies itself (each device's
+    #: incarnation, new at every start: an entry serves that process only); empty for this process.
+    worker: str = ""
 
     def filename(self) -> str:
         digest = fingerprint(json.dumps(asdict(self), sort_keys=True).encode())[:32]
@@ -82,7 +85,7 @@ def _times(value: object, what: str) -> dict[str, float]:
 
 
 def _key(value: object) -> CacheKey:
-    types = {"graph": str, "device_kind": str, "batch_size": int, "tf_version": str, "grappler": bool}
+    types = {"graph": str, "device_kind": str, "batch_size": int, "tf_version": str, "grappler": bool, "worker": str}
     if not isinstance(value, dict) or set(value) != set(types):
         raise ValueError(f"the key is not an object with the fields {sorted(types)}")
     for name, kind in types.items():

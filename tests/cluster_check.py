@@ -14,6 +14,7 @@ import faulthandler
 import json
 import os
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -69,6 +70,11 @@ def profile_with_variable(dtype: str, target: str, device: str) -> None:
 START = time.monotonic()
 
 
+def start_and_stop(port: int) -> None:
+    with LocalCluster(1, ports=[port]):
+        pass
+
+
 def progress(what: str) -> None:
     print(f"[cluster_check {time.monotonic() - START:6.1f} s] {what}", file=sys.stderr, flush=True)
 
@@ -102,6 +108,10 @@ def main() -> None:
         out["worker_pids"] = [p.pid for p in cluster.procs]
         out["unreachable"] = timed_error(lambda: placer.connect({"worker": ["127.0.0.1:1"]}, timeout_s=2))
         out["bad_spec"] = timed_error(lambda: placer.connect({"worker": ["no-port"]}))
+        with socket.socket() as busy:  # a port another process listens on
+            busy.bind(("", 0))
+            busy.listen()
+            out["port_in_use"] = timed_error(lambda: start_and_stop(busy.getsockname()[1]))
         connected = placer.connect(tf.train.ClusterSpec(cluster.spec))  # a ClusterSpec, as for other hosts
         devices = [cluster.device(0), cluster.device(1)]
         out["connected"] = sorted(connected)
@@ -120,6 +130,17 @@ def main() -> None:
         got = placed(x).numpy()
         out["max_abs_diff"] = float(np.abs(got - ref).max())
         out["link_sources"] = sorted({link["source"] for link in placed.report_data["links"]})
+        # profiles of a worker are cached for that worker process: the second placement reads them
+        from placer.tf.costs import worker_identity
+        cache_dir = tempfile.mkdtemp()
+        sources = []
+        for _ in range(2):
+            again = placer.autoplace(m, devices, batch_size=8, time_limit_s=1, algorithm="round_robin",
+                                     profile_cache=cache_dir)
+            sources.append(again.report_data["cost_model"]["compute"]["CPU"])
+        out["cache_sources"] = sources
+        out["cache_entries"] = len(os.listdir(cache_dir))
+        out["identities"] = [[worker_identity(a) for a in cluster.spec["worker"]] for _ in range(2)]
         out["link_fits"] = [link["fit"] for link in placed.report_data["links"]]
         html_path = os.path.join(planted, "report.html")
         placed.report(html_path)

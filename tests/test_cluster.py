@@ -30,6 +30,12 @@ def test_tracing_a_cluster_without_profiler_servers_is_refused():
         LocalCluster(2).trace(lambda: None, "unused", 100)
 
 
+@pytest.mark.parametrize("ports", [[1], [5000, 5000], [0, 5001], ["x", 5002]])
+def test_bad_worker_ports_are_refused(ports):
+    with pytest.raises(DeviceError, match="port"):
+        LocalCluster(2, ports=ports)
+
+
 def test_cluster_refuses_to_start_on_a_reachable_network():
     if network_isolated():
         pytest.skip("this process already runs in a loopback-only namespace")
@@ -57,6 +63,8 @@ def test_two_pinned_workers_place_a_model_and_shut_down():
     assert out["connected"] == sorted(f"/job:worker/replica:0/task:{i}/device:CPU:0" for i in range(2))
     assert out["unreachable"]["error"] == "WorkerError" and out["unreachable"]["s"] < 30, out["unreachable"]
     assert out["bad_spec"]["error"] == "DeviceError", out["bad_spec"]
+    assert out["port_in_use"]["error"] == "DeviceError" and "in use" in out["port_in_use"]["message"], \
+        out["port_in_use"]
     assert out["missing_device"]["error"] == "DeviceError", out["missing_device"]
     assert out["second_profile"]["error"] is None, out["second_profile"]
     assert out["pipelined_bit_exact"] and len(out["pipelined_devices"]) == 2, out
@@ -67,6 +75,11 @@ def test_two_pinned_workers_place_a_model_and_shut_down():
     assert set(out["variable_devices"]) <= workers
     assert out["max_abs_diff"] <= 1e-5, out
     assert out["link_sources"] == ["calibrated"]  # autoplace measured the link between the two workers
+    # a worker's profile is cached for that process: measured once, then read back; each worker process
+    # has its own identity, stable while it runs
+    assert out["cache_sources"] == ["measured", "measured (cached)"] and out["cache_entries"] == 1, out
+    first, second = out["identities"]
+    assert first == second and first[0] != first[1] and all(i.count("|") == 1 for i in first), first
     # ... with its fit's quality in the report: 6 payload sizes, a coefficient of determination, a worst error
     assert [f["points"] for f in out["link_fits"]] == [6, 6], out["link_fits"]
     assert all(f["r2"] <= 1.0 and f["max_rel_error"] >= 0 for f in out["link_fits"]), out["link_fits"]

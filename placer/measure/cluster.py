@@ -26,6 +26,7 @@ import contextlib
 import json
 import logging
 import os
+import select
 import shutil
 import signal
 import socket
@@ -34,12 +35,13 @@ import sys
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 from ..core.processes import child_environment, python_module_command
 from ..core.validate import integer
 from ..errors import DeviceError, WorkerError
 from .health import probe_worker
+from .worker import READY
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +94,16 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _port_in_use(port: int) -> bool:
+    """Whether ``port`` cannot be bound on all interfaces (where the workers' servers listen) right now."""
+    with socket.socket() as s:
+        try:
+            s.bind(("", port))
+        except OSError:
+            return True
+    return False
+
+
 class LocalCluster:
     """``n`` gRPC worker processes on 127.0.0.1 (a context manager).
 
@@ -116,6 +128,9 @@ class LocalCluster:
         :attr:`profiler_addresses`, so that :meth:`trace` can record their ops
         (docs/costs.md, "How to look inside a worker"). Tracing slows the
         workers' steps (11-25% measured), so leave it off when timing.
+    ports : sequence of int, optional
+        The workers' ports (e.g. those a firewall opens); by default free
+        ones are picked. A port in use is a :class:`~placer.errors.DeviceError`.
     trim_heap : bool
         Let each worker hand freed heap memory back to the system when it has
         been idle for a second (:func:`placer.measure.worker.start_heap_trimmer`,
@@ -126,8 +141,12 @@ class LocalCluster:
 
     def __init__(self, workers: int = 2, *, pin_cores: bool = True, threads: int = 1, start_timeout_s: float = 90.0,
                  require_isolated_network: bool = True, env: Mapping[str, str] | None = None,
-                 profiler: bool = False, trim_heap: bool = True) -> None:
+                 profiler: bool = False, trim_heap: bool = True, ports: Sequence[int] | None = None) -> None:
         workers = integer("workers (the number of worker processes)", workers, minimum=1, error=DeviceError)
+        if ports is not None:
+            ports = [integer("a worker port", p, minimum=1, maximum=65535, error=DeviceError) for p in ports]
+            if len(ports) != workers or len(set(ports)) != workers:
+                raise DeviceError(f"ports must be {workers} distinct port numbers, one per worker, got {ports!r}")
         threads = integer("threads", threads, minimum=1, error=DeviceError)
         if env is not None and not (isinstance(env, Mapping)
                                     and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
@@ -140,6 +159,7 @@ class LocalCluster:
         self.env = dict(env or {})
         self.profiler = bool(profiler)
         self.trim_heap = bool(trim_heap)
+        self.requested_ports = None if ports is None else list(ports)
         self.ports: list[int] = []
         self.profiler_ports: list[int] = []
         self.procs: list[subprocess.Popen] = []
@@ -196,7 +216,11 @@ class LocalCluster:
                 "TensorFlow's gRPC servers listen on all interfaces without authentication; run inside a "
                 "loopback-only network namespace (unshare -rn sh -c 'ip link set lo up; <command>') or pass "
                 "require_isolated_network=False on a firewalled host")
-        self.ports = [_free_port() for _ in range(self.workers)]
+        busy = [p for p in self.requested_ports or () if _port_in_use(p)]
+        if busy:
+            raise DeviceError(f"port(s) {busy} are in use by another process: give LocalCluster other ports, or "
+                              "leave ports=None to have free ones picked")
+        self.ports = self.requested_ports or [_free_port() for _ in range(self.workers)]
         self.profiler_ports = [_free_port() for _ in range(self.workers)] if self.profiler else []
         cores = os.cpu_count() or 1
         env = child_environment({"TF_CPP_MIN_LOG_LEVEL": "2", **self.env})
@@ -210,7 +234,7 @@ class LocalCluster:
                                             *([] if self.trim_heap else ["--no-heap-trim"]))
                 if self.pin_cores and shutil.which("taskset"):
                     cmd = ["taskset", "-c", str(i % cores), *cmd]
-                self.procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                self.procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                                    preexec_fn=_die_with_parent))
             self._wait_ready()
         except BaseException:
@@ -219,18 +243,25 @@ class LocalCluster:
         return self
 
     def _wait_ready(self) -> None:
+        """Wait for each worker's ready line (:data:`placer.measure.worker.READY`, printed once its server has
+        bound its port): a port that merely accepts connections may belong to another process."""
         deadline = time.monotonic() + self.start_timeout_s
         for i, (proc, port) in enumerate(zip(self.procs, self.ports)):
-            while True:
-                if proc.poll() is not None:
-                    err = proc.stderr.read().decode(errors="replace")[-2000:] if proc.stderr else ""
-                    raise DeviceError(f"worker {i} exited with status {proc.returncode} while starting: {err}")
-                with socket.socket() as s:
-                    if s.connect_ex(("127.0.0.1", port)) == 0:
-                        break
+            line = b""
+            while READY.encode() not in line:
                 if time.monotonic() > deadline:
-                    raise DeviceError(f"worker {i} did not open port {port} within {self.start_timeout_s:.0f} s")
-                time.sleep(0.2)
+                    raise DeviceError(f"worker {i} did not start its server on port {port} within "
+                                      f"{self.start_timeout_s:.0f} s")
+                ready, _, _ = select.select([proc.stdout], [], [], 0.2)
+                chunk = os.read(proc.stdout.fileno(), 4096) if ready else b""
+                line += chunk
+                if ready and not chunk:  # end of file: the worker exited
+                    proc.wait()
+                    err = proc.stderr.read().decode(errors="replace")[-2000:] if proc.stderr else ""
+                    hint = " (its port is in use by another process?)" if "ddress already in use" in err or \
+                        "Could not start" in err else ""
+                    raise DeviceError(f"worker {i} exited with status {proc.returncode} while starting on port "
+                                      f"{port}{hint}: {err}")
 
     def check(self, timeout_s: float = 5.0) -> None:
         """Probe every worker (:func:`placer.measure.health.probe_worker`).
@@ -264,8 +295,9 @@ class LocalCluster:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-            if proc.stderr:
-                proc.stderr.close()
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe:
+                    pipe.close()
 
     def __enter__(self) -> "LocalCluster":
         return self.start()

@@ -34,6 +34,8 @@ class WorkerStatus:
     address: str
     state: WorkerState
     detail: str = ""
+    #: A live worker's reply: a serialized ``tensorflow.GetStatusResponse`` (its devices' attributes).
+    reply: bytes = b""
 
     @property
     def alive(self) -> bool:
@@ -47,9 +49,9 @@ def probe_worker(address: str, *, timeout_s: float = 5.0) -> WorkerStatus:
     with grpc.insecure_channel(address) as channel:
         rpc = channel.unary_unary(_GET_STATUS, request_serializer=None, response_deserializer=None)
         try:
-            rpc(b"", timeout=timeout_s)  # an empty GetStatusRequest
+            reply = rpc(b"", timeout=timeout_s)  # an empty GetStatusRequest
         except grpc.RpcError as e:
             code = e.code()
             state = WorkerState.FROZEN if code == grpc.StatusCode.DEADLINE_EXCEEDED else WorkerState.UNREACHABLE
             return WorkerStatus(address, state, f"{code.name}: {e.details()}")
-    return WorkerStatus(address, WorkerState.ALIVE)
+    return WorkerStatus(address, WorkerState.ALIVE, reply=bytes(reply))

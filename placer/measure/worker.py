@@ -28,6 +28,11 @@ import sys
 import threading
 import time
 
+#: The line a worker prints on stdout once its server has bound its port and started (what
+#: :class:`~placer.measure.cluster.LocalCluster` waits for: a port that accepts connections may be
+#: another process's).
+READY = "autoplace-worker-ready"
+
 #: Seconds without CPU use after which the worker trims its heap ...
 IDLE_TRIM_S = 1.0
 #: ... when its resident memory grew by this many bytes since the last trim.
@@ -89,6 +94,7 @@ def main(argv: list[str]) -> None:
         tf.profiler.experimental.server.start(profiler_port)
     if args.heap_trim:
         start_heap_trimmer()
+    print(f"{READY} {task}", flush=True)
     server.join()
 
 

@@ -32,7 +32,7 @@ from cost_models.cache import CacheKey, ProfileCache, default_cache_dir, fingerp
 from cost_models.profile import GraphProfiler
 
 from ..core.devices import device_host, device_kind
-from ..errors import CostError
+from ..errors import CostError, WorkerError
 from .trace import TracedModel
 
 log = logging.getLogger(__name__)
@@ -172,8 +172,10 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
     A kind whose first device among ``devices`` lives on a remote gRPC task
     (a cluster this process connected to) is profiled *there*, through a
     session on that task, so the op times are the worker's (its threads,
-    its core); such profiles are not cached (another cluster's workers may
-    be configured otherwise). Other kinds are profiled in this process.
+    its core); such profiles are cached for that worker *process* only
+    (:func:`worker_identity`: a restarted worker, or another cluster's, may be
+    configured otherwise), so placing again on a live cluster skips the
+    profiling rounds. Other kinds are profiled in this process.
 
     With ``options.grappler`` (the default) ops are profiled as the placed function
     runs them, TensorFlow's graph optimizer on: a fused kernel's time lands on
@@ -224,16 +226,17 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
             raise CostError(
                 f"no {kind} device in this process to profile on; plan with an analytic model instead: "
                 f"hardware={{{kind!r}: one of {sorted(HARDWARE)} or a HardwareSpec}}")
-        key = CacheKey(fp, kind, int(traced.batch_size), tf.__version__, grappler)
-        feeds = sample_inputs(traced, seed)
-        mapped = {n.split(":", 1)[0] for n in (*feeds, *traced.variables, *traced.constants)}
         device, target = (remote_of[kind][0], f"grpc://{remote_of[kind][1]}") if kind in remote_of else (
             f"/device:{kind}:0", "")
-        use_cache = cache if not target else None
-        hit = use_cache.get(key, {n.name for n in gd.node} - mapped) if use_cache is not None else None
+        worker = worker_identity(remote_of[kind][1]) if target and cache is not None else ""
+        key = CacheKey(fp, kind, int(traced.batch_size), tf.__version__, grappler, worker)
+        feeds = sample_inputs(traced, seed)
+        mapped = {n.split(":", 1)[0] for n in (*feeds, *traced.variables, *traced.constants)}
+        hit = cache.get(key, {n.name for n in gd.node} - mapped) if cache is not None else None
         runtime = options.runtime and traced.step == "predict"
         if hit is not None:
-            log.info("profile of %d ops on %s from the cache", len(hit.median_us), kind)
+            log.info("profile of %d ops on %s from the cache%s", len(hit.median_us), kind,
+                     f" (this worker process, {target})" if target else "")
             us[kind], source[kind], unknown[kind] = dict(hit.median_us), "measured (cached)", ()
             if not runtime:
                 continue
@@ -251,7 +254,7 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
                     calibrated = result.calibrated_us()
                     log.info("%s: executor overhead %.1f µs per op (untraced step %.2f ms, kernels %.2f ms)", kind,
                              result.overhead_us or 0.0, (result.step_s or 0.0) * 1e3, result.op_sum_s * 1e3)
-                    if use_cache is not None:
+                    if cache is not None:
                         cache.put(key, calibrated, result.spread_us)
                     if target:
                         log.info("%s ops profiled on %s (%s)", kind, device, target)
@@ -279,6 +282,27 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
         except ValueError as e:
             raise CostError(str(e)) from e
     return ComputeCosts(us, source, unknown, factors)
+
+
+def worker_identity(address: str) -> str:
+    """The worker process at ``host:port`` as its server identifies itself: ``"address|digest"``, the digest of
+    its ``GetStatus`` reply (its devices' attributes, among them each device's *incarnation*, a random number
+    drawn when the server starts).
+
+    So the identity of a restarted worker (or of another process on the same port) differs, and profiles
+    cached under it serve this process only.
+
+    Raises
+    ------
+    WorkerError
+        The worker does not answer.
+    """
+    from ..measure.health import probe_worker
+
+    status = probe_worker(address)
+    if not status.alive:
+        raise WorkerError(f"worker {address} is {status.state.value} ({status.detail}); check the cluster")
+    return f"{address}|{fingerprint(status.reply)[:24]}"
 
 
 def _local_device(kind: str, devices: Sequence[str]) -> str:
