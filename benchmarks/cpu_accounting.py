@@ -10,7 +10,9 @@ captures and devices, next to no compute) are run in blocks of ``--steps``
 calls, interleaved over ``--rounds`` rounds. Per block: the wall time per
 call, and the CPU time per call of this process and of each worker
 (``/proc/PID/stat``, user + system; the kernel counts in ticks of 10 ms, so
-blocks are long). The table puts beside them the plan's prediction (the
+blocks are long), and the time each process's threads were runnable but
+waiting for a core (``/proc/PID/task/*/schedstat``): on a 2-core machine
+the client is a third process beside two pinned workers. The table puts beside them the plan's prediction (the
 measured call cost + the simulated step) and the simulator's busy time per
 device. A second table re-simulates each plan with the link latency swept,
 to show how much of a gap latency could explain.
@@ -53,6 +55,28 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) * TICK_S
+
+
+def schedstats(pid: int) -> dict[str, tuple[float, float]]:
+    """Thread id → (seconds on a core, seconds runnable but waiting for one) of process ``pid``'s threads
+    (Linux ``/proc/PID/task/*/schedstat``, ns)."""
+    out = {}
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                on_cpu, waiting = f.read().split()[:2]
+        except FileNotFoundError:  # the thread ended between the listing and the read
+            continue
+        out[task] = (int(on_cpu) * 1e-9, int(waiting) * 1e-9)
+    return out
+
+
+def waits(before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]]) -> tuple[float, float]:
+    """Seconds waiting for a core between two :func:`schedstats`: all threads, and the thread that ran most
+    (a worker's compute thread)."""
+    delta = {t: (a[0] - before.get(t, (0.0, 0.0))[0], a[1] - before.get(t, (0.0, 0.0))[1]) for t, a in after.items()}
+    busiest = max(delta.values(), key=lambda d: d[0], default=(0.0, 0.0))
+    return sum(d[1] for d in delta.values()), busiest[1]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -99,13 +123,15 @@ def run(args: argparse.Namespace) -> int:
         rows: dict[str, list[list[float]]] = {label: [] for label in steps}
         for r in range(args.rounds):
             for label in (list(steps) if r % 2 == 0 else list(steps)[::-1]):
-                before = [cpu_seconds(pid) for pid in pids]
+                before, sched = [cpu_seconds(pid) for pid in pids], [schedstats(pid) for pid in pids]
                 t = time.perf_counter()
                 for _ in range(args.steps):
                     steps[label]()
                 wall = (time.perf_counter() - t) / args.steps
                 after = [cpu_seconds(pid) for pid in pids]
-                rows[label].append([wall] + [(b - a) / args.steps for a, b in zip(before, after)])
+                waited = [w for pid, s0 in zip(pids, sched) for w in waits(s0, schedstats(pid))]
+                rows[label].append([wall] + [(b - a) / args.steps for a, b in zip(before, after)]
+                                   + [w / args.steps for w in waited])
 
         out("## Where a placed step's time goes: CPU per step on 2 gRPC workers (8-tower MLP, batch 64)")
         out()
@@ -115,13 +141,15 @@ def run(args: argparse.Namespace) -> int:
             "included).")
         out()
         out("| placement | predicted | measured | error | client CPU | worker 0 CPU | worker 1 CPU | "
-            "simulated busy w0 / w1 | cut tensors (MB) | shared capacity |")
-        out("|---|---|---|---|---|---|---|---|---|---|")
+            "waiting for a core: client / w0 / w1 (their compute threads) | simulated busy w0 / w1 | "
+            "cut tensors (MB) | shared capacity |")
+        out("|---|---|---|---|---|---|---|---|---|---|---|")
         for label, samples in rows.items():
-            wall, client, w0, w1 = np.median(np.asarray(samples), axis=0) * 1e3
+            wall, client, w0, w1, qc, _, q0, t0, q1, t1 = np.median(np.asarray(samples), axis=0) * 1e3
+            waiting = f"{qc:.2f} / {q0:.2f} ({t0:.2f}) / {q1:.2f} ({t1:.2f})"
             p = placed.get(label)
             if p is None:
-                out(f"| {label} | | {wall:.2f} | | {client:.2f} | {w0:.2f} | {w1:.2f} | | | |")
+                out(f"| {label} | | {wall:.2f} | | {client:.2f} | {w0:.2f} | {w1:.2f} | {waiting} | | | |")
                 continue
             data = p.report_data
             predicted = p.plan.predicted_step_time_s * 1e3
@@ -129,7 +157,8 @@ def run(args: argparse.Namespace) -> int:
             cut = [e["bytes"] for e in data["edges"] if e["cut"]]
             shared = ", ".join(f"{s['capacity']:.2f}" for s in data.get("shared_processors", []))
             out(f"| {label} | {predicted:.2f} | {wall:.2f} | {100 * (predicted - wall) / wall:+.1f}% | "
-                f"{client:.2f} | {w0:.2f} | {w1:.2f} | {busy} | {len(cut)} ({sum(cut) / 1e6:.2f}) | {shared} |")
+                f"{client:.2f} | {w0:.2f} | {w1:.2f} | {waiting} | {busy} | {len(cut)} ({sum(cut) / 1e6:.2f}) | "
+                f"{shared} |")
         out()
         out("Predicted step (ms) with the link latency swept (each plan re-simulated with its own devices, "
             "bandwidth and transfer CPU; calibrated latency in the first table's plans):")
