@@ -70,6 +70,33 @@ def profile_with_variable(dtype: str, target: str, device: str) -> None:
 START = time.monotonic()
 
 
+def chatty_worker() -> dict:
+    """A worker that logs every kernel it runs (verbose logging) runs 300 steps within 120 s: its stderr is
+    drained (a 64 KB pipe left unread would block it), and its tail is kept."""
+    import threading
+
+    result = {}
+    with LocalCluster(1, env={"TF_CPP_MIN_LOG_LEVEL": "0", "TF_CPP_MAX_VLOG_LEVEL": "1"}) as chatty:
+        def steps():
+            g = tf.Graph()
+            with g.as_default(), tf.device(chatty.device(0)):
+                y = tf.reduce_sum(tf.ones([4]) * 2.0)
+            with tf.compat.v1.Session(f"grpc://{chatty.spec['worker'][0]}", graph=g) as sess:
+                for _ in range(300):
+                    sess.run(y)
+            result["done"] = True
+
+        t = time.monotonic()
+        runner = threading.Thread(target=steps, daemon=True)
+        runner.start()
+        runner.join(120)
+        result["s"] = time.monotonic() - t
+        result["finished"] = bool(result.get("done"))
+        result["tail_bytes"] = len(chatty.stderr_tail(0))
+    progress(f"chatty worker: {result}")
+    return result
+
+
 def start_and_stop(port: int) -> None:
     with LocalCluster(1, ports=[port]):
         pass
@@ -112,6 +139,7 @@ def main() -> None:
             busy.bind(("", 0))
             busy.listen()
             out["port_in_use"] = timed_error(lambda: start_and_stop(busy.getsockname()[1]))
+        out["chatty"] = chatty_worker()
         connected = placer.connect(tf.train.ClusterSpec(cluster.spec))  # a ClusterSpec, as for other hosts
         devices = [cluster.device(0), cluster.device(1)]
         out["connected"] = sorted(connected)

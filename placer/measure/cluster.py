@@ -32,10 +32,12 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections import deque
 from pathlib import Path
 from types import TracebackType
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ..core.processes import child_environment, python_module_command
 from ..core.validate import integer
@@ -86,6 +88,16 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+
+
+#: How many of a worker's last stderr lines :class:`LocalCluster` keeps (for error messages).
+STDERR_TAIL_LINES = 200
+
+
+def _drain(pipe: Any, keep: deque) -> None:
+    """Read ``pipe`` line by line into ``keep`` (a bounded deque) until end of file."""
+    for line in iter(pipe.readline, b""):
+        keep.append(line)
 
 
 def _free_port() -> int:
@@ -163,6 +175,8 @@ class LocalCluster:
         self.ports: list[int] = []
         self.profiler_ports: list[int] = []
         self.procs: list[subprocess.Popen] = []
+        self.stderr_tails: list[deque[bytes]] = []
+        self._drains: list[threading.Thread] = []
 
     @property
     def spec(self) -> dict[str, list[str]]:
@@ -188,8 +202,6 @@ class LocalCluster:
         if not self.profiler_ports:
             raise DeviceError("this LocalCluster runs no profiler servers: start it with LocalCluster(..., "
                               "profiler=True) to trace its workers")
-        import threading
-
         import tensorflow as tf
 
         tracer = threading.Thread(target=tf.profiler.experimental.client.trace,
@@ -240,7 +252,19 @@ class LocalCluster:
         except BaseException:
             self.stop()
             raise
+        for proc in self.procs:  # from now on the pipes are drained: a worker that logs a lot never blocks on them
+            tail: deque[bytes] = deque(maxlen=STDERR_TAIL_LINES)
+            self.stderr_tails.append(tail)
+            for pipe, keep in ((proc.stdout, deque(maxlen=1)), (proc.stderr, tail)):
+                thread = threading.Thread(target=_drain, args=(pipe, keep), name="autoplace-worker-pipe", daemon=True)
+                thread.start()
+                self._drains.append(thread)
         return self
+
+    def stderr_tail(self, task: int) -> str:
+        """The last lines (at most :data:`STDERR_TAIL_LINES`) worker ``task`` wrote to stderr since it started."""
+        lines = self.stderr_tails[task] if task < len(self.stderr_tails) else ()
+        return b"".join(lines).decode(errors="replace")
 
     def _wait_ready(self) -> None:
         """Wait for each worker's ready line (:data:`placer.measure.worker.READY`, printed once its server has
@@ -274,7 +298,9 @@ class LocalCluster:
         bad = []
         for i, (proc, address) in enumerate(zip(self.procs, self.spec["worker"])):
             if proc.poll() is not None:
-                bad.append(f"worker {i} ({address}) exited with status {proc.returncode}")
+                last = self.stderr_tail(i).strip().splitlines()[-3:]
+                bad.append(f"worker {i} ({address}) exited with status {proc.returncode}"
+                           + (": " + " | ".join(last) if last else ""))
                 continue
             status = probe_worker(address, timeout_s=timeout_s)
             if not status.alive:
@@ -295,6 +321,10 @@ class LocalCluster:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        for thread in self._drains:  # the workers have exited: their pipes are at end of file
+            thread.join(timeout=5)
+        self._drains = []
+        for proc in self.procs:
             for pipe in (proc.stdout, proc.stderr):
                 if pipe:
                     pipe.close()
