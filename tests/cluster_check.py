@@ -140,6 +140,8 @@ def main() -> None:
             busy.listen()
             out["port_in_use"] = timed_error(lambda: start_and_stop(busy.getsockname()[1]))
         out["chatty"] = chatty_worker()
+        out["double_start"] = timed_error(cluster.start)  # running already: refused, the workers untouched
+        out["alive_after_double_start"] = all(proc.poll() is None for proc in cluster.procs)
         connected = placer.connect(tf.train.ClusterSpec(cluster.spec))  # a ClusterSpec, as for other hosts
         devices = [cluster.device(0), cluster.device(1)]
         out["connected"] = sorted(connected)

@@ -65,6 +65,7 @@ def test_two_pinned_workers_place_a_model_and_shut_down():
     assert out["bad_spec"]["error"] == "DeviceError", out["bad_spec"]
     assert out["port_in_use"]["error"] == "DeviceError" and "in use" in out["port_in_use"]["message"], \
         out["port_in_use"]
+    assert out["double_start"]["error"] == "DeviceError" and out["alive_after_double_start"], out["double_start"]
     # a worker logging every kernel is not blocked by a full stderr pipe; its last lines are kept
     assert out["chatty"]["finished"] and out["chatty"]["tail_bytes"] > 0, out["chatty"]
     assert out["missing_device"]["error"] == "DeviceError", out["missing_device"]

@@ -223,6 +223,17 @@ class LocalCluster:
         return f"/job:worker/replica:0/task:{task}/device:{kind}:{index}"
 
     def start(self) -> "LocalCluster":
+        """Start the workers and wait until each has started its server; returns the cluster.
+
+        Raises
+        ------
+        DeviceError
+            Already started (call :meth:`stop` first), a network that is not loopback-only (see the module
+            docstring), a port in use, or a worker that exits or does not start within ``start_timeout_s``.
+        """
+        if any(proc.poll() is None for proc in self.procs):
+            raise DeviceError("this LocalCluster is already running; stop() it before starting it again")
+        self.procs, self.stderr_tails = [], []
         if self.require_isolated_network and not network_isolated():
             raise DeviceError(
                 "TensorFlow's gRPC servers listen on all interfaces without authentication; run inside a "
