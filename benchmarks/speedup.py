@@ -78,6 +78,17 @@ def pipeline_ceiling(single_steps: dict[int, float], stages: int = 2) -> tuple[f
     return round(best / steps[m], 3), m
 
 
+def worker_memory_gb(pid: int) -> tuple[float, float]:
+    """``(resident now, peak resident so far)`` of process ``pid`` in GB (``VmRSS``, ``VmHWM`` of /proc)."""
+    fields = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            name, _, value = line.partition(":")
+            if name in ("VmRSS", "VmHWM"):
+                fields[name] = int(value.split()[0]) * 1024 / 1e9  # kB
+    return fields.get("VmRSS", float("nan")), fields.get("VmHWM", float("nan"))
+
+
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import placer
@@ -100,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
         out("|---|---|---|---|---|---|---|---|---|")
         summary = []
         failed: list[str] = []
+        memory = []
         for case in args.models:
             try:
                 _run_case(case, args, out, summary, devices)
@@ -108,6 +120,13 @@ def run(args: argparse.Namespace) -> int:
                 traceback.print_exc()
                 out(f"| {case} | failed: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''} "
                     "| | | | | | | |")
+            time.sleep(2.0)  # idle: the workers' heap trim (1 s without work) runs before the readout
+            memory.append((case, [worker_memory_gb(proc.pid) for proc in cluster.procs]))
+        out()
+        out("Worker memory after each workload and 2 s idle (GB resident now / peak so far, from /proc; the "
+            "workers hand freed heap back when idle): " + "; ".join(
+                f"{case} " + ", ".join(f"w{i} {now:.2f} / {peak:.2f}" for i, (now, peak) in enumerate(ws))
+                for case, ws in memory))
         out()
         out("autoplace against the best single-worker configuration (measured; predicted; prediction error; m): "
             + "; ".join(f"{c} {s:.2f}x ({p:.2f}x predicted, {100 * e:+.1f}%, m={m})" for c, s, p, e, m in summary))
