@@ -33,9 +33,12 @@ def placed(models, devices):
 
 @pytest.fixture(scope="session")
 def placed_bf16(models, devices):
-    # contiguous splits guarantee cut edges, so compression is really exercised
+    # contiguous splits guarantee cut edges, so compression is really exercised; analytic op costs make the
+    # split the same in every run (with measured costs its boundaries moved with the machine's noise, and one
+    # CI run of 2026-12-03 saw ResNet50's conv5_block2_add_1/Add run on its producer's device, not where
+    # planned: not reproduced in three reruns nor by a plan cutting just before that Add; see the README)
     return {name: placer.autoplace(model, devices, batch_size=MODELS[name][1], compression="bf16",
-                                   algorithm="contiguous", time_limit_s=TIME_LIMIT)
+                                   algorithm="contiguous", time_limit_s=TIME_LIMIT, hardware={"CPU": "nvidia-t4"})
             for name, model in models.items()}
 
 
