@@ -15,6 +15,14 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+# The property tests draw the same examples in every run (CI must not fail on a new random draw); set
+# HYPOTHESIS_PROFILE=explore to search afresh (a random draw of 2026-12-03 found the case that
+# tests/test_simulator.py keeps as a known failure).
+settings.register_profile("ci", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 N_DEVICES = 4
 _cpu = tf.config.list_physical_devices("CPU")[0]

@@ -229,6 +229,20 @@ def test_shared_processor_keeps_dependencies_and_never_beats_its_capacity(case):
             == pytest.approx(simulate(durations, edges, a, link(), options=SimOptions(ready_order=order)).step_time_s))
 
 
+@pytest.mark.xfail(strict=True, reason="known bug: with ready_order='lifo', a shared processor of one device and "
+                   "capacity 1 gives 3.5 s where the plain simulator gives 3.0 s (found by a random hypothesis draw "
+                   "in CI, 2026-12-03; not yet fixed)")
+def test_a_shared_processor_of_one_device_is_the_plain_simulator_with_lifo():
+    durations = np.zeros((11, 2))
+    durations[10] = 0.5
+    edges = [TensorEdge(2, (3, 5), 1.0), TensorEdge(3, (6,), 1.0), TensorEdge(5, (10,), 1.0), TensorEdge(6, (7,), 1.0)]
+    a = [0, 0, 0, 1, 0, 1, 1, 0, 0, 0, 0]
+    one = ((0,), 1.0)
+    shared = simulate(durations, edges, a, link(), options=SimOptions(shared=(one,), ready_order="lifo"))
+    plain = simulate(durations, edges, a, link(), options=SimOptions(ready_order="lifo"))
+    assert shared.step_time_s == pytest.approx(plain.step_time_s)
+
+
 @settings(max_examples=100, deadline=None)
 @given(shared_cases())
 def test_one_processor_shared_by_every_device_is_work_conserving(case):
