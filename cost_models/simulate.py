@@ -11,8 +11,11 @@ Semantics (TensorFlow's dataflow executor, simplified):
   TensorFlow's executor with *one* inter-op thread does (a finished op's
   successor runs inline and other ready ops go to the front of the thread's
   queue; a trace of two such gRPC workers running the multi-tower MLP
-  showed each tower run to its end before the next began). Ties go to the
-  lower node index (the topological order);
+  showed each tower run to its end before the next began). Ops that became
+  ready at the same time go by when the event that made them ready
+  happened (an op's end: the successor of the op that just ended goes
+  first), then by the lower node index (the topological order); with
+  ``"fifo"``, by the lower node index;
 * a tensor consumed on another device is sent **once per destination
   device** when its producer finishes; each ordered link carries one
   transfer at a time, in the order the transfers were issued;
@@ -292,14 +295,15 @@ def simulate(
 
     n_waiting, consumers_of, ctrl_succ = _dependencies(n, tensors, control_edges)
     ready_at = np.zeros(n)
+    caused_at = np.zeros(n)  # when the event that made each op ready happened (an op's end)
 
     # Per device: ops released but not ready before the device is free (a heap by ready time), and
     # with "lifo" ops already ready (a stack; the last pushed runs first).
-    heaps: list[list[tuple[float, int]]] = [[] for _ in range(k)]
+    heaps: list[list[tuple[float, float, int]]] = [[] for _ in range(k)]
     stacks: list[list[int]] = [[] for _ in range(k)]
     lifo = ready_order == "lifo"
     for v in np.flatnonzero(n_waiting == 0):
-        heapq.heappush(heaps[a[v]], (0.0, int(v)))
+        heapq.heappush(heaps[a[v]], (0.0, 0.0, int(v)))
     # Each device has `concurrency` slots; keep their free times in a heap.
     slots = [[0.0] * concurrency for _ in range(k)]
     link_free = np.zeros((k, k))
@@ -307,38 +311,39 @@ def simulate(
     busy = np.zeros(k)
     timeline: list[tuple[int, int, float, float]] = []
     transfers: list[tuple[int, int, int, float, float]] = []
-    done = 0
+    done, now = 0, 0.0
 
-    def release(v: int, t: float) -> None:
-        ready_at[v] = max(ready_at[v], t)
+    def release(v: int, t: float, cause: float) -> None:
+        if (t, cause) > (ready_at[v], caused_at[v]):
+            ready_at[v], caused_at[v] = t, cause
         n_waiting[v] -= 1
         if n_waiting[v] == 0:
-            heapq.heappush(heaps[a[v]], (float(ready_at[v]), v))
+            heapq.heappush(heaps[a[v]], (float(ready_at[v]), -float(caused_at[v]) if lifo else 0.0, v))
 
     while done < n:
         best: tuple[float, int, int] | None = None
-        for d in range(k):
-            free = slots[d][0]
-            if lifo:
-                moved = []
-                while heaps[d] and heaps[d][0][0] <= free:
-                    moved.append(heapq.heappop(heaps[d]))
-                # ready at the same time: the lower index ends on top
-                stacks[d].extend(v for _, v in sorted(moved, key=lambda x: (x[0], -x[1])))
-                if stacks[d]:
-                    cand = (free, stacks[d][-1])
-                    if best is None or cand < (best[0], best[2]):
-                        best = (free, d, cand[1])
-                    continue
-            if heaps[d]:
-                r, v = heaps[d][0]
-                start = max(r, free)
-                if best is None or (start, v) < (best[0], best[2]):
-                    best = (start, d, v)
+        if lifo:
+            # Ops start in time order, so an op ready by the earliest start of any device is known by then: only
+            # then is a device's stack (which ops became ready last) complete. Stacked ops are ready by `now`.
+            starts = [(max(slots[d][0], now) if stacks[d] else max(slots[d][0], heaps[d][0][0]), d)
+                      for d in range(k) if stacks[d] or heaps[d]]
+            first = now = min(starts, default=(math.inf, -1))[0]
+            for s_d, d in starts:
+                if s_d == first:
+                    _to_stack(heaps[d], stacks[d], first)
+                    if best is None or stacks[d][-1] < best[2]:
+                        best = (first, d, stacks[d][-1])
+        else:
+            for d in range(k):
+                if heaps[d]:
+                    r, _, v = heaps[d][0]
+                    start = max(r, slots[d][0])
+                    if best is None or (start, v) < (best[0], best[2]):
+                        best = (start, d, v)
         if best is None:
             raise ValueError("the graph has a cycle: some ops can never become ready")
         start, d, v = best
-        if lifo and stacks[d] and stacks[d][-1] == v:
+        if lifo:
             stacks[d].pop()
         else:
             heapq.heappop(heaps[d])
@@ -350,8 +355,25 @@ def simulate(
         _send(v, d, end, tensors, consumers_of[v], a, link_seconds, link_latency_s, link_free, link_bytes, transfers,
               release)
         for w in ctrl_succ[v]:
-            release(w, end)
+            release(w, end, end)
     return _result(tensors, a, k, timeline, transfers, busy, link_bytes, memory, options)
+
+
+def _to_stack(heap: list[tuple[float, float, int]], stack: list[int], now: float) -> None:
+    """Move a device's ops that are ready by ``now`` from its heap onto its ready stack (``ready_order="lifo"``).
+
+    Heap entries are ``(ready time, -cause, node)``, where the cause is when
+    the op whose end made it ready ended (its last input's producer, or
+    control predecessor): the top of the stack is the op that became ready
+    last, by time and then by its cause (a successor of the op that just
+    ended comes before an op whose input arrived from a transfer issued
+    earlier); at a tie the lower index is on top. The order depends on these
+    times only, not on the order the simulation processed events.
+    """
+    moved = []
+    while heap and heap[0][0] <= now:
+        moved.append(heapq.heappop(heap))
+    stack.extend(v for _, _, v in sorted(moved, key=lambda x: (x[0], -x[1], -x[2])))
 
 
 def _result(tensors: Sequence[TensorEdge], a: np.ndarray, k: int, timeline: list, transfers: list, busy: np.ndarray,
@@ -385,7 +407,7 @@ def _dependencies(n: int, tensors: Sequence[TensorEdge], control_edges: Sequence
 
 def _send(v: int, d: int, end: float, tensors: Sequence[TensorEdge], produced: Sequence[int], a: np.ndarray,
           link_seconds: Callable[[int, int, float], float], link_latency_s: np.ndarray | None, link_free: np.ndarray,
-          link_bytes: np.ndarray, transfers: list, release: Callable[[int, float], None]) -> None:
+          link_bytes: np.ndarray, transfers: list, release: Callable[[int, float, float], None]) -> None:
     """Node ``v`` ended on device ``d`` at ``end``: send each tensor it produced once per other device that
     reads it (each ordered link one transfer at a time) and release its readers when it arrives."""
     for ti in produced:
@@ -404,7 +426,7 @@ def _send(v: int, d: int, end: float, tensors: Sequence[TensorEdge], produced: S
                 link_bytes[d, dd] += t.nbytes
                 transfers.append((ti, d, dd, ls, arrival))
             for w in by_dev[dd]:
-                release(w, arrival)
+                release(w, arrival, end)
 
 
 def _with_transfer_ops(durations: np.ndarray, tensors: Sequence[TensorEdge], a: np.ndarray,
@@ -470,10 +492,11 @@ def _simulate_shared(durations: np.ndarray, tensors: Sequence[TensorEdge], a: np
         slots[list(devs)] = max(options.concurrency, math.ceil(alone - 1e-9))
     n_waiting, consumers_of, ctrl_succ = _dependencies(n, tensors, control_edges)
     ready_at = np.zeros(n)
-    heaps: list[list[tuple[float, int]]] = [[] for _ in range(k)]
+    caused_at = np.zeros(n)  # when the event that made each op ready happened (an op's end)
+    heaps: list[list[tuple[float, float, int]]] = [[] for _ in range(k)]
     stacks: list[list[int]] = [[] for _ in range(k)]
     for v in np.flatnonzero(n_waiting == 0):
-        heapq.heappush(heaps[a[v]], (0.0, int(v)))
+        heapq.heappush(heaps[a[v]], (0.0, 0.0, int(v)))
     running: dict[int, list[float]] = {}  # node -> [remaining work, start]
     on_device = np.zeros(k, dtype=int)
     in_group = np.zeros(len(shares), dtype=int)
@@ -484,20 +507,18 @@ def _simulate_shared(durations: np.ndarray, tensors: Sequence[TensorEdge], a: np
     transfers: list[tuple[int, int, int, float, float]] = []
     now, done = 0.0, 0
 
-    def release(v: int, t: float) -> None:
-        ready_at[v] = max(ready_at[v], t)
+    def release(v: int, t: float, cause: float) -> None:
+        if (t, cause) > (ready_at[v], caused_at[v]):
+            ready_at[v], caused_at[v] = t, cause
         n_waiting[v] -= 1
         if n_waiting[v] == 0:
-            heapq.heappush(heaps[a[v]], (float(ready_at[v]), v))
+            heapq.heappush(heaps[a[v]], (float(ready_at[v]), -float(caused_at[v]) if lifo else 0.0, v))
 
     def next_ready(d: int) -> int | None:
         if lifo:
-            moved = []
-            while heaps[d] and heaps[d][0][0] <= now:
-                moved.append(heapq.heappop(heaps[d]))
-            stacks[d].extend(v for _, v in sorted(moved, key=lambda x: (x[0], -x[1])))
+            _to_stack(heaps[d], stacks[d], now)
             return stacks[d].pop() if stacks[d] else None
-        return heapq.heappop(heaps[d])[1] if heaps[d] and heaps[d][0][0] <= now else None
+        return heapq.heappop(heaps[d])[2] if heaps[d] and heaps[d][0][0] <= now else None
 
     def rate(d: int) -> float:
         g = group_of[d]
@@ -536,8 +557,8 @@ def _simulate_shared(durations: np.ndarray, tensors: Sequence[TensorEdge], a: np
             _send(v, d, now, tensors, consumers_of[v], a, link_seconds, link_latency_s, link_free, link_bytes,
                   transfers, release)
             for w in ctrl_succ[v]:
-                release(w, now)
-    timeline.sort(key=lambda e: (e[2], e[0]))
+                release(w, now, now)
+    timeline.sort(key=lambda e: e[2])  # stable: ops that started together in the order they ended
     return _result(tensors, a, k, timeline, transfers, busy, link_bytes, memory, options)
 
 
