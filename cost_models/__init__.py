@@ -5,7 +5,7 @@ import no TensorFlow either (only :mod:`cost_models.profile` does).
 """
 
 from .comm import CalibrationError, Link, LinkFit, fit_link
-from .simulate import MemoryTraits, SimOptions, SimResult, TensorEdge, simulate
+from .simulate import Dependencies, MemoryTraits, SimOptions, SimResult, TensorEdge, dependencies_of, simulate
 
-__all__ = ["CalibrationError", "Link", "LinkFit", "fit_link", "MemoryTraits", "SimOptions", "SimResult", "TensorEdge",
-           "simulate"]
+__all__ = ["CalibrationError", "Link", "LinkFit", "fit_link", "Dependencies", "MemoryTraits", "SimOptions", "SimResult",
+           "TensorEdge", "dependencies_of", "simulate"]

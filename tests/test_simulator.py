@@ -284,3 +284,19 @@ def test_worker_processes_on_one_machine_share_it_but_each_runs_its_own_ops_one_
     assert simulate(d, [], [0, 0, 0, 1], lk, options=machine).step_time_s == pytest.approx(
         1 / 0.85 + 2.0)  # both busy for the first op (rate 0.85 each), then device 0 alone at full speed
     assert SimOptions(shared=(((0, 1), 1.7),)).checked_shares(2) == (((0, 1), 1.7, 1.7),)  # pooled by default
+
+
+def test_dependencies_given_once_give_the_same_step_and_must_match_the_graph():
+    from cost_models import dependencies_of
+
+    d = np.array([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]])
+    es = [TensorEdge(0, (1, 2, 1), 4.0), TensorEdge(1, (2,), 0.0)]
+    deps = dependencies_of(3, es, [(0, 2)])
+    assert deps.n_waiting == (0, 1, 3) and deps.receivers == ((1, 2), (2,))
+    for a in ([0, 1, 1], [0, 0, 1], [1, 0, 1]):
+        plain = simulate(d, es, a, link(lat=0.5), control_edges=[(0, 2)])
+        given = simulate(d, es, a, link(lat=0.5), control_edges=[(0, 2)], deps=deps)
+        assert (given.step_time_s, given.timeline, given.transfers) == (plain.step_time_s, plain.timeline,
+                                                                          plain.transfers)
+    with pytest.raises(ValueError, match="dependencies_of"):
+        simulate(d, es[:1], [0, 1, 1], link(), deps=deps)
