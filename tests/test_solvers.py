@@ -540,3 +540,33 @@ def test_coarsening_merges_whole_keys_only_when_asked():
     assert np.bincount(capped.coarse_of).max() < 6  # the work cap (2 x 12 / 6 = 4 ops) splits each key
     assert len(set(whole.coarse_of[:6])) == 1 and len(set(whole.coarse_of[6:11])) == 1
     assert whole.coarse.memory_bytes[whole.coarse_of[11]] == 50.0  # the memory cap still holds: alone
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 25), k=st.integers(2, 4),
+       capacity=st.sampled_from([np.inf, 900.0]), forbid=st.sampled_from([0.0, 0.3]), comm=st.sampled_from([0.1, 3.0]))
+def test_descent_keeps_every_constraint_never_worsens_and_is_deterministic(seed, n, k, capacity, forbid, comm):
+    from placer.core.objectives import makespan, simulate_step
+    from placer.solvers.descent import descend, slack
+
+    p = random_problem(seed, n, k, capacity=capacity, forbid=forbid, comm=comm)
+    try:
+        start = solve_problem(p, "heft", SolveOptions(objective="latency")).assignment
+    except NoFeasiblePlanError:
+        return  # nothing feasible to start from (capacity)
+    moved = descend(p, start, simulations=30)
+    assert moved.shape == (n,) and ((0 <= moved) & (moved < k)).all()
+    assert evaluate(p, moved).feasible  # allowed devices and capacity kept
+    assert makespan(p, moved) <= makespan(p, start) * (1 + 1e-12)
+    assert np.array_equal(descend(p, start, simulations=30), moved)
+    # slack as the simulator ran it: no op starts later than its latest start
+    assert (slack(p, moved, simulate_step(p, moved)) >= -1e-9).all()
+
+
+def test_auto_for_latency_on_more_than_two_devices_descends_instead_of_a_full_cpsat():
+    p = random_problem(3, 30, 4, comm=0.2)
+    sol = solve_problem(p, "auto", SolveOptions(objective="latency", time_limit_s=2))
+    assert any(line.startswith("descent ") for line in sol.log), sol.log
+    assert any(line.startswith("cpsat on 4 devices: skipped") for line in sol.log), sol.log
+    throughput = solve_problem(p, "auto", SolveOptions(objective="throughput", time_limit_s=2))
+    assert not any(line.startswith("descent ") for line in throughput.log)  # loads need no simulation

@@ -15,7 +15,11 @@
    scored, and a warm start when it is the better one;
    then CP-SAT warm-started from the best plan, on a coarsened problem above
    ``max_nodes`` nodes (:mod:`placer.solvers.multilevel`);
-4. a short refinement of CP-SAT's plan when it is the best and not proven.
+4. a short refinement of CP-SAT's plan when it is the best and not proven;
+5. for ``latency``, moves scored by the simulator on the best plan
+   (:mod:`placer.solvers.descent`), on what is left (at least
+   :data:`MIN_DESCENT_S`); on more than :data:`FEWER_DEVICES` devices
+   step 3's CP-SAT on all devices gives way to it.
 
 **Determinism.** Every decision reads the *estimated* work spent (sizes ×
 the per-op rates measured on the 2-core reference machine), never the
@@ -37,6 +41,8 @@ from ..core.problem import PlacementProblem, evaluate
 from ..errors import NoFeasiblePlanError
 from .base import Solution, SolveOptions, finish
 from .cpsat import solve_cpsat
+from .descent import US_PER_OP as DESCENT_US_PER_OP
+from .descent import descend
 from .multilevel import coarsen_problem
 from .refine import VISITS_PER_S, refine
 from .registry import SOLVERS
@@ -87,6 +93,15 @@ FEWER_DEVICES = 2
 #: and with keys merged under the work cap (a layer split into pieces) it found 41.03 ms where the layer
 #: view gave 36.85 ms.
 FEWER_MAX_NODES = 500
+#: The least simulated descent (estimated seconds) ``auto`` does for ``latency`` (:mod:`placer.solvers.descent`),
+#: reserved before CP-SAT. On more than :data:`FEWER_DEVICES` devices descent also takes the half of
+#: CP-SAT's budget that CP-SAT on all devices had: in the solver suite's recorded runs that stage never gave
+#: the best latency plan there. On the same graphs before and after (``benchmarks/results/solvers_descent_ab.md``):
+#: 25 of 48 latency plans better, none worse; the colocation benchmark's training steps under op grouping
+#: 205.9 -> 169.8 ms (densely connected CNN), 148.7 -> 126.6 (two-branch CNN), 62.3 -> 59.6 (LSTM seq2seq).
+MIN_DESCENT_S = 0.5
+#: ... and the fewest simulations worth starting it for (one is the plan it starts from).
+MIN_DESCENT_SIMULATIONS = 3
 
 
 def _describe(name: str, sol: Solution | None) -> str:
@@ -178,6 +193,30 @@ def _start_on_fewer(problem: PlacementProblem, warm: np.ndarray | None, options:
     return refine(problem, spread, "throughput", work=int(MIN_REFINE_S * VISITS_PER_S))
 
 
+def _cpsat(problem: PlacementProblem, warm: np.ndarray | None, options: SolveOptions, t0: float,
+           tried: list[str]) -> tuple[Solution | None, float]:
+    """CP-SAT on the whole problem (coarsened above ``options.max_nodes`` nodes), warm-started from ``warm``
+    (restricted to the coarse problem, or the coarse problem's own partition where that is better):
+    ``(its plan scored on the problem, the lower bound it proved)``; the bound is 0 when it searched the
+    coarse problem, whose bound does not bound the problem itself."""
+    search, contraction = problem, None
+    if problem.n > options.max_nodes:
+        contraction = coarsen_problem(problem, options.max_nodes, keys=options.coarsen_keys, seed=options.seed)
+        search = contraction.coarse
+        tried.append(f"coarsened {problem.n} -> {search.n} nodes")
+        starts = [SOLVERS["partition"](search, replace(options, coarsen_keys=None))]
+        if warm is not None:
+            starts.append(finish(search, contraction.restrict(warm), "restricted", t0, options))
+        starts = [s for s in starts if s is not None]
+        warm = min(starts, key=lambda s: s.objective).assignment if starts else None
+    result = solve_cpsat(search, replace(options, warm_start=warm, coarsen_keys=None))
+    exact = result.solution
+    tried.append(f"cpsat: {result.status.value}" if exact is None else f"cpsat: {exact.objective:.6g} ({exact.status})")
+    log.info("%s (%.1f s)", tried[-1], time.perf_counter() - t0)
+    if exact is None or contraction is None:
+        return exact, 0.0 if exact is None else exact.lower_bound
+    return finish(problem, contraction.expand(exact.assignment), "cpsat", t0, options, "feasible"), 0.0
+
 def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
     """The default policy: heuristics, refinement, CP-SAT, refinement; the best plan and bound.
 
@@ -195,6 +234,7 @@ def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
     # the rates are per fine op of graphs with up to EDGES_PER_OP receivers per op; denser graphs cost by edges
     m = max(sched.m, sum(len(t.dsts) for t in sched.tensors) / EDGES_PER_OP)
     left = options.time_limit_s
+    simulated = get_objective(options.objective).simulated
     tried: list[str] = []
     found: list[Solution] = []
     out_of_time: list[str] = []
@@ -237,7 +277,7 @@ def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
             found.append(sol)
 
     if search_on and best is not None:
-        # 1. local refinement of the best heuristic plan (a third of what is left)
+        # 2. local refinement of the best heuristic plan (a third of what is left)
         # (all of it when too little would be left for CP-SAT anyway)
         share = left / 3 if 2 * left / 3 >= cpsat_min_left else left
         if left > 0:
@@ -259,59 +299,53 @@ def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
         tried.append("cpsat: skipped (the heuristics used the time limit)")
         log.info("%s (%.1f s)", tried[-1], time.perf_counter() - t0)
     elif search_on:
-        # 2. CP-SAT, warm-started from the best plan so far, with the rest of the budget
-        search, contraction = problem, None
-        warm = best.assignment if best is not None else None
-        if problem.n > options.max_nodes:
-            contraction = coarsen_problem(problem, options.max_nodes, keys=options.coarsen_keys, seed=options.seed)
-            search = contraction.coarse
-            tried.append(f"coarsened {problem.n} -> {search.n} nodes")
-            starts = [SOLVERS["partition"](search, replace(options, coarsen_keys=None))]
-            if best is not None:
-                restricted = contraction.restrict(best.assignment)
-                starts.append(finish(search, restricted, "restricted", t0, options))
-            starts = [s for s in starts if s is not None]
-            warm = min(starts, key=lambda s: s.objective).assignment if starts else None
         # CP-SAT's budget is deterministic time (reproducible plans). On the 2-core reference machine
         # one deterministic second took 1.5-4 wall seconds (overshoot included), so it gets a third
-        # of what is left to keep the wall budget.
-        budget = max(0.3, left / 3)
-        spent = 3 * budget  # what CP-SAT costs by that estimate
-        if model == "throughput" and options.objective != "throughput" and search.k > FEWER_DEVICES:
-            budget /= 2  # the other half for the search on fewer devices, whose refinement comes on top
-            spent += MIN_REFINE_S
-            best_full = None if best is None else best.assignment
-            start = _start_on_fewer(problem, best_full, replace(options, time_limit_s=budget), tried)
+        # of what is left to keep the wall budget (less the least descent, step 5, for latency).
+        budget = max(0.3, (left - (MIN_DESCENT_S if simulated else 0.0)) / 3)
+        warm = best.assignment if best is not None else None
+        if simulated and problem.k > FEWER_DEVICES:
+            # 3a. CP-SAT on fewer devices with half of that; the other half goes to simulated descent (5)
+            # instead of CP-SAT on all devices, whose load model never gave the best latency plan there
+            start = _start_on_fewer(problem, warm, replace(options, time_limit_s=budget / 2), tried)
             if start is not None:
                 fewer = finish(problem, start, f"cpsat@{FEWER_DEVICES}", t0, options, "feasible")
                 if fewer is not None:
                     tried.append(_describe(f"cpsat@{FEWER_DEVICES}+refine", fewer))
                     found.append(fewer)
-                if contraction is not None:
-                    start = contraction.restrict(start)
-                if warm is None or evaluate(search, start).objective < evaluate(search, warm).objective:
-                    warm = start
             log.info("%s (%.1f s)", tried[-1], time.perf_counter() - t0)
-        result = solve_cpsat(search, replace(options, time_limit_s=budget, warm_start=warm, coarsen_keys=None))
-        exact = result.solution
-        tried.append(f"cpsat: {result.status.value}" if exact is None
-                     else f"cpsat: {exact.objective:.6g} ({exact.status})")
-        log.info("%s (%.1f s)", tried[-1], time.perf_counter() - t0)
-        if exact is not None:
-            if contraction is None:
-                bound = max(bound, exact.lower_bound)
+            tried.append(f"cpsat on {problem.k} devices: skipped (its load model only stands in for latency; "
+                         "simulated descent instead)")
+            left -= 1.5 * budget + MIN_REFINE_S
+        else:
+            # 3b. CP-SAT, warm-started from the best plan so far, with the rest of the budget
+            exact, proven = _cpsat(problem, warm, replace(options, time_limit_s=budget), t0, tried)
+            bound = max(bound, proven)
+            left -= 3 * budget
+            if exact is not None:
                 found.append(exact)
-            else:  # a coarse bound does not bound the full problem; re-score the projection
-                exact = finish(problem, contraction.expand(exact.assignment), "cpsat", t0, options, "feasible")
-                if exact is not None:
-                    found.append(exact)
-        # 3. a short refinement of CP-SAT's plan when it is the best and not proven optimal
-        if exact is not None and exact.status != "optimal" and exact.objective <= min(s.objective for s in found):
-            polish(exact, left - spent)
+                # 4. a short refinement of CP-SAT's plan when it is the best and not proven optimal
+                if exact.status != "optimal" and exact.objective <= min(s.objective for s in found):
+                    share = left - (MIN_DESCENT_S if simulated else 0.0)
+                    polish(exact, share)
+                    left -= max(share, MIN_REFINE_S)
         # equal values: prefer a plan proven optimal
         best = min(found, key=lambda s: (s.objective, s.status != "optimal"), default=None)
     if best is None:
         raise no_plan_error(problem, options, tried)
+    if simulated and search_on and not _proven(best.objective, max(bound, best.lower_bound)):
+        # 5. moves scored by the simulator itself (the load model above only stands in for the step)
+        sims = int(max(left, MIN_DESCENT_S) / (1e-6 * DESCENT_US_PER_OP * m))
+        if sims < MIN_DESCENT_SIMULATIONS:
+            tried.append(f"descent: skipped (time limit: {sims} simulations of {sched.m} ops)")
+        else:
+            moved = finish(problem, descend(problem, best.assignment, sims), f"{best.solver}+descent", t0, options,
+                           "feasible")
+            tried.append(_describe(f"descent {best.solver} ({sims} simulations)", moved))
+            if moved is not None and moved.objective < best.objective:
+                found.append(moved)
+                best = moved
+        log.info("%s (%.1f s)", tried[-1], time.perf_counter() - t0)
     lb = min(max(bound, best.lower_bound), best.objective)
     status = "optimal" if _proven(best.objective, lb) else best.status
     scored = {**dict.fromkeys(out_of_time), **{s.solver: float(s.objective) for s in found if s.solver in HEURISTICS}}
