@@ -297,22 +297,11 @@ def simulate(
         return _simulate_shared(durations, tensors, a, link_seconds, control_edges, link_latency_s, memory,
                                 options, shares, deps)
 
-    deps = _checked(deps, n, tensors) or dependencies_of(n, tensors, control_edges)
-    n_waiting, consumers_of, ctrl_succ, receivers = (list(deps.n_waiting), deps.produced, deps.control_successors,
-                                                     deps.receivers)
-    ready_at = [0.0] * n
-    caused_at = [0.0] * n  # when the event that made each op ready happened (an op's end)
-    dev = a.tolist()  # Python lists: indexing them is several times faster than numpy scalars
-    seconds = durations[np.arange(n), a].tolist()
-
-    # Per device: ops released but not ready before the device is free (a heap by ready time), and
-    # with "lifo" ops already ready (a stack; the last pushed runs first).
-    heaps: list[list[tuple[float, float, int]]] = [[] for _ in range(k)]
-    stacks: list[list[int]] = [[] for _ in range(k)]
     lifo = ready_order == "lifo"
-    for v in range(n):
-        if n_waiting[v] == 0:
-            heapq.heappush(heaps[dev[v]], (0.0, 0.0, v))
+    deps = _checked(deps, n, tensors) or dependencies_of(n, tensors, control_edges)
+    dev, heaps, stacks, release = _ready_queues(deps, a, k, lifo)
+    consumers_of, ctrl_succ, receivers = deps.produced, deps.control_successors, deps.receivers
+    seconds = durations[np.arange(n), a].tolist()
     # Each device has `concurrency` slots; keep their free times in a heap.
     slots = [[0.0] * concurrency for _ in range(k)]
     link_free = np.zeros((k, k))
@@ -321,13 +310,6 @@ def simulate(
     timeline: list[tuple[int, int, float, float]] = []
     transfers: list[tuple[int, int, int, float, float]] = []
     done, now = 0, 0.0
-
-    def release(v: int, t: float, cause: float) -> None:
-        if (t, cause) > (ready_at[v], caused_at[v]):
-            ready_at[v], caused_at[v] = t, cause
-        n_waiting[v] -= 1
-        if n_waiting[v] == 0:
-            heapq.heappush(heaps[dev[v]], (float(ready_at[v]), -float(caused_at[v]) if lifo else 0.0, v))
 
     while done < n:
         best: tuple[float, int, int] | None = None
@@ -366,6 +348,38 @@ def simulate(
         for w in ctrl_succ[v]:
             release(w, end, end)
     return _result(tensors, a, k, timeline, transfers, busy, link_bytes, memory, options)
+
+
+def _ready_queues(deps: Dependencies, a: np.ndarray, k: int, lifo: bool
+                  ) -> tuple[list[int], list[list[tuple[float, float, int]]], list[list[int]],
+                             Callable[[int, float, float], None]]:
+    """The ready queues both simulators share: ``(device of each node as a list, heaps, stacks, release)``.
+
+    Per device, a heap of the ops released but not yet ready (entries ``(ready time, -cause, node)``, the
+    cause 0 with ``"fifo"``; see :func:`_to_stack`) and, with ``"lifo"``, a stack of ready ops. The sources
+    start in the heaps; ``release(v, t, cause)`` tells node ``v`` that one of its inputs is there at ``t``
+    thanks to an op that ended at ``cause``, and pushes it once all are. Python lists: indexing them is
+    several times faster than numpy scalars in the event loop.
+    """
+    n_waiting = list(deps.n_waiting)
+    n = len(n_waiting)
+    ready_at = [0.0] * n
+    caused_at = [0.0] * n  # when the event that made each op ready happened (an op's end)
+    dev = a.tolist()
+    heaps: list[list[tuple[float, float, int]]] = [[] for _ in range(k)]
+    stacks: list[list[int]] = [[] for _ in range(k)]
+    for v in range(n):
+        if n_waiting[v] == 0:
+            heapq.heappush(heaps[dev[v]], (0.0, 0.0, v))
+
+    def release(v: int, t: float, cause: float) -> None:
+        if (t, cause) > (ready_at[v], caused_at[v]):
+            ready_at[v], caused_at[v] = t, cause
+        n_waiting[v] -= 1
+        if n_waiting[v] == 0:
+            heapq.heappush(heaps[dev[v]], (float(ready_at[v]), -float(caused_at[v]) if lifo else 0.0, v))
+
+    return dev, heaps, stacks, release
 
 
 def _to_stack(heap: list[tuple[float, float, int]], stack: list[int], now: float) -> None:
@@ -545,16 +559,8 @@ def _simulate_shared(durations: np.ndarray, tensors: Sequence[TensorEdge], a: np
         group_of[list(devs)] = g
         slots[list(devs)] = max(options.concurrency, math.ceil(alone - 1e-9))
     deps = _checked(deps, n, tensors) or dependencies_of(n, tensors, control_edges)
-    n_waiting, consumers_of, ctrl_succ, receivers = (list(deps.n_waiting), deps.produced, deps.control_successors,
-                                                     deps.receivers)
-    ready_at = [0.0] * n
-    caused_at = [0.0] * n  # when the event that made each op ready happened (an op's end)
-    dev = a.tolist()
-    heaps: list[list[tuple[float, float, int]]] = [[] for _ in range(k)]
-    stacks: list[list[int]] = [[] for _ in range(k)]
-    for v in range(n):
-        if n_waiting[v] == 0:
-            heapq.heappush(heaps[dev[v]], (0.0, 0.0, v))
+    dev, heaps, stacks, release = _ready_queues(deps, a, k, lifo)
+    consumers_of, ctrl_succ, receivers = deps.produced, deps.control_successors, deps.receivers
     running: dict[int, list[float]] = {}  # node -> [remaining work, start]
     on_device = np.zeros(k, dtype=int)
     in_group = np.zeros(len(shares), dtype=int)
@@ -564,13 +570,6 @@ def _simulate_shared(durations: np.ndarray, tensors: Sequence[TensorEdge], a: np
     timeline: list[tuple[int, int, float, float]] = []
     transfers: list[tuple[int, int, int, float, float]] = []
     now, done = 0.0, 0
-
-    def release(v: int, t: float, cause: float) -> None:
-        if (t, cause) > (ready_at[v], caused_at[v]):
-            ready_at[v], caused_at[v] = t, cause
-        n_waiting[v] -= 1
-        if n_waiting[v] == 0:
-            heapq.heappush(heaps[dev[v]], (float(ready_at[v]), -float(caused_at[v]) if lifo else 0.0, v))
 
     def next_ready(d: int) -> int | None:
         if lifo:

@@ -39,7 +39,7 @@ from typing import Callable
 
 import numpy as np
 
-from cost_models import SimOptions, SimResult, dependencies_of, simulate
+from cost_models import Dependencies, SimOptions, SimResult, dependencies_of, simulate
 
 from ..errors import GraphError, SolverError
 from .problem import PlacementProblem, dependencies, evaluate, trivial_lower_bound
@@ -87,6 +87,13 @@ def get_objective(name: str) -> Objective:
 _STEP_ONLY = SimOptions(peak_memory=False)
 
 
+def step_dependencies(problem: PlacementProblem) -> Dependencies:
+    """The fine DAG's :class:`~cost_models.Dependencies` (computed once per problem; every simulation of it
+    and :func:`placer.solvers.descent.slack` read them)."""
+    sched = problem.schedule_view()
+    return problem.memo("simulate/dependencies", lambda: dependencies_of(sched.m, sched.tensors, sched.control))
+
+
 def simulate_step(problem: PlacementProblem, assignment: np.ndarray) -> SimResult:
     """One step of the fine DAG under ``assignment`` (one device per problem node), simulated; feasibility
     is not checked (see :func:`makespan`).
@@ -98,10 +105,10 @@ def simulate_step(problem: PlacementProblem, assignment: np.ndarray) -> SimResul
     """
     sched = problem.schedule_view()
     fine = np.asarray(assignment, dtype=int)[sched.group]
-    deps = problem.memo("simulate/dependencies", lambda: dependencies_of(sched.m, sched.tensors, sched.control))
     try:
         return simulate(sched.durations_s, sched.tensors, fine, problem.occupancy_seconds, control_edges=sched.control,
-                        link_latency_s=problem.latency, options=problem.sim_options(_STEP_ONLY), deps=deps)
+                        link_latency_s=problem.latency, options=problem.sim_options(_STEP_ONLY),
+                        deps=step_dependencies(problem))
     except ValueError as e:
         raise GraphError(f"cannot simulate the placed graph: {e}") from e
 

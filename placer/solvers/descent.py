@@ -31,8 +31,8 @@ import numpy as np
 
 from cost_models import SimResult
 
-from ..core.objectives import simulate_step
-from ..core.problem import PlacementProblem, dependencies
+from ..core.objectives import simulate_step, step_dependencies
+from ..core.problem import PlacementProblem
 
 #: Estimated µs per fine op of one simulation (and the slack pass after a kept move) on the 2-core
 #: reference machine: 100 simulations from a one-device plan took 3.7 µs per op on the densely connected
@@ -62,7 +62,7 @@ def slack(problem: PlacementProblem, assignment: np.ndarray, result: SimResult) 
     start, end = np.zeros(sched.m), np.zeros(sched.m)
     for v, _, s, e in result.timeline:
         start[v], end[v] = s, e
-    succs = problem.memo("schedule/successors", lambda: dependencies(sched.m, sched.tensors, sched.control)[1])
+    deps = step_dependencies(problem)
     step = result.step_time_s
 
     def transfer(nbytes: float, i: int, j: int) -> float:  # as the simulator charges it: one latency per edge
@@ -70,11 +70,12 @@ def slack(problem: PlacementProblem, assignment: np.ndarray, result: SimResult) 
 
     latest = np.full(sched.m, step)  # latest start
     for v in problem.schedule_order()[::-1].tolist():
-        finish = step
-        for ti, w in succs[v]:
-            cross = 0.0 if ti < 0 or fine[w] == fine[v] else transfer(sched.tensors[ti].nbytes, fine[v], fine[w])
-            finish = min(finish, latest[w] - cross)
-        latest[v] = finish - (end[v] - start[v])
+        finish = min((latest[w] for w in deps.control_successors[v]), default=step)
+        for ti in deps.produced[v]:
+            for w in deps.receivers[ti]:
+                cross = 0.0 if fine[w] == fine[v] else transfer(sched.tensors[ti].nbytes, fine[v], fine[w])
+                finish = min(finish, latest[w] - cross)
+        latest[v] = min(finish, step) - (end[v] - start[v])
     per_node = np.full(problem.n, np.inf)
     np.minimum.at(per_node, sched.group, latest - start)
     return per_node
@@ -102,7 +103,7 @@ def descend(problem: PlacementProblem, assignment: np.ndarray, simulations: int)
     if problem.k < 2 or problem.n == 0 or simulations < 2:
         return a
     allowed = np.isfinite(problem.compute_s)
-    weight = np.where(allowed, problem.compute_s, np.inf).min(axis=1)
+    weight = problem.compute_s.min(axis=1)  # on its fastest device (forbidden ones are inf)
     heaviest = np.argsort(-weight, kind="stable")
     memory = np.bincount(a, weights=problem.memory_bytes, minlength=problem.k)
     capacity = problem.capacity_bytes * (1 + 1e-9)
@@ -113,9 +114,10 @@ def descend(problem: PlacementProblem, assignment: np.ndarray, simulations: int)
         free = slack(problem, a, result)
         step = result.step_time_s
         moved = False
+        least_busy = np.argsort(result.busy_s, kind="stable").tolist()
         for v in heaviest[(free[heaviest] > 1e-9 * step) & (weight[heaviest] > 0)].tolist():
             src = int(a[v])
-            dest = next((d for d in np.argsort(result.busy_s, kind="stable").tolist()
+            dest = next((d for d in least_busy
                          if d != src and allowed[v, d] and (v, d) not in tried
                          and memory[d] + problem.memory_bytes[v] <= capacity[d]), None)
             if dest is None:
