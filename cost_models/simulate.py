@@ -89,6 +89,12 @@ class SimResult:
         until its last local consumer and its last outgoing transfer end, and
         on a receiving device from the transfer's start until the last
         consumer there ends (no memory reuse inside ops is modelled).
+    live_at_peak_bytes : numpy.ndarray
+        Per node: the bytes of the tensors it produced that are live at the
+        peak of a device holding them (its own, or one it sent them to, at
+        the first moment that device reached its peak). Summed over the
+        nodes: the peaks less the resident bytes. Zeros without
+        ``SimOptions.peak_memory``.
     """
 
     step_time_s: float
@@ -97,6 +103,7 @@ class SimResult:
     timeline: tuple[tuple[int, int, float, float], ...]
     transfers: tuple[tuple[int, int, int, float, float], ...]
     peak_memory_bytes: np.ndarray
+    live_at_peak_bytes: np.ndarray
 
 
 def _check_costs(durations: np.ndarray, assignment: np.ndarray) -> None:
@@ -407,8 +414,11 @@ def _result(tensors: Sequence[TensorEdge], a: np.ndarray, k: int, timeline: list
         step = max(step, max(e for *_, e in transfers))
     if not math.isfinite(step):
         raise ValueError("simulated step time is not finite")
-    peak = _peak_memory(tensors, a, k, timeline, transfers, memory) if options.peak_memory else np.zeros(k)
-    return SimResult(step, busy, link_bytes, tuple(timeline), tuple(transfers), peak)
+    if options.peak_memory:
+        peak, at_peak = _peak_memory(tensors, a, k, timeline, transfers, memory)
+    else:
+        peak, at_peak = np.zeros(k), np.zeros(len(a))
+    return SimResult(step, busy, link_bytes, tuple(timeline), tuple(transfers), peak, at_peak)
 
 
 @dataclass(frozen=True)
@@ -535,7 +545,12 @@ def _with_transfer_ops(durations: np.ndarray, tensors: Sequence[TensorEdge], a: 
                                     shared=options.shared))
     timeline = tuple(x for x in r.timeline if x[0] < n)
     transfers = tuple((origin[ti], i, j, ts, te) for ti, i, j, ts, te in r.transfers)
-    return SimResult(r.step_time_s, r.busy_s, r.link_bytes, timeline, transfers, r.peak_memory_bytes)
+    # what a send or receive op holds is its original tensor's, so its producer's
+    at_peak = r.live_at_peak_bytes[:n].copy()
+    for t, ti in zip(new_tensors, origin):
+        if t.src >= n:
+            at_peak[tensors[ti].src] += r.live_at_peak_bytes[t.src]
+    return SimResult(r.step_time_s, r.busy_s, r.link_bytes, timeline, transfers, r.peak_memory_bytes, at_peak)
 
 
 def _simulate_shared(durations: np.ndarray, tensors: Sequence[TensorEdge], a: np.ndarray,
@@ -643,7 +658,9 @@ def _reads_until(tensors: Sequence[TensorEdge], a: np.ndarray,
 
 def _peak_memory(tensors: Sequence[TensorEdge], a: np.ndarray, k: int,
                  timeline: Sequence[tuple[int, int, float, float]],
-                 transfers: Sequence[tuple[int, int, int, float, float]], memory: MemoryTraits) -> np.ndarray:
+                 transfers: Sequence[tuple[int, int, int, float, float]],
+                 memory: MemoryTraits) -> tuple[np.ndarray, np.ndarray]:
+    """Per device: resident + the most live tensor bytes; per node: what it holds live at those peaks."""
     resident_bytes, aliasing, inplace, held = memory.resident_bytes, memory.aliasing, memory.inplace, memory.held
     start = {v: s for v, _, s, _ in timeline}
     end = {v: e for v, _, _, e in timeline}
@@ -689,22 +706,34 @@ def _peak_memory(tensors: Sequence[TensorEdge], a: np.ndarray, k: int,
                 if donor is not None and alloc[to]:
                     alloc[to] = False
                     release[donor] = max(release[donor], release[to])
-    events: list[tuple[float, int, int, float]] = []  # (time, order: frees first at a tie, device, delta)
+    events: list[tuple[float, int, int, float, int]] = []  # (time, frees first at a tie, device, delta, producer)
     for ti, t in enumerate(tensors):
         if t.nbytes <= 0:
             continue
         if alloc[ti]:
-            events.append((start[t.src], 1, int(a[t.src]), t.nbytes))
-            events.append((release[ti], 0, int(a[t.src]), -t.nbytes))
+            events.append((start[t.src], 1, int(a[t.src]), t.nbytes, t.src))
+            events.append((release[ti], 0, int(a[t.src]), -t.nbytes, t.src))
         for dst, ts, _te in sends.get(ti, []):
             last = max(reads[w] for w in t.dsts if a[w] == dst)
-            events.append((ts, 1, dst, t.nbytes))
-            events.append((last, 0, dst, -t.nbytes))
+            events.append((ts, 1, dst, t.nbytes, t.src))
+            events.append((last, 0, dst, -t.nbytes, t.src))
+    events.sort()
     live = np.zeros(k)
     peak = np.zeros(k)
-    for _, _, d, delta in sorted(events):
+    when = np.full(k, -1)  # the event at which each device first reached its peak
+    for i, (_, _, d, delta, _) in enumerate(events):
         live[d] += delta
-        peak[d] = max(peak[d], live[d])
+        if live[d] > peak[d]:
+            peak[d], when[d] = live[d], i
+    # the producers of what each device holds at that moment
+    held_now: list[dict[int, float]] = [{} for _ in range(k)]
+    at_peak = np.zeros(len(a))
+    last_event = int(when.max(initial=-1))
+    for i, (_, _, d, delta, v) in enumerate(events[:last_event + 1]):
+        held_now[d][v] = held_now[d].get(v, 0.0) + delta
+        if i == when[d]:
+            for u, b in held_now[d].items():
+                at_peak[u] += b
     if resident_bytes is not None:
         peak += np.bincount(a, weights=np.asarray(resident_bytes, dtype=float), minlength=k)
-    return peak
+    return peak, at_peak

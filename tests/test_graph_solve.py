@@ -165,6 +165,37 @@ def test_no_fit_gives_typed_errors():
         placer.solve(g, devices_for(3, capacity=100))
 
 
+def tensor_heavy_graph(seed):
+    """A random DAG whose tensors (up to 2 MB) are as large as its nodes' resident bytes (up to 1 MB)."""
+    rng = np.random.default_rng(seed)
+    g = nx.DiGraph()
+    n = int(rng.integers(8, 30))
+    for i in range(n):
+        g.add_node(f"n{i}", compute_us=float(rng.uniform(10, 1000)),
+                   memory_bytes=float(rng.choice([0, rng.uniform(1e5, 1e6)])))
+    for i in range(1, n):
+        for j in rng.choice(i, size=min(i, int(rng.integers(1, 3))), replace=False):
+            g.add_edge(f"n{j}", f"n{i}", bytes=float(rng.uniform(1e4, 2e6)))
+    return g, float(rng.uniform(0.55, 0.9))
+
+
+@pytest.mark.parametrize("seed,way", [(42, "groups charged for the tensors they keep live"),
+                                      (15, "lowering resident budgets instead")])
+def test_peak_memory_is_fitted_by_re_solving(seed, way):
+    # the first plan's simulated peak (resident + live tensors) overflows a device; re-solving with the
+    # groups that held the peak charged for it fits (seed 42; lowering that device's budget alone left no
+    # plan), or, where charges leave no plan, lowering budgets does (seed 15)
+    g, frac = tensor_heavy_graph(seed)
+    one = placer.solve(g, ["/CPU:0"], memory="peak", time_limit_s=0.5)
+    cap = int(frac * one.predicted_peak_memory_bytes[0])
+    p = placer.solve(g, devices_for(2, capacity=cap), memory="peak", time_limit_s=0.5)
+    assert max(p.predicted_peak_memory_bytes) <= cap
+    assert any("re-solving" in line for line in p.log) and any(way in line for line in p.log)
+    with pytest.raises(InsufficientMemoryError, match="over"):
+        placer.solve(g, devices_for(2, capacity=int(0.3 * one.predicted_peak_memory_bytes[0])), memory="peak",
+                     time_limit_s=0.5)
+
+
 def _small():
     g = nx.DiGraph()
     g.add_node("a", compute_us=5.0)

@@ -113,6 +113,24 @@ def test_peak_memory_counts_live_tensors_and_resident_bytes():
     assert r3.peak_memory_bytes.tolist() == [20.0]
 
 
+def test_live_at_peak_names_what_each_node_holds_at_its_devices_peak():
+    # the chain of the test above: device 0 peaks while b runs, holding a's 10 and b's 20 bytes
+    d = np.ones((3, 2))
+    es = [TensorEdge(0, (1,), 10.0), TensorEdge(1, (2,), 20.0)]
+    r = simulate(d, es, [0, 0, 0], link(), memory=MemoryTraits(resident_bytes=[5.0, 0.0, 0.0]))
+    assert r.live_at_peak_bytes.tolist() == [10.0, 20.0, 0.0]
+    # a sent to device 1: its copy there (8) is a's too, at device 1's peak
+    r2 = simulate(np.ones((3, 2)), [TensorEdge(0, (1, 2), 8.0)], [0, 0, 1], link(lat=0.5))
+    assert r2.live_at_peak_bytes.tolist() == [16.0, 0.0, 0.0]
+    # with send/receive ops (device 1 holds the transfer's copy and the receive's), all of it is a's
+    cpu = np.full((2, 2), 0.5)
+    r3 = simulate(np.ones((3, 2)), [TensorEdge(0, (1, 2), 8.0)], [0, 0, 1], link(lat=0.5),
+                  options=SimOptions(transfer_cpu_s=cpu))
+    assert r3.peak_memory_bytes.tolist() == [8.0, 16.0]
+    assert r3.live_at_peak_bytes.tolist() == [24.0, 0.0, 0.0]
+    assert not simulate(d, es, [0, 0, 0], link(), options=SimOptions(peak_memory=False)).live_at_peak_bytes.any()
+
+
 def test_an_op_that_took_no_time_keeps_its_input_until_the_op_it_feeds_ends():
     # a (1 s) -> conv (0 s: fused into bias) -> bias (2 s) -> d (1 s). The fused kernel reads a's
     # output (100 B) while bias runs, so a's output, conv's (100 B) and bias's (50 B) are live together.
@@ -300,3 +318,19 @@ def test_dependencies_given_once_give_the_same_step_and_must_match_the_graph():
                                                                           plain.transfers)
     with pytest.raises(ValueError, match="dependencies_of"):
         simulate(d, es[:1], [0, 1, 1], link(), deps=deps)
+
+
+@settings(max_examples=100, deadline=None)
+@given(shared_cases(), st.lists(st.sampled_from([0.0, 1.0, 4.0]), min_size=12, max_size=12))
+def test_live_at_peak_sums_to_each_devices_peak_less_its_resident_bytes(case, resident):
+    durations, edges, a, _group, _capacity, lifo = case
+    n, k = durations.shape
+    sized = [TensorEdge(t.src, t.dsts, float(1 + t.src % 3)) for t in edges]
+    mem = MemoryTraits(resident_bytes=resident[:n])
+    r = simulate(durations, sized, a, link(lat=0.25), memory=mem,
+                 options=SimOptions(ready_order="lifo" if lifo else "fifo"))
+    live = r.peak_memory_bytes - np.bincount(a, weights=resident[:n], minlength=k)
+    assert r.live_at_peak_bytes.sum() == pytest.approx(live.sum())
+    assert (r.live_at_peak_bytes >= -1e-9).all()
+    produced = np.bincount([t.src for t in sized], weights=[t.nbytes for t in sized], minlength=n)
+    assert (r.live_at_peak_bytes <= produced * k + 1e-9).all()  # at most a copy per device

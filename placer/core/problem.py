@@ -296,18 +296,34 @@ class PlacementProblem:
         return cls(tuple(names), _frozen(c), _frozen(mem), _frozen(cap), tuple(tensors),
                    _frozen(bw), _frozen(lat), order_t, symmetric, control_t, schedule, shared_t, cpu)
 
-    def with_capacity(self, capacity_bytes: np.ndarray) -> "PlacementProblem":
-        """The same problem with other device capacities (e.g. tightened to leave room for activations).
+    def with_memory(self, *, memory_bytes: np.ndarray | None = None,
+                    capacity_bytes: np.ndarray | None = None) -> "PlacementProblem":
+        """The same problem with other node memory or device capacities (``None``: kept).
+
+        The planner charges nodes for the activations they keep live this way
+        (see ``placer.planner``).
 
         Raises
         ------
         CostError
-            Capacities that are not positive (``inf`` for unlimited), one per device.
+            Memory that is not finite and non-negative (one per node), or
+            capacities that are not positive (``inf`` for unlimited, one per device).
+
+        Examples
+        --------
+        >>> p = PlacementProblem.build(names=["a", "b"], compute_s=np.ones((2, 2)), memory_bytes=np.array([1.0, 2.0]),
+        ...     capacity_bytes=np.full(2, 4.0), tensors=[], bandwidth=np.full((2, 2), 1e9), latency=np.zeros((2, 2)))
+        >>> q = p.with_memory(memory_bytes=[3.0, 2.0], capacity_bytes=[4.0, 8.0])
+        >>> q.memory_bytes.tolist(), q.capacity_bytes.tolist(), q.symmetric, p.memory_bytes.tolist()
+        ([3.0, 2.0], [4.0, 8.0], False, [1.0, 2.0])
         """
-        cap = np.asarray(capacity_bytes, dtype=float)
+        mem = self.memory_bytes if memory_bytes is None else np.asarray(memory_bytes, dtype=float)
+        if mem.shape != (self.n,) or not np.isfinite(mem).all() or (mem < 0).any():
+            raise CostError("memory_bytes must be finite, non-negative, one per node")
+        cap = self.capacity_bytes if capacity_bytes is None else np.asarray(capacity_bytes, dtype=float)
         if cap.shape != (self.k,) or np.isnan(cap).any() or (cap <= 0).any():
             raise CostError("capacity_bytes must be positive (inf for unlimited), one per device")
-        return replace(self, capacity_bytes=_frozen(cap),
+        return replace(self, memory_bytes=_frozen(mem), capacity_bytes=_frozen(cap),
                        symmetric=self.symmetric and bool(np.allclose(cap, cap[0])))
 
     def on_devices(self, devices: Sequence[int]) -> "PlacementProblem":
