@@ -118,6 +118,17 @@ def split_half(samples: list[list[float]], splits: int = 1000, seed: int = 0) ->
     return float(np.nanmedian(rhos)), float(np.mean(rhos >= 0.9 - 1e-9))  # ρ = 0.9 exactly counts
 
 
+def placed_variables(traced, op_devices, default: str) -> dict:
+    """A copy of each captured variable, created on the device its placeholder is planned on."""
+    import tensorflow as tf
+
+    out = {}
+    for ph, var in traced.variables.items():
+        with tf.device(op_devices.get(ph, default)):
+            out[ph] = tf.Variable(var.value.read_value(), trainable=var.trainable)
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     # LocalCluster pins worker i to core i; on a machine with more cores the client (this process)
@@ -208,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
                     built = build_problem(og.graph, devset, group_by=group_by)
                     sol = solve_problem(built.problem, algorithm, SolveOptions(time_limit_s=5, objective="latency"))
                     op_devices = built.node_devices(sol.assignment)
-                    fn = emit(traced, op_devices).function
+                    fn = emit(traced, op_devices, placed_variables(traced, op_devices, names[0])).function
                     call = stand_in(call_interface(traced, op_devices))
                     step = lambda fn=fn: fn(*inputs)  # noqa: E731
                     for _ in range(2):  # warm-up
