@@ -35,6 +35,7 @@ import argparse
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -88,7 +89,6 @@ def run(args: argparse.Namespace) -> int:
     import workloads
     from cost_models.comm import Link
     from placer.core.build import build_problem
-    from placer.core.devices import DeviceSet
     from placer.measure.links import call_interface, stand_in
     from placer.tf.emit import complete_assignment, layer_devices_of
     from placer.tf.trace import trace_model
@@ -170,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
             for p in placed.values():
                 ps = p._placed
                 links = {ij: Link(link.bandwidth_bytes_per_s, latency, link.cpu_s) for ij, link in ps.devices.links.items()}
-                devset = DeviceSet(ps.devices.devices, links, ps.devices.shared, ps.devices.fits)
+                devset = replace(ps.devices, links=links)
                 built = build_problem(ps.op_graph.graph, devset, group_by=p.plan.group_by)
                 sim = built.simulate(built.group_assignment(p.plan.assignment))
                 cells.append(f"{(sim.step_time_s + p.plan.call_overhead_s) * 1e3:.2f}")

@@ -37,6 +37,7 @@ import json
 import math
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -150,7 +151,6 @@ def run(args: argparse.Namespace) -> int:
         calibrate_links,
         call_interface,
         call_seconds,
-        measure_transfer_cpu,
         stand_in,
     )
     from placer.tf.opgraph import build_op_graph
@@ -170,9 +170,15 @@ def run(args: argparse.Namespace) -> int:
     with LocalCluster(2, pin_cores=True, threads=1, env={"TF_CPU_ALLOCATOR_USE_BFC": "true"}) as cluster:
         tf.config.experimental_connect_to_cluster(tf.train.ClusterSpec(cluster.spec))
         names = [cluster.device(0), cluster.device(1)]
-        devset, fits = calibrate_links(resolve_devices(names), repeats=5)
-        cpu_s = np.mean([measure_transfer_cpu(a, b) for a, b in ((names[0], names[1]), (names[1], names[0]))])
-        transfer_cpu = np.array([[0.0, cpu_s], [cpu_s, 0.0]])
+        # the transfer CPU cost goes into the links, as autoplace measures them, so that the solver plans
+        # with it too (before 2026-12-03 only the predictions had it: the solver's plans of ResNet50 and
+        # InceptionV3 were then predicted and measured slower than one worker)
+        devset, fits = calibrate_links(resolve_devices(names), repeats=5, transfer_cpu=True)
+        # ... and so does the ready order of these one-thread workers (a plan of InceptionV3 made under
+        # "fifo" simulated 69.0 ms there and 90.6 ms under "lifo", measured 118 ms against one worker's 107)
+        devset = replace(devset, ready_order=args.ready_order)
+        transfer_cpu = devset.transfer_cpu()
+        cpu_s = float(transfer_cpu[0, 1]) if transfer_cpu is not None else 0.0
         out("## Simulator fidelity: 2 TF gRPC workers, one pinned core and one thread each")
         out()
         for (i, j), f in sorted(fits.items()):

@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
             "predicted step (simulated with ops profiled on worker 0, the calibrated link and its transfer CPU "
             "cost, plus the plan's measured fixed cost per call); predicted speedup = the best single-worker "
             "configuration's predicted step / this one's; link share = the busiest link's bytes / bandwidth "
-            "over the predicted step.")
+            f"over the predicted step; plans made and predicted with ready_order={args.ready_order!r}.")
         out()
         out("| workload | placement | measured ms | ± | measured speedup | predicted ms | predicted speedup | "
             "prediction error | link share |")
@@ -165,7 +165,7 @@ def _run_case(case: str, args: argparse.Namespace, out, summary: list, devices: 
         t = time.perf_counter()
         try:
             p = placer.autoplace(model, devices, batch_size=batch, profile_cache=False,
-                                 time_limit_s=args.time_limit, **extra, **options)
+                                 time_limit_s=args.time_limit, ready_order=args.ready_order, **extra, **options)
         except placer.AutoplaceError as e:
             out(f"| {case} | {label} | refused: {str(e).splitlines()[0][:160]} | | | | | | |")
             return None
@@ -242,6 +242,9 @@ def main() -> int:
     ap.add_argument("--models", nargs="+", default=list(CASES), choices=list(CASES))
     ap.add_argument("--repeats", type=int, default=7, help="interleaved measured rounds per placement")
     ap.add_argument("--time-limit", type=float, default=5.0, help="solver time limit per placement (s)")
+    ap.add_argument("--ready-order", default="lifo", choices=["fifo", "lifo"],
+                    help="the order the solvers' simulator runs a device's ready ops (autoplace's ready_order): "
+                    "these workers have one inter-op thread, which runs depth first (lifo)")
     ap.add_argument("--out", default=str(HERE / "results" / "speedup.md"))
     args = ap.parse_args()
     return isolated(lambda: run(args))

@@ -163,9 +163,11 @@ class SimOptions:
     ----------
     concurrency : int
         Ops a device runs at once.
-    ready_order : {"fifo", "lifo"}
+    ready_order : {"fifo", "lifo"} or None
         Which of a device's ready ops runs next: the earliest ready, or the
-        latest ready (see the module docstring).
+        latest ready (see the module docstring). ``None``: whoever fills in
+        the options decides (a placement problem: its devices' order), else
+        ``"fifo"``.
     transfer_cpu_s : numpy.ndarray, optional
         ``(k, k)`` compute time one tensor sent from ``i`` to ``j`` takes on
         *each* of the two devices (serialisation and RPC handling; TensorFlow's
@@ -189,7 +191,7 @@ class SimOptions:
     """
 
     concurrency: int = 1
-    ready_order: str = "fifo"
+    ready_order: str | None = None
     transfer_cpu_s: np.ndarray | None = None
     time_factor: Sequence[float] | None = None
     peak_memory: bool = True
@@ -287,8 +289,8 @@ def simulate(
     concurrency, ready_order = options.concurrency, options.ready_order
     if concurrency < 1:
         raise ValueError("concurrency must be >= 1")
-    if ready_order not in READY_ORDERS:
-        raise ValueError(f"ready_order must be one of {READY_ORDERS}, got {ready_order!r}")
+    if ready_order is not None and ready_order not in READY_ORDERS:
+        raise ValueError(f"ready_order must be one of {READY_ORDERS} or None, got {ready_order!r}")
     if options.time_factor is not None:
         factors = np.asarray(options.time_factor, dtype=float)
         if factors.shape != (k,) or not np.isfinite(factors).all() or (factors <= 0).any():

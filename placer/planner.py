@@ -232,8 +232,8 @@ def _fit_peak(built: BuiltProblem, sol: Solution, algorithm: str, options: Solve
     try:
         return _fit_rounds(built, sol, first, algorithm, options, "charges", notes)
     except InsufficientMemoryError as e:
-        notes.append(f"charging groups for their live tensors did not fit ({e}); lowering resident budgets instead")
-        log.info("%s", notes[-1])
+        notes.append("charging groups for their live tensors did not fit; lowering resident budgets instead")
+        log.info("%s: %s", notes[-1], e)
     return _fit_rounds(built, sol, first, algorithm, options, "budgets", notes)
 
 
@@ -253,7 +253,8 @@ def _fit_rounds(built: BuiltProblem, sol: Solution, sim: SimResult, algorithm: s
             at_over = np.where(np.isin(a[built.schedule.group], over), sim.live_at_peak_bytes, 0.0)
             charge = np.maximum(charge, LIVE_MARGIN * np.bincount(built.schedule.group, weights=at_over,
                                                                   minlength=problem.n))
-            what = f"{int(np.count_nonzero(charge))} groups charged for the tensors they keep live ({int(charge.sum()):,} B)"
+            what = (f"{int(np.count_nonzero(charge))} groups charged for the tensors they keep live "
+                    f"({int(charge.sum()):,} B)")
         else:
             live = sim.peak_memory_bytes - np.bincount(a, weights=resident, minlength=problem.k)
             budget[over] = np.minimum(budget[over] - 1.25 * (sim.peak_memory_bytes[over] - cap[over]),

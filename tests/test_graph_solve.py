@@ -3,6 +3,7 @@
 import itertools
 import json
 import time
+from dataclasses import replace
 
 import networkx as nx
 import numpy as np
@@ -22,7 +23,7 @@ from placer.errors import (
     SolverError,
 )
 from placer.core.build import build_problem
-from placer.core.graph_io import as_device_set
+from placer.core.graph_io import as_device_set, devices_from_json, devices_to_json
 from placer.core.objectives import OBJECTIVES
 from placer.core.synthetic import training_graph
 
@@ -237,6 +238,27 @@ def test_bad_arguments():
         placer.solve(nx.Graph(), ["/CPU:0"])
     with pytest.raises(DeviceError, match="empty"):
         placer.solve(g, [])
+
+
+def test_plans_are_made_and_scored_under_the_devices_ready_order():
+    # two towers s -> x0 -> x1 -> x2, s -> y0 -> y1 -> y2 (x2, y2 3 ms, the rest 1 ms), free links, and
+    # x2 and y2 allowed only on the second device: a device running ready ops depth first ("lifo",
+    # TF's one-thread executor) feeds x2 a step earlier than one running them breadth first ("fifo")
+    g = nx.DiGraph()
+    for v, us in {"s": 0.0, "x0": 1e3, "y0": 1e3, "x1": 1e3, "y1": 1e3}.items():
+        g.add_node(v, compute_us={"CPU": us, "GPU": 1e9})
+    for v in ("x2", "y2"):
+        g.add_node(v, compute_us={"GPU": 3e3}, allowed_kinds={"GPU"})
+    g.add_edges_from([("s", "x0"), ("s", "y0"), ("x0", "x1"), ("y0", "y1"), ("x1", "x2"), ("y1", "y2")], bytes=0)
+    base = as_device_set(["/CPU:0", "/GPU:0"])
+    fifo = placer.solve(g, base, time_limit_s=1)
+    lifo = placer.solve(g, replace(base, ready_order="lifo"), time_limit_s=1)
+    assert lifo.assignment == fifo.assignment
+    assert (fifo.value, lifo.value) == pytest.approx((9.02e-3, 8.02e-3))  # + the default link's 20 µs
+    again = devices_from_json(devices_to_json(replace(base, ready_order="lifo")))
+    assert again.ready_order == "lifo" and devices_from_json(devices_to_json(base)).ready_order is None
+    with pytest.raises(DeviceError, match="ready_order"):
+        replace(base, ready_order="random")
 
 
 def test_heterogeneous_devices_and_host_only_ops():

@@ -21,13 +21,14 @@ Examples
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
 from cost_models.comm import Link, LinkFit
+from cost_models.simulate import READY_ORDERS
 
 from ..errors import DeviceError
 from .validate import MAX_BYTES, integer, real
@@ -224,8 +225,14 @@ class DeviceSet:
     shared: tuple[SharedProcessor, ...] = ()
     #: The ordered pairs whose links were measured, each with its fit (the rest are assumed defaults).
     fits: Mapping[tuple[int, int], LinkFit] = field(default_factory=dict)
+    #: Which ready op the devices' executors run next: ``"fifo"`` (the earliest ready: several inter-op
+    #: threads), ``"lifo"`` (depth first: TF workers with one inter-op thread run a finished op's
+    #: successor inline), ``None``: ``"fifo"`` (``cost_models.SimOptions.ready_order``).
+    ready_order: str | None = None
 
     def __post_init__(self) -> None:
+        if self.ready_order is not None and self.ready_order not in READY_ORDERS:
+            raise DeviceError(f"ready_order must be one of {READY_ORDERS} or None, got {self.ready_order!r}")
         seen: set[int] = set()
         for sp in self.shared:
             if max(sp.devices) >= len(self.devices) or seen & set(sp.devices):
@@ -235,7 +242,7 @@ class DeviceSet:
 
     def with_shared(self, shared: Sequence[SharedProcessor]) -> "DeviceSet":
         """The same devices and links with these shared processors."""
-        return DeviceSet(self.devices, self.links, tuple(shared), self.fits)
+        return replace(self, shared=tuple(shared))
 
     @property
     def calibrated(self) -> frozenset[tuple[int, int]]:

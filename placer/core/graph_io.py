@@ -29,6 +29,7 @@ from typing import Any, Mapping, Sequence
 import networkx as nx
 
 from cost_models.comm import Link
+from cost_models.simulate import READY_ORDERS
 
 from ..errors import DeviceError, GraphError
 from .attrs import ALLOWED_KINDS
@@ -63,6 +64,8 @@ def devices_to_json(devset: DeviceSet) -> dict:
     if devset.shared:
         out["shared"] = [{"devices": [devset.names[i] for i in sp.devices], "capacity": sp.capacity,
                           "source": sp.source, **({} if sp.pooled else {"pooled": False})} for sp in devset.shared]
+    if devset.ready_order is not None:
+        out["ready_order"] = devset.ready_order
     return out
 
 
@@ -109,7 +112,10 @@ def devices_from_json(data: Mapping) -> DeviceSet:
             raise DeviceError(f"shared entry {e!r} names a device that is not in the device list "
                               f"{list(devset.names)}") from None
         shared.append(SharedProcessor(idx, e.get("capacity"), e.get("source", "given"), e.get("pooled", True)))
-    return DeviceSet(devset.devices, links, tuple(shared))
+    order = data.get("ready_order")
+    if order is not None and order not in READY_ORDERS:
+        raise DeviceError(f"'ready_order' must be one of {list(READY_ORDERS)}, got {order!r}; see docs/graph-format.md")
+    return DeviceSet(devset.devices, links, tuple(shared), ready_order=order)
 
 
 def save_graph(path: str | Path, graph: nx.DiGraph, devices: Sequence[Any] | DeviceSet | None = None) -> None:

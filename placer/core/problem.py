@@ -31,6 +31,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from cost_models import SimOptions, TensorEdge
+from cost_models.simulate import READY_ORDERS
 
 from ..errors import CostError, GraphError
 
@@ -184,6 +185,9 @@ class PlacementProblem:
     transfer_cpu : numpy.ndarray or None
         ``(k, k)`` CPU seconds a transfer costs on each end (calibrated gRPC
         links; ``cost_models.SimOptions.transfer_cpu_s``); ``None``: not modelled.
+    ready_order : {"fifo", "lifo"} or None
+        Which ready op the devices' executors run next
+        (``cost_models.SimOptions.ready_order``; ``None``: ``"fifo"``).
     """
 
     names: tuple[str, ...]
@@ -199,6 +203,7 @@ class PlacementProblem:
     schedule: Schedule | None = None
     shared: tuple[tuple[tuple[int, ...], float, float], ...] = ()
     transfer_cpu: np.ndarray | None = None
+    ready_order: str | None = None
     _memo: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
     @property
@@ -227,6 +232,7 @@ class PlacementProblem:
         schedule: Schedule | None = None,
         shared: Sequence[tuple[Sequence[int], float] | tuple[Sequence[int], float, float]] = (),
         transfer_cpu: np.ndarray | None = None,
+        ready_order: str | None = None,
     ) -> "PlacementProblem":
         """Validate the arrays and build a frozen problem.
 
@@ -293,8 +299,10 @@ class PlacementProblem:
             if cpu.shape != (k, k) or not np.isfinite(cpu).all() or (cpu < 0).any():
                 raise CostError(f"transfer_cpu must be a finite non-negative ({k}, {k}) array")
             cpu = _frozen(cpu) if cpu.any() else None
+        if ready_order is not None and ready_order not in READY_ORDERS:
+            raise GraphError(f"ready_order must be one of {READY_ORDERS} or None, got {ready_order!r}")
         return cls(tuple(names), _frozen(c), _frozen(mem), _frozen(cap), tuple(tensors),
-                   _frozen(bw), _frozen(lat), order_t, symmetric, control_t, schedule, shared_t, cpu)
+                   _frozen(bw), _frozen(lat), order_t, symmetric, control_t, schedule, shared_t, cpu, ready_order)
 
     def with_memory(self, *, memory_bytes: np.ndarray | None = None,
                     capacity_bytes: np.ndarray | None = None) -> "PlacementProblem":
@@ -364,14 +372,15 @@ class PlacementProblem:
             names=self.names, compute_s=self.compute_s[:, idx], memory_bytes=self.memory_bytes,
             capacity_bytes=self.capacity_bytes[idx], tensors=self.tensors, bandwidth=self.bandwidth[cols],
             latency=self.latency[cols], order=self.order, control=self.control, schedule=sched, shared=shared,
-            transfer_cpu=None if self.transfer_cpu is None else self.transfer_cpu[cols])
+            transfer_cpu=None if self.transfer_cpu is None else self.transfer_cpu[cols], ready_order=self.ready_order)
 
     def sim_options(self, options: "SimOptions | None" = None) -> "SimOptions":
         """``options`` (default: the step only) with what this problem knows of its devices: shared
-        processors and transfer CPU costs."""
+        processors, transfer CPU costs and the order their executors run ready ops."""
         base = options or SimOptions(peak_memory=False)
         return replace(base, shared=base.shared or self.shared,
-                       transfer_cpu_s=base.transfer_cpu_s if base.transfer_cpu_s is not None else self.transfer_cpu)
+                       transfer_cpu_s=base.transfer_cpu_s if base.transfer_cpu_s is not None else self.transfer_cpu,
+                       ready_order=base.ready_order or self.ready_order)
 
     def parallel_devices(self) -> float:
         """How many ops' worth of work can run at once: one per device, a shared group's capacity for its devices."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -229,7 +229,7 @@ def calibrate_links(devset: DeviceSet, sizes: Sequence[int] = DEFAULT_SIZES, rep
                                                                measure_transfer_cpu(b.name, a.name)]))
     links = {**devset.links, **{ij: Link(f.link.bandwidth_bytes_per_s, f.link.latency_s, cpu.get(ij, 0.0))
                                 for ij, f in fits.items()}}
-    return DeviceSet(devset.devices, links, devset.shared, {**devset.fits, **fits}), fits
+    return replace(devset, links=links, fits={**devset.fits, **fits}), fits
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,8 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import tensorflow as tf
 
+from cost_models.simulate import READY_ORDERS
+
 from ..core.build import MODEL_GROUP_BY, build_problem
 from ..core.compression import DEFAULT_ERROR_BUDGET, CompressionPolicy
 from ..core.devices import resolve_devices
@@ -167,6 +169,14 @@ class PlacementOptions:
         10%, about the cost model's median error; ``0`` keeps any predicted
         gain; larger where predictions of split plans have run fast, e.g.
         gRPC workers sharing one machine).
+    ready_order : {"fifo", "lifo"} or None
+        Which ready op each device's executor runs next, for the simulator
+        the solvers plan with: ``None`` (default) or ``"fifo"``, the
+        earliest ready (several inter-op threads per device, as logical
+        devices of this process); ``"lifo"``, depth first, for gRPC workers
+        started with one inter-op thread (``LocalCluster(threads=1)``): a
+        plan made under ``"fifo"`` measured slower than one such worker where
+        the plan made under ``"lifo"`` did not (``benchmarks/fidelity.py``).
     """
 
     batch_size: int | None = None
@@ -195,6 +205,7 @@ class PlacementOptions:
     shared_capacity: str | float | None = "measure"
     microbatches: int | str = 1
     split_margin: float = SPLIT_MARGIN
+    ready_order: str | None = None
     calibrate_links: bool = True
     measure_call: bool = True
     worker_timeout_s: float = DEFAULT_WORKER_TIMEOUT_S
@@ -228,6 +239,8 @@ class PlacementOptions:
             if self.shared_capacity < 1:
                 raise AutoplaceError(f"shared_capacity is at least 1 (one device's work at a time), "
                                      f"got {self.shared_capacity}")
+        if self.ready_order is not None and self.ready_order not in READY_ORDERS:
+            raise AutoplaceError(f"ready_order must be one of {READY_ORDERS} or None, got {self.ready_order!r}")
         if self.microbatches != "auto":
             if isinstance(self.microbatches, (str, bool)):
                 raise AutoplaceError(f"microbatches must be a positive integer or 'auto', got {self.microbatches!r}")
@@ -415,7 +428,10 @@ def _first_stages(model: Any, devices: Sequence[Any], opts: PlacementOptions, st
 
 def _hosts(model: Any, traced: Any, devset: Any, opts: PlacementOptions, costs: Any = None) -> Any:
     """The hosts stage: the links between processes, calibrated (``PlacementOptions.calibrate_links``), and the
-    processors ``devset``'s devices share (``PlacementOptions.shared_capacity``)."""
+    processors ``devset``'s devices share (``PlacementOptions.shared_capacity``), and their executors' ready
+    order (``PlacementOptions.ready_order``)."""
+    if opts.ready_order is not None:
+        devset = replace(devset, ready_order=opts.ready_order)
     if opts.calibrate_links and len({d.host for d in devset.devices}) > 1:
         from ..measure.links import calibrate_links
 
