@@ -53,6 +53,20 @@ import numpy as np
 READY_ORDERS = ("fifo", "lifo")
 
 
+def checked_ready_order(order: str | None, error: type[Exception] = ValueError) -> str | None:
+    """``order`` if it is one of :data:`READY_ORDERS` or ``None``; else raises ``error`` saying which to use.
+
+    Examples
+    --------
+    >>> checked_ready_order("lifo"), checked_ready_order(None)
+    ('lifo', None)
+    """
+    if order is not None and order not in READY_ORDERS:
+        raise error(f"ready_order must be 'fifo' (devices with several inter-op threads), 'lifo' (one inter-op "
+                    f"thread: depth first) or None (fifo), got {order!r}")
+    return order
+
+
 @dataclass(frozen=True)
 class TensorEdge:
     """A (group of) tensor(s) produced by ``src`` and consumed by ``dsts``.
@@ -289,8 +303,7 @@ def simulate(
     concurrency, ready_order = options.concurrency, options.ready_order
     if concurrency < 1:
         raise ValueError("concurrency must be >= 1")
-    if ready_order is not None and ready_order not in READY_ORDERS:
-        raise ValueError(f"ready_order must be one of {READY_ORDERS} or None, got {ready_order!r}")
+    checked_ready_order(ready_order)
     if options.time_factor is not None:
         factors = np.asarray(options.time_factor, dtype=float)
         if factors.shape != (k,) or not np.isfinite(factors).all() or (factors <= 0).any():

@@ -25,6 +25,7 @@ from placer.errors import (
 from placer.core.build import build_problem
 from placer.core.graph_io import as_device_set, devices_from_json, devices_to_json
 from placer.core.objectives import OBJECTIVES
+from placer.core.problem import PlacementProblem
 from placer.core.synthetic import training_graph
 
 HEURISTICS = ["single", "round_robin", "contiguous", "partition", "heft", "etf"]
@@ -257,8 +258,20 @@ def test_plans_are_made_and_scored_under_the_devices_ready_order():
     assert (fifo.value, lifo.value) == pytest.approx((9.02e-3, 8.02e-3))  # + the default link's 20 µs
     again = devices_from_json(devices_to_json(replace(base, ready_order="lifo")))
     assert again.ready_order == "lifo" and devices_from_json(devices_to_json(base)).ready_order is None
-    with pytest.raises(DeviceError, match="ready_order"):
+    with pytest.raises(DeviceError, match="ready_order must be 'fifo'.*'lifo'"):
         replace(base, ready_order="random")
+    with pytest.raises(DeviceError, match="ready_order"):
+        devices_from_json({**devices_to_json(base), "ready_order": "depth"})
+    built = build_problem(g, base)
+    with pytest.raises(GraphError, match="ready_order"):
+        PlacementProblem.build(names=built.problem.names, compute_s=built.problem.compute_s,
+                               memory_bytes=built.problem.memory_bytes, capacity_bytes=built.problem.capacity_bytes,
+                               tensors=built.problem.tensors, bandwidth=built.problem.bandwidth,
+                               latency=built.problem.latency, ready_order="LIFO")
+    with pytest.raises(CostError, match="capacity_bytes must be positive"):
+        built.problem.with_memory(capacity_bytes=[1.0, 0.0])
+    with pytest.raises(CostError, match="memory_bytes must be finite, non-negative, one per node"):
+        built.problem.with_memory(memory_bytes=-np.ones(built.problem.n))
 
 
 def test_heterogeneous_devices_and_host_only_ops():

@@ -28,7 +28,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from cost_models.comm import Link, LinkFit
-from cost_models.simulate import READY_ORDERS
+from cost_models.simulate import checked_ready_order
 
 from ..errors import DeviceError
 from .validate import MAX_BYTES, integer, real
@@ -231,8 +231,7 @@ class DeviceSet:
     ready_order: str | None = None
 
     def __post_init__(self) -> None:
-        if self.ready_order is not None and self.ready_order not in READY_ORDERS:
-            raise DeviceError(f"ready_order must be one of {READY_ORDERS} or None, got {self.ready_order!r}")
+        checked_ready_order(self.ready_order, DeviceError)
         seen: set[int] = set()
         for sp in self.shared:
             if max(sp.devices) >= len(self.devices) or seen & set(sp.devices):

@@ -31,7 +31,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from cost_models import SimOptions, TensorEdge
-from cost_models.simulate import READY_ORDERS
+from cost_models.simulate import checked_ready_order
 
 from ..errors import CostError, GraphError
 
@@ -152,6 +152,18 @@ def group_tensors(tensors: Sequence[TensorEdge], group_of: Sequence[int] | np.nd
     return [TensorEdge(s, d, nb, int(c)) for (s, d), (nb, c) in sorted(merged.items())]
 
 
+def _checked_memory(memory_bytes: Any, capacity_bytes: Any, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Node memory (finite, non-negative, one per node) and device capacities (positive, ``inf`` for
+    unlimited, one per device) as float arrays; raises :class:`CostError` otherwise."""
+    mem = np.asarray(memory_bytes, dtype=float)
+    if mem.shape != (n,) or not np.isfinite(mem).all() or (mem < 0).any():
+        raise CostError("memory_bytes must be finite, non-negative, one per node")
+    cap = np.asarray(capacity_bytes, dtype=float)
+    if cap.shape != (k,) or np.isnan(cap).any() or (cap <= 0).any():
+        raise CostError("capacity_bytes must be positive (inf for unlimited), one per device")
+    return mem, cap
+
+
 @dataclass(frozen=True)
 class PlacementProblem:
     """Nodes × devices costs, memory and tensors of one placement problem.
@@ -255,12 +267,7 @@ class PlacementProblem:
         unplaceable = np.flatnonzero(~np.isfinite(c).any(axis=1))
         if unplaceable.size:
             raise GraphError(f"node {names[unplaceable[0]]!r} is allowed on no device (infinite cost everywhere)")
-        mem = np.asarray(memory_bytes, dtype=float)
-        if mem.shape != (n,) or not np.isfinite(mem).all() or (mem < 0).any():
-            raise CostError("memory_bytes must be finite, non-negative, one per node")
-        cap = np.asarray(capacity_bytes, dtype=float)
-        if cap.shape != (k,) or np.isnan(cap).any() or (cap <= 0).any():
-            raise CostError("capacity_bytes must be positive (inf for unlimited), one per device")
+        mem, cap = _checked_memory(memory_bytes, capacity_bytes, n, k)
         bw = np.asarray(bandwidth, dtype=float)
         lat = np.asarray(latency, dtype=float)
         if bw.shape != (k, k) or lat.shape != (k, k):
@@ -299,8 +306,7 @@ class PlacementProblem:
             if cpu.shape != (k, k) or not np.isfinite(cpu).all() or (cpu < 0).any():
                 raise CostError(f"transfer_cpu must be a finite non-negative ({k}, {k}) array")
             cpu = _frozen(cpu) if cpu.any() else None
-        if ready_order is not None and ready_order not in READY_ORDERS:
-            raise GraphError(f"ready_order must be one of {READY_ORDERS} or None, got {ready_order!r}")
+        checked_ready_order(ready_order, GraphError)
         return cls(tuple(names), _frozen(c), _frozen(mem), _frozen(cap), tuple(tensors),
                    _frozen(bw), _frozen(lat), order_t, symmetric, control_t, schedule, shared_t, cpu, ready_order)
 
@@ -325,12 +331,8 @@ class PlacementProblem:
         >>> q.memory_bytes.tolist(), q.capacity_bytes.tolist(), q.symmetric, p.memory_bytes.tolist()
         ([3.0, 2.0], [4.0, 8.0], False, [1.0, 2.0])
         """
-        mem = self.memory_bytes if memory_bytes is None else np.asarray(memory_bytes, dtype=float)
-        if mem.shape != (self.n,) or not np.isfinite(mem).all() or (mem < 0).any():
-            raise CostError("memory_bytes must be finite, non-negative, one per node")
-        cap = self.capacity_bytes if capacity_bytes is None else np.asarray(capacity_bytes, dtype=float)
-        if cap.shape != (self.k,) or np.isnan(cap).any() or (cap <= 0).any():
-            raise CostError("capacity_bytes must be positive (inf for unlimited), one per device")
+        mem, cap = _checked_memory(self.memory_bytes if memory_bytes is None else memory_bytes,
+                                   self.capacity_bytes if capacity_bytes is None else capacity_bytes, self.n, self.k)
         return replace(self, memory_bytes=_frozen(mem), capacity_bytes=_frozen(cap),
                        symmetric=self.symmetric and bool(np.allclose(cap, cap[0])))
 

@@ -46,7 +46,7 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import tensorflow as tf
 
-from cost_models.simulate import READY_ORDERS
+from cost_models.simulate import checked_ready_order
 
 from ..core.build import MODEL_GROUP_BY, build_problem
 from ..core.compression import DEFAULT_ERROR_BUDGET, CompressionPolicy
@@ -239,8 +239,7 @@ class PlacementOptions:
             if self.shared_capacity < 1:
                 raise AutoplaceError(f"shared_capacity is at least 1 (one device's work at a time), "
                                      f"got {self.shared_capacity}")
-        if self.ready_order is not None and self.ready_order not in READY_ORDERS:
-            raise AutoplaceError(f"ready_order must be one of {READY_ORDERS} or None, got {self.ready_order!r}")
+        checked_ready_order(self.ready_order, AutoplaceError)
         if self.microbatches != "auto":
             if isinstance(self.microbatches, (str, bool)):
                 raise AutoplaceError(f"microbatches must be a positive integer or 'auto', got {self.microbatches!r}")
