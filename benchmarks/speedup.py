@@ -97,6 +97,12 @@ def run(args: argparse.Namespace) -> int:
 
     with placer.LocalCluster(2, pin_cores=True, threads=1) as cluster:
         devices = placer.connect(cluster)
+        order = repr(args.ready_order)
+        if args.ready_order == "detect":
+            from placer.core.devices import resolve_devices
+            from placer.measure.hosts import executor_ready_order
+
+            order = f"'detect' ({executor_ready_order(resolve_devices(devices))[0]})"
         out("## Measured speedups: 2 TF gRPC workers, one pinned core and one thread each")
         out()
         out(f"{time.strftime('%Y-%m-%d')}; {args.repeats} interleaved rounds per placement after 2 warm-up calls; "
@@ -104,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
             "predicted step (simulated with ops profiled on worker 0, the calibrated link and its transfer CPU "
             "cost, plus the plan's measured fixed cost per call); predicted speedup = the best single-worker "
             "configuration's predicted step / this one's; link share = the busiest link's bytes / bandwidth "
-            f"over the predicted step; plans made and predicted with ready_order={args.ready_order!r}.")
+            f"over the predicted step; plans made and predicted with ready_order={order}.")
         out()
         out("| workload | placement | measured ms | ± | measured speedup | predicted ms | predicted speedup | "
             "prediction error | link share |")
@@ -242,9 +248,9 @@ def main() -> int:
     ap.add_argument("--models", nargs="+", default=list(CASES), choices=list(CASES))
     ap.add_argument("--repeats", type=int, default=7, help="interleaved measured rounds per placement")
     ap.add_argument("--time-limit", type=float, default=5.0, help="solver time limit per placement (s)")
-    ap.add_argument("--ready-order", default="lifo", choices=["fifo", "lifo"],
+    ap.add_argument("--ready-order", default="detect", choices=["detect", "fifo", "lifo"],
                     help="the order the solvers' simulator runs a device's ready ops (autoplace's ready_order): "
-                    "these workers have one inter-op thread, which runs depth first (lifo)")
+                    "these workers have one inter-op thread, which runs depth first, and 'detect' finds 'lifo'")
     ap.add_argument("--out", default=str(HERE / "results" / "speedup.md"))
     args = ap.parse_args()
     return isolated(lambda: run(args))

@@ -45,7 +45,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -53,17 +53,20 @@ import numpy as np
 READY_ORDERS = ("fifo", "lifo")
 
 
-def checked_ready_order(order: str | None, error: type[Exception] = ValueError) -> str | None:
-    """``order`` if it is one of :data:`READY_ORDERS` or ``None``; else raises ``error`` saying which to use.
+def checked_ready_order(order: str | None, error: type[Exception] = ValueError,
+                        also: Mapping[str, str] | None = None) -> str | None:
+    """``order`` if it is one of :data:`READY_ORDERS`, ``None`` or a key of ``also`` (further values a caller
+    takes, each with what it means); else raises ``error`` saying which to use.
 
     Examples
     --------
     >>> checked_ready_order("lifo"), checked_ready_order(None)
     ('lifo', None)
     """
-    if order is not None and order not in READY_ORDERS:
-        raise error(f"ready_order must be 'fifo' (devices with several inter-op threads), 'lifo' (one inter-op "
-                    f"thread: depth first) or None (fifo), got {order!r}")
+    if order is not None and order not in READY_ORDERS and order not in (also or {}):
+        more = "".join(f"{value!r} ({meaning}), " for value, meaning in (also or {}).items())
+        raise error(f"ready_order must be {more}'fifo' (devices with several inter-op threads), 'lifo' (one "
+                    f"inter-op thread: depth first) or None (fifo), got {order!r}")
     return order
 
 

@@ -160,6 +160,7 @@ def main() -> None:
         got = placed(x).numpy()
         out["max_abs_diff"] = float(np.abs(got - ref).max())
         out["link_sources"] = sorted({link["source"] for link in placed.report_data["links"]})
+        out["ready_order"] = placed.report_data["simulation"]["ready_order"]  # detected: one-thread workers
         # profiles of a worker are cached for that worker process: the second placement reads them
         from placer.tf.costs import worker_identity
         cache_dir = tempfile.mkdtemp()

@@ -25,6 +25,31 @@ def _namespace_works() -> bool:
     return r.returncode == 0
 
 
+def test_a_workers_threads_are_read_from_its_command_line():
+    from placer.core.processes import python_module_command
+    from placer.measure.worker import MODULE, threads_from_command_line
+
+    spec = '{"worker": ["127.0.0.1:1"]}'
+    assert threads_from_command_line(python_module_command(MODULE, spec, "0", "1")) == 1  # LocalCluster's form
+    assert threads_from_command_line(["python", "-m", MODULE, spec, "3", "4", "--no-heap-trim"]) == 4
+    for foreign in (["python", "server.py", spec, "0", "1"], ["python", "-m", MODULE, spec, "0"],
+                    ["python", "-m", MODULE, spec, "0", "0"], ["python", "-m", MODULE, spec, "0", "-1"]):
+        assert threads_from_command_line(foreign) is None, foreign
+
+
+@pytest.mark.parametrize("threads,order", [((1, 1), "lifo"), ((1, 4), "fifo"), ((1, None), "fifo")])
+def test_the_ready_order_follows_the_processes_inter_op_threads(monkeypatch, threads, order):
+    from placer.core.devices import resolve_devices
+    from placer.measure import hosts
+
+    devset = resolve_devices([f"/job:worker/replica:0/task:{i}/device:CPU:0" for i in range(2)])
+    monkeypatch.setattr(hosts, "inter_op_threads", lambda host: threads[int(host[-1])])
+    got, why = hosts.executor_ready_order(devset)
+    assert got == order
+    if None in threads:  # a worker not started by placer.measure.worker: said so, with what to pass
+        assert "task:1" in why and "cannot be told" in why and "ready_order='lifo'" in why
+
+
 def test_tracing_a_cluster_without_profiler_servers_is_refused():
     with pytest.raises(DeviceError, match="profiler=True"):
         LocalCluster(2).trace(lambda: None, "unused", 100)
@@ -78,6 +103,7 @@ def test_two_pinned_workers_place_a_model_and_shut_down():
     assert set(out["variable_devices"]) <= workers
     assert out["max_abs_diff"] <= 1e-5, out
     assert out["link_sources"] == ["calibrated"]  # autoplace measured the link between the two workers
+    assert out["ready_order"] == "lifo"  # LocalCluster's workers run one inter-op thread: detected, depth first
     # a worker's profile is cached for that process: measured once, then read back; each worker process
     # has its own identity, stable while it runs
     assert out["cache_sources"] == ["measured", "measured (cached)"] and out["cache_entries"] == 1, out

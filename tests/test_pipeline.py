@@ -196,6 +196,14 @@ def test_plan_is_complete_and_reported(placed, tmp_path):
     trace = json.load(open(p.report(tmp_path / "r.trace.json")))
     ops = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     assert len(ops) == len(data["simulation"]["timeline"])
+    # the ready order was detected: this process's logical devices share its inter-op pool (TF's default: a
+    # thread per core it may use), so one thread means depth first
+    from placer.core.devices import device_host
+    from placer.measure.hosts import inter_op_threads
+
+    threads = inter_op_threads(device_host("/CPU:0"))
+    assert data["simulation"]["ready_order"] == ("lifo" if threads == 1 else "fifo"), threads
+    assert ("depth first" if threads == 1 else "earliest ready op first") in page
     # the trace is the simulated step; the plan's predicted step adds the measured fixed cost per call
     assert plan.call_overhead_s > 0
     assert max(e["ts"] + e["dur"] for e in ops) == pytest.approx((plan.predicted_step_time_s - plan.call_overhead_s)

@@ -47,6 +47,7 @@ Examples
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import replace
 from typing import Any, Callable, Mapping, Sequence
@@ -54,8 +55,9 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import tensorflow as tf
 
-from ..core.devices import DeviceSet, SharedProcessor
+from ..core.devices import DeviceSet, SharedProcessor, device_host
 from ..errors import DeviceError
+from .worker import threads_from_command_line
 
 log = logging.getLogger(__name__)
 
@@ -338,6 +340,55 @@ def _fetch(outs: Any) -> None:
 
 #: Read on each process's CPU to tell which processes share a machine (Linux: one id per boot of a kernel).
 MACHINE_ID_FILE = "/proc/sys/kernel/random/boot_id"
+#: Read on a worker's CPU: its command line, which names its inter-op threads when it was started by
+#: ``python -m placer.measure.worker`` (:func:`placer.measure.worker.threads_from_command_line`).
+COMMAND_LINE_FILE = "/proc/self/cmdline"
+
+
+def _read_on(host: str, path: str) -> tuple[str | None, str]:
+    """``(the text of the file at path, "")`` read by a TF op on ``host``'s CPU (so a worker's file, on its
+    machine), or ``(None, why)`` where that process cannot read it (no such file, no ``/proc``)."""
+    try:
+        with tf.device(f"{host}/device:CPU:0"):
+            return tf.io.read_file(path).numpy().decode(errors="replace"), ""
+    except (tf.errors.NotFoundError, tf.errors.PermissionDeniedError, tf.errors.UnimplementedError) as e:
+        return None, str(e).splitlines()[0]
+
+
+def inter_op_threads(host: str) -> int | None:
+    """The inter-op threads of the process ``host`` (``/job:…/replica:…/task:…``), or ``None`` if it cannot be
+    told.
+
+    This process: its setting (``tf.config.threading``; TF's default is one per core it may run on). A gRPC
+    worker: the threads on its command line (:data:`COMMAND_LINE_FILE`) when it was started by ``python -m
+    placer.measure.worker`` (as :class:`~placer.measure.cluster.LocalCluster` starts them); a worker started
+    any other way cannot be told, since a remote process's thread pools are not visible to TensorFlow's
+    client.
+    """
+    if host == device_host("/CPU:0"):
+        n = tf.config.threading.get_inter_op_parallelism_threads()
+        return n if n > 0 else len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    text, _ = _read_on(host, COMMAND_LINE_FILE)
+    return None if text is None else threads_from_command_line(text.rstrip("\0").split("\0"))
+
+
+def executor_ready_order(devset: DeviceSet) -> tuple[str, str]:
+    """The order in which the executors of ``devset``'s processes run ready ops, for the simulator
+    (``cost_models.SimOptions.ready_order``), and why, for the log.
+
+    ``"lifo"`` (depth first) when every process that holds one of the devices runs one inter-op thread:
+    TensorFlow's executor then runs a finished op's successor inline and puts other ready ops at the front of
+    its one thread's queue (a profiler trace of two such workers, docs/costs.md). ``"fifo"`` otherwise,
+    including when some process's threads cannot be told (:func:`inter_op_threads`; the reason says so).
+    """
+    threads = {host: inter_op_threads(host) for host in dict.fromkeys(d.host for d in devset.devices)}
+    unknown = sorted(h for h, n in threads.items() if n is None)
+    if unknown:
+        return "fifo", (f"the inter-op threads of {unknown} cannot be told (not started by python -m "
+                        f"placer.measure.worker): pass ready_order='lifo' if each runs one")
+    if all(n == 1 for n in threads.values()):
+        return "lifo", "every process runs one inter-op thread"
+    return "fifo", "inter-op threads " + ", ".join(f"{h}: {n}" for h, n in threads.items())
 
 
 def machine_groups(devset: DeviceSet, kind: str = "CPU") -> list[tuple[int, ...]]:
@@ -356,14 +407,10 @@ def machine_groups(devset: DeviceSet, kind: str = "CPU") -> list[tuple[int, ...]
         return []
     by_machine: dict[str, list[str]] = {}
     for host in by_process:
-        try:
-            with tf.device(f"{host}/device:CPU:0"):
-                machine = tf.io.read_file(MACHINE_ID_FILE).numpy().decode().strip()
-        except (tf.errors.NotFoundError, tf.errors.PermissionDeniedError, tf.errors.UnimplementedError) as e:
-            log.info("cannot tell which machine %s runs on (%s): taken as a machine of its own", host,
-                     str(e).splitlines()[0])
-            machine = host
-        by_machine.setdefault(machine, []).append(host)
+        text, why = _read_on(host, MACHINE_ID_FILE)
+        if text is None:
+            log.info("cannot tell which machine %s runs on (%s): taken as a machine of its own", host, why)
+        by_machine.setdefault(host if text is None else text.strip(), []).append(host)
     groups = []
     for hosts in by_machine.values():
         if len(hosts) < 2:

@@ -74,6 +74,30 @@ def start_heap_trimmer() -> bool:
     return True
 
 
+#: This module's name as it appears on a worker's command line (``-m MODULE`` or LocalCluster's bootstrap).
+MODULE = "placer.measure.worker"
+
+
+def threads_from_command_line(argv: list[str]) -> int | None:
+    """The inter-op threads of a worker process with command line ``argv`` (``/proc/PID/cmdline`` split at NULs):
+    the third argument after this module's name (the usage in the module docstring), or ``None`` when the
+    process was not started by this module or that argument is not a positive integer.
+
+    Examples
+    --------
+    >>> threads_from_command_line(["python3", "-m", MODULE, '{"worker": ["h:1"]}', "0", "1"])
+    1
+    >>> threads_from_command_line(["python3", "my_server.py", "--threads", "1"]) is None
+    True
+    """
+    if MODULE not in argv:
+        return None
+    rest = argv[argv.index(MODULE) + 1:]
+    if len(rest) < 3 or not rest[2].isdigit() or int(rest[2]) < 1:
+        return None
+    return int(rest[2])
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="python -m placer.measure.worker")
     parser.add_argument("cluster", type=json.loads, help="the cluster spec as JSON")

@@ -225,6 +225,9 @@ def _timeline_chart(data: Mapping[str, Any]) -> str:
         ax.axvline(step * 1e3, color="#c0392b", linewidth=1)
     ax.set_title("simulated step" + (f" as a pipeline of {m} micro-batches" if m > 1 else ""))
     piped = f", {m} micro-batches" if m > 1 else ""
+    order = data["simulation"].get("ready_order")
+    piped += {"lifo": ", each device running its ready ops depth first",
+              "fifo": ", each device running its earliest ready op first"}.get(order, "")
     return _chart("timeline", fig, f"Gantt chart of one simulated step ({len(timeline)} ops{piped}; shades tell layers "
                   "apart; the red line is the predicted step time). Gaps on a device are waits for inputs from "
                   "other devices. The same timeline is in the .trace.json file for Perfetto.")

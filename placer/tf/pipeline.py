@@ -169,14 +169,19 @@ class PlacementOptions:
         10%, about the cost model's median error; ``0`` keeps any predicted
         gain; larger where predictions of split plans have run fast, e.g.
         gRPC workers sharing one machine).
-    ready_order : {"fifo", "lifo"} or None
+    ready_order : {"detect", "fifo", "lifo"} or None
         Which ready op each device's executor runs next, for the simulator
-        the solvers plan with: ``None`` (default) or ``"fifo"``, the
-        earliest ready (several inter-op threads per device, as logical
-        devices of this process); ``"lifo"``, depth first, for gRPC workers
-        started with one inter-op thread (``LocalCluster(threads=1)``): a
+        the solvers plan with: ``"fifo"`` (or ``None``), the earliest ready
+        (several inter-op threads per process, as this process's logical
+        devices by default); ``"lifo"``, depth first, for processes with one
+        inter-op thread, such as ``LocalCluster(threads=1)``'s workers: a
         plan made under ``"fifo"`` measured slower than one such worker where
         the plan made under ``"lifo"`` did not (``benchmarks/fidelity.py``).
+        ``"detect"`` (default): ``"lifo"`` when every process holding a
+        device runs one inter-op thread, else ``"fifo"``
+        (:func:`placer.measure.hosts.executor_ready_order`; a worker not
+        started by ``python -m placer.measure.worker`` cannot be told and
+        counts as ``"fifo"``, logged).
     """
 
     batch_size: int | None = None
@@ -205,7 +210,7 @@ class PlacementOptions:
     shared_capacity: str | float | None = "measure"
     microbatches: int | str = 1
     split_margin: float = SPLIT_MARGIN
-    ready_order: str | None = None
+    ready_order: str | None = "detect"
     calibrate_links: bool = True
     measure_call: bool = True
     worker_timeout_s: float = DEFAULT_WORKER_TIMEOUT_S
@@ -239,7 +244,8 @@ class PlacementOptions:
             if self.shared_capacity < 1:
                 raise AutoplaceError(f"shared_capacity is at least 1 (one device's work at a time), "
                                      f"got {self.shared_capacity}")
-        checked_ready_order(self.ready_order, AutoplaceError)
+        checked_ready_order(self.ready_order, AutoplaceError,
+                            also={"detect": "the default: lifo where every process runs one inter-op thread"})
         if self.microbatches != "auto":
             if isinstance(self.microbatches, (str, bool)):
                 raise AutoplaceError(f"microbatches must be a positive integer or 'auto', got {self.microbatches!r}")
@@ -429,8 +435,13 @@ def _hosts(model: Any, traced: Any, devset: Any, opts: PlacementOptions, costs: 
     """The hosts stage: the links between processes, calibrated (``PlacementOptions.calibrate_links``), and the
     processors ``devset``'s devices share (``PlacementOptions.shared_capacity``), and their executors' ready
     order (``PlacementOptions.ready_order``)."""
-    if opts.ready_order is not None:
-        devset = replace(devset, ready_order=opts.ready_order)
+    order = opts.ready_order
+    if order == "detect":
+        from ..measure.hosts import executor_ready_order
+
+        order, why = executor_ready_order(devset)
+        log.info("executors' ready order: %s (%s)", order, why)
+    devset = replace(devset, ready_order=order)
     if opts.calibrate_links and len({d.host for d in devset.devices}) > 1:
         from ..measure.links import calibrate_links
 

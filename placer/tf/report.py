@@ -72,6 +72,8 @@ class Report:
     shared_processors: tuple[Mapping[str, Any], ...] = ()
     #: The simulated step as it runs: the pipeline of ``plan.microbatches`` copies (``None``: ``simulation``).
     pipeline_simulation: SimResult | None = None
+    #: The order the simulated executors ran ready ops in (``cost_models.SimOptions.ready_order``).
+    ready_order: str = "fifo"
 
     @property
     def step_simulation(self) -> SimResult:
@@ -101,7 +103,7 @@ class Report:
             "shared_processors": list(self.shared_processors),
             "traffic_bytes": {"devices": names, "matrix": self.traffic_bytes},
             "simulation": {"predicted_step_time_s": self.step_simulation.step_time_s, "timeline": timeline,
-                           "microbatches": self.plan.microbatches},
+                           "microbatches": self.plan.microbatches, "ready_order": self.ready_order},
             "measurements": list(self.measurements),
             "stage_seconds": dict(self.stage_seconds),
             "cost_model": {"compute": dict(self.costs.compute),
@@ -168,4 +170,4 @@ def build_report(plan: Plan, op_graph: OpGraph, built: BuiltProblem, sim: SimRes
     return Report(plan, graph_summary(op_graph), devices, sim.link_bytes, sim, source, links, ops, edges,
                   tuple(asdict(e) for e in emitted.compressed), dict(stage_seconds),
                   {"name": model_name, "step": emitted.step}, shared_processors=shared,
-                  pipeline_simulation=pipeline_sim)
+                  pipeline_simulation=pipeline_sim, ready_order=built.problem.ready_order or "fifo")
