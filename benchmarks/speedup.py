@@ -10,7 +10,10 @@ workers calibrated) and measured, interleaved, on the same batch:
   (micro-batching alone is faster on one core, cache effects: the fair
   baseline is the best of these);
 * ``autoplace``: ``objective="throughput"``, ``microbatches="auto"``;
-* ``round_robin`` and ``contiguous`` at autoplace's micro-batch count.
+* ``round_robin`` and ``contiguous`` at autoplace's micro-batch count;
+* with ``--contiguous-microbatches 2 4``, ``contiguous`` at those counts too
+  (pipelined splits, whose predictions are checked even where autoplace
+  keeps one worker).
 
 Each measured step fetches its outputs (inference) or runs Keras'
 ``train_on_batch`` (training). Prints and writes a table: measured
@@ -191,6 +194,12 @@ def _run_case(case: str, args: argparse.Namespace, out, summary: list, devices: 
             p = place(alg, algorithm=alg, objective="throughput", microbatches=m, calibrate_links=False)
             if p is not None:
                 configs.append((f"{alg}/m={m}", p))
+    for m in args.contiguous_microbatches:  # pipelined splits whatever autoplace chose: their predictions checked
+        if batch % m == 0 and (auto is None or m != auto.plan.microbatches):
+            p = place(f"contiguous/m={m}", algorithm="contiguous", objective="throughput", microbatches=m,
+                      calibrate_links=False)
+            if p is not None:
+                configs.append((f"contiguous/m={m}", p))
 
     def step_of(p):
         if training:
@@ -251,6 +260,8 @@ def main() -> int:
     ap.add_argument("--ready-order", default="detect", choices=["detect", "fifo", "lifo"],
                     help="the order the solvers' simulator runs a device's ready ops (autoplace's ready_order): "
                     "these workers have one inter-op thread, which runs depth first, and 'detect' finds 'lifo'")
+    ap.add_argument("--contiguous-microbatches", type=int, nargs="*", default=[],
+                    help="also run the contiguous split at these micro-batch counts (pipelined splits' predictions)")
     ap.add_argument("--out", default=str(HERE / "results" / "speedup.md"))
     args = ap.parse_args()
     return isolated(lambda: run(args))

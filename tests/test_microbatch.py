@@ -53,6 +53,49 @@ def test_pipelined_schedule_runs_each_devices_micro_batches_in_order(case):
     assert r.busy_s.sum() == pytest.approx(schedule.durations_s[np.arange(n), a].sum())
 
 
+@settings(max_examples=120, deadline=None)
+@given(placed_dags(), st.data())
+def test_a_training_pipeline_orders_each_phase_apart_and_updates_once(case, data):
+    schedule, a, m = case
+    n = len(a)
+    phases = [data.draw(st.sampled_from(["forward", "backward", "update"])) for _ in range(n)]
+    d, tensors, control, fine = pipelined_schedule(schedule, a, m, phases=phases)
+    r = simulate(d, tensors, fine, lambda i, j, b: 1e-3 * b, control_edges=control)
+    span = {v: (s, e) for v, _, s, e in r.timeline}
+    g = nx.DiGraph([(t.src, w) for t in schedule.tensors for w in t.dsts])
+    g.add_nodes_from(range(n))
+    once = {w for v in range(n) if phases[v] == "update" for w in {v} | nx.descendants(g, v)}
+    for v in once:  # the update and what depends on it run once, in the last copy, after every copy of
+        # what feeds them; their other copies are empty
+        assert all(d[i * n + v, 0] == 0 for i in range(m - 1)) and d[(m - 1) * n + v, 0] == schedule.durations_s[v, 0]
+        for u in g.predecessors(v):
+            assert all(span[i * n + u][1] <= span[(m - 1) * n + v][0] + 1e-12 for i in range(m))
+    for v in set(range(n)) - once:  # each device runs its copies of one phase in micro-batch order
+        for i in range(m - 1):
+            later = span[(i + 1) * n + v][0]
+            assert all(span[i * n + w][1] <= later + 1e-12 for w in set(range(n)) - once
+                       if a[w] == a[v] and phases[w] == phases[v])
+    assert r.busy_s.sum() == pytest.approx(schedule.durations_s[np.arange(n), a].sum())  # work conserved
+
+
+def test_a_training_pipeline_starts_the_next_forward_before_the_backward():
+    # f0 (device 0) -> f1 (1) -> b1 (1) -> b0 (0) -> update (0), 1 s each, free transfers, 2 micro-batches.
+    # GPipe, as the placed step runs: device 0 starts micro-batch 1's forward as soon as micro-batch 0's is
+    # done (0.5 s), the update runs once at its full second: 4 s. Ordered by whole micro-batches (every op
+    # of micro-batch 0 on a device before any of micro-batch 1, the model before phases) it was 5 s.
+    s = Schedule(np.ones((5, 2)), tuple(TensorEdge(u, (u + 1,), 0.0) for u in range(4)), (), np.arange(5))
+    a = np.array([0, 1, 1, 0, 0])
+    phases = ["forward", "forward", "backward", "backward", "update"]
+    d, ts, ctrl, fine = pipelined_schedule(s, a, 2, phases=phases)
+    r = simulate(d, ts, fine, lambda i, j, b: 0.0, control_edges=ctrl)
+    assert r.step_time_s == pytest.approx(4.0)
+    span = {v: (st_, e) for v, _, st_, e in r.timeline}
+    assert span[5][0] == pytest.approx(0.5)  # micro-batch 1's f0
+    assert d[4, 0] == 0 and span[9] == pytest.approx((3.0, 4.0))  # the update: once, after both b0 copies
+    d, ts, ctrl, fine = pipelined_schedule(s, a, 2)
+    assert simulate(d, ts, fine, lambda i, j, b: 0.0, control_edges=ctrl).step_time_s == pytest.approx(5.0)
+
+
 def test_two_stage_chain_overlaps_its_micro_batches():
     # a -> b, one op per device, 1 s each and free transfers: 2 s unsplit; with m micro-batches 1 + 1/m
     s = Schedule(np.ones((2, 2)), (TensorEdge(0, (1,), 0.0),), (), np.array([0, 1]))

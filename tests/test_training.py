@@ -411,6 +411,19 @@ def test_pipelined_training_in_micro_batches_equals_full_batch_training(trained,
         lambda a: tf.TensorSpec((None, *a.shape[1:]), tf.as_dtype(a.dtype)), (t["x"][:BATCH], t["y"][:BATCH])))
     gates = [n.name for n in step.graph_def.node if n.name.startswith("autoplace_gate/")]
     assert any("/forward/" in g for g in gates) and any("/backward/" in g for g in gates)
+    # the prediction simulates that step: the optimizer's update once, after the 4 micro-batches' gradients
+    graph = placed._placed.op_graph.graph  # noqa: SLF001
+    phase = {v: graph.nodes[v]["phase"] for v in graph}
+    assert {"forward", "backward", "update"} == set(phase.values())
+    assert all(phase[v] == "backward" for v in graph if v.startswith("gradient_tape/"))
+    ran = {}
+    for t in placed.report_data["simulation"]["timeline"]:
+        copy, op = t["op"].split("/", 1)
+        if t["end_s"] > t["start_s"]:
+            ran.setdefault(op, []).append(int(copy[2:]))
+    updates = [op for op in ran if phase[op] == "update"]
+    assert updates and all(ran[op] == [3] for op in updates), {op: ran[op] for op in updates[:5]}
+    assert any(sorted(copies) == [0, 1, 2, 3] for op, copies in ran.items() if phase[op] == "backward")
 
 
 def test_train_on_batch_and_test_on_batch_follow_keras(trained, devices):

@@ -21,6 +21,12 @@ LAYER = "layer"
 VARIABLE = "variable"
 #: Node: TensorFlow op type.
 OP_TYPE = "op_type"
+#: Node (training steps): which part of the step the op is, one of :data:`PHASES` (default ``"forward"``).
+#: A pipeline of micro-batches copies the forward and backward ops per micro-batch, orders each device's
+#: copies per phase, and runs the update once (:mod:`placer.core.microbatch`).
+PHASE = "phase"
+#: The values of :data:`PHASE`: the forward pass and the loss, the gradients, the optimizer's update.
+PHASES = ("forward", "backward", "update")
 #: Node: bytes of all outputs at the planning batch size.
 OUTPUT_BYTES = "output_bytes"
 #: Edge: bytes moved when the edge crosses devices.

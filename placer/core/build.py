@@ -65,6 +65,8 @@ from .attrs import (
     LAYER,
     MEMORY_BYTES,
     OP_TYPE,
+    PHASE,
+    PHASES,
     TENSOR,
     TENSOR_BYTES,
     TENSORS,
@@ -107,6 +109,10 @@ class BuiltProblem:
         no layers): the keys ``auto`` merges first when it coarsens.
     memory : MemoryTraits
         Per fine node: resident bytes and the op-type facts of the memory model.
+    phases : tuple of str
+        Per fine node, its part of a training step (the graph's ``phase``, one of
+        :data:`placer.core.attrs.PHASES`; ``"forward"`` where not given): what a pipeline of
+        micro-batches copies, orders and runs once (:mod:`placer.core.microbatch`).
     """
 
     problem: PlacementProblem
@@ -115,6 +121,7 @@ class BuiltProblem:
     group_by: str
     layer_keys: tuple | None
     memory: MemoryTraits
+    phases: tuple[str, ...] = ()
 
     @property
     def schedule(self) -> Schedule:
@@ -463,4 +470,9 @@ def build_problem(graph: nx.DiGraph, devices: DeviceSet, *, group_by: str = DEFA
                           aliasing=tuple(t in ALIASING_OP_TYPES for t in op_types),
                           inplace=tuple(t in INPLACE_OP_TYPES for t in op_types),
                           held=tuple(t in HELD_OP_TYPES for t in op_types))
-    return BuiltProblem(problem, tuple(nodes), devices, group_by, layer_keys, traits)
+    phases = tuple(graph.nodes[v].get(PHASE, PHASES[0]) for v in nodes)
+    bad = next((v for v, ph in zip(nodes, phases) if ph not in PHASES), None)
+    if bad is not None:
+        raise GraphError(f"node {bad!r} has {PHASE}={graph.nodes[bad][PHASE]!r}; use one of {list(PHASES)} or leave "
+                         "it out (forward)")
+    return BuiltProblem(problem, tuple(nodes), devices, group_by, layer_keys, traits, phases)

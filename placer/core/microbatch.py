@@ -2,11 +2,17 @@
 
 :mod:`placer.tf.microbatch` runs ``m`` copies of the placed graph, one per
 micro-batch, and orders each device's work with gates: a device finishes
-micro-batch ``i`` (every op of it there) before it starts ``i + 1``.
+micro-batch ``i`` (every op of it there) before it starts ``i + 1``; in a
+training step the forward and the backward copies are ordered apart (GPipe)
+and the optimizer's update runs once, on the summed gradients.
 :func:`pipelined_schedule` builds the same graph for the simulator: the
-fine schedule copied ``m`` times, each tensor's bytes divided by ``m``, and per device a
-zero-time gate between consecutive copies. Variables are read by every
-copy; their bytes are resident once. Op times do not shrink with the rows
+fine schedule copied ``m`` times, each tensor's bytes divided by ``m``, per
+device and phase (the graph's ``phase``) a zero-time gate between
+consecutive copies, and the update once, fed by every copy. Variables are
+read by every copy; their bytes are resident once. Until 2026-12-03 a
+training step was simulated with whole micro-batches gated (a device ran
+micro-batch ``i``'s backward pass before ``i + 1``'s forward pass) and the
+update once per micro-batch, unlike what runs. Op times do not shrink with the rows
 (fixed per-op costs): with :class:`SmallBatchCosts`, measured at a second
 batch, each op's time on a micro-batch is interpolated between the two.
 
@@ -31,6 +37,7 @@ import numpy as np
 from cost_models import SimOptions, SimResult, TensorEdge, simulate
 
 from ..errors import PlanError
+from .attrs import PHASES
 from .problem import Schedule
 
 #: Largest number of micro-batches ``microbatches="auto"`` tries.
@@ -65,43 +72,96 @@ class SmallBatchCosts:
         return self.durations_s + w * (full - self.durations_s)
 
 
+def _run_once(schedule: Schedule, phases: Sequence[str] | None) -> np.ndarray:
+    """Per fine node: whether it runs once per step, not per micro-batch: the ``update`` ops and everything
+    that depends on one (the step's outputs wait for the update), as the placed training step runs the
+    optimizer once on the summed gradients."""
+    n = schedule.durations_s.shape[0]
+    once = np.array([ph == "update" for ph in phases], dtype=bool) if phases is not None else np.zeros(n, bool)
+    if not once.any():
+        return once
+    succ: list[list[int]] = [[] for _ in range(n)]
+    for t in schedule.tensors:
+        succ[t.src].extend(t.dsts)
+    for u, v in schedule.control:
+        succ[u].append(v)
+    todo = np.flatnonzero(once).tolist()
+    while todo:
+        for w in succ[todo.pop()]:
+            if not once[w]:
+                once[w] = True
+                todo.append(w)
+    return once
+
+
 def pipelined_schedule(schedule: Schedule, group_assignment: np.ndarray, m: int,
-                       micro_durations_s: np.ndarray | None = None
+                       micro_durations_s: np.ndarray | None = None, phases: Sequence[str] | None = None
                        ) -> tuple[np.ndarray, tuple[TensorEdge, ...], tuple[tuple[int, int], ...], np.ndarray]:
     """``(durations, tensors, control edges, fine assignment)`` of ``m`` gated copies of ``schedule``.
 
     Node ``i * n + v`` is op ``v`` of micro-batch ``i``; the gates follow the ``m * n`` ops.
     ``micro_durations_s``: each op's seconds on a micro-batch (default: the schedule's divided by ``m``).
+
+    ``phases`` (per fine node, :data:`placer.core.attrs.PHASES`; default all ``"forward"``), as the
+    placed training step runs them (:mod:`placer.tf.microbatch`): each device orders its forward copies
+    and, apart, its backward copies (GPipe: a device need not finish micro-batch ``i``'s backward pass
+    before it starts ``i + 1``'s forward pass), and the ops that run once (:func:`_run_once`: the update
+    and what depends on it) run in the last copy at their full time, fed by every copy, with full bytes for tensors into them
+    (gradients have a weight's size whatever the rows); their other copies are empty (no time, no edges),
+    so that node ``i * n + v`` stays op ``v`` of micro-batch ``i``.
     """
     fine = np.asarray(group_assignment, dtype=int)[schedule.group]
     n, k = schedule.durations_s.shape
+    phase = [PHASES[0]] * n if phases is None else list(phases)
+    once = _run_once(schedule, phase)
+    last = (m - 1) * n
     local_src: set[int] = set()
     has_local_input = np.zeros(n, dtype=bool)
+
+    def local(u: int, w: int) -> bool:
+        return fine[w] == fine[u] and phase[w] == phase[u] and w != u and not once[u] and not once[w]
+
     for t in schedule.tensors:
         for w in t.dsts:
-            if fine[w] == fine[t.src] and w != t.src:
+            if local(t.src, w):
                 has_local_input[w] = True
                 local_src.add(t.src)
     for u, v in schedule.control:
-        if fine[u] == fine[v]:
+        if local(u, v):
             has_local_input[v] = True
             local_src.add(u)
-    exits = [v for v in range(n) if v not in local_src]
-    entries = [v for v in range(n) if not has_local_input[v]]
-    devices = sorted(set(fine.tolist()))
-    gate = {(i, d): m * n + i * len(devices) + j for i in range(m - 1) for j, d in enumerate(devices)}
+    exits = [v for v in range(n) if v not in local_src and not once[v]]
+    entries = [v for v in range(n) if not has_local_input[v] and not once[v]]
+    keys = sorted({(int(fine[v]), phase[v]) for v in range(n) if not once[v]})
+    gate = {(i, d, ph): m * n + i * len(keys) + j for i in range(m - 1) for j, (d, ph) in enumerate(keys)}
     total = m * n + len(gate)
     durations = np.zeros((total, k))
     micro = schedule.durations_s / m if micro_durations_s is None else np.asarray(micro_durations_s, dtype=float)
-    durations[:m * n] = np.tile(micro, (m, 1))
-    assignment = np.concatenate([np.tile(fine, m), np.array([d for (_, d) in gate], dtype=int)]).astype(int)
-    tensors = tuple(TensorEdge(i * n + t.src, tuple(i * n + w for w in t.dsts), t.nbytes / m, t.count)
-                    for i in range(m) for t in schedule.tensors)
-    control = [(i * n + u, i * n + v) for i in range(m) for u, v in schedule.control]
-    for (i, d), g in gate.items():
-        control += [(i * n + v, g) for v in exits if fine[v] == d]
-        control += [(g, (i + 1) * n + v) for v in entries if fine[v] == d]
-    return durations, tensors, tuple(control), assignment
+    durations[:m * n] = np.tile(np.where(once[:, None], 0.0, micro), (m, 1))
+    durations[last:m * n][once] = schedule.durations_s[once]
+    assignment = np.concatenate([np.tile(fine, m), np.array([d for (_, d, _) in gate], dtype=int)]).astype(int)
+    tensors = []
+    for t in schedule.tensors:
+        if once[t.src]:
+            tensors.append(TensorEdge(last + t.src, tuple(last + w for w in t.dsts), t.nbytes, t.count))
+            continue
+        copied = tuple(w for w in t.dsts if not once[w])
+        into_once = tuple(w for w in t.dsts if once[w])
+        for i in range(m):
+            if copied:
+                tensors.append(TensorEdge(i * n + t.src, tuple(i * n + w for w in copied), t.nbytes / m, t.count))
+            if into_once:
+                tensors.append(TensorEdge(i * n + t.src, tuple(last + w for w in into_once), t.nbytes, t.count))
+    control = []
+    for u, v in schedule.control:
+        if once[u]:
+            control.append((last + u, last + v))
+        else:
+            control += [(i * n + u, (last if once[v] else i * n) + v) for i in range(m)]
+    for (i, d, ph), g in gate.items():
+        control += [(i * n + v, g) for v in exits if fine[v] == d and phase[v] == ph]
+        control += [(g, (i + 1) * n + v) for v in entries if fine[v] == d and phase[v] == ph]
+    return durations, tuple(tensors), tuple(control), assignment
 
 
 def simulate_pipeline(built: Any, group_assignment: np.ndarray, m: int,
@@ -117,7 +177,7 @@ def simulate_pipeline(built: Any, group_assignment: np.ndarray, m: int,
     micro = None
     if small is not None and batch_size:
         micro = small.at(built.schedule.durations_s, batch_size, batch_size / m)
-    d, tensors, control, a = pipelined_schedule(built.schedule, group_assignment, m, micro)
+    d, tensors, control, a = pipelined_schedule(built.schedule, group_assignment, m, micro, built.phases or None)
     p = built.problem
     return simulate(d, tensors, a, p.occupancy_seconds, control_edges=control, link_latency_s=p.latency,
                     options=p.sim_options(options))

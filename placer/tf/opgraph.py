@@ -42,6 +42,7 @@ from ..core.attrs import (
     MEMORY_BYTES,
     OP_TYPE,
     OUTPUT_BYTES,
+    PHASE,
     TENSOR_BYTES,
     TENSORS,
     VARIABLE,
@@ -170,6 +171,25 @@ def layer_of(op_name: str) -> str:
     if parts[0] == GRADIENT_SCOPE and len(parts) > 1:
         parts = parts[1:]
     return "/".join(parts[:2]) if len(parts) >= 3 else "/".join(parts)
+
+
+def phase_of(op_name: str, optimizer_scope: str | None) -> str:
+    """The part of a training step an op belongs to (:data:`placer.core.attrs.PHASES`): ``"backward"`` under
+    the tape's scope, ``"update"`` under the optimizer's, else ``"forward"`` (the model, the loss, the metrics).
+
+    The placed training step in micro-batches (:func:`placer.tf.placed_model.replicated_train_step`) copies
+    the first two per micro-batch and runs the optimizer once.
+
+    Examples
+    --------
+    >>> [phase_of(n, "adam") for n in ("m/d/MatMul", "gradient_tape/m/d/MatMul", "adam/AssignSubVariableOp")]
+    ['forward', 'backward', 'update']
+    """
+    if op_name.startswith(GRADIENT_SCOPE + "/"):
+        return "backward"
+    if optimizer_scope and op_name.startswith(optimizer_scope + "/"):
+        return "update"
+    return "forward"
 
 
 def optimizer_owners(graph: tf.Graph, scope: str, trainable: Iterable[str]) -> dict[str, str]:
@@ -306,6 +326,9 @@ def build_op_graph(traced: TracedModel, compute_us: Mapping[str, Mapping[str, fl
             layers = {dg.nodes[t.op.name][LAYER] for t in op.inputs}
             if len(layers) == 1 and next(iter(layers)) != op.inputs[0].op.name:
                 dg.nodes[op.name][LAYER] = layers.pop()
+    if traced.step == "train":
+        for op in ops:
+            dg.nodes[op.name][PHASE] = phase_of(op.name, traced.optimizer_scope)
     if traced.optimizer_scope:
         # The optimizer's update of a variable runs where the variable lives, and its slots live there too.
         trainable = [ph for ph, var in traced.variables.items() if var.trainable
