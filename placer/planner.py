@@ -41,7 +41,7 @@ from cost_models import SimOptions, SimResult
 from .core.build import DEFAULT_GROUP_BY, GROUPINGS, BuiltProblem, build_problem
 from .core.devices import DeviceSet
 from .core.graph_io import as_device_set
-from .core.microbatch import best_microbatches, simulate_pipeline
+from .core.microbatch import best_microbatches, pipeline_order, pipeline_stages, simulate_pipeline
 from .core.objectives import DEFAULT_OBJECTIVE, OBJECTIVES, get_objective
 from .core.plan import BaselineResult, Plan
 from .core.problem import PlacementProblem, evaluate
@@ -353,7 +353,7 @@ MAX_SPLIT_MARGIN = 100.0
 
 def pipeline_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_size: int,
                   candidates: Sequence[int], *, small: Any = None, fallback: bool = True,
-                  split_margin: float = SPLIT_MARGIN) -> Plan:
+                  split_margin: float = SPLIT_MARGIN, order: str = "auto") -> Plan:
     """``plan`` run as the candidate micro-batch count with the shortest predicted step; or one device.
 
     With ``fallback`` and a time objective, one device (the single
@@ -364,6 +364,14 @@ def pipeline_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_s
     least ``split_margin`` (default :data:`SPLIT_MARGIN`) faster than one device (whose simulated peak
     memory must fit); the plan is returned with ``microbatches`` and
     ``predicted_step_time_s`` set, and a fallback says so in its ``log``.
+
+    A training plan in micro-batches then gets its pipeline ``order`` (``"auto"``, ``"gpipe"`` or
+    ``"1f1b"``: :func:`placer.core.microbatch.pipeline_order`), with its ``stages`` for 1F1B.
+
+    Raises
+    ------
+    PlanError
+        ``order="1f1b"`` where it cannot run (inference, or devices that do not hold contiguous stages).
     """
     a = built.group_assignment(plan.assignment)
     m, step = best_microbatches(built, a, batch_size, candidates, small=small)
@@ -388,8 +396,17 @@ def pipeline_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_s
                 plan = replace(single, solver="single", status="heuristic", log=(*plan.log, note),
                                baselines=plan.baselines, batch_size=plan.batch_size, compression=plan.compression,
                                solve_time_s=plan.solve_time_s)
-                m, step = m1, step1
-    return replace(plan, microbatches=m, predicted_step_time_s=step if m > 1 else plan.predicted_step_time_s)
+                m, step, a = m1, step1, one.assignment
+    chosen, why = pipeline_order(built, a, m, order, small=small, batch_size=batch_size)
+    stages: tuple[str, ...] = ()
+    if chosen == "1f1b":
+        step = simulate_pipeline(built, a, m, small=small, batch_size=batch_size, order="1f1b").step_time_s
+        fine = np.asarray(a, dtype=int)[built.schedule.group]
+        stages = tuple(built.devices.names[d] for d in pipeline_stages(built.schedule, fine, built.phases or None))
+    if m > 1 and "backward" in (built.phases or ()):
+        plan = replace(plan, log=(*plan.log, f"pipeline order {chosen}: {why}"))
+    return replace(plan, microbatches=m, predicted_step_time_s=step if m > 1 else plan.predicted_step_time_s,
+                   pipeline=chosen, stages=stages)
 
 
 def solve(graph: nx.DiGraph, devices: Sequence[Any] | DeviceSet, **options: Any) -> Plan:

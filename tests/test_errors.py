@@ -112,6 +112,7 @@ def test_no_feasible_plan_says_what_was_tried(devices):
                                         ({"time_limit_s": 0}, "time_limit_s"),
                                         ({"batch_size": 0}, "batch_size"),
                                         ({"ready_order": "random"}, "ready_order must be 'detect'"),
+                                        ({"pipeline": "zigzag"}, "pipeline must be 'auto'"),
                                         ({"colour": "red"}, "unknown option")])
 def test_bad_options(model, devices, opts, match):
     before = snapshot(model)

@@ -15,7 +15,8 @@ import placer
 from cost_models import SimOptions, TensorEdge, simulate
 from placer.core.build import build_problem
 from placer.core.graph_io import as_device_set
-from placer.core.microbatch import candidate_microbatches, pipelined_schedule, simulate_pipeline
+from placer.core.microbatch import (candidate_microbatches, device_chains, pipeline_order, pipeline_stages,
+                                    pipelined_schedule, simulate_pipeline)
 from placer.core.problem import Schedule
 from placer.planner import SPLIT_MARGIN, PlanOptions, pipeline_plan, plan_problem
 from placer.tf.microbatch import GATE_PREFIX, microbatch_sizes
@@ -36,6 +37,12 @@ def placed_dags(draw):
     return Schedule(durations, tuple(tensors), (), np.arange(n)), a, draw(st.integers(1, 4))
 
 
+def _timed(schedule, a):
+    """Ops a gate orders: all but sources that take no time on their device (fed inputs, constants)."""
+    fed = {w for t in schedule.tensors for w in t.dsts} | {v for _, v in schedule.control}
+    return {v for v in range(len(a)) if v in fed or schedule.durations_s[v, a[v]] > 0}
+
+
 @settings(max_examples=120, deadline=None)
 @given(placed_dags())
 def test_pipelined_schedule_runs_each_devices_micro_batches_in_order(case):
@@ -45,10 +52,11 @@ def test_pipelined_schedule_runs_each_devices_micro_batches_in_order(case):
     assert d.shape[0] >= m * n and fine.shape == (d.shape[0],)
     r = simulate(d, tensors, fine, lambda i, j, b: 1e-3 * b, control_edges=control)
     span = {v: (s, e) for v, _, s, e in r.timeline}
-    for v in range(n):  # micro-batch i+1's op starts after micro-batch i's ops on that device have ended
+    timed = _timed(schedule, a)
+    for v in timed:  # micro-batch i+1's op starts after micro-batch i's ops on that device have ended
         for i in range(m - 1):
             later = span[(i + 1) * n + v][0]
-            assert all(span[i * n + w][1] <= later + 1e-12 for w in range(n) if a[w] == a[v])
+            assert all(span[i * n + w][1] <= later + 1e-12 for w in timed if a[w] == a[v])
     # the whole batch's work is conserved (each copy does 1/m of it)
     assert r.busy_s.sum() == pytest.approx(schedule.durations_s[np.arange(n), a].sum())
 
@@ -70,11 +78,11 @@ def test_a_training_pipeline_orders_each_phase_apart_and_updates_once(case, data
         assert all(d[i * n + v, 0] == 0 for i in range(m - 1)) and d[(m - 1) * n + v, 0] == schedule.durations_s[v, 0]
         for u in g.predecessors(v):
             assert all(span[i * n + u][1] <= span[(m - 1) * n + v][0] + 1e-12 for i in range(m))
-    for v in set(range(n)) - once:  # each device runs its copies of one phase in micro-batch order
+    gated = _timed(schedule, a) - once
+    for v in gated:  # each device runs its copies of one phase in micro-batch order
         for i in range(m - 1):
             later = span[(i + 1) * n + v][0]
-            assert all(span[i * n + w][1] <= later + 1e-12 for w in set(range(n)) - once
-                       if a[w] == a[v] and phases[w] == phases[v])
+            assert all(span[i * n + w][1] <= later + 1e-12 for w in gated if a[w] == a[v] and phases[w] == phases[v])
     assert r.busy_s.sum() == pytest.approx(schedule.durations_s[np.arange(n), a].sum())  # work conserved
 
 
@@ -94,6 +102,92 @@ def test_a_training_pipeline_starts_the_next_forward_before_the_backward():
     assert d[4, 0] == 0 and span[9] == pytest.approx((3.0, 4.0))  # the update: once, after both b0 copies
     d, ts, ctrl, fine = pipelined_schedule(s, a, 2)
     assert simulate(d, ts, fine, lambda i, j, b: 0.0, control_edges=ctrl).step_time_s == pytest.approx(5.0)
+
+
+def _training_chain(devices_of_layers, act_bytes=4e6, memory_bytes=None):
+    """Forward layers f0..fL-1 on the given devices, backward layers bL-1..b0 beside them, one update.
+    Each forward output feeds the next layer and its own backward layer (kept for the backward pass)."""
+    g = nx.DiGraph()
+    n = len(devices_of_layers)
+    for i in range(n):
+        g.add_node(f"f{i}", compute_us=1000.0, phase="forward", colocation=f"L{i}")
+        g.add_node(f"b{i}", compute_us=1000.0, phase="backward", colocation=f"L{i}")
+    g.add_node("update", compute_us=500.0, phase="update")
+    for i in range(n - 1):
+        g.add_edge(f"f{i}", f"f{i + 1}", bytes=act_bytes, tensor="out")
+        g.add_edge(f"b{i + 1}", f"b{i}", bytes=act_bytes)
+    for i in range(n):
+        g.add_edge(f"f{i}", f"b{i}", bytes=act_bytes, tensor="out")
+        g.add_edge(f"b{i}", "update", bytes=1e3, tensor="grad")
+    g.add_edge(f"f{n - 1}", f"b{n - 1}", bytes=act_bytes, tensor="out")
+    devices = [placer.DeviceSpec(f"/CPU:{d}", memory_bytes=memory_bytes) for d in range(max(devices_of_layers) + 1)]
+    built = build_problem(g, as_device_set(devices), group_by="op")
+    names = built.devices.names
+    a = built.group_assignment({**{f"f{i}": names[d] for i, d in enumerate(devices_of_layers)},
+                                **{f"b{i}": names[d] for i, d in enumerate(devices_of_layers)},
+                                "update": names[0]})
+    return built, a
+
+
+def test_1f1b_holds_fewer_micro_batches_than_gpipe_and_is_taken_where_only_it_fits():
+    built, a = _training_chain([0, 0, 1, 1])
+    gpipe = simulate_pipeline(built, a, 4, SimOptions())
+    one = simulate_pipeline(built, a, 4, SimOptions(), order="1f1b")
+    # the first stage keeps every micro-batch's activations until its backward pass under GPipe (4 x 2 of
+    # 1 MB each), at most two micro-batches' (its warm-up) under 1F1B; here at a cost in time: the
+    # backward pass of micro-batch i must come back before micro-batch i + 2 starts
+    assert one.peak_memory_bytes[0] < 0.65 * gpipe.peak_memory_bytes[0], (one.peak_memory_bytes, gpipe.peak_memory_bytes)
+    assert gpipe.step_time_s < one.step_time_s < 1.1 * gpipe.step_time_s
+    order, why = pipeline_order(built, a, 4, "auto")
+    assert order == "gpipe" and "peak" in why  # both fit (no memory given): the faster one
+    tight, a = _training_chain([0, 0, 1, 1], memory_bytes=int(8e6))  # GPipe's 10 MB peak does not fit
+    order, why = pipeline_order(tight, a, 4, "auto")
+    assert order == "1f1b" and "only 1F1B fits" in why
+    assert pipeline_order(tight, a, 4, "gpipe")[0] == "gpipe"
+    assert pipeline_order(built, a, 1, "auto")[0] == "gpipe"  # one micro-batch: nothing to order
+
+
+def test_1f1b_on_stages_that_are_not_contiguous_is_refused_and_auto_keeps_gpipe():
+    built, a = _training_chain([0, 1, 0, 1])  # device 0 holds layers 0 and 2: 1F1B's gates would wait in a cycle
+    with pytest.raises(placer.PlanError, match="cycle"):
+        simulate_pipeline(built, a, 4, order="1f1b")
+    with pytest.raises(placer.PlanError, match="cycle"):
+        pipeline_order(built, a, 4, "1f1b")
+    order, why = pipeline_order(built, a, 4, "auto")
+    assert order == "gpipe" and "cycle" in why
+    simulate_pipeline(built, a, 4)  # GPipe runs it
+    g = nx.DiGraph()
+    g.add_nodes_from("ab", compute_us=1.0)
+    g.add_edge("a", "b", bytes=8.0)
+    forward = build_problem(g, as_device_set(["/CPU:0", "/CPU:1"]))
+    with pytest.raises(placer.PlanError, match="no backward pass"):
+        pipeline_order(forward, np.array([0, 1]), 2, "1f1b")
+    with pytest.raises(placer.PlanError, match="unknown pipeline order"):
+        pipeline_order(built, a, 4, "zigzag")
+
+
+@settings(max_examples=120, deadline=None)
+@given(placed_dags(), st.data())
+def test_1f1b_runs_each_devices_units_in_its_chain_or_is_refused(case, data):
+    schedule, a, m = case
+    n = len(a)
+    phases = [data.draw(st.sampled_from(["forward", "backward"])) for _ in range(n)]
+    try:
+        d, tensors, control, fine = pipelined_schedule(schedule, a, m, phases=phases, order="1f1b")
+    except placer.PlanError as e:
+        assert "cycle" in str(e)
+        return
+    r = simulate(d, tensors, fine, lambda i, j, b: 1e-3 * b, control_edges=control)
+    span = {v: (s, e) for v, _, s, e in r.timeline}
+    stages = pipeline_stages(schedule, np.asarray(a), phases)
+    timed = _timed(schedule, a)
+    for position, dev in enumerate(stages):
+        (chain,) = device_chains("1f1b", m, position, len(stages))
+        units = [(i, ph) for i, ph in chain if any(a[v] == dev and phases[v] == ph for v in timed)]
+        for (i, ph), (j, ph2) in zip(units, units[1:]):
+            done = max(span[i * n + v][1] for v in timed if a[v] == dev and phases[v] == ph)
+            assert all(span[j * n + v][0] >= done - 1e-12 for v in timed if a[v] == dev and phases[v] == ph2)
+    assert r.busy_s.sum() == pytest.approx(schedule.durations_s[np.arange(n), a].sum())
 
 
 def test_two_stage_chain_overlaps_its_micro_batches():

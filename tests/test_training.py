@@ -10,7 +10,10 @@ last bit (seen: weights 3e-8 apart after 12 steps, logs identical). Hence
 ``rtol=1e-5`` below, the issue's bound for non-bit-exact ops.
 """
 
+from dataclasses import replace
+
 import keras
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -424,6 +427,51 @@ def test_pipelined_training_in_micro_batches_equals_full_batch_training(trained,
     updates = [op for op in ran if phase[op] == "update"]
     assert updates and all(ran[op] == [3] for op in updates), {op: ran[op] for op in updates[:5]}
     assert any(sorted(copies) == [0, 1, 2, 3] for op, copies in ran.items() if phase[op] == "backward")
+
+
+def sequential_mlp() -> keras.Model:
+    inp = keras.Input((16,), name="x")
+    h = inp
+    for i in range(4):
+        h = keras.layers.Dense(32, activation="relu", name=f"d{i}")(h)
+    return keras.Model(inp, keras.layers.Dense(3, name="head")(h), name="chain")
+
+
+def test_pipelined_training_in_the_1f1b_order_equals_full_batch_training(devices):
+    # two stages (d0, d1 | d2, d3, head and the loss: a split made by hand, so that the test does not depend
+    # on measured op times), 4 micro-batches in the 1F1B order: each device
+    # alternates one backward and one forward micro-batch after its warm-up; the same full-batch update
+    keras.utils.set_random_seed(0)
+    settings = dict(optimizer="sgd", loss="mse")
+    model = sequential_mlp()
+    model.compile(**settings)
+    ref = twin(model, settings)
+    rng = np.random.default_rng(2)
+    t = dict(x=rng.standard_normal((BATCH * 4, 16)).astype("float32"),
+             y=rng.standard_normal((BATCH * 4, 3)).astype("float32"))
+    first = placer.autoplace(model, devices[:2], training=True, batch_size=BATCH, microbatches=4, time_limit_s=1,
+                             algorithm="contiguous", pipeline="gpipe", shared_capacity=None)
+    graph = first._placed.op_graph.graph  # noqa: SLF001
+    stage0, stage1 = first.plan.devices
+    late = ("/d2", "/d3", "/head", "compile_loss")
+    split = {op: stage1 if any(k in str(graph.nodes[op].get("layer", op)) for k in late) else stage0
+             for op in first.plan.assignment}
+    placed = placer.autoplace(model, devices[:2], training=True, batch_size=BATCH, microbatches=4, pipeline="1f1b",
+                              plan=replace(first.plan, assignment=split), shared_capacity=None)
+    plan = placed.plan
+    assert plan.pipeline == "1f1b" and plan.stages == (stage0, stage1) and "1F1B" in plan.summary()
+    assert placed.report_data["plan"]["pipeline"] == "1f1b"
+    fit_one_epoch_like(placed, ref, t)
+    step = placed._step_function("train", tf.nest.map_structure(  # noqa: SLF001
+        lambda a: tf.TensorSpec((None, *a.shape[1:]), tf.as_dtype(a.dtype)), (t["x"][:BATCH], t["y"][:BATCH])))
+    # the first stage's warm-up is 2 forward micro-batches: its gate after forward micro-batch 1 opens
+    # backward micro-batch 0, which GPipe never does (its forward gates only open forward micro-batches)
+    gate = "^autoplace_gate/forward/mb1/" + stage0.replace(":", "_").strip("/")
+    opened = [n.name for n in step.graph_def.node if gate in n.input]
+    assert opened and all(name.startswith("gradient_tape/replica_0/") for name in opened), opened[:5]
+    with pytest.raises(placer.AutoplaceError, match="no backward pass"):
+        placer.autoplace(model, devices[:2], batch_size=BATCH, microbatches=2, pipeline="1f1b",
+                         algorithm="contiguous", time_limit_s=1, shared_capacity=None)
 
 
 def test_train_on_batch_and_test_on_batch_follow_keras(trained, devices):

@@ -25,7 +25,8 @@ OP_TYPE = "op_type"
 #: A pipeline of micro-batches copies the forward and backward ops per micro-batch, orders each device's
 #: copies per phase, and runs the update once (:mod:`placer.core.microbatch`).
 PHASE = "phase"
-#: The values of :data:`PHASE`: the forward pass and the loss, the gradients, the optimizer's update.
+#: The values of :data:`PHASE`: the forward pass and the loss, the gradients, and what runs once per step
+#: (the optimizer's update, the metrics and the loss tracker).
 PHASES = ("forward", "backward", "update")
 #: Node: bytes of all outputs at the planning batch size.
 OUTPUT_BYTES = "output_bytes"

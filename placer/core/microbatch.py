@@ -34,7 +34,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from cost_models import SimOptions, SimResult, TensorEdge, simulate
+from cost_models import MemoryTraits, SimOptions, SimResult, TensorEdge, simulate
 
 from ..errors import PlanError
 from .attrs import PHASES
@@ -72,6 +72,114 @@ class SmallBatchCosts:
         return self.durations_s + w * (full - self.durations_s)
 
 
+#: How a pipelined training step orders each device's micro-batches: ``"gpipe"`` (every forward micro-batch
+#: in order, and apart from them every backward one) or ``"1f1b"`` (one forward, one backward: after a
+#: warm-up of ``stages - position`` forward micro-batches each device alternates, so it holds the
+#: activations of at most that many micro-batches, where GPipe's first stage holds all ``m``).
+PIPELINE_ORDERS = ("gpipe", "1f1b")
+#: ``pipeline="auto"`` takes 1F1B where its simulated peak memory is lower than GPipe's and its simulated
+#: step at most this much longer (a 2-stage pipeline has the same fill and drain in both orders).
+ORDER_TIME_TOLERANCE = 0.02
+
+
+def device_chains(order: str, m: int, position: int, stages: int) -> list[list[tuple[int, str]]]:
+    """The chains of ``(micro-batch, phase)`` units a device at pipeline ``position`` (of ``stages``) runs
+    in order; consecutive units of a chain are gated (each unit's first ops wait for the previous unit's
+    last ops on the device).
+
+    Examples
+    --------
+    >>> device_chains("gpipe", 2, 0, 2)
+    [[(0, 'forward'), (1, 'forward')], [(0, 'backward'), (1, 'backward')]]
+    >>> device_chains("1f1b", 3, 1, 2)  # the last stage: warm-up of one
+    [[(0, 'forward'), (0, 'backward'), (1, 'forward'), (1, 'backward'), (2, 'forward'), (2, 'backward')]]
+    """
+    if order == "gpipe":
+        return [[(i, "forward") for i in range(m)], [(i, "backward") for i in range(m)]]
+    if order != "1f1b":
+        raise PlanError(f"unknown pipeline order {order!r}; use one of {list(PIPELINE_ORDERS)}")
+    warm = max(1, min(m, stages - position))
+    chain = [(i, "forward") for i in range(warm)]
+    for i in range(m):
+        chain.append((i, "backward"))
+        if i + warm < m:
+            chain.append((i + warm, "forward"))
+    return [chain]
+
+
+def _ungated(schedule: Schedule, fine: np.ndarray, once: np.ndarray) -> np.ndarray:
+    """Per fine node: whether no gate waits for it or holds it back: ops run once, and sources that take no
+    time on their device (the fed inputs, constants: the placed graph splits inputs outside the gated
+    micro-batches, :func:`placer.tf.microbatch.add_gates`)."""
+    fed = np.zeros(len(fine), dtype=bool)
+    for t in schedule.tensors:
+        fed[list(t.dsts)] = True
+    for _, v in schedule.control:
+        fed[v] = True
+    free = schedule.durations_s[np.arange(len(fine)), fine] == 0
+    return once | (~fed & free)
+
+
+def pipeline_stages(schedule: Schedule, fine: np.ndarray, phases: Sequence[str] | None) -> tuple[int, ...]:
+    """The devices that run ops per micro-batch, in pipeline order: the order the forward pass's tensors
+    flow between them (a topological order of the devices, with an edge where a forward op sends a forward
+    op on another device a tensor; ties, and devices a cycle leaves unordered, by their first forward op in
+    the schedule's topological order), then devices with no forward op by their first op. Ops run once
+    (:func:`_run_once`) and sources that take no time do not count.
+
+    Examples
+    --------
+    >>> from cost_models import TensorEdge
+    >>> s = Schedule(np.ones((3, 2)), (TensorEdge(0, (1,), 1.0),), (), np.arange(3))
+    >>> pipeline_stages(s, np.array([1, 0, 1]), ["forward", "forward", "backward"])
+    (1, 0)
+    """
+    import networkx as nx
+
+    fine = np.asarray(fine, dtype=int)
+    skip = _ungated(schedule, fine, _run_once(schedule, phases))
+    forward = [not skip[v] and (phases is None or phases[v] == "forward") for v in range(len(fine))]
+    first: dict[int, tuple[int, int]] = {}
+    for v, d in enumerate(fine.tolist()):
+        if not skip[v]:
+            first[d] = min(first.get(d, (1, v)), (0 if forward[v] else 1, v))
+    flow = nx.DiGraph()
+    flow.add_nodes_from(d for d in first if first[d][0] == 0)
+    flow.add_edges_from((int(fine[t.src]), int(fine[w])) for t in schedule.tensors if forward[t.src]
+                        for w in t.dsts if forward[w] and fine[w] != fine[t.src])
+    try:
+        ordered = list(nx.lexicographical_topological_sort(flow, key=first.__getitem__))
+    except nx.NetworkXUnfeasible:  # not a chain of stages (1F1B will refuse it): by first forward op
+        ordered = sorted(flow, key=first.__getitem__)
+    return tuple(ordered + sorted((d for d in first if d not in flow), key=first.__getitem__))
+
+
+def _check_acyclic(total: int, tensors: Sequence[TensorEdge], control: Sequence[tuple[int, int]], order: str) -> None:
+    """Raise ``PlanError`` where the gated copies wait on each other in a cycle (TensorFlow would hang)."""
+    indeg = np.zeros(total, dtype=int)
+    succ: list[list[int]] = [[] for _ in range(total)]
+    for t in tensors:
+        for w in t.dsts:
+            succ[t.src].append(w)
+            indeg[w] += 1
+    for u, v in control:
+        succ[u].append(v)
+        indeg[v] += 1
+    ready = np.flatnonzero(indeg == 0).tolist()
+    seen = 0
+    while ready:
+        u = ready.pop()
+        seen += 1
+        for w in succ[u]:
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                ready.append(w)
+    if seen < total:
+        raise PlanError(f"the {order} order would make this plan's micro-batches wait on each other in a cycle "
+                        "(a device runs stages that are not next to each other in the pipeline); use "
+                        "pipeline='gpipe'")
+
+
 def _run_once(schedule: Schedule, phases: Sequence[str] | None) -> np.ndarray:
     """Per fine node: whether it runs once per step, not per micro-batch: the ``update`` ops and everything
     that depends on one (the step's outputs wait for the update), as the placed training step runs the
@@ -95,7 +203,8 @@ def _run_once(schedule: Schedule, phases: Sequence[str] | None) -> np.ndarray:
 
 
 def pipelined_schedule(schedule: Schedule, group_assignment: np.ndarray, m: int,
-                       micro_durations_s: np.ndarray | None = None, phases: Sequence[str] | None = None
+                       micro_durations_s: np.ndarray | None = None, phases: Sequence[str] | None = None,
+                       order: str = "gpipe"
                        ) -> tuple[np.ndarray, tuple[TensorEdge, ...], tuple[tuple[int, int], ...], np.ndarray]:
     """``(durations, tensors, control edges, fine assignment)`` of ``m`` gated copies of ``schedule``.
 
@@ -109,17 +218,27 @@ def pipelined_schedule(schedule: Schedule, group_assignment: np.ndarray, m: int,
     and what depends on it) run in the last copy at their full time, fed by every copy, with full bytes for tensors into them
     (gradients have a weight's size whatever the rows); their other copies are empty (no time, no edges),
     so that node ``i * n + v`` stays op ``v`` of micro-batch ``i``.
+
+    ``order`` (:data:`PIPELINE_ORDERS`): how each device's units ``(micro-batch, phase)`` are chained
+    (:func:`device_chains`, positions from :func:`pipeline_stages`).
+
+    Raises
+    ------
+    PlanError
+        An unknown ``order``, or one whose gates would wait in a cycle (1F1B on a plan whose devices do not
+        hold contiguous stages).
     """
     fine = np.asarray(group_assignment, dtype=int)[schedule.group]
     n, k = schedule.durations_s.shape
     phase = [PHASES[0]] * n if phases is None else list(phases)
     once = _run_once(schedule, phase)
+    free = _ungated(schedule, fine, once)
     last = (m - 1) * n
     local_src: set[int] = set()
     has_local_input = np.zeros(n, dtype=bool)
 
     def local(u: int, w: int) -> bool:
-        return fine[w] == fine[u] and phase[w] == phase[u] and w != u and not once[u] and not once[w]
+        return fine[w] == fine[u] and phase[w] == phase[u] and w != u and not free[u] and not free[w]
 
     for t in schedule.tensors:
         for w in t.dsts:
@@ -130,16 +249,27 @@ def pipelined_schedule(schedule: Schedule, group_assignment: np.ndarray, m: int,
         if local(u, v):
             has_local_input[v] = True
             local_src.add(u)
-    exits = [v for v in range(n) if v not in local_src and not once[v]]
-    entries = [v for v in range(n) if not has_local_input[v] and not once[v]]
-    keys = sorted({(int(fine[v]), phase[v]) for v in range(n) if not once[v]})
-    gate = {(i, d, ph): m * n + i * len(keys) + j for i in range(m - 1) for j, (d, ph) in enumerate(keys)}
+    exits: dict[tuple[int, str], list[int]] = {}
+    entries: dict[tuple[int, str], list[int]] = {}
+    for v in range(n):
+        if not free[v]:
+            if v not in local_src:
+                exits.setdefault((int(fine[v]), phase[v]), []).append(v)
+            if not has_local_input[v]:
+                entries.setdefault((int(fine[v]), phase[v]), []).append(v)
+    stages = pipeline_stages(schedule, fine, phase)
+    links: list[tuple[int, int, str, int, str]] = []  # (device, i, phase) -> (j, phase2): one gate each
+    for position, d in enumerate(stages):
+        for chain in device_chains(order, m, position, len(stages)):
+            units = [(i, ph) for i, ph in chain if (d, ph) in exits]
+            links += [(d, i, ph, j, ph2) for (i, ph), (j, ph2) in zip(units, units[1:])]
+    gate = {link: m * n + g for g, link in enumerate(links)}
     total = m * n + len(gate)
     durations = np.zeros((total, k))
     micro = schedule.durations_s / m if micro_durations_s is None else np.asarray(micro_durations_s, dtype=float)
     durations[:m * n] = np.tile(np.where(once[:, None], 0.0, micro), (m, 1))
     durations[last:m * n][once] = schedule.durations_s[once]
-    assignment = np.concatenate([np.tile(fine, m), np.array([d for (_, d, _) in gate], dtype=int)]).astype(int)
+    assignment = np.concatenate([np.tile(fine, m), np.array([link[0] for link in gate], dtype=int)]).astype(int)
     tensors = []
     for t in schedule.tensors:
         if once[t.src]:
@@ -158,29 +288,102 @@ def pipelined_schedule(schedule: Schedule, group_assignment: np.ndarray, m: int,
             control.append((last + u, last + v))
         else:
             control += [(i * n + u, (last if once[v] else i * n) + v) for i in range(m)]
-    for (i, d, ph), g in gate.items():
-        control += [(i * n + v, g) for v in exits if fine[v] == d and phase[v] == ph]
-        control += [(g, (i + 1) * n + v) for v in entries if fine[v] == d and phase[v] == ph]
+    for (d, i, ph, j, ph2), g in gate.items():
+        control += [(i * n + v, g) for v in exits[(d, ph)]]
+        control += [(g, j * n + v) for v in entries.get((d, ph2), ())]
+    if order != "gpipe":  # GPipe's gates only point from a micro-batch to the next: never a cycle
+        _check_acyclic(total, tensors, control, order)
     return durations, tuple(tensors), tuple(control), assignment
+
+
+def _pipelined_memory(memory: MemoryTraits, n: int, m: int, total: int) -> MemoryTraits:
+    """The memory traits of ``m`` copies of ``n`` nodes and ``total - m * n`` gates: resident bytes once
+    (the copies share the variables), the op-type facts per copy."""
+
+    def tiled(xs: Sequence | None, fill: object) -> list | None:
+        return None if xs is None else [*list(xs) * m, *([fill] * (total - m * n))]
+
+    resident = None
+    if memory.resident_bytes is not None:
+        resident = [*memory.resident_bytes, *([0.0] * (total - n))]
+    return MemoryTraits(resident, tiled(memory.aliasing, False), tiled(memory.inplace, False),
+                        tiled(memory.held, False))
 
 
 def simulate_pipeline(built: Any, group_assignment: np.ndarray, m: int,
                       options: SimOptions = SimOptions(peak_memory=False), *,
-                      small: SmallBatchCosts | None = None, batch_size: int | None = None) -> SimResult:
-    """One simulated step of ``built``'s plan as ``m`` micro-batches (the whole batch, all copies).
+                      small: SmallBatchCosts | None = None, batch_size: int | None = None,
+                      order: str = "gpipe") -> SimResult:
+    """One simulated step of ``built``'s plan as ``m`` micro-batches (the whole batch, all copies) in the
+    pipeline ``order`` (:data:`PIPELINE_ORDERS`).
 
     ``small`` (with the planning ``batch_size``): op times at a smaller batch, interpolated to the
     micro-batch (:class:`SmallBatchCosts`); without it each op's time is divided by ``m``.
+
+    Raises
+    ------
+    PlanError
+        An ``order`` that would wait in a cycle on this plan (:func:`pipelined_schedule`).
     """
     if m == 1:
         return built.simulate(group_assignment, options)
     micro = None
     if small is not None and batch_size:
         micro = small.at(built.schedule.durations_s, batch_size, batch_size / m)
-    d, tensors, control, a = pipelined_schedule(built.schedule, group_assignment, m, micro, built.phases or None)
+    d, tensors, control, a = pipelined_schedule(built.schedule, group_assignment, m, micro, built.phases or None,
+                                                order)
     p = built.problem
+    memory = _pipelined_memory(built.memory, built.schedule.durations_s.shape[0], m, d.shape[0])
     return simulate(d, tensors, a, p.occupancy_seconds, control_edges=control, link_latency_s=p.latency,
-                    options=p.sim_options(options))
+                    memory=memory, options=p.sim_options(options))
+
+
+def pipeline_order(built: Any, group_assignment: np.ndarray, m: int, order: str = "auto", *,
+                   small: SmallBatchCosts | None = None, batch_size: int | None = None) -> tuple[str, str]:
+    """``(order, why)``: the pipeline order a training plan runs its ``m`` micro-batches in.
+
+    ``order`` ``"gpipe"`` or ``"1f1b"`` is checked and kept; ``"auto"`` takes 1F1B where the plan has a
+    backward pass spread over several devices, 1F1B does not wait in a cycle, and it pays: its simulated
+    peaks fit the devices' memory where GPipe's do not, or its largest peak is lower than GPipe's at a
+    simulated step at most :data:`ORDER_TIME_TOLERANCE` longer; else GPipe.
+
+    Raises
+    ------
+    PlanError
+        ``"1f1b"`` for a plan without a backward pass (inference), or one whose devices do not hold
+        contiguous stages (a cycle); an unknown ``order``.
+    """
+    if order not in ("auto", *PIPELINE_ORDERS):
+        raise PlanError(f"unknown pipeline order {order!r}; use 'auto' or one of {list(PIPELINE_ORDERS)}")
+    training = "backward" in (built.phases or ())
+    if order == "gpipe" or m == 1:
+        return "gpipe", "given" if order == "gpipe" else "one micro-batch"
+    if not training:
+        if order == "1f1b":
+            raise PlanError("pipeline='1f1b' orders forward and backward passes; this step has no backward pass "
+                            "(inference): use 'gpipe' or 'auto'")
+        return "gpipe", "no backward pass"
+    args = dict(options=SimOptions(), small=small, batch_size=batch_size)
+    if order == "1f1b":
+        simulate_pipeline(built, group_assignment, m, **args, order="1f1b")  # raises where it would hang
+        return "1f1b", "given"
+    if len(np.unique(np.asarray(group_assignment)[built.schedule.group])) < 2:
+        return "gpipe", "one device: the orders hold the same"
+    try:
+        one = simulate_pipeline(built, group_assignment, m, **args, order="1f1b")
+    except PlanError as e:
+        return "gpipe", str(e)
+    gp = simulate_pipeline(built, group_assignment, m, **args)
+    peak_1, peak_g = float(np.max(one.peak_memory_bytes)), float(np.max(gp.peak_memory_bytes))
+    facts = (f"1F1B {1e3 * one.step_time_s:.3f} ms, peak {peak_1 / 2**20:.1f} MiB; GPipe "
+             f"{1e3 * gp.step_time_s:.3f} ms, peak {peak_g / 2**20:.1f} MiB (simulated)")
+    capacity = np.asarray(built.problem.capacity_bytes, dtype=float) * (1 + 1e-9)
+    fits_1, fits_g = bool(np.all(one.peak_memory_bytes <= capacity)), bool(np.all(gp.peak_memory_bytes <= capacity))
+    if fits_1 and not fits_g:
+        return "1f1b", facts + ": only 1F1B fits the devices' memory"
+    if fits_1 == fits_g and peak_1 < peak_g and one.step_time_s <= gp.step_time_s * (1 + ORDER_TIME_TOLERANCE):
+        return "1f1b", facts
+    return "gpipe", facts
 
 
 def candidate_microbatches(batch_size: int, limit: int = MAX_AUTO_MICROBATCHES) -> list[int]:

@@ -93,6 +93,15 @@ class Plan:
         Cast pair for cut float edges (``none``, ``bf16``, ``fp16``; models only).
     batch_size : int or None
         Batch size the costs were measured at (models only).
+    microbatches : int
+        Micro-batches each batch runs as (1: no pipeline).
+    pipeline : str
+        How a pipelined training step orders each device's micro-batches (``gpipe`` or ``1f1b``;
+        :data:`placer.core.microbatch.PIPELINE_ORDERS`).
+    stages : tuple of str
+        The devices in pipeline order, for ``1f1b`` (its warm-up depends on the position).
+    call_overhead_s : float
+        Measured fixed cost of one call of the placed function (in ``predicted_step_time_s``; 0: not measured).
     """
 
     devices: tuple[str, ...]
@@ -120,6 +129,8 @@ class Plan:
     microbatches: int = 1
     #: Measured fixed cost of one call of the placed function (included in ``predicted_step_time_s``; 0: not measured).
     call_overhead_s: float = 0.0
+    pipeline: str = "gpipe"
+    stages: tuple[str, ...] = ()
 
     def ops_per_device(self) -> dict[str, int]:
         """Number of nodes on each device (devices with none included)."""
@@ -137,6 +148,7 @@ class Plan:
         d["device_memory_bytes"] = list(self.device_memory_bytes)
         d["predicted_peak_memory_bytes"] = list(self.predicted_peak_memory_bytes)
         d["log"] = list(self.log)
+        d["stages"] = list(self.stages)
         for k, v in d.items():
             if isinstance(v, float) and not math.isfinite(v):
                 d[k] = None
@@ -161,7 +173,8 @@ class Plan:
             values["devices"] = tuple(values["devices"])
             values["assignment"] = dict(values["assignment"])
             values["baselines"] = {k: BaselineResult(**v) for k, v in values.get("baselines", {}).items()}
-            for name in ("predicted_device_load_s", "device_memory_bytes", "predicted_peak_memory_bytes", "log"):
+            for name in ("predicted_device_load_s", "device_memory_bytes", "predicted_peak_memory_bytes", "log",
+                         "stages"):
                 values[name] = tuple(values.get(name, ()))
             for name in ("value", "lower_bound", "gap"):
                 values[name] = math.inf if values.get(name) is None else float(values[name])
@@ -226,7 +239,8 @@ class Plan:
                          f"predicted step {b.predicted_step_time_s * 1e3:.3f} ms"
                          + (" simulated" if self.call_overhead_s else ""))
         if self.microbatches > 1:
-            lines.append(f"  runs as a pipeline of {self.microbatches} micro-batches per batch")
+            order = " in the 1F1B order" if self.pipeline == "1f1b" else ""
+            lines.append(f"  runs as a pipeline of {self.microbatches} micro-batches per batch{order}")
         if self.compression != "none":
             lines.append(f"  compression of cut float edges: {self.compression} (the report lists each compressed edge)")
         return "\n".join(lines)

@@ -124,7 +124,8 @@ def _handle(variable: Any) -> Any:
 
 def emit(traced: TracedModel, op_devices: Mapping[str, str], variables: Mapping[str, Any], *,
          compression: CompressionPolicy = NO_COMPRESSION, layer_devices: Mapping[str, str] | None = None,
-         batch_size: int = 1, microbatches: int = 1, gate_replicas: bool = False) -> EmittedModel:
+         batch_size: int = 1, microbatches: int = 1, gate_replicas: bool = False, pipeline: str = "gpipe",
+         stages: Sequence[str] = ()) -> EmittedModel:
     """Build the placed function of one trace.
 
     Parameters
@@ -149,6 +150,9 @@ def emit(traced: TracedModel, op_devices: Mapping[str, str], variables: Mapping[
         The trace is a replicated training step whose replicas are
         micro-batches on the same devices: order each device's forward and
         backward micro-batches (:func:`placer.tf.microbatch.add_gates`).
+    pipeline, stages : str, sequence of str
+        The order of those gates (``"gpipe"`` or ``"1f1b"``) and the devices in pipeline order
+        (``Plan.pipeline``, ``Plan.stages``).
 
     Raises
     ------
@@ -171,7 +175,7 @@ def emit(traced: TracedModel, op_devices: Mapping[str, str], variables: Mapping[
         from .opgraph import GRADIENT_SCOPE
         from .placed_model import REPLICA_SCOPE
 
-        add_gates(gd, replica_keys(gd, REPLICA_SCOPE, GRADIENT_SCOPE))
+        add_gates(gd, replica_keys(gd, REPLICA_SCOPE, GRADIENT_SCOPE), order=pipeline, stages=stages)
 
     placeholders = tuple(traced.variables)
     fn = import_function(gd, traced.input_names, traced.output_names,

@@ -66,24 +66,29 @@ def _renamed(name: str, shared: set[str], prefix: str) -> str:
     return "^" + new if suffix == "^" else new + suffix
 
 
-def add_gates(gd: tf.compat.v1.GraphDef, key_of: Mapping[str, tuple[int, str]], fed: Iterable[str] = ()) -> int:
+def add_gates(gd: tf.compat.v1.GraphDef, key_of: Mapping[str, tuple[int, str]], fed: Iterable[str] = (), *,
+              order: str = "gpipe", stages: Sequence[str] = ()) -> int:
     """Order each device's micro-batches in ``gd`` (in place): the gates of the module docstring.
 
     ``key_of`` gives the nodes that belong to a micro-batch their
-    ``(micro-batch, phase)``; for each device and phase, micro-batch
-    ``i + 1``'s first nodes there (no input from a node of the same
-    micro-batch, phase and device; inputs from ``fed`` nodes do not count)
-    wait for a ``NoOp`` that waits for micro-batch ``i``'s last nodes there
-    (no consumer among them). Phases (``"forward"``, ``"backward"``) are
-    gated separately, so a device runs every forward micro-batch in order
-    and every backward one in order (GPipe), without a forward waiting for a
-    backward. Returns the number of gates.
+    ``(micro-batch, phase)``: a *unit* per device. Each device runs its units
+    in the chains of :func:`placer.core.microbatch.device_chains` (the rule the
+    simulator follows): the next unit's first nodes there (no input from a
+    node of the same unit; inputs from ``fed`` nodes do not count) wait for a
+    ``NoOp`` that waits for the unit's last nodes there (no consumer among
+    them). ``order="gpipe"``: the forward units in micro-batch order and,
+    apart, the backward ones, without a forward waiting for a backward;
+    ``"1f1b"``: one chain alternating after a warm-up that depends on the
+    device's position in ``stages`` (device names in pipeline order; a device
+    not named comes last). Returns the number of gates.
 
     Raises
     ------
     GraphError
-        A keyed node without a device.
+        A keyed node without a device, or gates that would wait in a cycle (TensorFlow would hang).
     """
+    from ..core.microbatch import device_chains
+
     fed_set = set(fed)
     by_name = {n.name: n for n in gd.node}
     group: dict[str, tuple[int, str, str]] = {}
@@ -109,20 +114,42 @@ def add_gates(gd: tf.compat.v1.GraphDef, key_of: Mapping[str, tuple[int, str]], 
     for name, g in group.items():
         if name not in fed_inside:
             ends_here.setdefault(g, []).append(name)
+    m = 1 + max((i for i, _, _ in ends_here), default=-1)
+    stages = list(stages)
     gates = 0
-    for (i, phase, device), last in sorted(ends_here.items()):
-        nxt = starts_here.get((i + 1, phase, device))
-        if not nxt:
-            continue
-        gate = gd.node.add()
-        gate.name = f"{GATE_PREFIX}/{phase}/{COPY_PREFIX.format(i)}/{device.replace(':', '_').strip('/')}"
-        gate.op = "NoOp"
-        gate.device = device
-        gate.input.extend(f"^{x}" for x in sorted(last))
-        for x in nxt:
-            by_name[x].input.append(f"^{gate.name}")
-        gates += 1
+    for device in sorted({d for _, _, d in ends_here}):
+        position = stages.index(device) if device in stages else len(stages)
+        for chain in device_chains(order, m, position, len(stages)):
+            units = [(i, ph) for i, ph in chain if (i, ph, device) in ends_here]
+            for (i, phase), (j, phase2) in zip(units, units[1:]):
+                nxt = starts_here.get((j, phase2, device))
+                if not nxt:
+                    continue
+                gate = gd.node.add()
+                gate.name = f"{GATE_PREFIX}/{phase}/{COPY_PREFIX.format(i)}/{device.replace(':', '_').strip('/')}"
+                gate.op = "NoOp"
+                gate.device = device
+                gate.input.extend(f"^{x}" for x in sorted(ends_here[(i, phase, device)]))
+                for x in nxt:
+                    by_name[x].input.append(f"^{gate.name}")
+                gates += 1
+    if order != "gpipe":
+        _check_acyclic(gd, order)
     return gates
+
+
+def _check_acyclic(gd: tf.compat.v1.GraphDef, order: str) -> None:
+    """Raise ``GraphError`` where ``gd``'s nodes (gates included) wait on each other in a cycle."""
+    import networkx as nx
+
+    g = nx.DiGraph()
+    g.add_nodes_from(n.name for n in gd.node)
+    g.add_edges_from((_source(x)[0], n.name) for n in gd.node for x in n.input)
+    if not nx.is_directed_acyclic_graph(g):
+        cycle = [u for u, _ in nx.find_cycle(g)]
+        shown = " -> ".join(cycle[:3] + ["…"] + cycle[-3:]) if len(cycle) > 6 else " -> ".join(cycle)
+        raise GraphError(f"the {order} order's gates wait on each other in a cycle on this placement ({shown}); "
+                         "use pipeline='gpipe'")
 
 
 def pipeline_graph_def(gd: tf.compat.v1.GraphDef, m: int, shared: Sequence[str],

@@ -174,8 +174,10 @@ def layer_of(op_name: str) -> str:
 
 
 def phase_of(op_name: str, optimizer_scope: str | None) -> str:
-    """The part of a training step an op belongs to (:data:`placer.core.attrs.PHASES`): ``"backward"`` under
-    the tape's scope, ``"update"`` under the optimizer's, else ``"forward"`` (the model, the loss, the metrics).
+    """The part of a training step an op belongs to by its name (:data:`placer.core.attrs.PHASES`):
+    ``"backward"`` under the tape's scope, ``"update"`` under the optimizer's, else ``"forward"``
+    (:func:`build_op_graph` then moves the forward ops the backward pass does not need, the metrics and
+    the loss tracker, to ``"update"``).
 
     The placed training step in micro-batches (:func:`placer.tf.placed_model.replicated_train_step`) copies
     the first two per micro-batch and runs the optimizer once.
@@ -326,9 +328,6 @@ def build_op_graph(traced: TracedModel, compute_us: Mapping[str, Mapping[str, fl
             layers = {dg.nodes[t.op.name][LAYER] for t in op.inputs}
             if len(layers) == 1 and next(iter(layers)) != op.inputs[0].op.name:
                 dg.nodes[op.name][LAYER] = layers.pop()
-    if traced.step == "train":
-        for op in ops:
-            dg.nodes[op.name][PHASE] = phase_of(op.name, traced.optimizer_scope)
     if traced.optimizer_scope:
         # The optimizer's update of a variable runs where the variable lives, and its slots live there too.
         trainable = [ph for ph, var in traced.variables.items() if var.trainable
@@ -359,6 +358,8 @@ def build_op_graph(traced: TracedModel, compute_us: Mapping[str, Mapping[str, fl
                 dg.add_edge(op.name, c.name, **{BYTES: 0, TENSORS: (), CONTROL: True})
     if not nx.is_directed_acyclic_graph(dg):
         raise GraphError("the traced graph has a cycle; control flow loops are not supported yet")
+    if traced.step == "train":
+        _mark_phases(dg, traced.optimizer_scope)
     for group in uf.to_sets():
         if len(group) > 1:
             key = min(group)
@@ -367,6 +368,24 @@ def build_op_graph(traced: TracedModel, compute_us: Mapping[str, Mapping[str, fl
     log.info("op graph: %d ops, %d edges, %d tensors, %d variables", dg.number_of_nodes(),
              dg.number_of_edges(), len(tensors), len(variables))
     return OpGraph(dg, tuple(tensors), variables, traced.batch_size, tuple(compute_us))
+
+
+def _mark_phases(dg: nx.DiGraph, optimizer_scope: str | None) -> None:
+    """Each op's :data:`~placer.core.attrs.PHASE` in a training step's graph: :func:`phase_of` by name, then
+    the forward ops the backward pass does not need (the loss tracker, metrics, the step's outputs) join the
+    update: the placed step in micro-batches runs them once, after the micro-batches."""
+    for v in dg:
+        dg.nodes[v][PHASE] = phase_of(v, optimizer_scope)
+    needed: set[str] = set()
+    todo = [v for v in dg if dg.nodes[v][PHASE] == "backward"]
+    while todo:
+        for u in dg.predecessors(todo.pop()):
+            if u not in needed:
+                needed.add(u)
+                todo.append(u)
+    for v in dg:
+        if dg.nodes[v][PHASE] == "forward" and v not in needed:
+            dg.nodes[v][PHASE] = "update"
 
 
 def graph_summary(op_graph: OpGraph) -> dict[str, Any]:

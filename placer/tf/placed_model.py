@@ -35,11 +35,12 @@ import logging
 import os
 import warnings
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Collection, Iterator, Mapping, Sequence
 
 import keras
 import tensorflow as tf
 
+from ..core.attrs import PHASE
 from ..core.compression import CODECS, CompressionPolicy
 from ..core.devices import DeviceSet
 from ..core.graph_io import save_graph
@@ -163,13 +164,18 @@ def replicated_train_step(model: Any, data: Any) -> Any:
 
 
 def replica_assignment(graph: tf.Graph, plan: Mapping[str, str], layer_devices: Mapping[str, str],
-                       groups: Sequence[Sequence[str]]) -> dict[str, str]:
+                       groups: Sequence[Sequence[str]], once: Collection[str] = ()) -> dict[str, str]:
     """Op → device for a replicated step: ``replica_r/<op>`` gets ``<op>``'s planned device, mapped to group ``r``.
 
     Reads of variables stay on the variable's device. Ops outside the
     replica scopes (gradient sums, the update, metrics)
     keep the plan's names and devices (the first group, where the variables
-    live); :func:`placer.tf.emit.complete_assignment` places the rest.
+    live); :func:`placer.tf.emit.complete_assignment` places the rest,
+    among them a replica's op whose name the plan gives an op that runs once
+    per step (``once``, the op graph's ``update`` phase): the name is all
+    they share (``replica_0/mul``, the loss scaled by the replica's rows,
+    against the plan's ``mul`` of the loss tracker), so it goes with its
+    producer.
     """
     maps = [dict(zip(groups[0], g)) for g in groups]
     out: dict[str, str] = {}
@@ -179,6 +185,8 @@ def replica_assignment(graph: tf.Graph, plan: Mapping[str, str], layer_devices: 
         scope, _, replica = parts[at].rpartition("_")
         if scope == REPLICA_SCOPE and replica.isdigit():
             rest = "/".join(parts[:at] + parts[at + 1:])
+            if rest in once:
+                continue
             device = plan.get(rest) or layer_devices.get(layer_of(rest))
             if device is not None:  # a read of a variable runs where the variable lives (TensorFlow moves it)
                 reads = any(t.dtype == tf.resource for t in op.inputs)
@@ -358,12 +366,15 @@ class PlacedModel(keras.Model):
         by_var = {ph: p.placed[id(var)] for ph, var in traced.variables.items()}
         assignment = p.plan.assignment
         if self._replica_groups and traced.step == "train":
-            assignment = replica_assignment(traced.dynamic.graph, assignment, p.layer_devices, self._replica_groups)
+            g = p.op_graph.graph
+            once = {v for v in g if g.nodes[v].get(PHASE) == "update"}
+            assignment = replica_assignment(traced.dynamic.graph, assignment, p.layer_devices, self._replica_groups,
+                                            once)
         pipelined_training = traced.step == "train" and p.plan.microbatches > 1
         emitted = emit(traced, assignment, by_var, compression=p.compression, layer_devices=p.layer_devices,
                        batch_size=p.plan.batch_size or 1,
                        microbatches=p.plan.microbatches if traced.step == "predict" else 1,
-                       gate_replicas=pipelined_training)
+                       gate_replicas=pipelined_training, pipeline=p.plan.pipeline, stages=p.plan.stages)
         p.functions[key] = emitted
         return emitted
 
