@@ -1,0 +1,127 @@
+"""GPipe against 1F1B for a pipelined training step on two TF gRPC workers: measured and predicted.
+
+Two worker processes on 127.0.0.1, each pinned to one core with one intra- and
+one inter-op thread (``placer.LocalCluster``). A chain of dense layers is
+compiled for training and split in two stages by hand (the first half of the
+layers on worker 0, the rest and the loss on worker 1: a split made by
+layers, so that the comparison does not depend on what the solver picks),
+then placed by ``placer.autoplace(..., plan=...)`` at each micro-batch count,
+once per pipeline order. Each placement's ``train_on_batch`` is timed,
+interleaved with the others, and set beside the plan's predicted step (ops
+profiled on the workers, the link calibrated) and the simulated peak memory
+of the busiest device, which is what 1F1B is for. Runs itself inside a
+loopback-only network namespace (``unshare -rn``; TF's servers listen on all
+interfaces) and exits with a message where that is not possible.
+
+    python benchmarks/pipeline_orders.py [--microbatches 4 8] [--repeats 9] [--out benchmarks/results/pipeline_orders.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+from isolation import isolated  # noqa: E402
+from markdown import MarkdownOut  # noqa: E402
+from speedup import median_spread  # noqa: E402
+
+
+def chain(width: int, depth: int):
+    import keras
+
+    inp = keras.Input((width,), name="x")
+    h = inp
+    for i in range(depth):
+        h = keras.layers.Dense(width, activation="relu", name=f"d{i}")(h)
+    return keras.Model(inp, keras.layers.Dense(16, name="head")(h), name="chain")
+
+
+def run(args: argparse.Namespace) -> int:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import keras
+
+    import placer
+    from cost_models import SimOptions
+    from placer.core.build import build_problem
+    from placer.core.microbatch import simulate_pipeline
+
+    out = MarkdownOut()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((args.batch, args.width)).astype("float32")
+    y = rng.standard_normal((args.batch, 16)).astype("float32")
+    with placer.LocalCluster(2, pin_cores=True, threads=1) as cluster:
+        devices = placer.connect(cluster)
+        keras.utils.set_random_seed(0)
+        model = chain(args.width, args.depth)
+        model.compile(optimizer="sgd", loss="mse")
+        configs = []
+        for m in args.microbatches:
+            first = placer.autoplace(model, devices, training=True, batch_size=args.batch, microbatches=m,
+                                     algorithm="contiguous", pipeline="gpipe", profile_cache=False)
+            graph = first._placed.op_graph.graph  # noqa: SLF001
+            late = tuple(f"/d{i}" for i in range(args.depth // 2, args.depth)) + ("/head", "compile_loss")
+            stage0, stage1 = first.plan.devices
+            split = {op: stage1 if any(k in str(graph.nodes[op].get("layer", op)) for k in late) else stage0
+                     for op in first.plan.assignment}
+            plan = replace(first.plan, assignment=split)
+            for order in ("gpipe", "1f1b"):
+                p = placer.autoplace(model, devices, training=True, batch_size=args.batch, microbatches=m,
+                                     pipeline=order, plan=plan, profile_cache=False)
+                built = build_problem(graph, p._placed.devices, group_by=p.plan.group_by)  # noqa: SLF001
+                sim = simulate_pipeline(built, built.group_assignment(p.plan.assignment), m, SimOptions(),
+                                        order=order)
+                configs.append((m, order, p, float(np.max(sim.peak_memory_bytes))))
+                print(f"  m={m} {order}: placed", file=sys.stderr, flush=True)
+        steps = [(lambda p=p: p.train_on_batch(x, y)) for _, _, p, _ in configs]
+        for s in steps:
+            for _ in range(2):
+                s()
+        times: list[list[float]] = [[] for _ in configs]
+        for r in range(args.repeats):
+            for i in (range(len(steps)) if r % 2 == 0 else reversed(range(len(steps)))):
+                t = time.perf_counter()
+                steps[i]()
+                times[i].append(time.perf_counter() - t)
+    out("## Pipeline orders on 2 TF gRPC workers (one pinned core and one thread each)")
+    out()
+    out(f"{time.strftime('%Y-%m-%d')}; a chain of {args.depth} dense layers of width {args.width} (+ a 16-wide head, "
+        f"SGD, MSE), batch {args.batch}, split by hand after layer {args.depth // 2 - 1}; {args.repeats} "
+        "interleaved rounds of `train_on_batch` after 2 warm-up calls; predicted = the plan's predicted step; "
+        "peak = the busiest device's simulated peak memory (the workers' own memory is not measured per "
+        "placement).")
+    out()
+    out("| micro-batches | order | measured ms | ± | predicted ms | prediction error | simulated peak MiB |")
+    out("|---|---|---|---|---|---|---|")
+    for (m, order, p, peak), ts in zip(configs, times):
+        med, spread = median_spread(ts)
+        pred = p.plan.predicted_step_time_s
+        out(f"| {m} | {order} | {med * 1e3:.1f} | {spread * 1e3:.1f} | {pred * 1e3:.1f} | "
+            f"{100 * (pred - med) / med:+.1f}% | {peak / 2**20:.1f} |")
+    out.write(args.out)
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--microbatches", type=int, nargs="+", default=[4, 8])
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--width", type=int, default=1024)
+    ap.add_argument("--depth", type=int, default=8)
+    ap.add_argument("--repeats", type=int, default=9, help="interleaved measured rounds per placement")
+    ap.add_argument("--out", default=str(HERE / "results" / "pipeline_orders.md"))
+    args = ap.parse_args()
+    return isolated(lambda: run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
