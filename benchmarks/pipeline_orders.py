@@ -74,6 +74,13 @@ def run(args: argparse.Namespace) -> int:
             split = {op: stage1 if any(k in str(graph.nodes[op].get("layer", op)) for k in late) else stage0
                      for op in first.plan.assignment}
             plan = replace(first.plan, assignment=split)
+            if args.single and m == args.microbatches[0]:  # the reference: every op on worker 0
+                one = placer.autoplace(model, devices, training=True, batch_size=args.batch, microbatches=m,
+                                       plan=replace(first.plan, assignment=dict.fromkeys(split, stage0)),
+                                       profile_cache=False)
+                built = build_problem(graph, one._placed.devices, group_by=one.plan.group_by)  # noqa: SLF001
+                sim = simulate_pipeline(built, built.group_assignment(one.plan.assignment), m, SimOptions())
+                configs.append((m, "one worker", one, float(np.max(sim.peak_memory_bytes))))
             for order in ("gpipe", "1f1b"):
                 p = placer.autoplace(model, devices, training=True, batch_size=args.batch, microbatches=m,
                                      pipeline=order, plan=plan, profile_cache=False)
@@ -117,6 +124,8 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--width", type=int, default=1024)
     ap.add_argument("--depth", type=int, default=8)
+    ap.add_argument("--single", action="store_true",
+                    help="also every op on worker 0, at the first micro-batch count (the split's reference)")
     ap.add_argument("--repeats", type=int, default=9, help="interleaved measured rounds per placement")
     ap.add_argument("--out", default=str(HERE / "results" / "pipeline_orders.md"))
     args = ap.parse_args()
