@@ -190,6 +190,20 @@ def test_1f1b_runs_each_devices_units_in_its_chain_or_is_refused(case, data):
     assert r.busy_s.sum() == pytest.approx(schedule.durations_s[np.arange(n), a].sum())
 
 
+def test_gradients_are_summed_as_the_micro_batches_come():
+    # f (forward) -> g (backward: a 1 MB weight gradient) -> u (the update, once). The placed step sums the
+    # micro-batches' gradients as they come: m - 1 sums, at most two gradients live besides the sum; each
+    # sum costs its bytes at the given rate. Before, all m gradients stayed live until the update.
+    s = Schedule(np.ones((3, 1)), (TensorEdge(0, (1,), 8.0), TensorEdge(1, (2,), 1e6)), (), np.arange(3))
+    phases = ["forward", "backward", "update"]
+    for m in (4, 8):
+        d, ts, ctrl, fine = pipelined_schedule(s, np.zeros(3, int), m, phases=phases, sum_s_per_byte=np.array([1e-6]))
+        assert d.shape[0] == 3 * m + 2 * (m - 1) + (m - 1)  # copies, forward and backward gates, sums
+        r = simulate(d, ts, fine, lambda i, j, b: 0.0, control_edges=ctrl)
+        assert r.peak_memory_bytes[0] <= 3e6 + 8.0 * 2, (m, r.peak_memory_bytes)
+        assert r.busy_s[0] == pytest.approx(3.0 + (m - 1) * 1e6 * 1e-6)
+
+
 def test_two_stage_chain_overlaps_its_micro_batches():
     # a -> b, one op per device, 1 s each and free transfers: 2 s unsplit; with m micro-batches 1 + 1/m
     s = Schedule(np.ones((2, 2)), (TensorEdge(0, (1,), 0.0),), (), np.array([0, 1]))

@@ -8,8 +8,9 @@ and the optimizer's update runs once, on the summed gradients.
 :func:`pipelined_schedule` builds the same graph for the simulator: the
 fine schedule copied ``m`` times, each tensor's bytes divided by ``m``, per
 device and phase (the graph's ``phase``) a zero-time gate between
-consecutive copies, and the update once, fed by every copy. Variables are
-read by every copy; their bytes are resident once. Until 2026-12-03 a
+consecutive copies, and the update once, fed by the sum of every copy's
+gradients, summed as they come (:func:`sum_seconds_per_byte` prices a sum).
+Variables are read by every copy; their bytes are resident once. Until 2026-12-03 a
 training step was simulated with whole micro-batches gated (a device ran
 micro-batch ``i``'s backward pass before ``i + 1``'s forward pass) and the
 update once per micro-batch, unlike what runs. Op times do not shrink with the rows
@@ -204,7 +205,7 @@ def _run_once(schedule: Schedule, phases: Sequence[str] | None) -> np.ndarray:
 
 def pipelined_schedule(schedule: Schedule, group_assignment: np.ndarray, m: int,
                        micro_durations_s: np.ndarray | None = None, phases: Sequence[str] | None = None,
-                       order: str = "gpipe"
+                       order: str = "gpipe", sum_s_per_byte: np.ndarray | None = None
                        ) -> tuple[np.ndarray, tuple[TensorEdge, ...], tuple[tuple[int, int], ...], np.ndarray]:
     """``(durations, tensors, control edges, fine assignment)`` of ``m`` gated copies of ``schedule``.
 
@@ -221,6 +222,11 @@ def pipelined_schedule(schedule: Schedule, group_assignment: np.ndarray, m: int,
 
     ``order`` (:data:`PIPELINE_ORDERS`): how each device's units ``(micro-batch, phase)`` are chained
     (:func:`device_chains`, positions from :func:`pipeline_stages`).
+
+    A tensor that copies send to an op run once (a weight's gradient) is summed as the copies come, as the
+    placed step sums them: ``m - 1`` sum nodes after the gates, on the producer's device, each adding the
+    next copy's tensor to the running sum (so at most two of them are live) and taking
+    ``sum_s_per_byte[device] × bytes`` (default 0).
 
     Raises
     ------
@@ -271,6 +277,8 @@ def pipelined_schedule(schedule: Schedule, group_assignment: np.ndarray, m: int,
     durations[last:m * n][once] = schedule.durations_s[once]
     assignment = np.concatenate([np.tile(fine, m), np.array([link[0] for link in gate], dtype=int)]).astype(int)
     tensors = []
+    sums: list[tuple[int, float]] = []  # (device, seconds) of each sum node, numbered after the gates
+    rate = np.zeros(k) if sum_s_per_byte is None else np.asarray(sum_s_per_byte, dtype=float)
     for t in schedule.tensors:
         if once[t.src]:
             tensors.append(TensorEdge(last + t.src, tuple(last + w for w in t.dsts), t.nbytes, t.count))
@@ -280,8 +288,21 @@ def pipelined_schedule(schedule: Schedule, group_assignment: np.ndarray, m: int,
         for i in range(m):
             if copied:
                 tensors.append(TensorEdge(i * n + t.src, tuple(i * n + w for w in copied), t.nbytes / m, t.count))
-            if into_once:
-                tensors.append(TensorEdge(i * n + t.src, tuple(last + w for w in into_once), t.nbytes, t.count))
+        if into_once:
+            running = t.src  # copy 0's tensor, then the running sum
+            for i in range(1, m):
+                node = total + len(sums)
+                sums.append((int(fine[t.src]), float(rate[fine[t.src]] * t.nbytes)))
+                tensors.append(TensorEdge(running, (node,), t.nbytes, t.count))
+                tensors.append(TensorEdge(i * n + t.src, (node,), t.nbytes, t.count))
+                running = node
+            tensors.append(TensorEdge(running, tuple(last + w for w in into_once), t.nbytes, t.count))
+    if sums:
+        extra = np.zeros((len(sums), k))
+        extra[np.arange(len(sums)), [d for d, _ in sums]] = [c for _, c in sums]
+        durations = np.vstack([durations, extra])
+        assignment = np.concatenate([assignment, np.array([d for d, _ in sums], dtype=int)])
+        total += len(sums)
     control = []
     for u, v in schedule.control:
         if once[u]:
@@ -310,6 +331,30 @@ def _pipelined_memory(memory: MemoryTraits, n: int, m: int, total: int) -> Memor
                         tiled(memory.held, False))
 
 
+#: Element-wise ops whose output has fewer bytes than this do not count towards the sum rate (fixed costs).
+SUM_RATE_MIN_BYTES = 1 << 16
+
+
+def sum_seconds_per_byte(built: Any) -> np.ndarray:
+    """Per device: seconds per output byte of the graph's own element-wise ops (the memory model's in-place
+    op types, outputs of at least :data:`SUM_RATE_MIN_BYTES`), the median; what summing a micro-batch's
+    gradient into the running sum costs (0 where the graph has no such op). Measured op times, not a
+    bandwidth figure."""
+    sched = built.schedule
+    out = np.zeros(sched.durations_s.shape[0])
+    for t in sched.tensors:
+        out[t.src] = max(out[t.src], t.nbytes)
+    inplace = np.asarray(built.memory.inplace if built.memory.inplace is not None else [], dtype=bool)
+    if inplace.size != out.size:
+        return np.zeros(sched.durations_s.shape[1])
+    rows = np.flatnonzero(inplace & (out >= SUM_RATE_MIN_BYTES))
+    if rows.size == 0:
+        return np.zeros(sched.durations_s.shape[1])
+    per_byte = sched.durations_s[rows] / out[rows, None]
+    return np.array([float(np.median(col[np.isfinite(col)])) if np.isfinite(col).any() else 0.0
+                     for col in per_byte.T])
+
+
 def simulate_pipeline(built: Any, group_assignment: np.ndarray, m: int,
                       options: SimOptions = SimOptions(peak_memory=False), *,
                       small: SmallBatchCosts | None = None, batch_size: int | None = None,
@@ -331,7 +376,7 @@ def simulate_pipeline(built: Any, group_assignment: np.ndarray, m: int,
     if small is not None and batch_size:
         micro = small.at(built.schedule.durations_s, batch_size, batch_size / m)
     d, tensors, control, a = pipelined_schedule(built.schedule, group_assignment, m, micro, built.phases or None,
-                                                order)
+                                                order, sum_seconds_per_byte(built))
     p = built.problem
     memory = _pipelined_memory(built.memory, built.schedule.durations_s.shape[0], m, d.shape[0])
     return simulate(d, tensors, a, p.occupancy_seconds, control_edges=control, link_latency_s=p.latency,
