@@ -33,7 +33,7 @@ sys.path.insert(0, str(HERE))
 
 from isolation import isolated  # noqa: E402
 from markdown import MarkdownOut  # noqa: E402
-from speedup import median_spread  # noqa: E402
+from speedup import interleaved_times, median_spread  # noqa: E402
 
 
 def chain(width: int, depth: int):
@@ -89,16 +89,7 @@ def run(args: argparse.Namespace) -> int:
                                         order=order)
                 configs.append((m, order, p, float(np.max(sim.peak_memory_bytes))))
                 print(f"  m={m} {order}: placed", file=sys.stderr, flush=True)
-        steps = [(lambda p=p: p.train_on_batch(x, y)) for _, _, p, _ in configs]
-        for s in steps:
-            for _ in range(2):
-                s()
-        times: list[list[float]] = [[] for _ in configs]
-        for r in range(args.repeats):
-            for i in (range(len(steps)) if r % 2 == 0 else reversed(range(len(steps)))):
-                t = time.perf_counter()
-                steps[i]()
-                times[i].append(time.perf_counter() - t)
+        times = interleaved_times([(lambda p=p: p.train_on_batch(x, y)) for _, _, p, _ in configs], args.repeats)
     out("## Pipeline orders on 2 TF gRPC workers (one pinned core and one thread each)")
     out()
     out(f"{time.strftime('%Y-%m-%d')}; a chain of {args.depth} dense layers of width {args.width} (+ a 16-wide head, "

@@ -62,6 +62,25 @@ def median_spread(xs) -> tuple[float, float]:
     return float(q2), float((q3 - q1) / 2)
 
 
+def interleaved_times(steps, repeats: int, warmup: int = 2) -> list[list[float]]:
+    """Seconds of each of ``steps`` (callables) over ``repeats`` rounds, after ``warmup`` calls of each; the
+    rounds alternate the order (forward, then backward) so that a drifting machine weighs on all alike.
+
+    >>> [len(ts) for ts in interleaved_times([lambda: None, lambda: None], 3)]
+    [3, 3]
+    """
+    for s in steps:
+        for _ in range(warmup):
+            s()
+    times: list[list[float]] = [[] for _ in steps]
+    for r in range(repeats):
+        for i in (range(len(steps)) if r % 2 == 0 else reversed(range(len(steps)))):
+            t = time.perf_counter()
+            steps[i]()
+            times[i].append(time.perf_counter() - t)
+    return times
+
+
 def pipeline_ceiling(single_steps: dict[int, float], stages: int = 2) -> tuple[float, int]:
     """``(speedup, m)``: the best a chain cut into ``stages`` equal stages can do in a GPipe pipeline.
 
@@ -206,17 +225,7 @@ def _run_case(case: str, args: argparse.Namespace, out, summary: list, devices: 
             return lambda: p.train_on_batch(x, y)
         return lambda: [t.numpy() for t in tf.nest.flatten(p(x))]
 
-    steps = [step_of(p) for _, p in configs]
-    for s in steps:
-        for _ in range(2):
-            s()
-    times: list[list[float]] = [[] for _ in configs]
-    for r in range(args.repeats):
-        order = range(len(steps)) if r % 2 == 0 else reversed(range(len(steps)))
-        for i in order:
-            t = time.perf_counter()
-            steps[i]()
-            times[i].append(time.perf_counter() - t)
+    times = interleaved_times([step_of(p) for _, p in configs], args.repeats)
     medians = [median_spread(ts) for ts in times]
     singles = [i for i, (label, _) in enumerate(configs) if label.startswith("single/")]
     best = min(singles, key=lambda i: medians[i][0])
