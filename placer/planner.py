@@ -397,16 +397,16 @@ def pipeline_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_s
                                baselines=plan.baselines, batch_size=plan.batch_size, compression=plan.compression,
                                solve_time_s=plan.solve_time_s)
                 m, step, a = m1, step1, one.assignment
-    chosen, why = pipeline_order(built, a, m, order, small=small, batch_size=batch_size)
+    choice = pipeline_order(built, a, m, order, small=small, batch_size=batch_size)
     stages: tuple[str, ...] = ()
-    if chosen == "1f1b":
-        step = simulate_pipeline(built, a, m, small=small, batch_size=batch_size, order="1f1b").step_time_s
+    if choice.order == "1f1b":
+        step = choice.step_s
         fine = np.asarray(a, dtype=int)[built.schedule.group]
         stages = tuple(built.devices.names[d] for d in pipeline_stages(built.schedule, fine, built.phases or None))
     if m > 1 and "backward" in (built.phases or ()):
-        plan = replace(plan, log=(*plan.log, f"pipeline order {chosen}: {why}"))
+        plan = replace(plan, log=(*plan.log, f"pipeline order {choice.order}: {choice.why}"))
     return replace(plan, microbatches=m, predicted_step_time_s=step if m > 1 else plan.predicted_step_time_s,
-                   pipeline=chosen, stages=stages)
+                   pipeline=choice.order, stages=stages)
 
 
 def solve(graph: nx.DiGraph, devices: Sequence[Any] | DeviceSet, **options: Any) -> Plan:

@@ -19,7 +19,7 @@ from placer.core.microbatch import (candidate_microbatches, device_chains, pipel
                                     pipelined_schedule, simulate_pipeline)
 from placer.core.problem import Schedule
 from placer.planner import SPLIT_MARGIN, PlanOptions, pipeline_plan, plan_problem
-from placer.tf.microbatch import GATE_PREFIX, microbatch_sizes
+from placer.tf.microbatch import GATE_PREFIX, add_gates, microbatch_sizes
 from tests.models import MODELS, sample
 
 
@@ -138,13 +138,15 @@ def test_1f1b_holds_fewer_micro_batches_than_gpipe_and_is_taken_where_only_it_fi
     # backward pass of micro-batch i must come back before micro-batch i + 2 starts
     assert one.peak_memory_bytes[0] < 0.65 * gpipe.peak_memory_bytes[0], (one.peak_memory_bytes, gpipe.peak_memory_bytes)
     assert gpipe.step_time_s < one.step_time_s < 1.1 * gpipe.step_time_s
-    order, why = pipeline_order(built, a, 4, "auto")
-    assert order == "gpipe" and "peak" in why  # both fit (no memory given): the faster one
+    choice = pipeline_order(built, a, 4, "auto")
+    assert choice.order == "gpipe" and "peak" in choice.why  # both fit (no memory given): the faster one
     tight, a = _training_chain([0, 0, 1, 1], memory_bytes=int(8e6))  # GPipe's 10 MB peak does not fit
-    order, why = pipeline_order(tight, a, 4, "auto")
-    assert order == "1f1b" and "only 1F1B fits" in why
-    assert pipeline_order(tight, a, 4, "gpipe")[0] == "gpipe"
-    assert pipeline_order(built, a, 1, "auto")[0] == "gpipe"  # one micro-batch: nothing to order
+    choice = pipeline_order(tight, a, 4, "auto")
+    assert choice.order == "1f1b" and "only 1F1B fits" in choice.why
+    # the 1F1B step it simulated to choose, kept for the plan (not simulated again)
+    assert choice.step_s == simulate_pipeline(tight, a, 4, order="1f1b").step_time_s
+    assert pipeline_order(tight, a, 4, "gpipe").order == "gpipe"
+    assert pipeline_order(built, a, 1, "auto").order == "gpipe"  # one micro-batch: nothing to order
 
 
 def test_1f1b_on_stages_that_are_not_contiguous_is_refused_and_auto_keeps_gpipe():
@@ -153,8 +155,8 @@ def test_1f1b_on_stages_that_are_not_contiguous_is_refused_and_auto_keeps_gpipe(
         simulate_pipeline(built, a, 4, order="1f1b")
     with pytest.raises(placer.PlanError, match="cycle"):
         pipeline_order(built, a, 4, "1f1b")
-    order, why = pipeline_order(built, a, 4, "auto")
-    assert order == "gpipe" and "cycle" in why
+    choice = pipeline_order(built, a, 4, "auto")
+    assert choice.order == "gpipe" and "cycle" in choice.why
     simulate_pipeline(built, a, 4)  # GPipe runs it
     g = nx.DiGraph()
     g.add_nodes_from("ab", compute_us=1.0)
@@ -164,6 +166,8 @@ def test_1f1b_on_stages_that_are_not_contiguous_is_refused_and_auto_keeps_gpipe(
         pipeline_order(forward, np.array([0, 1]), 2, "1f1b")
     with pytest.raises(placer.PlanError, match="unknown pipeline order"):
         pipeline_order(built, a, 4, "zigzag")
+    with pytest.raises(placer.PlanError, match="'auto' is chosen first"):
+        device_chains("auto", 4, 0, 2)
 
 
 @settings(max_examples=120, deadline=None)
@@ -202,6 +206,29 @@ def test_gradients_are_summed_as_the_micro_batches_come():
         r = simulate(d, ts, fine, lambda i, j, b: 0.0, control_edges=ctrl)
         assert r.peak_memory_bytes[0] <= 3e6 + 8.0 * 2, (m, r.peak_memory_bytes)
         assert r.busy_s[0] == pytest.approx(3.0 + (m - 1) * 1e6 * 1e-6)
+
+
+def test_emitted_1f1b_gates_that_would_wait_in_a_cycle_are_refused():
+    # the emitted graph's own check (TensorFlow would hang): layers 0..3 on devices A, B, A, B, forward then
+    # backward, 4 micro-batches; under GPipe's gates it runs, under 1F1B's device A waits on itself
+    devices, m = ["/device:CPU:0", "/device:CPU:1"], 4
+    for order, fails in (("gpipe", False), ("1f1b", True)):
+        gd = tf.compat.v1.GraphDef()
+        key_of = {}
+        for i in range(m):
+            for k in range(4):
+                f = gd.node.add(name=f"mb{i}/f{k}", op="NoOp", device=devices[k % 2])
+                f.input.extend([f"^mb{i}/f{k - 1}"] if k else [])
+                key_of[f.name] = (i, "forward")
+            for k in reversed(range(4)):
+                b = gd.node.add(name=f"mb{i}/b{k}", op="NoOp", device=devices[k % 2])
+                b.input.extend([f"^mb{i}/f{k}"] + ([f"^mb{i}/b{k + 1}"] if k < 3 else []))
+                key_of[b.name] = (i, "backward")
+        if fails:
+            with pytest.raises(placer.GraphError, match="cycle .*pipeline='gpipe'"):
+                add_gates(gd, key_of, order=order, stages=devices)
+        else:
+            assert add_gates(gd, key_of, order=order, stages=devices) == 2 * 2 * (m - 1)
 
 
 def test_two_stage_chain_overlaps_its_micro_batches():

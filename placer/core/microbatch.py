@@ -83,6 +83,40 @@ PIPELINE_ORDERS = ("gpipe", "1f1b")
 ORDER_TIME_TOLERANCE = 0.02
 
 
+def checked_pipeline(order: str, error: type[Exception] = PlanError) -> str:
+    """``order`` if it is ``"auto"`` or one of :data:`PIPELINE_ORDERS`; else raises ``error`` saying which to use.
+
+    Examples
+    --------
+    >>> checked_pipeline("1f1b")
+    '1f1b'
+    """
+    if order != "auto" and order not in PIPELINE_ORDERS:
+        raise error(f"unknown pipeline order {order!r}: pipeline must be 'auto' (1F1B where it is predicted to "
+                    "pay: only it fits the memory, or it holds less at no cost in time), 'gpipe' or '1f1b'")
+    return order
+
+
+@dataclass(frozen=True)
+class OrderChoice:
+    """The pipeline order a plan runs its micro-batches in (:func:`pipeline_order`).
+
+    Attributes
+    ----------
+    order : str
+        ``"gpipe"`` or ``"1f1b"``.
+    why : str
+        How it was chosen (for the plan's log).
+    step_s : float or None
+        The simulated pipelined step in that order, where choosing it took that simulation (``None``: not
+        simulated here; GPipe's step is what :func:`best_microbatches` gave).
+    """
+
+    order: str
+    why: str
+    step_s: float | None = None
+
+
 def device_chains(order: str, m: int, position: int, stages: int) -> list[list[tuple[int, str]]]:
     """The chains of ``(micro-batch, phase)`` units a device at pipeline ``position`` (of ``stages``) runs
     in order; consecutive units of a chain are gated (each unit's first ops wait for the previous unit's
@@ -95,10 +129,11 @@ def device_chains(order: str, m: int, position: int, stages: int) -> list[list[t
     >>> device_chains("1f1b", 3, 1, 2)  # the last stage: warm-up of one
     [[(0, 'forward'), (0, 'backward'), (1, 'forward'), (1, 'backward'), (2, 'forward'), (2, 'backward')]]
     """
-    if order == "gpipe":
+    if checked_pipeline(order) == "gpipe":
         return [[(i, "forward") for i in range(m)], [(i, "backward") for i in range(m)]]
     if order != "1f1b":
-        raise PlanError(f"unknown pipeline order {order!r}; use one of {list(PIPELINE_ORDERS)}")
+        raise PlanError(f"device_chains takes a pipeline order, {list(PIPELINE_ORDERS)}; 'auto' is chosen first "
+                        "(pipeline_order)")
     warm = max(1, min(m, stages - position))
     chain = [(i, "forward") for i in range(warm)]
     for i in range(m):
@@ -135,10 +170,15 @@ def pipeline_stages(schedule: Schedule, fine: np.ndarray, phases: Sequence[str] 
     >>> pipeline_stages(s, np.array([1, 0, 1]), ["forward", "forward", "backward"])
     (1, 0)
     """
+    fine = np.asarray(fine, dtype=int)
+    return _stage_order(schedule, fine, phases, _ungated(schedule, fine, _run_once(schedule, phases)))
+
+
+def _stage_order(schedule: Schedule, fine: np.ndarray, phases: Sequence[str] | None,
+                 skip: np.ndarray) -> tuple[int, ...]:
+    """:func:`pipeline_stages` given the nodes that do not count (``skip``: :func:`_ungated`)."""
     import networkx as nx
 
-    fine = np.asarray(fine, dtype=int)
-    skip = _ungated(schedule, fine, _run_once(schedule, phases))
     forward = [not skip[v] and (phases is None or phases[v] == "forward") for v in range(len(fine))]
     first: dict[int, tuple[int, int]] = {}
     for v, d in enumerate(fine.tolist()):
@@ -156,26 +196,15 @@ def pipeline_stages(schedule: Schedule, fine: np.ndarray, phases: Sequence[str] 
 
 
 def _check_acyclic(total: int, tensors: Sequence[TensorEdge], control: Sequence[tuple[int, int]], order: str) -> None:
-    """Raise ``PlanError`` where the gated copies wait on each other in a cycle (TensorFlow would hang)."""
-    indeg = np.zeros(total, dtype=int)
-    succ: list[list[int]] = [[] for _ in range(total)]
-    for t in tensors:
-        for w in t.dsts:
-            succ[t.src].append(w)
-            indeg[w] += 1
-    for u, v in control:
-        succ[u].append(v)
-        indeg[v] += 1
-    ready = np.flatnonzero(indeg == 0).tolist()
-    seen = 0
-    while ready:
-        u = ready.pop()
-        seen += 1
-        for w in succ[u]:
-            indeg[w] -= 1
-            if indeg[w] == 0:
-                ready.append(w)
-    if seen < total:
+    """Raise ``PlanError`` where the gated copies wait on each other in a cycle (TensorFlow would hang; the
+    emitted graph is checked the same way, :func:`placer.tf.microbatch.add_gates`)."""
+    import networkx as nx
+
+    g = nx.DiGraph()
+    g.add_nodes_from(range(total))
+    g.add_edges_from((t.src, w) for t in tensors for w in t.dsts)
+    g.add_edges_from(control)
+    if not nx.is_directed_acyclic_graph(g):
         raise PlanError(f"the {order} order would make this plan's micro-batches wait on each other in a cycle "
                         "(a device runs stages that are not next to each other in the pipeline); use "
                         "pipeline='gpipe'")
@@ -263,7 +292,7 @@ def pipelined_schedule(schedule: Schedule, group_assignment: np.ndarray, m: int,
                 exits.setdefault((int(fine[v]), phase[v]), []).append(v)
             if not has_local_input[v]:
                 entries.setdefault((int(fine[v]), phase[v]), []).append(v)
-    stages = pipeline_stages(schedule, fine, phase)
+    stages = _stage_order(schedule, fine, phase, free)
     links: list[tuple[int, int, str, int, str]] = []  # (device, i, phase) -> (j, phase2): one gate each
     for position, d in enumerate(stages):
         for chain in device_chains(order, m, position, len(stages)):
@@ -384,8 +413,8 @@ def simulate_pipeline(built: Any, group_assignment: np.ndarray, m: int,
 
 
 def pipeline_order(built: Any, group_assignment: np.ndarray, m: int, order: str = "auto", *,
-                   small: SmallBatchCosts | None = None, batch_size: int | None = None) -> tuple[str, str]:
-    """``(order, why)``: the pipeline order a training plan runs its ``m`` micro-batches in.
+                   small: SmallBatchCosts | None = None, batch_size: int | None = None) -> OrderChoice:
+    """The pipeline order a training plan runs its ``m`` micro-batches in (with 1F1B's simulated step).
 
     ``order`` ``"gpipe"`` or ``"1f1b"`` is checked and kept; ``"auto"`` takes 1F1B where the plan has a
     backward pass spread over several devices, 1F1B does not wait in a cycle, and it pays: its simulated
@@ -398,26 +427,24 @@ def pipeline_order(built: Any, group_assignment: np.ndarray, m: int, order: str 
         ``"1f1b"`` for a plan without a backward pass (inference), or one whose devices do not hold
         contiguous stages (a cycle); an unknown ``order``.
     """
-    if order not in ("auto", *PIPELINE_ORDERS):
-        raise PlanError(f"unknown pipeline order {order!r}; use 'auto' or one of {list(PIPELINE_ORDERS)}")
     training = "backward" in (built.phases or ())
-    if order == "gpipe" or m == 1:
-        return "gpipe", "given" if order == "gpipe" else "one micro-batch"
+    if checked_pipeline(order) == "gpipe" or m == 1:
+        return OrderChoice("gpipe", "given" if order == "gpipe" else "one micro-batch")
     if not training:
         if order == "1f1b":
             raise PlanError("pipeline='1f1b' orders forward and backward passes; this step has no backward pass "
                             "(inference): use 'gpipe' or 'auto'")
-        return "gpipe", "no backward pass"
+        return OrderChoice("gpipe", "no backward pass")
     args = dict(options=SimOptions(), small=small, batch_size=batch_size)
-    if order == "1f1b":
-        simulate_pipeline(built, group_assignment, m, **args, order="1f1b")  # raises where it would hang
-        return "1f1b", "given"
+    if order == "1f1b":  # the simulation raises where it would hang
+        return OrderChoice("1f1b", "given", simulate_pipeline(built, group_assignment, m, **args,
+                                                              order="1f1b").step_time_s)
     if len(np.unique(np.asarray(group_assignment)[built.schedule.group])) < 2:
-        return "gpipe", "one device: the orders hold the same"
+        return OrderChoice("gpipe", "one device: the orders hold the same")
     try:
         one = simulate_pipeline(built, group_assignment, m, **args, order="1f1b")
     except PlanError as e:
-        return "gpipe", str(e)
+        return OrderChoice("gpipe", str(e))
     gp = simulate_pipeline(built, group_assignment, m, **args)
     peak_1, peak_g = float(np.max(one.peak_memory_bytes)), float(np.max(gp.peak_memory_bytes))
     facts = (f"1F1B {1e3 * one.step_time_s:.3f} ms, peak {peak_1 / 2**20:.1f} MiB; GPipe "
@@ -425,10 +452,10 @@ def pipeline_order(built: Any, group_assignment: np.ndarray, m: int, order: str 
     capacity = np.asarray(built.problem.capacity_bytes, dtype=float) * (1 + 1e-9)
     fits_1, fits_g = bool(np.all(one.peak_memory_bytes <= capacity)), bool(np.all(gp.peak_memory_bytes <= capacity))
     if fits_1 and not fits_g:
-        return "1f1b", facts + ": only 1F1B fits the devices' memory"
+        return OrderChoice("1f1b", facts + ": only 1F1B fits the devices' memory", one.step_time_s)
     if fits_1 == fits_g and peak_1 < peak_g and one.step_time_s <= gp.step_time_s * (1 + ORDER_TIME_TOLERANCE):
-        return "1f1b", facts
-    return "gpipe", facts
+        return OrderChoice("1f1b", facts, one.step_time_s)
+    return OrderChoice("gpipe", facts)
 
 
 def candidate_microbatches(batch_size: int, limit: int = MAX_AUTO_MICROBATCHES) -> list[int]:

@@ -50,7 +50,7 @@ from cost_models.simulate import checked_ready_order
 
 from ..core.build import MODEL_GROUP_BY, build_problem
 from ..core.compression import DEFAULT_ERROR_BUDGET, CompressionPolicy
-from ..core.microbatch import PIPELINE_ORDERS
+from ..core.microbatch import checked_pipeline
 from ..core.devices import resolve_devices
 from ..core.plan import Plan
 from ..core.validate import MAX_BATCH_SIZE, MAX_TIME_LIMIT_S, integer, real
@@ -259,9 +259,7 @@ class PlacementOptions:
             if self.shared_capacity < 1:
                 raise AutoplaceError(f"shared_capacity is at least 1 (one device's work at a time), "
                                      f"got {self.shared_capacity}")
-        if self.pipeline not in ("auto", *PIPELINE_ORDERS):
-            raise AutoplaceError(f"pipeline must be 'auto' (1F1B where it is predicted to hold less memory at "
-                                 f"no cost in time), 'gpipe' or '1f1b', got {self.pipeline!r}")
+        checked_pipeline(self.pipeline, AutoplaceError)
         checked_ready_order(self.ready_order, AutoplaceError,
                             also={"detect": "the default: lifo where every process runs one inter-op thread"})
         if self.microbatches != "auto":
