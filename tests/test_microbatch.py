@@ -427,3 +427,37 @@ def test_report_shows_the_pipelined_timeline(chain, tmp_path):
     assert data["simulation"]["predicted_step_time_s"] == pytest.approx(plan.predicted_step_time_s - plan.call_overhead_s)
     page = open(placed.report(tmp_path / "r.html")).read()
     assert "pipeline of 4 micro-batches" in page
+
+
+def test_gates_leave_nodes_computed_from_constants_alone_to_run_free():
+    # Found on two gRPC workers: a replicated training step's gradient seed (a Const) and its scaling by the
+    # replica's share sat on device A while the loss's backward pass ran on B; gated on A, B's backward pass of
+    # micro-batch i+1 waited for A's of micro-batch i, and a two-stage pipeline overlapped nothing.
+    import networkx as nx
+
+    from placer.tf.microbatch import _source
+
+    a, b, m = "/device:CPU:0", "/device:CPU:1", 3
+    gd = tf.compat.v1.GraphDef()
+    key_of = {}
+
+    def add(name, op, device, inputs, key):
+        gd.node.add(name=name, op=op, device=device, input=inputs)
+        key_of[name] = key
+
+    gd.node.add(name="share", op="Const", device=a)
+    for i in range(m):
+        add(f"x{i}", "Placeholder", a, [], (i, "forward"))
+        add(f"fa{i}", "Relu", a, [f"x{i}"], (i, "forward"))
+        add(f"fb{i}", "Relu", b, [f"fa{i}"], (i, "forward"))
+        add(f"seed{i}", "Const", a, [], (i, "backward"))
+        add(f"scaled{i}", "Mul", a, [f"seed{i}", "share"], (i, "backward"))
+        add(f"bb{i}", "Mul", b, [f"scaled{i}", f"fb{i}"], (i, "backward"))
+        add(f"ba{i}", "Mul", a, [f"bb{i}", f"fa{i}"], (i, "backward"))
+    assert add_gates(gd, key_of, fed=[f"x{i}" for i in range(m)]) == 2 * 2 * (m - 1)
+    g = nx.DiGraph((_source(x)[0], n.name) for n in gd.node for x in n.input)
+    assert not any(x.startswith("^") for i in range(m) for n in gd.node if n.name in (f"seed{i}", f"scaled{i}")
+                   for x in n.input)
+    for i in range(m - 1):
+        assert not nx.has_path(g, f"ba{i}", f"bb{i + 1}")  # B's backward does not wait for A's
+        assert nx.has_path(g, f"bb{i}", f"bb{i + 1}") and nx.has_path(g, f"ba{i}", f"ba{i + 1}")  # each device's are ordered

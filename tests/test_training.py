@@ -429,6 +429,26 @@ def test_pipelined_training_in_micro_batches_equals_full_batch_training(trained,
     assert any(sorted(copies) == [0, 1, 2, 3] for op, copies in ran.items() if phase[op] == "backward")
 
 
+def assert_stages_backward_passes_overlap(gd: tf.compat.v1.GraphDef, m: int) -> None:
+    """In a two-stage pipelined training step, no backward op of micro-batch ``i + 1`` on the stage holding
+    the loss depends on a backward op of micro-batch ``i`` on the first stage (the one holding ``d0``)."""
+    import networkx as nx
+
+    from placer.tf.microbatch import _source
+
+    g = nx.DiGraph()
+    g.add_nodes_from(n.name for n in gd.node)
+    g.add_edges_from((_source(x)[0], n.name) for n in gd.node for x in n.input)
+    device = {n.name: n.device for n in gd.node}
+    first = next(d for name, d in device.items() if name.startswith("gradient_tape/replica_0/") and "/d0" in name)
+    for i in range(m - 1):
+        early = {n for n, d in device.items() if n.startswith(f"gradient_tape/replica_{i}/") and d == first}
+        late = [n for n, d in device.items() if n.startswith(f"gradient_tape/replica_{i + 1}/") and d != first]
+        assert early and late
+        waits = set().union(*(nx.ancestors(g, n) for n in late)) & early
+        assert not waits, (i, sorted(waits)[:5])
+
+
 def sequential_mlp() -> keras.Model:
     inp = keras.Input((16,), name="x")
     h = inp
@@ -469,6 +489,9 @@ def test_pipelined_training_in_the_1f1b_order_equals_full_batch_training(devices
     gate = "^autoplace_gate/forward/mb1/" + stage0.replace(":", "_").strip("/")
     opened = [n.name for n in step.graph_def.node if gate in n.input]
     assert opened and all(name.startswith("gradient_tape/replica_0/") for name in opened), opened[:5]
+    # the second stage's backward pass of micro-batch i+1 never waits for the first stage's of micro-batch i
+    # (it did while the gradient of the loss's scaling sat with the gradient seed on the first stage)
+    assert_stages_backward_passes_overlap(step.graph_def, 4)
     with pytest.raises(placer.AutoplaceError, match="no backward pass"):
         placer.autoplace(model, devices[:2], batch_size=BATCH, microbatches=2, pipeline="1f1b",
                          algorithm="contiguous", time_limit_s=1, shared_capacity=None)

@@ -91,10 +91,13 @@ def add_gates(gd: tf.compat.v1.GraphDef, key_of: Mapping[str, tuple[int, str]], 
 
     fed_set = set(fed)
     by_name = {n.name: n for n in gd.node}
+    constant = constant_nodes(gd)
     group: dict[str, tuple[int, str, str]] = {}
     for name, (i, phase) in key_of.items():
         node = by_name.get(name)
         if node is None or name in fed_set:  # a fed node is replaced by what feeds it: never run, never waited on
+            continue
+        if name in constant:  # computed from constants alone: nothing to order, and gating it would chain devices
             continue
         if not node.device:
             raise GraphError(f"node {name} has no device; place every node before gating micro-batches")
@@ -136,6 +139,44 @@ def add_gates(gd: tf.compat.v1.GraphDef, key_of: Mapping[str, tuple[int, str]], 
     if order != "gpipe":
         _check_acyclic(gd, order)
     return gates
+
+
+def constant_nodes(gd: tf.compat.v1.GraphDef) -> set[str]:
+    """Nodes of ``gd`` computed from constants alone: ``Const`` nodes and nodes all of whose inputs (control
+    inputs included) are such nodes.
+
+    :func:`add_gates` leaves them out of every micro-batch. A replicated
+    training step's gradient seed (``replica_r/ones``, a ``Const``) and its
+    scaling by the replica's share (``gradient_tape/replica_r/mul/Mul``) sit
+    on whatever device the plan gave the unreplicated step's seed; gated
+    there, every micro-batch's backward pass on the loss's device waited for
+    the previous micro-batch's backward pass on the seed's device, and a
+    two-stage training pipeline overlapped nothing (measured,
+    ``benchmarks/results/pipeline_orders.md``). The simulator likewise leaves
+    sources that take no time ungated (:func:`placer.core.microbatch.pipelined_schedule`).
+
+    Examples
+    --------
+    >>> gd = tf.compat.v1.GraphDef()
+    >>> _ = gd.node.add(name="one", op="Const")
+    >>> _ = gd.node.add(name="x", op="Placeholder")
+    >>> _ = gd.node.add(name="two", op="AddV2", input=["one", "one"])
+    >>> _ = gd.node.add(name="y", op="Mul", input=["x", "two"])
+    >>> sorted(constant_nodes(gd))
+    ['one', 'two']
+    """
+    import networkx as nx
+
+    g = nx.DiGraph()
+    g.add_nodes_from(n.name for n in gd.node)
+    g.add_edges_from((_source(x)[0], n.name) for n in gd.node for x in n.input)
+    op = {n.name: n.op for n in gd.node}
+    out: set[str] = set()
+    for name in nx.topological_sort(g):
+        preds = list(g.predecessors(name))
+        if (all(p in out for p in preds) if preds else op.get(name) == "Const"):
+            out.add(name)
+    return out
 
 
 def _check_acyclic(gd: tf.compat.v1.GraphDef, order: str) -> None:

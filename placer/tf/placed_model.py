@@ -170,12 +170,19 @@ def replica_assignment(graph: tf.Graph, plan: Mapping[str, str], layer_devices: 
     Reads of variables stay on the variable's device. Ops outside the
     replica scopes (gradient sums, the update, metrics)
     keep the plan's names and devices (the first group, where the variables
-    live); :func:`placer.tf.emit.complete_assignment` places the rest,
-    among them a replica's op whose name the plan gives an op that runs once
-    per step (``once``, the op graph's ``update`` phase): the name is all
-    they share (``replica_0/mul``, the loss scaled by the replica's rows,
-    against the plan's ``mul`` of the loss tracker), so it goes with its
-    producer.
+    live); :func:`placer.tf.emit.complete_assignment` places the rest. A
+    replica's op whose name the plan gives an op that runs once per step
+    (``once``, the op graph's ``update`` phase) shares only the name with
+    it (``replica_0/mul``, the loss scaled by the replica's rows, against
+    the plan's ``mul`` of the loss tracker), so it goes with its first
+    placed producer. A replica's gradient op that the plan does not name (the
+    gradient of that scaling) runs with the forward op it differentiates, as
+    TensorFlow's ``colocate_gradients_with_ops`` would place it: left to its
+    first producer (the gradient seed, wherever the plan put the
+    unreplicated step's), it sat on another device than the loss, and with
+    micro-batches gated per device every micro-batch's backward pass there
+    waited for the previous one's on the seed's device (measured:
+    ``benchmarks/results/pipeline_orders.md``).
     """
     maps = [dict(zip(groups[0], g)) for g in groups]
     out: dict[str, str] = {}
@@ -185,15 +192,33 @@ def replica_assignment(graph: tf.Graph, plan: Mapping[str, str], layer_devices: 
         scope, _, replica = parts[at].rpartition("_")
         if scope == REPLICA_SCOPE and replica.isdigit():
             rest = "/".join(parts[:at] + parts[at + 1:])
-            if rest in once:
-                continue
-            device = plan.get(rest) or layer_devices.get(layer_of(rest))
-            if device is not None:  # a read of a variable runs where the variable lives (TensorFlow moves it)
-                reads = any(t.dtype == tf.resource for t in op.inputs)
-                out[op.name] = device if reads else maps[int(replica)][device]
+            device = None
+            if rest in once:  # the name is all it shares with the plan's op: with its first placed producer
+                device = next((out[t.op.name] for t in op.inputs if t.op.name in out), None)
+            else:
+                planned = plan.get(rest)
+                if planned is None and at == 1:
+                    device = _forward_device(parts[1:], out)
+                planned = planned or layer_devices.get(layer_of(rest))
+                if device is None and planned is not None:
+                    # a read of a variable runs where the variable lives (TensorFlow moves it)
+                    reads = any(t.dtype == tf.resource for t in op.inputs)
+                    device = planned if reads else maps[int(replica)][planned]
+            if device is not None:
+                out[op.name] = device
         elif op.name in plan:
             out[op.name] = plan[op.name]
     return out
+
+
+def _forward_device(forward_parts: Sequence[str], devices: Mapping[str, str]) -> str | None:
+    """The device of the forward op a gradient op differentiates: the longest prefix of its name (below the
+    tape's scope) that names a placed op, e.g. ``replica_0/mul`` for ``gradient_tape/replica_0/mul/Mul``."""
+    for end in range(len(forward_parts) - 1, 0, -1):
+        device = devices.get("/".join(forward_parts[:end]))
+        if device is not None:
+            return device
+    return None
 
 
 def _say_what_compression_did(policy: CompressionPolicy, emitted: EmittedModel) -> None:
