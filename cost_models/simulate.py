@@ -7,7 +7,8 @@ Semantics (TensorFlow's dataflow executor, simplified):
 * each device runs ``concurrency`` ops at a time (default 1). Which ready op
   goes next is ``ready_order``: ``"fifo"`` (the default, which the ETF
   heuristic's list schedule follows) takes the earliest ready first;
-  ``"lifo"`` takes the one that became ready last, depth first, as
+  ``"lifo"`` takes the one that became ready last, depth first (ops that
+  take no time first, as the executor runs inexpensive ops inline), as
   TensorFlow's executor with *one* inter-op thread does (a finished op's
   successor runs inline and other ready ops go to the front of the thread's
   queue; a trace of two such gRPC workers running the multi-tower MLP
@@ -327,6 +328,7 @@ def simulate(
     dev, heaps, stacks, release = _ready_queues(deps, a, k, lifo)
     consumers_of, ctrl_succ, receivers = deps.produced, deps.control_successors, deps.receivers
     seconds = durations[np.arange(n), a].tolist()
+    instant = [t == 0.0 for t in seconds]
     # Each device has `concurrency` slots; keep their free times in a heap.
     slots = [[0.0] * concurrency for _ in range(k)]
     link_free = np.zeros((k, k))
@@ -346,7 +348,7 @@ def simulate(
             first = now = min(starts, default=(math.inf, -1))[0]
             for s_d, d in starts:
                 if s_d == first:
-                    _to_stack(heaps[d], stacks[d], first)
+                    _to_stack(heaps[d], stacks[d], first, instant)
                     if best is None or stacks[d][-1] < best[2]:
                         best = (first, d, stacks[d][-1])
         else:
@@ -407,7 +409,7 @@ def _ready_queues(deps: Dependencies, a: np.ndarray, k: int, lifo: bool
     return dev, heaps, stacks, release
 
 
-def _to_stack(heap: list[tuple[float, float, int]], stack: list[int], now: float) -> None:
+def _to_stack(heap: list[tuple[float, float, int]], stack: list[int], now: float, instant: Sequence[bool]) -> None:
     """Move a device's ops that are ready by ``now`` from its heap onto its ready stack (``ready_order="lifo"``).
 
     Heap entries are ``(ready time, -cause, node)``, where the cause is when
@@ -415,13 +417,20 @@ def _to_stack(heap: list[tuple[float, float, int]], stack: list[int], now: float
     control predecessor): the top of the stack is the op that became ready
     last, by time and then by its cause (a successor of the op that just
     ended comes before an op whose input arrived from a transfer issued
-    earlier); at a tie the lower index is on top. The order depends on these
-    times only, not on the order the simulation processed events.
+    earlier); at a tie the lower index is on top. Ops that take no time
+    (``instant``) go above all others moved with them: TensorFlow's executor
+    runs a finished op's inexpensive successors inline before any expensive
+    one, so a shape computation or a gate never waits at the bottom of the
+    stack while a depth-first chain runs above it (it did in the simulator:
+    a pipeline's gate then opened only after the device's queued sends, which
+    TensorFlow runs when the chain ends, ``benchmarks/results/send_deferral.md``).
+    The order depends on these times only, not on the order the simulation
+    processed events.
     """
     moved = []
     while heap and heap[0][0] <= now:
         moved.append(heapq.heappop(heap))
-    stack.extend(v for _, _, v in sorted(moved, key=lambda x: (x[0], -x[1], -x[2])))
+    stack.extend(v for _, _, v in sorted(moved, key=lambda x: (instant[x[2]], x[0], -x[1], -x[2])))
 
 
 def _result(tensors: Sequence[TensorEdge], a: np.ndarray, k: int, timeline: list, transfers: list, busy: np.ndarray,
@@ -593,6 +602,7 @@ def _simulate_shared(durations: np.ndarray, tensors: Sequence[TensorEdge], a: np
         slots[list(devs)] = max(options.concurrency, math.ceil(alone - 1e-9))
     deps = _checked(deps, n, tensors) or dependencies_of(n, tensors, control_edges)
     dev, heaps, stacks, release = _ready_queues(deps, a, k, lifo)
+    instant = (durations[np.arange(n), a] == 0.0).tolist()
     consumers_of, ctrl_succ, receivers = deps.produced, deps.control_successors, deps.receivers
     running: dict[int, list[float]] = {}  # node -> [remaining work, start]
     on_device = np.zeros(k, dtype=int)
@@ -606,7 +616,7 @@ def _simulate_shared(durations: np.ndarray, tensors: Sequence[TensorEdge], a: np
 
     def next_ready(d: int) -> int | None:
         if lifo:
-            _to_stack(heaps[d], stacks[d], now)
+            _to_stack(heaps[d], stacks[d], now, instant)
             return stacks[d].pop() if stacks[d] else None
         return heapq.heappop(heaps[d])[2] if heaps[d] and heaps[d][0][0] <= now else None
 

@@ -72,6 +72,19 @@ def test_fifo_runs_ready_ops_breadth_first():
     assert [v for v, dev, *_ in r.timeline if dev == 0] == [0, 1, 2, 3, 4]
 
 
+def test_lifo_runs_ops_that_take_no_time_before_the_depth_first_chain():
+    # TensorFlow's executor runs a finished op's inexpensive successors inline before any expensive one: a
+    # zero-time op (a shape computation, a pipeline's gate) ready with a chain does not wait at the bottom of
+    # the stack until the chain ends. Device 0: a -> b (1 s each) and z (no time), whose consumer c (1 s) runs
+    # on device 1: c starts at 0, not after b.
+    d = np.array([[1.0, 1.0], [1.0, 1.0], [0.0, 0.0], [1.0, 1.0]])
+    es = [TensorEdge(0, (1,), 4.0), TensorEdge(2, (3,), 4.0)]
+    for cpu in (None, np.zeros((2, 2))):
+        r = simulate(d, es, [0, 0, 0, 1], link(bw=np.inf), options=SimOptions(ready_order="lifo", transfer_cpu_s=cpu))
+        start = {v: s for v, _, s, _ in r.timeline}
+        assert start[2] == 0.0 and start[3] == 0.0 and r.step_time_s == 2.0, r.timeline
+
+
 def test_lifo_runs_the_latest_ready_op_first_depth_first_like_tensorflows_executor():
     # device 0: x0 0-1, x1 1-2 (ready last), y0 2-3, y1 3-4; device 1: x2 2-5, y2 5-8
     d, es, a = two_towers_feeding_a_second_device()
