@@ -46,6 +46,21 @@ def chain(width: int, depth: int):
     return keras.Model(inp, keras.layers.Dense(16, name="head")(h), name="chain")
 
 
+def hand_split(model, devices, batch: int, m: int, depth: int):
+    """The chain's two-stage split by layers (the first half of the layers on the first device, the rest and
+    the loss on the second): ``(op graph, the contiguous plan it was derived from, the split plan)``."""
+    import placer
+
+    first = placer.autoplace(model, devices, training=True, batch_size=batch, microbatches=m,
+                             algorithm="contiguous", pipeline="gpipe", profile_cache=False)
+    graph = first._placed.op_graph.graph  # noqa: SLF001
+    late = tuple(f"/d{i}" for i in range(depth // 2, depth)) + ("/head", "compile_loss")
+    stage0, stage1 = first.plan.devices
+    split = {op: stage1 if any(k in str(graph.nodes[op].get("layer", op)) for k in late) else stage0
+             for op in first.plan.assignment}
+    return graph, first.plan, replace(first.plan, assignment=split)
+
+
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import keras
@@ -66,17 +81,11 @@ def run(args: argparse.Namespace) -> int:
         model.compile(optimizer="sgd", loss="mse")
         configs = []
         for m in args.microbatches:
-            first = placer.autoplace(model, devices, training=True, batch_size=args.batch, microbatches=m,
-                                     algorithm="contiguous", pipeline="gpipe", profile_cache=False)
-            graph = first._placed.op_graph.graph  # noqa: SLF001
-            late = tuple(f"/d{i}" for i in range(args.depth // 2, args.depth)) + ("/head", "compile_loss")
-            stage0, stage1 = first.plan.devices
-            split = {op: stage1 if any(k in str(graph.nodes[op].get("layer", op)) for k in late) else stage0
-                     for op in first.plan.assignment}
-            plan = replace(first.plan, assignment=split)
+            graph, contiguous, plan = hand_split(model, devices, args.batch, m, args.depth)
             if args.single and m == args.microbatches[0]:  # the reference: every op on worker 0
                 one = placer.autoplace(model, devices, training=True, batch_size=args.batch, microbatches=m,
-                                       plan=replace(first.plan, assignment=dict.fromkeys(split, stage0)),
+                                       plan=replace(contiguous, assignment=dict.fromkeys(plan.assignment,
+                                                                                         plan.devices[0])),
                                        profile_cache=False)
                 built = build_problem(graph, one._placed.devices, group_by=one.plan.group_by)  # noqa: SLF001
                 sim = simulate_pipeline(built, built.group_assignment(one.plan.assignment), m, SimOptions())

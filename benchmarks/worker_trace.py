@@ -12,9 +12,14 @@ a step): when that worker's part started, its first and last kernel, and its
 kernels' summed time. The table beside them: the plan's prediction (measured
 call cost + simulated step) and the simulated makespan. The profiler slows a
 step by 11-25% (measured 2026-12-03), so compare phases within a run, not
-absolute times with the untraced step.
+absolute times with the untraced step. ``--workload chain-train`` traces the
+chain of ``benchmarks/pipeline_orders.py`` trained as one worker and split in
+two stages by hand (``--microbatches``); the ``busy``/``both`` columns say how
+much of the traced window each worker computed and both did at once (a
+pipelined split that overlaps nothing reads ``both`` ≈ 0).
 
-    python benchmarks/worker_trace.py [--trace-ms 1500] [--out benchmarks/results/worker_trace.md]
+    python benchmarks/worker_trace.py [--workload mlp|chain-train] [--microbatches 4] [--trace-ms 1500]
+                                      [--out benchmarks/results/worker_trace.md]
 """
 
 from __future__ import annotations
@@ -61,14 +66,52 @@ BOOKKEEPING = frozenset({"ReadVariableOp", "Const", "Identity", "NoOp", "_Send",
                          "_Arg", "_Retval"})
 
 
+def _is_kernel(name: str) -> bool:
+    """An event of a kernel of the placed graph (``autoplace/...:<type>``; under ``StatefulPartitionedCall/``
+    when Keras' training step calls the placed function)."""
+    return ":" in name and (name.startswith("autoplace/") or "/autoplace/" in name)
+
+
+def busy_together(first: list[tuple[str, float, float]], second: list[tuple[str, float, float]]) -> tuple[float, ...]:
+    """Shares of the window both traces cover in which each worker ran a compute kernel (not in
+    :data:`BOOKKEEPING`), and in which both did at once: ``(busy first, busy second, both)``.
+
+    >>> busy_together([("autoplace/a:MatMul", 0.0, 2.0)], [("autoplace/b:MatMul", 1.0, 4.0)])
+    (0.5, 0.75, 0.25)
+    >>> busy_together([("autoplace/a:MatMul", 0.0, 2.0), ("autoplace/b:MatMul", 3.0, 4.0)], [])
+    (0.75, 0.0, 0.0)
+    """
+    def intervals(events):
+        return sorted((s, e) for name, s, e in events if _is_kernel(name) and name.rsplit(":", 1)[1] not in BOOKKEEPING)
+
+    def union(iv):
+        out: list[list[float]] = []
+        for s, e in iv:
+            if out and s <= out[-1][1]:
+                out[-1][1] = max(out[-1][1], e)
+            else:
+                out.append([s, e])
+        return out
+
+    a, b = union(intervals(first)), union(intervals(second))
+    if not a and not b:
+        return 0.0, 0.0, 0.0
+    lo, hi = min(iv[0][0] for iv in (a, b) if iv), max(iv[-1][1] for iv in (a, b) if iv)
+    both, i, j = 0.0, 0, 0
+    while i < len(a) and j < len(b):
+        both += max(0.0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
+        i, j = (i + 1, j) if a[i][1] < b[j][1] else (i, j + 1)
+    span = hi - lo
+    return (sum(e - s for s, e in a) / span, sum(e - s for s, e in b) / span, both / span)
+
+
 def step_phases(events: list[tuple[str, float, float]]) -> np.ndarray:
     """Per step of one worker (rows): its part's start (``FunctionRun``) to its first compute kernel, to its
     last kernel's end, the kernels' summed time, and the time to the next step's start (µs). Kernels are the
     events named ``<op>:<type>`` of the placed graph (``autoplace/...``); compute kernels are those of a type
     not in :data:`BOOKKEEPING`."""
     starts = sorted(s for name, s, _ in events if name == "FunctionRun")
-    kernels = sorted((s, e, name.rsplit(":", 1)[1]) for name, s, e in events
-                     if name.startswith("autoplace/") and ":" in name)
+    kernels = sorted((s, e, name.rsplit(":", 1)[1]) for name, s, e in events if _is_kernel(name))
     rows = []
     for begin, nxt in zip(starts, starts[1:]):
         mine = [(s, e, kind) for s, e, kind in kernels if begin <= s < nxt]
@@ -79,38 +122,66 @@ def step_phases(events: list[tuple[str, float, float]]) -> np.ndarray:
     return np.asarray(rows, dtype=float).reshape(-1, 4)
 
 
-def run(args: argparse.Namespace) -> int:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+def _placements(args: argparse.Namespace, devices):
+    """``(title, [(label, placed model, step)])`` of the workload: the MLP's forward pass as one worker and
+    autoplace's plan, or the chain of ``benchmarks/pipeline_orders.py`` trained as one worker and split in
+    two stages by hand, at ``--microbatches``."""
     import keras
     import tensorflow as tf
 
     import placer
     import workloads
 
-    out = MarkdownOut()
-    with placer.LocalCluster(2, pin_cores=True, threads=1, profiler=True) as cluster:
-        devices = placer.connect(cluster)
-        keras.utils.set_random_seed(0)
+    keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    if args.workload == "mlp":
         model = workloads.multi_tower_mlp(towers=8, width=512, depth=4)
-        x = np.random.default_rng(0).standard_normal((64, 512)).astype("float32")
-        out("## Phases of a placed step on each of 2 gRPC workers (8-tower MLP, batch 64; profiler traces)")
-        out()
-        out(f"{time.strftime('%Y-%m-%d')}; medians over the traced steps, µs from the start of that worker's "
-            "part of the step (`FunctionRun`); period = to its next step's start (traced, so slower than the "
-            "untraced step). predicted = call cost + simulated step; makespan = the simulated step alone.")
-        out()
-        out("| placement | measured step ms (untraced) | predicted ms | simulated makespan ms | worker | steps | "
-            "first compute kernel | last kernel end | kernels' sum | period |")
-        out("|---|---|---|---|---|---|---|---|---|---|")
+        x = rng.standard_normal((64, 512)).astype("float32")
+        out = []
         for label, options in (("single", dict(algorithm="single", calibrate_links=False)),
                                ("autoplace", dict(objective="throughput", microbatches=1))):
             placed = placer.autoplace(model, devices, batch_size=64, profile_cache=False,
                                       time_limit_s=args.time_limit, **options)
+            out.append((label, placed, lambda p=placed: [t.numpy() for t in tf.nest.flatten(p(x))]))
+        return "8-tower MLP, batch 64", out
+    from dataclasses import replace
 
-            def step(p=placed) -> None:
-                for t in tf.nest.flatten(p(x)):
-                    t.numpy()
+    from pipeline_orders import chain, hand_split
 
+    model = chain(1024, 8)
+    model.compile(optimizer="sgd", loss="mse")
+    x = rng.standard_normal((128, 1024)).astype("float32")
+    y = rng.standard_normal((128, 16)).astype("float32")
+    _, contiguous, split = hand_split(model, devices, 128, args.microbatches, 8)
+    one = replace(contiguous, assignment=dict.fromkeys(split.assignment, split.devices[0]))
+    out = []
+    for label, plan in (("one worker", one), ("split", split)):
+        placed = placer.autoplace(model, devices, training=True, batch_size=128, microbatches=args.microbatches,
+                                  plan=plan, profile_cache=False)
+        out.append((label, placed, lambda p=placed: p.train_on_batch(x, y)))
+    return f"chain of 8 dense layers trained, batch 128, {args.microbatches} micro-batch(es)", out
+
+
+def run(args: argparse.Namespace) -> int:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import placer
+
+    out = MarkdownOut()
+    with placer.LocalCluster(2, pin_cores=True, threads=1, profiler=True) as cluster:
+        devices = placer.connect(cluster)
+        title, placements = _placements(args, devices)
+        out(f"## Phases of a placed step on each of 2 gRPC workers ({title}; profiler traces)")
+        out()
+        out(f"{time.strftime('%Y-%m-%d')}; medians over the traced steps, µs from the start of that worker's "
+            "part of the step (`FunctionRun`); period = to its next step's start (traced, so slower than the "
+            "untraced step). predicted = call cost + simulated step; makespan = the simulated step alone; "
+            "busy = share of the traced window in which the worker ran a compute kernel, both = in which both "
+            "workers did at once.")
+        out()
+        out("| placement | measured step ms (untraced) | predicted ms | simulated makespan ms | worker | steps | "
+            "first compute kernel | last kernel end | kernels' sum | period | busy | both |")
+        out("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for label, placed, step in placements:
             for _ in range(20):
                 step()
             times = []
@@ -121,20 +192,25 @@ def run(args: argparse.Namespace) -> int:
             plan = placed.plan
             makespan = plan.predicted_step_time_s - plan.call_overhead_s
             with tempfile.TemporaryDirectory() as logdir:
-                for task, path in cluster.trace(step, logdir, args.trace_ms).items():
-                    phases = step_phases(trace_events(path))
-                    if not len(phases):
-                        continue  # a worker this placement does not use
-                    first, last, busy, period = np.median(phases, axis=0)
-                    out(f"| {label} | {1e3 * float(np.median(times)):.2f} | {1e3 * plan.predicted_step_time_s:.2f} | "
-                        f"{1e3 * makespan:.2f} | task {task} | {len(phases)} | {first:.0f} | {last:.0f} | "
-                        f"{busy:.0f} | {period:.0f} |")
+                events = {task: trace_events(path) for task, path in cluster.trace(step, logdir, args.trace_ms).items()}
+            shares = busy_together(events.get(0, []), events.get(1, []))
+            for task, evs in events.items():
+                phases = step_phases(evs)
+                if not len(phases):
+                    continue  # a worker this placement does not use
+                first, last, busy, period = np.median(phases, axis=0)
+                out(f"| {label} | {1e3 * float(np.median(times)):.2f} | {1e3 * plan.predicted_step_time_s:.2f} | "
+                    f"{1e3 * makespan:.2f} | task {task} | {len(phases)} | {first:.0f} | {last:.0f} | "
+                    f"{busy:.0f} | {period:.0f} | {100 * shares[task]:.0f}% | {100 * shares[2]:.0f}% |")
     out.write(args.out)
     return 0
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--workload", choices=["mlp", "chain-train"], default="mlp",
+                    help="the MLP's forward pass (default), or pipeline_orders.py's chain trained in two stages")
+    ap.add_argument("--microbatches", type=int, default=1, help="micro-batches of the chain-train workload")
     ap.add_argument("--steps", type=int, default=30, help="untraced steps timed per placement")
     ap.add_argument("--trace-ms", type=int, default=1500, help="how long each placement is traced")
     ap.add_argument("--time-limit", type=float, default=5.0, help="solver time limit per placement (s)")
