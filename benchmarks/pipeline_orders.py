@@ -48,7 +48,7 @@ def chain(width: int, depth: int):
 
 def hand_split(model, devices, batch: int, m: int, depth: int):
     """The chain's two-stage split by layers (the first half of the layers on the first device, the rest and
-    the loss on the second): ``(op graph, the contiguous plan it was derived from, the split plan)``."""
+    the loss on the second) and its reference: ``(op graph, the split plan, every op on the first device)``."""
     import placer
 
     first = placer.autoplace(model, devices, training=True, batch_size=batch, microbatches=m,
@@ -58,7 +58,8 @@ def hand_split(model, devices, batch: int, m: int, depth: int):
     stage0, stage1 = first.plan.devices
     split = {op: stage1 if any(k in str(graph.nodes[op].get("layer", op)) for k in late) else stage0
              for op in first.plan.assignment}
-    return graph, first.plan, replace(first.plan, assignment=split)
+    return (graph, replace(first.plan, assignment=split),
+            replace(first.plan, assignment=dict.fromkeys(split, stage0)))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -81,12 +82,10 @@ def run(args: argparse.Namespace) -> int:
         model.compile(optimizer="sgd", loss="mse")
         configs = []
         for m in args.microbatches:
-            graph, contiguous, plan = hand_split(model, devices, args.batch, m, args.depth)
+            graph, plan, one_worker = hand_split(model, devices, args.batch, m, args.depth)
             if args.single and m == args.microbatches[0]:  # the reference: every op on worker 0
                 one = placer.autoplace(model, devices, training=True, batch_size=args.batch, microbatches=m,
-                                       plan=replace(contiguous, assignment=dict.fromkeys(plan.assignment,
-                                                                                         plan.devices[0])),
-                                       profile_cache=False)
+                                       plan=one_worker, profile_cache=False)
                 built = build_problem(graph, one._placed.devices, group_by=one.plan.group_by)  # noqa: SLF001
                 sim = simulate_pipeline(built, built.group_assignment(one.plan.assignment), m, SimOptions())
                 configs.append((m, "one worker", one, float(np.max(sim.peak_memory_bytes))))

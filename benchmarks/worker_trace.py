@@ -73,8 +73,8 @@ def _is_kernel(name: str) -> bool:
 
 
 def busy_together(first: list[tuple[str, float, float]], second: list[tuple[str, float, float]]) -> tuple[float, ...]:
-    """Shares of the window both traces cover in which each worker ran a compute kernel (not in
-    :data:`BOOKKEEPING`), and in which both did at once: ``(busy first, busy second, both)``.
+    """Shares of the window from the first to the last compute kernel (not in :data:`BOOKKEEPING`) of either
+    trace in which each worker ran one, and in which both did at once: ``(busy first, busy second, both)``.
 
     >>> busy_together([("autoplace/a:MatMul", 0.0, 2.0)], [("autoplace/b:MatMul", 1.0, 4.0)])
     (0.5, 0.75, 0.25)
@@ -144,16 +144,13 @@ def _placements(args: argparse.Namespace, devices):
                                       time_limit_s=args.time_limit, **options)
             out.append((label, placed, lambda p=placed: [t.numpy() for t in tf.nest.flatten(p(x))]))
         return "8-tower MLP, batch 64", out
-    from dataclasses import replace
-
     from pipeline_orders import chain, hand_split
 
     model = chain(1024, 8)
     model.compile(optimizer="sgd", loss="mse")
     x = rng.standard_normal((128, 1024)).astype("float32")
     y = rng.standard_normal((128, 16)).astype("float32")
-    _, contiguous, split = hand_split(model, devices, 128, args.microbatches, 8)
-    one = replace(contiguous, assignment=dict.fromkeys(split.assignment, split.devices[0]))
+    _, split, one = hand_split(model, devices, 128, args.microbatches, 8)
     out = []
     for label, plan in (("one worker", one), ("split", split)):
         placed = placer.autoplace(model, devices, training=True, batch_size=128, microbatches=args.microbatches,

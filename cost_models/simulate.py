@@ -328,7 +328,7 @@ def simulate(
     dev, heaps, stacks, release = _ready_queues(deps, a, k, lifo)
     consumers_of, ctrl_succ, receivers = deps.produced, deps.control_successors, deps.receivers
     seconds = durations[np.arange(n), a].tolist()
-    instant = [t == 0.0 for t in seconds]
+    instant = [t == 0.0 for t in seconds] if lifo else []  # only the lifo stack reads it
     # Each device has `concurrency` slots; keep their free times in a heap.
     slots = [[0.0] * concurrency for _ in range(k)]
     link_free = np.zeros((k, k))
@@ -602,7 +602,7 @@ def _simulate_shared(durations: np.ndarray, tensors: Sequence[TensorEdge], a: np
         slots[list(devs)] = max(options.concurrency, math.ceil(alone - 1e-9))
     deps = _checked(deps, n, tensors) or dependencies_of(n, tensors, control_edges)
     dev, heaps, stacks, release = _ready_queues(deps, a, k, lifo)
-    instant = (durations[np.arange(n), a] == 0.0).tolist()
+    instant = (durations[np.arange(n), a] == 0.0).tolist() if lifo else []
     consumers_of, ctrl_succ, receivers = deps.produced, deps.control_successors, deps.receivers
     running: dict[int, list[float]] = {}  # node -> [remaining work, start]
     on_device = np.zeros(k, dtype=int)

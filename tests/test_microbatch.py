@@ -433,9 +433,7 @@ def test_gates_leave_nodes_computed_from_constants_alone_to_run_free():
     # Found on two gRPC workers: a replicated training step's gradient seed (a Const) and its scaling by the
     # replica's share sat on device A while the loss's backward pass ran on B; gated on A, B's backward pass of
     # micro-batch i+1 waited for A's of micro-batch i, and a two-stage pipeline overlapped nothing.
-    import networkx as nx
-
-    from placer.tf.microbatch import _source
+    from placer.tf.microbatch import dependency_graph
 
     a, b, m = "/device:CPU:0", "/device:CPU:1", 3
     gd = tf.compat.v1.GraphDef()
@@ -455,7 +453,7 @@ def test_gates_leave_nodes_computed_from_constants_alone_to_run_free():
         add(f"bb{i}", "Mul", b, [f"scaled{i}", f"fb{i}"], (i, "backward"))
         add(f"ba{i}", "Mul", a, [f"bb{i}", f"fa{i}"], (i, "backward"))
     assert add_gates(gd, key_of, fed=[f"x{i}" for i in range(m)]) == 2 * 2 * (m - 1)
-    g = nx.DiGraph((_source(x)[0], n.name) for n in gd.node for x in n.input)
+    g = dependency_graph(gd)
     assert not any(x.startswith("^") for i in range(m) for n in gd.node if n.name in (f"seed{i}", f"scaled{i}")
                    for x in n.input)
     for i in range(m - 1):

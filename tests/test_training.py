@@ -434,11 +434,9 @@ def assert_stages_backward_passes_overlap(gd: tf.compat.v1.GraphDef, m: int) -> 
     the loss depends on a backward op of micro-batch ``i`` on the first stage (the one holding ``d0``)."""
     import networkx as nx
 
-    from placer.tf.microbatch import _source
+    from placer.tf.microbatch import dependency_graph
 
-    g = nx.DiGraph()
-    g.add_nodes_from(n.name for n in gd.node)
-    g.add_edges_from((_source(x)[0], n.name) for n in gd.node for x in n.input)
+    g = dependency_graph(gd)
     device = {n.name: n.device for n in gd.node}
     first = next(d for name, d in device.items() if name.startswith("gradient_tape/replica_0/") and "/d0" in name)
     for i in range(m - 1):

@@ -71,7 +71,8 @@ def add_gates(gd: tf.compat.v1.GraphDef, key_of: Mapping[str, tuple[int, str]], 
     """Order each device's micro-batches in ``gd`` (in place): the gates of the module docstring.
 
     ``key_of`` gives the nodes that belong to a micro-batch their
-    ``(micro-batch, phase)``: a *unit* per device. Each device runs its units
+    ``(micro-batch, phase)``: a *unit* per device (nodes computed from
+    constants alone, :func:`constant_nodes`, belong to none). Each device runs its units
     in the chains of :func:`placer.core.microbatch.device_chains` (the rule the
     simulator follows): the next unit's first nodes there (no input from a
     node of the same unit; inputs from ``fed`` nodes do not count) wait for a
@@ -167,9 +168,7 @@ def constant_nodes(gd: tf.compat.v1.GraphDef) -> set[str]:
     """
     import networkx as nx
 
-    g = nx.DiGraph()
-    g.add_nodes_from(n.name for n in gd.node)
-    g.add_edges_from((_source(x)[0], n.name) for n in gd.node for x in n.input)
+    g = dependency_graph(gd)
     op = {n.name: n.op for n in gd.node}
     out: set[str] = set()
     for name in nx.topological_sort(g):
@@ -179,13 +178,30 @@ def constant_nodes(gd: tf.compat.v1.GraphDef) -> set[str]:
     return out
 
 
-def _check_acyclic(gd: tf.compat.v1.GraphDef, order: str) -> None:
-    """Raise ``GraphError`` where ``gd``'s nodes (gates included) wait on each other in a cycle."""
+def dependency_graph(gd: tf.compat.v1.GraphDef) -> Any:
+    """``gd`` as a ``networkx.DiGraph``: a node per node, an edge per data or control input.
+
+    Examples
+    --------
+    >>> gd = tf.compat.v1.GraphDef()
+    >>> _ = gd.node.add(name="a", op="Const")
+    >>> _ = gd.node.add(name="b", op="Identity", input=["a:0", "^a"])
+    >>> sorted(dependency_graph(gd).edges)
+    [('a', 'b')]
+    """
     import networkx as nx
 
     g = nx.DiGraph()
     g.add_nodes_from(n.name for n in gd.node)
     g.add_edges_from((_source(x)[0], n.name) for n in gd.node for x in n.input)
+    return g
+
+
+def _check_acyclic(gd: tf.compat.v1.GraphDef, order: str) -> None:
+    """Raise ``GraphError`` where ``gd``'s nodes (gates included) wait on each other in a cycle."""
+    import networkx as nx
+
+    g = dependency_graph(gd)
     if not nx.is_directed_acyclic_graph(g):
         cycle = [u for u, _ in nx.find_cycle(g)]
         shown = " -> ".join(cycle[:3] + ["…"] + cycle[-3:]) if len(cycle) > 6 else " -> ".join(cycle)
