@@ -320,6 +320,28 @@ def test_group_heft_places_every_group_validly_and_deterministically(seed, n, k,
     assert np.array_equal(group_heft(p, options).assignment, sol.assignment)
 
 
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(2, 30), k=st.integers(2, 4), layers=st.integers(1, 6),
+       capacity=st.sampled_from([np.inf, 900.0]))
+def test_group_heft_with_layer_keys_is_valid_and_never_worse_than_by_groups(seed, n, k, layers, capacity):
+    """With ``coarsen_keys`` it also places each key's nodes as one unit and keeps the better plan."""
+    from placer.solvers.listsched import group_heft
+
+    p = random_problem(seed, n, k, capacity=capacity)
+    rng = np.random.default_rng(seed)
+    keys = tuple(None if rng.random() < 0.2 else f"layer{rng.integers(layers)}" for _ in range(n))
+    by_groups = group_heft(p, SolveOptions(objective="latency"))
+    keyed = group_heft(p, SolveOptions(objective="latency", coarsen_keys=keys))
+    if keyed is None:
+        assert by_groups is None and np.isfinite(capacity)  # neither view fits the memory
+        return
+    assert evaluate(p, keyed.assignment).feasible
+    assert np.array_equal(group_heft(p, SolveOptions(objective="latency", coarsen_keys=keys)).assignment,
+                          keyed.assignment)
+    if by_groups is not None:
+        assert keyed.objective <= by_groups.objective * (1 + 1e-12)
+
+
 def test_group_heft_keeps_groups_that_depend_on_each_other_together():
     """Colocation merges can make groups depend on each other both ways (a cycle): they become one unit."""
     from placer.core.problem import Schedule

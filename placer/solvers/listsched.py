@@ -220,8 +220,14 @@ def group_heft(problem: PlacementProblem, options: SolveOptions) -> Solution | N
     time on a device is the sum of its groups', its upward rank the mean time
     plus the longest mean-cost path to an exit; units go, by decreasing rank,
     to the device where the whole unit would finish first (inputs arrived,
-    device free, memory left). It is a registered algorithm
-    (``algorithm="group_heft"``), not yet one of ``auto``'s heuristics.
+    device free, memory left).
+
+    With ``options.coarsen_keys`` (autoplace passes each node's Keras layer)
+    it also runs with each key's nodes merged into one unit (a layer view: the
+    ops of a layer seldom gain from being split, and the units are found
+    whole, where op-level moves split a branch into pieces) and keeps the
+    better plan: the two-branch CNN's forward pass on 4 devices, colocation
+    groups only, 99.0 ms by groups, 50.9 ms by layers (its lower bound: 50.8).
 
     Examples
     --------
@@ -235,19 +241,49 @@ def group_heft(problem: PlacementProblem, options: SolveOptions) -> Solution | N
     >>> s = group_heft(p, SolveOptions(objective="latency"))
     >>> sorted(s.assignment[1:].tolist()), round(s.objective, 6)
     ([0, 1], 1.0)
+
+    Keys that tie each of ``a`` and ``b`` to a 1 s node after it (two layers of
+    two nodes): the layers are placed whole, one per device.
+
+    >>> p = PlacementProblem.build(names=["src", "a", "b", "a2", "b2"], compute_s=np.r_[np.zeros((1, 2)),
+    ...     np.ones((4, 2))], memory_bytes=np.zeros(5), capacity_bytes=np.full(2, np.inf),
+    ...     tensors=[TensorEdge(0, (1, 2), 8.0), TensorEdge(1, (3,), 8.0), TensorEdge(2, (4,), 8.0)],
+    ...     bandwidth=np.full((2, 2), 1e9), latency=np.zeros((2, 2)))
+    >>> s = group_heft(p, SolveOptions(objective="latency", coarsen_keys=(None, "A", "B", "A", "B")))
+    >>> s.assignment.tolist(), round(s.objective, 6)
+    ([0, 0, 1, 0, 1], 2.0)
     """
+    t0 = time.perf_counter()
+    plans = [_heft_units(problem, np.arange(problem.n))]
+    keys = options.coarsen_keys
+    if keys is not None:
+        first: dict = {}
+        by_key = np.array([v if key is None else first.setdefault(key, v) for v, key in enumerate(keys)])
+        if np.unique(by_key).size < problem.n:
+            plans.append(_heft_units(problem, by_key))
+    best = None
+    for a in plans:
+        sol = None if a is None else finish(problem, a, "group_heft", t0, options)
+        if sol is not None and (best is None or sol.objective < best.objective):
+            best = sol
+    return best
+
+
+def _heft_units(p: PlacementProblem, label: np.ndarray) -> np.ndarray | None:
+    """HEFT's assignment of the problem's nodes with the nodes sharing a ``label`` one unit (merged further
+    where their dependencies form a cycle), or ``None`` when some unit fits no device."""
     import networkx as nx
 
-    t0 = time.perf_counter()
-    p = problem
     g = nx.DiGraph()
-    g.add_nodes_from(range(p.n))
-    g.add_edges_from((t.src, d) for t in p.tensors for d in t.dsts if d != t.src)
-    g.add_edges_from((u, v) for u, v in p.control if u != v)
+    g.add_nodes_from(np.unique(label).tolist())
+    g.add_edges_from((int(label[t.src]), int(label[d])) for t in p.tensors for d in t.dsts
+                     if label[d] != label[t.src])
+    g.add_edges_from((int(label[u]), int(label[v])) for u, v in p.control if label[u] != label[v])
     cond = nx.condensation(g)
-    unit_of = np.array([cond.graph["mapping"][v] for v in range(p.n)])
+    unit_of = np.array([cond.graph["mapping"][int(label[v])] for v in range(p.n)])
     units = cond.number_of_nodes()
-    members = [np.flatnonzero(unit_of == u) for u in range(units)]
+    order = np.argsort(unit_of, kind="stable")
+    members = np.split(order, np.flatnonzero(np.diff(unit_of[order])) + 1) if p.n else []
     work = np.array([p.compute_s[m].sum(axis=0) for m in members]).reshape(units, p.k)
     memory = np.array([p.memory_bytes[m].sum() for m in members])
     preds: list[list[tuple[int, int]]] = [[] for _ in range(units)]  # (tensor index, producer unit)
@@ -288,4 +324,4 @@ def group_heft(problem: PlacementProblem, options: SolveOptions) -> Solution | N
         end, _, d = best
         dev[u], done[u], free[d] = d, end, end
         used[d] += memory[u]
-    return finish(p, dev[unit_of], "group_heft", t0, options)
+    return dev[unit_of]
