@@ -364,11 +364,11 @@ def test_group_heft_keeps_groups_that_depend_on_each_other_together():
 @given(seed=st.integers(0, 10_000), n=st.integers(2, 7), k=st.integers(2, 3),
        capacity=st.sampled_from([150.0, 250.0, 400.0]))
 def test_memory_bound_is_at_most_the_least_traffic(seed, n, k, capacity):
-    from placer.core.objectives import balance_bound, memory_bound, separation_bound, traffic_bytes
+    from placer.core.objectives import balance_bound, cluster_bound, memory_bound, separation_bound, traffic_bytes
 
     p = random_problem(seed, n, k, capacity=capacity)
     least = min(traffic_bytes(p, np.array(a)) for a in itertools.product(range(k), repeat=n))
-    for bound_of in (separation_bound, balance_bound, memory_bound):
+    for bound_of in (separation_bound, balance_bound, cluster_bound, memory_bound):
         bound = bound_of(p)
         assert bound >= 0.0
         if np.isfinite(least):
@@ -379,9 +379,10 @@ def test_memory_bound_is_at_most_the_least_traffic(seed, n, k, capacity):
 
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(2, 8), k=st.integers(2, 3), wide=st.booleans())
-def test_balance_bound_is_at_most_the_least_traffic_with_many_readers(seed, n, k, wide):
-    """Tensors read by several nodes (Lawler's gadget), whole or fractional bytes, tight capacities."""
-    from placer.core.objectives import balance_bound, traffic_bytes
+def test_cut_bounds_are_at_most_the_least_traffic_with_many_readers(seed, n, k, wide):
+    """Tensors read by several nodes (Lawler's gadget; a tensor read on q devices crossing q - 1 times),
+    whole or fractional bytes, tight capacities."""
+    from placer.core.objectives import balance_bound, cluster_bound, traffic_bytes
 
     rng = np.random.default_rng(seed)
     tensors = [TensorEdge(u, tuple(sorted(rng.choice(np.arange(u + 1, n), size=min(n - u - 1, 3), replace=False))),
@@ -392,10 +393,10 @@ def test_balance_bound_is_at_most_the_least_traffic_with_many_readers(seed, n, k
                                capacity_bytes=np.full(k, cap if wide else memory.sum() / k + memory.max() / 2),
                                tensors=tensors, bandwidth=np.ones((k, k)), latency=np.zeros((k, k)))
     least = min(traffic_bytes(p, np.array(a)) for a in itertools.product(range(k), repeat=n))
-    bound = balance_bound(p)
-    assert 0.0 <= bound
-    if np.isfinite(least):
-        assert bound <= least * (1 + 1e-9) + 1e-9
+    for bound in (balance_bound(p), cluster_bound(p)):
+        assert 0.0 <= bound
+        if np.isfinite(least):
+            assert bound <= least * (1 + 1e-9) + 1e-9
 
 
 def test_balance_bound_counts_the_split_capacities_force():
