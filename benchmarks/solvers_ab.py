@@ -1,15 +1,17 @@
-"""A/B of latency plans between two code trees on the same cached op graphs (no TensorFlow needed).
+"""A/B of plans between two code trees on the same cached op graphs (no TensorFlow needed).
 
 Run once per tree (e.g. a ``git worktree`` of the old commit and this checkout), one after the other,
 then compare; plans are deterministic (budgets are estimated work), wall times are not:
 
-    python benchmarks/solvers_ab.py run OLD_TREE old.json
-    python benchmarks/solvers_ab.py run .        new.json
+    python benchmarks/solvers_ab.py run OLD_TREE old.json [OBJECTIVE]
+    python benchmarks/solvers_ab.py run .        new.json [OBJECTIVE]
     python benchmarks/solvers_ab.py compare old.json new.json
 
 Graphs: ``benchmarks/.cache`` as ``benchmarks/solvers.py`` and ``benchmarks/solvers_colocation.py`` left
-them (run those first). Suite cases: 2, 4 and 8 devices, default links; colocation cases: 4 devices,
-links of 100 µs + 250 bytes/µs, ``group_by`` op and layer. Results of 2026-12-03:
+them (run those first). ``OBJECTIVE`` is ``latency`` (the default), ``throughput`` or ``memory``. Suite
+cases: 2, 4 and 8 devices, default links (for ``memory``, each device holding ``solvers.capacity``: 1.25x
+an even share); colocation cases (``latency`` only): 4 devices, links of 100 µs + 250 bytes/µs,
+``group_by`` op and layer. Values in ms, or MB crossing devices for ``memory``. Results of 2026-12-03:
 ``benchmarks/results/solvers_descent_ab.md``.
 """
 
@@ -26,27 +28,34 @@ SUITE = ["resnet50", "inception_v3", "mobilenet_v2", "transformer", "lstm_seq2se
 COLOCATION = ["lstm_seq2seq", "two_branch_cnn", "dense_cnn"]
 
 
-def run(tree: str, out: str) -> None:
+def run(tree: str, out: str, objective: str = "latency") -> None:
     sys.path[:0] = [str(Path(tree).resolve())]
     import placer
     from placer import DeviceSpec
     from placer.core.devices import resolve_devices
 
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from solvers import capacity  # this checkout's benchmark, with the tree's placer
+
     links = [DeviceSpec(f"/CPU:{i}", latency_s=100e-6, bandwidth_bytes_per_s=250e6) for i in range(4)]
-    cases = [(f"suite {name} {part} k={k}", CACHE / f"{name}_{part}.json", [DeviceSpec(f"/CPU:{i}") for i in range(k)],
-              "op") for name in SUITE for part in ("fwd", "train") for k in (2, 4, 8)]
-    cases += [(f"coloc {name} {part} {by}", CACHE / f"{name}_{part}.json", links, by)
-              for name in COLOCATION for part in ("fwd", "train") for by in ("op", "layer")]
+    cases = [(f"suite {name} {part} k={k}", CACHE / f"{name}_{part}.json", k, "op")
+             for name in SUITE for part in ("fwd", "train") for k in (2, 4, 8)]
+    if objective == "latency":
+        cases += [(f"coloc {name} {part} {by}", CACHE / f"{name}_{part}.json", links, by)
+                  for name in COLOCATION for part in ("fwd", "train") for by in ("op", "layer")]
     rows = []
-    for label, path, specs, by in cases:
+    for label, path, devices, by in cases:
         if not path.exists():
             print(f"skipped {label}: {path} not built", file=sys.stderr)
             continue
         graph, _ = placer.load_graph(path)
+        if isinstance(devices, int):
+            cap = capacity(graph, devices) if objective == "memory" else None
+            devices = [DeviceSpec(f"/CPU:{i}", memory_bytes=cap) for i in range(devices)]
         t = time.perf_counter()
-        r = placer.solve(graph, resolve_devices(specs), objective="latency", baselines=(), group_by=by)
+        r = placer.solve(graph, resolve_devices(devices), objective=objective, baselines=(), group_by=by)
         rows.append(dict(case=label, value=r.value, lb=r.lower_bound, gap=r.gap, solver=r.solver,
-                         wall=time.perf_counter() - t))
+                         wall=time.perf_counter() - t, scale=1e-6 if objective == "memory" else 1e3))
         print(json.dumps(rows[-1]), flush=True)
     Path(out).write_text(json.dumps(rows))
 
@@ -61,7 +70,8 @@ def compare(old_path: str, new_path: str) -> None:
     both = [c for c in old if c in new]
     for c in both:
         o, n = old[c], new[c]
-        print(f"| {c} | {o['value'] * 1e3:.4g} | {n['value'] * 1e3:.4g} | {100 * (n['value'] / o['value'] - 1):+.1f}% | "
+        scale = n.get("scale", 1e3)
+        print(f"| {c} | {o['value'] * scale:.4g} | {n['value'] * scale:.4g} | {100 * (n['value'] / o['value'] - 1):+.1f}% | "
               f"{100 * o['gap']:.1f}% | {100 * n['gap']:.1f}% | {o['wall']:.1f} | {n['wall']:.1f} | {n['solver']} |")
     print()
     for prefix in ("suite", "coloc"):
@@ -78,7 +88,9 @@ def compare(old_path: str, new_path: str) -> None:
 
 if __name__ == "__main__":
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    if len(sys.argv) == 4 and sys.argv[1] in ("run", "compare"):
-        (run if sys.argv[1] == "run" else compare)(sys.argv[2], sys.argv[3])
+    if sys.argv[1:2] == ["run"] and len(sys.argv) in (4, 5):
+        run(*sys.argv[2:])
+    elif sys.argv[1:2] == ["compare"] and len(sys.argv) == 4:
+        compare(sys.argv[2], sys.argv[3])
     else:
         sys.exit(__doc__)
