@@ -34,6 +34,7 @@ Examples
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Callable
 
@@ -277,31 +278,120 @@ def _node_bound(head: np.ndarray, tail: np.ndarray, work: np.ndarray, group: np.
     return bound
 
 
-#: The memory objective's bound needs one max-flow per terminal beyond the first; above this many
-#: terminals it is not computed (the bound is then 0).
+#: The separation bound tries the heaviest nodes that outweigh a device (up to this many: one max flow per
+#: node beyond the first) ...
 MAX_CUT_TERMINALS = 8
-#: ... nor above this many flow-network nodes times flows (networkx's max flow took ~45 µs per network
-#: node on the 2-core reference machine: this keeps the bound near a second).
-MAX_CUT_WORK = 25_000
+#: ... and up to this many pairs of nodes that outweigh a device together (one max flow each).
+MAX_CUT_PAIRS = 16
+#: Max flows the balance bound may solve (a bisection over its Lagrange multiplier).
+BALANCE_FLOWS = 24
+#: The largest flow network (nodes and arcs) the cut bounds take: OR-Tools' push-relabel took ~0.01 s a
+#: flow on ResNet50's training step (12k nodes, 60k arcs) but ~5 s on a 94k-node synthetic chain of 2,000
+#: layers (300k arcs), where they are not computed (0) so that placing such a graph stays within a minute.
+MAX_BALANCE_NETWORK = 150_000
+
+
+class _CutNetwork:
+    """The flow network of the problem's tensors for hypergraph cuts (OR-Tools' max flow): a tensor read on
+    one other node is an arc each way of its bytes; one read by several is Lawler's gadget (an arc of its
+    bytes between two extra nodes, joined to every node of the tensor by arcs no cut takes). Optionally an
+    arc from every node with memory to a sink after the problem's nodes (:func:`balance_bound`).
+
+    Capacities are set per solve, scaled to integers (``scale`` units per byte, all of them together under
+    2^61 so that no flow overflows) and rounded down, so a flow scaled back is at most the true one and a
+    bound made of it stays a bound (as it does where an arc "no cut takes" is cut: that only lowers it).
+    """
+
+    def __init__(self, problem: PlacementProblem, sink: bool) -> None:
+        from ortools.graph.python import max_flow
+
+        n = problem.n
+        tails: list[int] = []
+        heads: list[int] = []
+        caps: list[float] = []
+        self.extra = n + 1  # gadget nodes after the problem's nodes and the (optional) sink
+        #: more than any cut: an arc never cut
+        self.big = big = float(sum(t.nbytes for t in problem.tensors)) + 1.0
+        for t in problem.tensors:
+            pins = sorted({t.src, *t.dsts})
+            w = float(t.nbytes)
+            if len(pins) < 2 or w <= 0:
+                continue
+            if len(pins) == 2:
+                u, v = pins
+                tails += [u, v]
+                heads += [v, u]
+                caps += [w, w]
+                continue
+            a, b = self.extra, self.extra + 1
+            self.extra += 2
+            tails.append(a)
+            heads.append(b)
+            caps.append(w)
+            for v in pins:
+                tails += [v, b]
+                heads += [a, v]
+                caps += [big, big]
+        self.sink = n
+        self.heavy = np.flatnonzero(np.asarray(problem.memory_bytes, dtype=float) > 0) if sink else np.zeros(0, int)
+        self.size = self.extra + len(tails) + self.heavy.size
+        self.tensor_caps = np.asarray(caps, dtype=float)
+        self.net = max_flow.SimpleMaxFlow()
+        self.tensor_arcs = self.net.add_arcs_with_capacity(np.asarray(tails, dtype=np.int64),
+                                                           np.asarray(heads, dtype=np.int64),
+                                                           np.zeros(len(tails), dtype=np.int64))
+        self.to_sink = self.net.add_arcs_with_capacity(self.heavy.astype(np.int64),
+                                                       np.full(self.heavy.size, self.sink, dtype=np.int64),
+                                                       np.zeros(self.heavy.size, dtype=np.int64))
+        self.scale = 1.0
+
+    def set_capacities(self, sink_caps: np.ndarray | None = None) -> None:
+        """Tensor arcs at their bytes; the arcs to the sink at ``sink_caps`` (bytes; 0 when ``None``)."""
+        sink_caps = np.zeros(self.heavy.size) if sink_caps is None else np.asarray(sink_caps, dtype=float)
+        self.scale = 2.0 ** 61 / (self.tensor_caps.sum() + sink_caps.sum() + 1.0)
+        self.net.set_arcs_capacity(self.tensor_arcs, np.floor(self.scale * self.tensor_caps).astype(np.int64))
+        self.net.set_arcs_capacity(self.to_sink, np.floor(self.scale * sink_caps).astype(np.int64))
+
+    def flow(self, source: int, sink: int) -> float:
+        """The max flow from ``source`` to ``sink`` in bytes (rounded down, see the class docstring)."""
+        if self.net.solve(source, sink) != self.net.OPTIMAL:
+            raise SolverError("the memory bound's max flow failed; this is a bug in autoplace, please report it")
+        return float(self.net.optimal_flow()) / self.scale
+
+    def source_side(self) -> np.ndarray:
+        """Per network node, whether it is on the source side of the last flow's min cut."""
+        side = np.zeros(self.extra, dtype=bool)
+        side[np.asarray(self.net.get_source_side_min_cut(), dtype=np.int64)] = True
+        return side
+
+
+def _whole_bytes(problem: PlacementProblem, bound: float) -> float:
+    """``bound`` rounded up to whole bytes where every tensor has whole bytes (a cut is then whole), never -0."""
+    if all(float(t.nbytes).is_integer() for t in problem.tensors):
+        bound = float(np.ceil(bound - 1e-6 * max(1.0, bound)))
+    return max(bound, 0.0) + 0.0
 
 
 def separation_bound(problem: PlacementProblem) -> float:
-    """A valid lower bound of the bytes crossing devices in any plan that fits the memory capacities.
+    """A valid lower bound of the bytes crossing devices in any plan that fits the memory capacities, from
+    nodes that cannot share one device.
 
-    When no device can hold every node, the smallest set ``T`` of the
-    heaviest nodes whose memory exceeds the largest capacity cannot share one
-    device, so every feasible plan cuts some tensor between two of them: the
-    traffic is at least the least hypergraph cut separating ``T`` (a tensor
-    with consumers on another device crosses at least once), which is the
-    least of the max flows from ``T``'s heaviest node to each of the others
-    (Lawler's gadget for tensors with several consumers; networkx's
-    Boykov-Kolmogorov max flow). Kernels (devices a node may not use) are
-    ignored, which keeps it a bound. 0 when one device can hold everything,
-    ``T`` has more than :data:`MAX_CUT_TERMINALS` nodes, or the flows would
-    exceed :data:`MAX_CUT_WORK`. It is weak: the cheapest separation usually
-    moves one heavy weight alone, while a feasible plan must split the whole
-    graph (the LSTM seq2seq training step on 4 devices: 2.1 MB against a
-    plan of 18.4 MB).
+    Every feasible plan cuts some tensor (a tensor with readers on another
+    device crosses at least once) between
+
+    * two of the smallest set ``T`` of the heaviest nodes whose memory exceeds
+      the largest capacity (at least the least of the max flows from ``T``'s
+      heaviest node to each of the others), and
+    * each pair of nodes that outweigh the largest capacity together (their
+      max flow; up to :data:`MAX_CUT_PAIRS` pairs, heaviest first),
+
+    so the bound is the largest of those cuts (Lawler's gadget for tensors
+    with several readers: :class:`_CutNetwork`). The pairs see what ``T``
+    does not: an unrolled LSTM whose input and recurrent kernels cannot share
+    a device cuts a tensor at every time step. Kernels (devices a node may
+    not use) are ignored, which keeps it a bound. 0 when one device can hold
+    everything or the flow network is larger than :data:`MAX_BALANCE_NETWORK`;
+    ``T`` is skipped above :data:`MAX_CUT_TERMINALS` nodes.
 
     Examples
     --------
@@ -314,40 +404,37 @@ def separation_bound(problem: PlacementProblem) -> float:
     ...     latency=np.zeros((2, 2)))
     >>> separation_bound(p)
     3.0
-    """
-    import networkx as nx
-    from networkx.algorithms.flow import boykov_kolmogorov
 
+    Two weights that cannot share a device, each read at three steps whose results meet: three crossings.
+
+    >>> steps = [TensorEdge(0, (2, 3, 4), 100.0), TensorEdge(1, (5, 6, 7), 100.0)]
+    >>> steps += [TensorEdge(2 + i, (8 + i,), 4.0) for i in range(3)] + [TensorEdge(5 + i, (8 + i,), 4.0) for i in range(3)]
+    >>> p = PlacementProblem.build(names=[f"n{i}" for i in range(11)], compute_s=np.ones((11, 2)),
+    ...     memory_bytes=np.r_[6.0, 6.0, np.zeros(9)], capacity_bytes=np.full(2, 10.0), tensors=steps,
+    ...     bandwidth=np.ones((2, 2)), latency=np.zeros((2, 2)))
+    >>> separation_bound(p)
+    12.0
+    """
     memory = np.asarray(problem.memory_bytes, dtype=float)
-    cap = float(np.max(problem.capacity_bytes)) if problem.k else 0.0
-    if not np.isfinite(cap) or memory.sum() <= cap * (1 + 1e-9):
+    cap = float(np.max(problem.capacity_bytes)) * (1 + 1e-9) if problem.k else 0.0
+    if not np.isfinite(cap) or memory.sum() <= cap:
         return 0.0
     heavy = np.argsort(-memory, kind="stable")
-    need = int(np.searchsorted(np.cumsum(memory[heavy]), cap * (1 + 1e-9), side="right")) + 1
-    if need > MAX_CUT_TERMINALS or (need - 1) * (problem.n + 2 * len(problem.tensors)) > MAX_CUT_WORK:
+    need = int(np.searchsorted(np.cumsum(memory[heavy]), cap, side="right")) + 1
+    pairs = [(int(u), int(v)) for u, v in itertools.combinations(heavy[:MAX_CUT_PAIRS + 1].tolist(), 2)
+             if memory[u] + memory[v] > cap][:MAX_CUT_PAIRS]
+    if need > MAX_CUT_TERMINALS and not pairs:
         return 0.0
-    terminals = [int(v) for v in heavy[:need]]
-    g = nx.DiGraph()
-    g.add_nodes_from(range(problem.n))
-    for i, t in enumerate(problem.tensors):
-        pins = {t.src, *t.dsts}
-        if len(pins) < 2 or t.nbytes <= 0:
-            continue
-        a, b = ("in", i), ("out", i)
-        g.add_edge(a, b, capacity=float(t.nbytes))
-        for v in pins:  # no capacity attribute: infinite
-            g.add_edge(v, a)
-            g.add_edge(b, v)
-    return float(min(nx.maximum_flow_value(g, terminals[0], v, flow_func=boykov_kolmogorov)
-                     for v in terminals[1:]))
-
-
-#: Max flows the balance bound may solve (a bisection over its Lagrange multiplier).
-BALANCE_FLOWS = 24
-#: ... and the largest flow network (nodes and arcs) it takes: OR-Tools' push-relabel took ~0.01 s a flow on
-#: ResNet50's training step (12k nodes, 60k arcs) but ~5 s on a 94k-node synthetic chain of 2,000 layers
-#: (300k arcs), where the bound is not computed (0) so that placing such a graph stays within a minute.
-MAX_BALANCE_NETWORK = 150_000
+    network = _CutNetwork(problem, sink=False)
+    if network.size > MAX_BALANCE_NETWORK:
+        return 0.0
+    network.set_capacities()
+    bound = 0.0
+    if need <= MAX_CUT_TERMINALS:
+        bound = min(network.flow(int(heavy[0]), int(v)) for v in heavy[1:need])
+    for u, v in pairs:
+        bound = max(bound, network.flow(u, v))
+    return _whole_bytes(problem, bound)
 
 
 def balance_bound(problem: PlacementProblem, flows: int = BALANCE_FLOWS) -> float:
@@ -365,14 +452,13 @@ def balance_bound(problem: PlacementProblem, flows: int = BALANCE_FLOWS) -> floa
 
         ``L(λ) = λ (β - M) + min over A ∋ s of [cut(A, B) + λ m(A)]``,
 
-    is at most that least cut, and the inner minimum is one s-t max flow (Lawler's
-    gadget for tensors with several consumers; each node an arc to the sink of
-    capacity ``λ m(v)``; OR-Tools' max flow on capacities scaled to integers and
-    rounded down, which keeps the bound valid). ``λ`` is bisected on a log scale by the
-    subgradient ``β - m(B)``, in at most ``flows`` max flows; the best ``L`` seen is
-    returned (0 when one device can hold every node, or the flow network is larger
-    than :data:`MAX_BALANCE_NETWORK`). Kernels (devices a node
-    may not use) are ignored, which keeps it a bound.
+    is at most that least cut, and the inner minimum is one s-t max flow
+    (:class:`_CutNetwork`, each node an arc to the sink of capacity
+    ``λ m(v)``). ``λ`` is bisected on a log scale by the subgradient
+    ``β - m(B)``, in at most ``flows`` max flows; the best ``L`` seen is
+    returned (0 when one device can hold every node, or the flow network is
+    larger than :data:`MAX_BALANCE_NETWORK`). Kernels (devices a node may
+    not use) are ignored, which keeps it a bound.
 
     Examples
     --------
@@ -386,8 +472,6 @@ def balance_bound(problem: PlacementProblem, flows: int = BALANCE_FLOWS) -> floa
     >>> balance_bound(p)
     3.0
     """
-    from ortools.graph.python import max_flow
-
     memory = np.asarray(problem.memory_bytes, dtype=float)
     total = float(memory.sum())
     caps = np.asarray(problem.capacity_bytes, dtype=float)
@@ -397,59 +481,18 @@ def balance_bound(problem: PlacementProblem, flows: int = BALANCE_FLOWS) -> floa
     beta = total - cap if problem.k == 2 else (total - cap) / 2
     n = problem.n
     s = int(np.argmax(memory))
-    sink = n
-    tails: list[int] = []
-    heads: list[int] = []
-    caps_b: list[int] = []
-    extra = n + 1  # gadget nodes after the problem's nodes and the sink
-    big = float(sum(t.nbytes for t in problem.tensors)) + 1.0  # more than any cut: an arc never cut
-    for t in problem.tensors:
-        pins = sorted({t.src, *t.dsts})
-        w = float(t.nbytes)
-        if len(pins) < 2 or w <= 0:
-            continue
-        if len(pins) == 2:
-            u, v = pins
-            tails += [u, v]
-            heads += [v, u]
-            caps_b += [w, w]
-            continue
-        a, b = extra, extra + 1
-        extra += 2
-        tails.append(a)
-        heads.append(b)
-        caps_b.append(w)
-        for v in pins:
-            tails += [v, b]
-            heads += [a, v]
-            caps_b += [big, big]
-    heavy = np.flatnonzero(memory > 0)
-    if extra + len(tails) + heavy.size > MAX_BALANCE_NETWORK:
+    network = _CutNetwork(problem, sink=True)
+    if network.size > MAX_BALANCE_NETWORK:
         return 0.0
-    tensor_caps = np.asarray(caps_b, dtype=float)
-    net = max_flow.SimpleMaxFlow()
-    tensor_arcs = net.add_arcs_with_capacity(np.asarray(tails, dtype=np.int64), np.asarray(heads, dtype=np.int64),
-                                             np.zeros(len(tails), dtype=np.int64))
-    to_sink = net.add_arcs_with_capacity(heavy.astype(np.int64), np.full(heavy.size, sink, dtype=np.int64),
-                                         np.zeros(heavy.size, dtype=np.int64))
-    limit = 1e6 * big / max(float(memory[heavy].min()), 1e-300)  # beyond it every node is priced out of A
+    heavy = network.heavy
+    limit = 1e6 * network.big / max(float(memory[heavy].min()), 1e-300)  # beyond it every node is priced out of A
 
     def lagrangian(lam: float) -> tuple[float, float, float]:
-        """``(L(λ), cut(A, B), β - m(B))`` at ``lam`` for the minimising ``A``.
-
-        Capacities are scaled to integers (``scale`` units per byte, all of them together under 2^61, so no
-        flow overflows) and rounded down, so the flow, scaled back, is at most the true minimum and ``L``
-        stays a bound (as it does where an "uncuttable" arc of the gadget is cut: that only lowers the cut).
-        """
-        scale = 2.0 ** 61 / (tensor_caps.sum() + lam * total + 1.0)
-        net.set_arcs_capacity(tensor_arcs, np.floor(scale * tensor_caps).astype(np.int64))
-        net.set_arcs_capacity(to_sink, np.floor(scale * lam * memory[heavy]).astype(np.int64))
-        if net.solve(s, sink) != net.OPTIMAL:
-            raise SolverError("the memory bound's max flow failed; this is a bug in autoplace, please report it")
-        source_side = np.zeros(extra, dtype=bool)
-        source_side[np.asarray(net.get_source_side_min_cut(), dtype=np.int64)] = True
+        """``(L(λ), cut(A, B), β - m(B))`` at ``lam`` for the minimising ``A``."""
+        network.set_capacities(lam * memory[heavy])
+        flow = network.flow(s, network.sink)
+        source_side = network.source_side()
         slope = beta - float(memory[~source_side[:n]].sum())
-        flow = float(net.optimal_flow()) / scale
         return lam * (beta - total) + flow, flow - lam * float(memory[source_side[:n]].sum()), slope
 
     # λ where a node's memory outweighs every tensor, and where it weighs nothing next to the least tensor
@@ -470,9 +513,7 @@ def balance_bound(problem: PlacementProblem, flows: int = BALANCE_FLOWS) -> floa
         lam = (c_down - c_up) / (g_up - g_down)
         if 0 < lam < limit:
             best = max(best, lagrangian(lam)[0])
-    if all(float(t.nbytes).is_integer() for t in problem.tensors):  # whole bytes cross: round up
-        best = float(np.ceil(best - 1e-6 * max(1.0, best)))
-    return max(best, 0.0) + 0.0  # never -0.0
+    return _whole_bytes(problem, best)
 
 
 def cluster_bound(problem: PlacementProblem) -> float:
