@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -113,6 +113,10 @@ class SimResult:
         the first moment that device reached its peak). Summed over the
         nodes: the peaks less the resident bytes. Zeros without
         ``SimOptions.peak_memory``.
+    snapshots : Snapshots or None
+        See :func:`simulate`'s ``resume``.
+    simulated_ops : int
+        How many ops this simulation ran (all of them unless it resumed).
     """
 
     step_time_s: float
@@ -122,6 +126,11 @@ class SimResult:
     transfers: tuple[tuple[int, int, int, float, float], ...]
     peak_memory_bytes: np.ndarray
     live_at_peak_bytes: np.ndarray
+    #: States the simulation passed through, to continue it after a change of assignment
+    #: (``SimOptions.snapshots``; ``None`` without them).
+    snapshots: "Snapshots | None" = field(default=None, compare=False, repr=False)
+    #: Ops simulated to get this result (fewer than the nodes when it continued another's snapshot).
+    simulated_ops: int = field(default=0, compare=False)
 
 
 def _check_costs(durations: np.ndarray, assignment: np.ndarray) -> None:
@@ -206,6 +215,12 @@ class SimOptions:
         and optionally how much of it one device can use alone (default: all
         of it, as logical devices of one process's thread pool; 1 for worker
         processes that each run one op at a time).
+    snapshots : int
+        Keep this many states of the simulation, evenly spaced over its ops,
+        in ``SimResult.snapshots``, so that a simulation of a changed
+        assignment can continue from the last one the change leaves intact
+        (:func:`simulate`'s ``resume``). Only the plain simulation keeps them
+        (not ``shared`` nor ``transfer_cpu_s``); 0: none.
     """
 
     concurrency: int = 1
@@ -214,6 +229,7 @@ class SimOptions:
     time_factor: Sequence[float] | None = None
     peak_memory: bool = True
     shared: tuple[tuple[tuple[int, ...], float] | tuple[tuple[int, ...], float, float], ...] = ()
+    snapshots: int = 0
 
     def checked_shares(self, k: int) -> tuple[tuple[tuple[int, ...], float, float], ...]:
         """:attr:`shared` as ``(devices, capacity, one device's share)`` with ints and floats.
@@ -251,6 +267,7 @@ def simulate(
     memory: MemoryTraits = MemoryTraits(),
     options: SimOptions = SimOptions(),
     deps: Dependencies | None = None,
+    resume: SimResult | None = None,
 ) -> SimResult:
     """Simulate one step of a placed graph.
 
@@ -279,6 +296,14 @@ def simulate(
     deps : Dependencies, optional
         :func:`dependencies_of` these tensors and control edges, when one graph is simulated many times
         (derived here otherwise).
+    resume : SimResult, optional
+        A simulation of the same graph, durations and options under another
+        assignment, made with ``SimOptions.snapshots``: this one continues
+        from the last of its states that the change of assignment leaves
+        intact (before the first op that produces an input of, or has a
+        control edge to, an op that moved), so it runs only the ops after
+        that and gives the same result as simulating from the start. Ignored
+        where snapshots are not kept (``shared``, ``transfer_cpu_s``).
 
     Returns
     -------
@@ -300,6 +325,16 @@ def simulate(
     7.0
     >>> simulate(d, es, [0, 0, 0, 0], lambda i, j, b: 0.0, options=SimOptions(concurrency=2)).step_time_s
     5.0
+
+    Moving the last op continues from the state before the first op that feeds it (three of four run again):
+
+    >>> d2, link = np.hstack([d, d]), lambda i, j, b: 1.0
+    >>> first = simulate(d2, es, [0, 0, 0, 0], link, options=SimOptions(snapshots=4))
+    >>> moved = simulate(d2, es, [0, 0, 0, 1], link, options=SimOptions(snapshots=4), resume=first)
+    >>> moved.step_time_s, moved.simulated_ops
+    (8.0, 3)
+    >>> moved.timeline == simulate(d2, es, [0, 0, 0, 1], link).timeline
+    True
     """
     durations = np.asarray(durations_s, dtype=float)
     a = np.asarray(assignment, dtype=int)
@@ -325,20 +360,33 @@ def simulate(
 
     lifo = ready_order == "lifo"
     deps = _checked(deps, n, tensors) or dependencies_of(n, tensors, control_edges)
-    dev, heaps, stacks, release = _ready_queues(deps, a, k, lifo)
+    start = None if resume is None or resume.snapshots is None else resume.snapshots.state_for(a, deps)
+    dev, heaps, stacks, release, waiting = _ready_queues(deps, a, k, lifo, start)
     consumers_of, ctrl_succ, receivers = deps.produced, deps.control_successors, deps.receivers
     seconds = durations[np.arange(n), a].tolist()
     instant = [t == 0.0 for t in seconds] if lifo else []  # only the lifo stack reads it
-    # Each device has `concurrency` slots; keep their free times in a heap.
-    slots = [[0.0] * concurrency for _ in range(k)]
-    link_free = np.zeros((k, k))
-    link_bytes = np.zeros((k, k))
-    busy = np.zeros(k)
-    timeline: list[tuple[int, int, float, float]] = []
-    transfers: list[tuple[int, int, int, float, float]] = []
-    done, now = 0, 0.0
+    if start is None:
+        # Each device has `concurrency` slots; keep their free times in a heap.
+        slots = [[0.0] * concurrency for _ in range(k)]
+        link_free, link_bytes, busy = np.zeros((k, k)), np.zeros((k, k)), np.zeros(k)
+        timeline: list[tuple[int, int, float, float]] = []
+        transfers: list[tuple[int, int, int, float, float]] = []
+        done, now, kept = 0, 0.0, []
+    else:
+        snaps = resume.snapshots
+        slots = [list(x) for x in start.slots]
+        link_free, link_bytes, busy = start.link_free.copy(), start.link_bytes.copy(), start.busy.copy()
+        timeline, transfers = list(snaps.timeline[:start.done]), list(snaps.transfers[:start.transfers])
+        done, now = start.done, start.now
+        kept = [st for st in snaps.states if st.done <= start.done]
+    first_done = done
+    every = max(1, -(-n // options.snapshots)) if options.snapshots > 0 else 0
 
     while done < n:
+        if every and done % every == 0 and (not kept or kept[-1].done < done):
+            kept.append(_State(done, now, *(list(x) for x in waiting), [list(h) for h in heaps],
+                               [list(x) for x in stacks], [list(x) for x in slots], link_free.copy(),
+                               link_bytes.copy(), busy.copy(), len(transfers)))
         best: tuple[float, int, int] | None = None
         if lifo:
             # Ops start in time order, so an op ready by the earliest start of any device is known by then: only
@@ -355,32 +403,36 @@ def simulate(
             for d in range(k):
                 if heaps[d]:
                     r, _, v = heaps[d][0]
-                    start = max(r, slots[d][0])
-                    if best is None or (start, v) < (best[0], best[2]):
-                        best = (start, d, v)
+                    start_d = max(r, slots[d][0])
+                    if best is None or (start_d, v) < (best[0], best[2]):
+                        best = (start_d, d, v)
         if best is None:
             raise ValueError("the graph has a cycle: some ops can never become ready")
-        start, d, v = best
+        t_start, d, v = best
         if lifo:
             stacks[d].pop()
         else:
             heapq.heappop(heaps[d])
-        end = start + seconds[v]
+        end = t_start + seconds[v]
         heapq.heapreplace(slots[d], end)
-        busy[d] += end - start
-        timeline.append((v, d, start, end))
+        busy[d] += end - t_start
+        timeline.append((v, d, t_start, end))
         done += 1
         _send(d, end, tensors, consumers_of[v], receivers, dev, link_seconds, link_latency_s, link_free, link_bytes,
               transfers, release)
         for w in ctrl_succ[v]:
             release(w, end, end)
-    return _result(tensors, a, k, timeline, transfers, busy, link_bytes, memory, options)
+    result = _result(tensors, a, k, timeline, transfers, busy, link_bytes, memory, options)
+    snaps = Snapshots(a.copy(), tuple(timeline), tuple(transfers), tuple(kept)) if every else None
+    return replace(result, snapshots=snaps, simulated_ops=n - first_done)
 
 
-def _ready_queues(deps: Dependencies, a: np.ndarray, k: int, lifo: bool
+def _ready_queues(deps: Dependencies, a: np.ndarray, k: int, lifo: bool, saved: "_State | None" = None
                   ) -> tuple[list[int], list[list[tuple[float, float, int]]], list[list[int]],
-                             Callable[[int, float, float], None]]:
-    """The ready queues both simulators share: ``(device of each node as a list, heaps, stacks, release)``.
+                             Callable[[int, float, float], None], tuple[list[int], list[float], list[float]]]:
+    """The ready queues both simulators share: ``(device of each node as a list, heaps, stacks, release,
+    (inputs each node still waits for, when its inputs are there, what made it ready))``, fresh or copied
+    from ``saved``.
 
     Per device, a heap of the ops released but not yet ready (entries ``(ready time, -cause, node)``, the
     cause 0 with ``"fifo"``; see :func:`_to_stack`) and, with ``"lifo"``, a stack of ready ops. The sources
@@ -388,16 +440,21 @@ def _ready_queues(deps: Dependencies, a: np.ndarray, k: int, lifo: bool
     thanks to an op that ended at ``cause``, and pushes it once all are. Python lists: indexing them is
     several times faster than numpy scalars in the event loop.
     """
-    n_waiting = list(deps.n_waiting)
-    n = len(n_waiting)
-    ready_at = [0.0] * n
-    caused_at = [0.0] * n  # when the event that made each op ready happened (an op's end)
     dev = a.tolist()
-    heaps: list[list[tuple[float, float, int]]] = [[] for _ in range(k)]
-    stacks: list[list[int]] = [[] for _ in range(k)]
-    for v in range(n):
-        if n_waiting[v] == 0:
-            heapq.heappush(heaps[dev[v]], (0.0, 0.0, v))
+    if saved is not None:
+        n_waiting, ready_at, caused_at = list(saved.n_waiting), list(saved.ready_at), list(saved.caused_at)
+        heaps = [list(h) for h in saved.heaps]
+        stacks = [list(x) for x in saved.stacks]
+    else:
+        n_waiting = list(deps.n_waiting)
+        n = len(n_waiting)
+        ready_at = [0.0] * n
+        caused_at = [0.0] * n  # when the event that made each op ready happened (an op's end)
+        heaps = [[] for _ in range(k)]
+        stacks = [[] for _ in range(k)]
+        for v in range(n):
+            if n_waiting[v] == 0:
+                heapq.heappush(heaps[dev[v]], (0.0, 0.0, v))
 
     def release(v: int, t: float, cause: float) -> None:
         if (t, cause) > (ready_at[v], caused_at[v]):
@@ -406,7 +463,72 @@ def _ready_queues(deps: Dependencies, a: np.ndarray, k: int, lifo: bool
         if n_waiting[v] == 0:
             heapq.heappush(heaps[dev[v]], (float(ready_at[v]), -float(caused_at[v]) if lifo else 0.0, v))
 
-    return dev, heaps, stacks, release
+    return dev, heaps, stacks, release, (n_waiting, ready_at, caused_at)
+
+
+@dataclass(frozen=True)
+class _State:
+    """A plain simulation's state before its ``done``-th op (in start order) runs."""
+
+    done: int
+    now: float
+    n_waiting: list[int]
+    ready_at: list[float]
+    caused_at: list[float]
+    heaps: list[list[tuple[float, float, int]]]
+    stacks: list[list[int]]
+    slots: list[list[float]]
+    link_free: np.ndarray
+    link_bytes: np.ndarray
+    busy: np.ndarray
+    transfers: int  # how many transfers had been issued
+
+
+@dataclass(frozen=True)
+class Snapshots:
+    """States of one simulation (``SimOptions.snapshots``) and what it did, to continue it under another
+    assignment (:func:`simulate`'s ``resume``)."""
+
+    assignment: np.ndarray
+    timeline: tuple[tuple[int, int, float, float], ...]
+    transfers: tuple[tuple[int, int, int, float, float], ...]
+    states: tuple[_State, ...]
+
+    def state_for(self, assignment: np.ndarray, deps: Dependencies) -> _State | None:
+        """The last state that ``assignment`` leaves intact: before the first op (in this simulation's
+        order) that produces an input of, or has a control edge to, a node whose device differs; ``None``
+        when that is the first op or a moved node is a source.
+
+        Raises
+        ------
+        ValueError
+            The snapshots are of a graph with another number of nodes.
+        """
+        n = len(deps.n_waiting)
+        if self.assignment.shape != (n,):
+            raise ValueError(f"resume is a simulation of {self.assignment.shape[0]} nodes, this graph has {n}: "
+                             "resume only a simulation of the same graph")
+        moved = np.flatnonzero(np.asarray(assignment) != self.assignment)
+        if moved.size == 0:
+            return self.states[-1] if self.states else None
+        position = self._position()
+        first = n
+        for v in moved.tolist():
+            if deps.n_waiting[v] == 0:
+                return None
+            first = min(first, min(position[u] for u in deps.inputs[v]))
+        best = None
+        for st in self.states:  # ascending
+            if st.done > first:
+                break
+            best = st
+        return best if best is not None and best.done > 0 else None
+
+    def _position(self) -> list[int]:
+        position = [0] * len(self.timeline)
+        for i, (v, *_) in enumerate(self.timeline):
+            position[v] = i
+        return position
 
 
 def _to_stack(heap: list[tuple[float, float, int]], stack: list[int], now: float, instant: Sequence[bool]) -> None:
@@ -463,12 +585,15 @@ class Dependencies:
         Per node, the nodes its control edges lead to.
     receivers : tuple of tuple of int
         Per tensor, its readers other than its producer, each once, in order.
+    inputs : tuple of tuple of int
+        Per node, the nodes it waits for (its inputs' producers and control predecessors).
     """
 
     n_waiting: tuple[int, ...]
     produced: tuple[tuple[int, ...], ...]
     control_successors: tuple[tuple[int, ...], ...]
     receivers: tuple[tuple[int, ...], ...]
+    inputs: tuple[tuple[int, ...], ...]
 
 
 def _checked(deps: Dependencies | None, n: int, tensors: Sequence[TensorEdge]) -> Dependencies | None:
@@ -490,6 +615,7 @@ def dependencies_of(n: int, tensors: Sequence[TensorEdge], control_edges: Sequen
     n_waiting = [0] * n
     consumers_of: list[list[int]] = [[] for _ in range(n)]
     ctrl_succ: list[list[int]] = [[] for _ in range(n)]
+    inputs: list[list[int]] = [[] for _ in range(n)]
     receivers: list[tuple[int, ...]] = []
     for ti, t in enumerate(tensors):
         consumers_of[t.src].append(ti)
@@ -497,11 +623,13 @@ def dependencies_of(n: int, tensors: Sequence[TensorEdge], control_edges: Sequen
         receivers.append(readers)
         for v in readers:
             n_waiting[v] += 1
+            inputs[v].append(t.src)
     for u, v in control_edges:
         ctrl_succ[u].append(v)
         n_waiting[v] += 1
+        inputs[v].append(u)
     return Dependencies(tuple(n_waiting), tuple(map(tuple, consumers_of)), tuple(map(tuple, ctrl_succ)),
-                        tuple(receivers))
+                        tuple(receivers), tuple(map(tuple, inputs)))
 
 
 def _send(d: int, end: float, tensors: Sequence[TensorEdge], produced: Sequence[int],
@@ -601,7 +729,7 @@ def _simulate_shared(durations: np.ndarray, tensors: Sequence[TensorEdge], a: np
         group_of[list(devs)] = g
         slots[list(devs)] = max(options.concurrency, math.ceil(alone - 1e-9))
     deps = _checked(deps, n, tensors) or dependencies_of(n, tensors, control_edges)
-    dev, heaps, stacks, release = _ready_queues(deps, a, k, lifo)
+    dev, heaps, stacks, release, _ = _ready_queues(deps, a, k, lifo)
     instant = (durations[np.arange(n), a] == 0.0).tolist() if lifo else []
     consumers_of, ctrl_succ, receivers = deps.produced, deps.control_successors, deps.receivers
     running: dict[int, list[float]] = {}  # node -> [remaining work, start]

@@ -347,3 +347,61 @@ def test_live_at_peak_sums_to_each_devices_peak_less_its_resident_bytes(case, re
     assert (r.live_at_peak_bytes >= -1e-9).all()
     produced = np.bincount([t.src for t in sized], weights=[t.nbytes for t in sized], minlength=n)
     assert (r.live_at_peak_bytes <= produced * k + 1e-9).all()  # at most a copy per device
+
+
+@st.composite
+def moves_of_a_plan(draw):
+    """A random DAG (heterogeneous devices, several readers per tensor, control edges, some ops that take no
+    time), an assignment, and three successive changes of a few nodes' devices."""
+    n = draw(st.integers(2, 25))
+    k = draw(st.integers(2, 4))
+    durations = np.array([[draw(st.sampled_from([0.0, 0.5, 1.0, 2.0])) * (1 + 0.25 * d) for d in range(k)]
+                          for _ in range(n)])
+    edges = [TensorEdge(u, tuple(sorted({v for v in range(u + 1, n) if draw(st.integers(0, 3)) == 0})),
+                        draw(st.sampled_from([0.0, 1.0, 3.0]))) for u in range(n - 1)]
+    edges = [e for e in edges if e.dsts]
+    control = [(u, v) for u in range(n) for v in range(u + 1, n) if draw(st.integers(0, 15)) == 0]
+    a = [draw(st.integers(0, k - 1)) for _ in range(n)]
+    moves = [[(draw(st.integers(0, n - 1)), draw(st.integers(0, k - 1))) for _ in range(draw(st.integers(1, 3)))]
+             for _ in range(3)]
+    return durations, edges, control, a, moves, draw(st.sampled_from(["fifo", "lifo"])), draw(st.integers(1, 2)), \
+        draw(st.integers(1, 8))
+
+
+@settings(max_examples=200, deadline=None)
+@given(moves_of_a_plan())
+def test_a_simulation_resumed_after_a_move_is_the_simulation_from_the_start(case):
+    """`resume` continues from the last snapshot a move leaves intact; every result equals a full simulation
+    of the moved plan, including one resumed from a resumed simulation."""
+    durations, edges, control, a, moves, order, concurrency, snapshots = case
+    lat = np.full((durations.shape[1],) * 2, 0.25)
+    kept = SimOptions(ready_order=order, concurrency=concurrency, snapshots=snapshots)
+    full = SimOptions(ready_order=order, concurrency=concurrency)
+    previous = simulate(durations, edges, a, link(bw=2.0), control_edges=control, link_latency_s=lat, options=kept)
+    assert previous.simulated_ops == len(a)
+    a = list(a)
+    for change in moves:
+        for v, d in change:
+            a[v] = d
+        resumed = simulate(durations, edges, a, link(bw=2.0), control_edges=control, link_latency_s=lat,
+                           options=kept, resume=previous)
+        fresh = simulate(durations, edges, a, link(bw=2.0), control_edges=control, link_latency_s=lat, options=full)
+        assert resumed.timeline == fresh.timeline and resumed.transfers == fresh.transfers
+        assert resumed.step_time_s == fresh.step_time_s
+        assert np.array_equal(resumed.busy_s, fresh.busy_s) and np.array_equal(resumed.link_bytes, fresh.link_bytes)
+        assert np.array_equal(resumed.peak_memory_bytes, fresh.peak_memory_bytes)
+        assert 0 <= resumed.simulated_ops <= len(a)
+        previous = resumed
+    with pytest.raises(ValueError, match="same graph"):
+        simulate(durations[:-1], [e for e in edges if max(e.src, *e.dsts) < len(a) - 1], a[:-1], link(),
+                 options=kept, resume=previous)
+
+
+def test_a_move_late_in_the_step_simulates_only_the_ops_after_its_inputs():
+    """A chain of ten ops on device 0: moving the last one runs again only it and its producer."""
+    d = np.ones((10, 2))
+    es = [TensorEdge(i, (i + 1,), 1.0) for i in range(9)]
+    first = simulate(d, es, [0] * 10, link(lat=0.5), options=SimOptions(snapshots=10))
+    moved = simulate(d, es, [0] * 9 + [1], link(lat=0.5), options=SimOptions(snapshots=10), resume=first)
+    assert moved.simulated_ops == 2 and moved.step_time_s == 9 + 1.5 + 1  # 1 byte over 1 B/s after 0.5 s
+    assert simulate(d, es, [0] * 9 + [1], link(lat=0.5)).timeline == moved.timeline

@@ -35,7 +35,7 @@ Examples
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
@@ -95,9 +95,14 @@ def step_dependencies(problem: PlacementProblem) -> Dependencies:
     return problem.memo("simulate/dependencies", lambda: dependencies_of(sched.m, sched.tensors, sched.control))
 
 
-def simulate_step(problem: PlacementProblem, assignment: np.ndarray) -> SimResult:
+def simulate_step(problem: PlacementProblem, assignment: np.ndarray, *, snapshots: int = 0,
+                  resume: SimResult | None = None) -> SimResult:
     """One step of the fine DAG under ``assignment`` (one device per problem node), simulated; feasibility
     is not checked (see :func:`makespan`).
+
+    ``snapshots`` keeps that many states of the simulation, and ``resume`` (such a simulation of another
+    assignment) continues from the last one a move leaves intact (:func:`cost_models.simulate`): the
+    same result, for the ops after the move's inputs only (:mod:`placer.solvers.descent`).
 
     Raises
     ------
@@ -106,10 +111,11 @@ def simulate_step(problem: PlacementProblem, assignment: np.ndarray) -> SimResul
     """
     sched = problem.schedule_view()
     fine = np.asarray(assignment, dtype=int)[sched.group]
+    options = problem.sim_options(_STEP_ONLY if not snapshots else replace(_STEP_ONLY, snapshots=snapshots))
     try:
         return simulate(sched.durations_s, sched.tensors, fine, problem.occupancy_seconds, control_edges=sched.control,
-                        link_latency_s=problem.latency, options=problem.sim_options(_STEP_ONLY),
-                        deps=step_dependencies(problem))
+                        link_latency_s=problem.latency, options=options, deps=step_dependencies(problem),
+                        resume=resume)
     except ValueError as e:
         raise GraphError(f"cannot simulate the placed graph: {e}") from e
 
