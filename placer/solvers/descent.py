@@ -26,7 +26,7 @@ simulated step gets shorter:
 
 Each trial continues the current plan's simulation from the last state
 the move leaves intact (:func:`cost_models.simulate`'s ``resume``, with
-:data:`SNAPSHOTS` states kept): a move of a weight gradient late in the
+:data:`SNAPSHOTS` states kept, fewer above :data:`SNAPSHOT_OPS` ops): a move of a weight gradient late in the
 backward pass simulates only the ops after its inputs' producers, not the
 whole step. The budget counts simulated ops (in whole simulations' worth),
 not seconds, so the same input gives the same plan on any machine. The
@@ -49,8 +49,11 @@ from ..core.problem import PlacementProblem
 #: CNN's training step (5,342 ops), 3.5 on LSTM seq2seq's (2,681), 2.9 on the two-branch CNN's (1,030).
 US_PER_OP = 4.5
 #: States kept per simulation for trials to resume from (a trial re-runs at most 1/SNAPSHOTS of the ops
-#: before its move's inputs; each state copies a few lists of the ops' size).
+#: before its move's inputs) ...
 SNAPSHOTS = 32
+#: ... fewer on large graphs, so that states times ops stays under this: each state copies three lists of
+#: the ops' size (8 bytes an entry), so ~100 MB for the current plan's simulation and as much for a trial's.
+SNAPSHOT_OPS = 4_000_000
 #: A kept move's slack pass, in simulations (it walks every op and edge once, backwards: about half a
 #: simulation's time).
 SLACK_PASS = 0.5
@@ -165,7 +168,8 @@ def descend(problem: PlacementProblem, assignment: np.ndarray, simulations: floa
     memory = np.bincount(a, weights=problem.memory_bytes, minlength=problem.k)
     capacity = problem.capacity_bytes * (1 + 1e-9)
     ops = max(problem.schedule_view().m, 1)
-    result = simulate_step(problem, a, snapshots=SNAPSHOTS)
+    snapshots = int(min(SNAPSHOTS, max(2, SNAPSHOT_OPS // ops)))
+    result = simulate_step(problem, a, snapshots=snapshots)
     spent = 1.0
     tried: set[tuple[int, int]] = set()
     neighbours = _Neighbours(problem)
@@ -193,7 +197,7 @@ def descend(problem: PlacementProblem, assignment: np.ndarray, simulations: floa
             src = int(a[v])
             tried.add((v, dest))
             a[v] = dest
-            trial = simulate_step(problem, a, snapshots=SNAPSHOTS, resume=result)
+            trial = simulate_step(problem, a, snapshots=snapshots, resume=result)
             spent += trial.simulated_ops / ops
             if trial.step_time_s < step * (1 - 1e-9):
                 memory[src] -= problem.memory_bytes[v]
