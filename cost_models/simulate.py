@@ -130,7 +130,7 @@ class SimResult:
     #: (``SimOptions.snapshots``; ``None`` without them).
     snapshots: "Snapshots | None" = field(default=None, compare=False, repr=False)
     #: Ops simulated to get this result (fewer than the nodes when it continued another's snapshot).
-    simulated_ops: int = field(default=0, compare=False)
+    simulated_ops: int = field(default=0, compare=False)  # every simulate() path sets it
 
 
 def _check_costs(durations: np.ndarray, assignment: np.ndarray) -> None:
@@ -567,7 +567,8 @@ def _result(tensors: Sequence[TensorEdge], a: np.ndarray, k: int, timeline: list
         peak, at_peak = _peak_memory(tensors, a, k, timeline, transfers, memory)
     else:
         peak, at_peak = np.zeros(k), np.zeros(len(a))
-    return SimResult(step, busy, link_bytes, tuple(timeline), tuple(transfers), peak, at_peak)
+    return SimResult(step, busy, link_bytes, tuple(timeline), tuple(transfers), peak, at_peak,
+                     simulated_ops=len(a))
 
 
 @dataclass(frozen=True)
@@ -705,7 +706,8 @@ def _with_transfer_ops(durations: np.ndarray, tensors: Sequence[TensorEdge], a: 
     for t, ti in zip(new_tensors, origin):
         if t.src >= n:
             at_peak[tensors[ti].src] += r.live_at_peak_bytes[t.src]
-    return SimResult(r.step_time_s, r.busy_s, r.link_bytes, timeline, transfers, r.peak_memory_bytes, at_peak)
+    return SimResult(r.step_time_s, r.busy_s, r.link_bytes, timeline, transfers, r.peak_memory_bytes, at_peak,
+                     simulated_ops=n)
 
 
 def _simulate_shared(durations: np.ndarray, tensors: Sequence[TensorEdge], a: np.ndarray,

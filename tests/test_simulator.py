@@ -405,3 +405,21 @@ def test_a_move_late_in_the_step_simulates_only_the_ops_after_its_inputs():
     moved = simulate(d, es, [0] * 9 + [1], link(lat=0.5), options=SimOptions(snapshots=10), resume=first)
     assert moved.simulated_ops == 2 and moved.step_time_s == 9 + 1.5 + 1  # 1 byte over 1 B/s after 0.5 s
     assert simulate(d, es, [0] * 9 + [1], link(lat=0.5)).timeline == moved.timeline
+
+
+def test_every_simulation_counts_its_ops_and_only_the_plain_one_resumes():
+    """Shared processors and transfer ops simulate from the start (a resume is ignored there) and say so:
+    simulated descent budgets by these counts."""
+    d = np.ones((6, 2))
+    es = [TensorEdge(i, (i + 1,), 1.0) for i in range(5)]
+    plain = SimOptions(snapshots=6)
+    for options in (SimOptions(shared=(((0, 1), 1.5),), snapshots=6),
+                    SimOptions(transfer_cpu_s=np.full((2, 2), 0.1), snapshots=6)):
+        first = simulate(d, es, [0] * 6, link(), options=options)
+        assert first.simulated_ops == 6 and first.snapshots is None
+        moved = simulate(d, es, [0] * 5 + [1], link(), options=options, resume=first)
+        assert moved.simulated_ops == 6
+        assert moved.timeline == simulate(d, es, [0] * 5 + [1], link(), options=options).timeline
+    first = simulate(d, es, [0] * 6, link(), options=plain)
+    assert first.simulated_ops == 6 and first.snapshots is not None
+    assert simulate(d, es, [0] * 5 + [1], link(), options=plain, resume=first).simulated_ops < 6

@@ -586,6 +586,22 @@ def test_descent_keeps_every_constraint_never_worsens_and_is_deterministic(seed,
     assert (slack(p, moved, simulate_step(p, moved)) >= -1e-9).all()
 
 
+def test_descent_spends_its_budget_where_simulations_cannot_resume(monkeypatch):
+    """Devices sharing a processor are simulated from the start each time: every trial counts whole."""
+    import placer.solvers.descent as descent_module
+    from placer.solvers.descent import descend
+
+    base = random_problem(7, 20, 3, comm=0.1)
+    p = PlacementProblem.build(names=list(base.names), compute_s=base.compute_s, memory_bytes=base.memory_bytes,
+                               capacity_bytes=base.capacity_bytes, tensors=list(base.tensors),
+                               bandwidth=base.bandwidth, latency=base.latency, shared=[((0, 1, 2), 1.5)])
+    calls = []
+    real = descent_module.simulate_step
+    monkeypatch.setattr(descent_module, "simulate_step", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    descend(p, np.zeros(20, dtype=int), simulations=6)
+    assert 1 < len(calls) <= 6
+
+
 def test_auto_for_latency_on_more_than_two_devices_descends_instead_of_a_full_cpsat():
     p = random_problem(3, 30, 4, comm=0.2)
     sol = solve_problem(p, "auto", SolveOptions(objective="latency", time_limit_s=2))
