@@ -71,7 +71,8 @@ def compare(old_path: str, new_path: str) -> None:
     for c in both:
         o, n = old[c], new[c]
         scale = n.get("scale", 1e3)
-        print(f"| {c} | {o['value'] * scale:.4g} | {n['value'] * scale:.4g} | {100 * (n['value'] / o['value'] - 1):+.1f}% | "
+        change = 100 * (n["value"] / o["value"] - 1)
+        print(f"| {c} | {o['value'] * scale:.4g} | {n['value'] * scale:.4g} | {change:+.1f}% | "
               f"{100 * o['gap']:.1f}% | {100 * n['gap']:.1f}% | {o['wall']:.1f} | {n['wall']:.1f} | {n['solver']} |")
     print()
     for prefix in ("suite", "coloc"):

@@ -414,7 +414,7 @@ def separation_bound(problem: PlacementProblem) -> float:
     Two weights that cannot share a device, each read at three steps whose results meet: three crossings.
 
     >>> steps = [TensorEdge(0, (2, 3, 4), 100.0), TensorEdge(1, (5, 6, 7), 100.0)]
-    >>> steps += [TensorEdge(2 + i, (8 + i,), 4.0) for i in range(3)] + [TensorEdge(5 + i, (8 + i,), 4.0) for i in range(3)]
+    >>> steps += [TensorEdge(first + i, (8 + i,), 4.0) for first in (2, 5) for i in range(3)]
     >>> p = PlacementProblem.build(names=[f"n{i}" for i in range(11)], compute_s=np.ones((11, 2)),
     ...     memory_bytes=np.r_[6.0, 6.0, np.zeros(9)], capacity_bytes=np.full(2, 10.0), tensors=steps,
     ...     bandwidth=np.ones((2, 2)), latency=np.zeros((2, 2)))
@@ -561,8 +561,6 @@ def cluster_bound(problem: PlacementProblem) -> float:
     >>> cluster_bound(p)
     5.0
     """
-    import itertools
-
     import networkx as nx
 
     memory = np.asarray(problem.memory_bytes, dtype=float)

@@ -26,9 +26,9 @@ simulated step gets shorter:
 
 Each trial continues the current plan's simulation from the last state
 the move leaves intact (:func:`cost_models.simulate`'s ``resume``, with
-:data:`SNAPSHOTS` states kept, fewer above :data:`SNAPSHOT_OPS` ops): a move of a weight gradient late in the
-backward pass simulates only the ops after its inputs' producers, not the
-whole step. The budget counts simulated ops (in whole simulations' worth),
+:data:`SNAPSHOTS` states kept, fewer above :data:`SNAPSHOT_OPS` ops): a
+move of a weight gradient late in the backward pass simulates only the
+ops after its inputs' producers, not the whole step. The budget counts simulated ops (in whole simulations' worth),
 not seconds, so the same input gives the same plan on any machine. The
 result is never worse than the input.
 """
@@ -132,10 +132,10 @@ def added_transfer_s(problem: PlacementProblem, assignment: np.ndarray, v: int, 
     1.01
     """
     nb = neighbours if neighbours is not None else _Neighbours(problem)
-    src, ts = int(assignment[v]), problem.tensors
-    before = max((problem.transfer_s(ts[ti], int(assignment[u]), dest) - problem.transfer_s(ts[ti], int(assignment[u]), src)
+    src, ts, cost = int(assignment[v]), problem.tensors, problem.transfer_s
+    before = max((cost(ts[ti], int(assignment[u]), dest) - cost(ts[ti], int(assignment[u]), src)
                   for ti, u in nb.inputs[v]), default=0.0)
-    after = max((problem.transfer_s(ts[ti], dest, int(assignment[w])) - problem.transfer_s(ts[ti], src, int(assignment[w]))
+    after = max((cost(ts[ti], dest, int(assignment[w])) - cost(ts[ti], src, int(assignment[w]))
                  for ti, w in nb.outputs[v]), default=0.0)
     return float(max(before, 0.0) + max(after, 0.0))
 
