@@ -493,6 +493,8 @@ class Snapshots:
     timeline: tuple[tuple[int, int, float, float], ...]
     transfers: tuple[tuple[int, int, int, float, float], ...]
     states: tuple[_State, ...]
+    #: each node's index in the timeline, computed on the first resume (a plan is resumed many times)
+    _positions: list[list[int]] = field(default_factory=list, compare=False, repr=False)
 
     def state_for(self, assignment: np.ndarray, deps: Dependencies) -> _State | None:
         """The last state that ``assignment`` leaves intact: before the first op (in this simulation's
@@ -525,10 +527,12 @@ class Snapshots:
         return best if best is not None and best.done > 0 else None
 
     def _position(self) -> list[int]:
-        position = [0] * len(self.timeline)
-        for i, (v, *_) in enumerate(self.timeline):
-            position[v] = i
-        return position
+        if not self._positions:
+            position = [0] * len(self.timeline)
+            for i, (v, *_) in enumerate(self.timeline):
+                position[v] = i
+            self._positions.append(position)
+        return self._positions[0]
 
 
 def _to_stack(heap: list[tuple[float, float, int]], stack: list[int], now: float, instant: Sequence[bool]) -> None:
