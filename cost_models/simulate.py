@@ -46,6 +46,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -383,7 +384,7 @@ def simulate(
     every = max(1, -(-n // options.snapshots)) if options.snapshots > 0 else 0
 
     while done < n:
-        if every and done % every == 0 and (not kept or kept[-1].done < done):
+        if every and done and done % every == 0 and (not kept or kept[-1].done < done):  # 0: a fresh start
             kept.append(_State(done, now, *(list(x) for x in waiting), [list(h) for h in heaps],
                                [list(x) for x in stacks], [list(x) for x in slots], link_free.copy(),
                                link_bytes.copy(), busy.copy(), len(transfers)))
@@ -493,8 +494,6 @@ class Snapshots:
     timeline: tuple[tuple[int, int, float, float], ...]
     transfers: tuple[tuple[int, int, int, float, float], ...]
     states: tuple[_State, ...]
-    #: each node's index in the timeline, computed on the first resume (a plan is resumed many times)
-    _positions: list[list[int]] = field(default_factory=list, compare=False, repr=False)
 
     def state_for(self, assignment: np.ndarray, deps: Dependencies) -> _State | None:
         """The last state that ``assignment`` leaves intact: before the first op (in this simulation's
@@ -513,7 +512,7 @@ class Snapshots:
         moved = np.flatnonzero(np.asarray(assignment) != self.assignment)
         if moved.size == 0:
             return self.states[-1] if self.states else None
-        position = self._position()
+        position = self.position
         first = n
         for v in moved.tolist():
             if deps.n_waiting[v] == 0:
@@ -524,15 +523,15 @@ class Snapshots:
             if st.done > first:
                 break
             best = st
-        return best if best is not None and best.done > 0 else None
+        return best
 
-    def _position(self) -> list[int]:
-        if not self._positions:
-            position = [0] * len(self.timeline)
-            for i, (v, *_) in enumerate(self.timeline):
-                position[v] = i
-            self._positions.append(position)
-        return self._positions[0]
+    @cached_property
+    def position(self) -> list[int]:
+        """Each node's index in the timeline (computed once: a plan is resumed by many trials)."""
+        position = [0] * len(self.timeline)
+        for i, (v, *_) in enumerate(self.timeline):
+            position[v] = i
+        return position
 
 
 def _to_stack(heap: list[tuple[float, float, int]], stack: list[int], now: float, instant: Sequence[bool]) -> None:

@@ -300,15 +300,17 @@ MAX_BALANCE_NETWORK = 150_000
 class _CutNetwork:
     """The flow network of the problem's tensors for hypergraph cuts (OR-Tools' max flow): a tensor read on
     one other node is an arc each way of its bytes; one read by several is Lawler's gadget (an arc of its
-    bytes between two extra nodes, joined to every node of the tensor by arcs no cut takes). Optionally an
-    arc from every node with memory to a sink after the problem's nodes (:func:`balance_bound`).
+    bytes between two extra nodes, joined to every node of the tensor by arcs no cut takes), and an arc
+    from every node with memory to a sink after the problem's nodes (:func:`balance_bound` prices them;
+    0 otherwise). Above :data:`MAX_BALANCE_NETWORK` nodes and arcs only its size is known (``net`` is
+    ``None``): the bounds are not computed there.
 
     Capacities are set per solve, scaled to integers (``scale`` units per byte, all of them together under
     2^61 so that no flow overflows) and rounded down, so a flow scaled back is at most the true one and a
     bound made of it stays a bound (as it does where an arc "no cut takes" is cut: that only lowers it).
     """
 
-    def __init__(self, problem: PlacementProblem, sink: bool) -> None:
+    def __init__(self, problem: PlacementProblem) -> None:
         from ortools.graph.python import max_flow
 
         n = problem.n
@@ -339,9 +341,13 @@ class _CutNetwork:
                 heads += [a, v]
                 caps += [big, big]
         self.sink = n
-        self.heavy = np.flatnonzero(np.asarray(problem.memory_bytes, dtype=float) > 0) if sink else np.zeros(0, int)
+        self.heavy = np.flatnonzero(np.asarray(problem.memory_bytes, dtype=float) > 0)
         self.size = self.extra + len(tails) + self.heavy.size
         self.tensor_caps = np.asarray(caps, dtype=float)
+        self.scale = 1.0
+        self.net = None
+        if self.size > MAX_BALANCE_NETWORK:
+            return
         self.net = max_flow.SimpleMaxFlow()
         self.tensor_arcs = self.net.add_arcs_with_capacity(np.asarray(tails, dtype=np.int64),
                                                            np.asarray(heads, dtype=np.int64),
@@ -349,7 +355,6 @@ class _CutNetwork:
         self.to_sink = self.net.add_arcs_with_capacity(self.heavy.astype(np.int64),
                                                        np.full(self.heavy.size, self.sink, dtype=np.int64),
                                                        np.zeros(self.heavy.size, dtype=np.int64))
-        self.scale = 1.0
 
     def set_capacities(self, sink_caps: np.ndarray | None = None) -> None:
         """Tensor arcs at their bytes; the arcs to the sink at ``sink_caps`` (bytes; 0 when ``None``)."""
@@ -378,7 +383,7 @@ def _whole_bytes(problem: PlacementProblem, bound: float) -> float:
     return max(bound, 0.0) + 0.0
 
 
-def separation_bound(problem: PlacementProblem) -> float:
+def separation_bound(problem: PlacementProblem, network: _CutNetwork | None = None) -> float:
     """A valid lower bound of the bytes crossing devices in any plan that fits the memory capacities, from
     nodes that cannot share one device.
 
@@ -396,7 +401,8 @@ def separation_bound(problem: PlacementProblem) -> float:
     does not: an unrolled LSTM whose input and recurrent kernels cannot share
     a device cuts a tensor at every time step. Kernels (devices a node may
     not use) are ignored, which keeps it a bound. 0 when one device can hold
-    everything or the flow network is larger than :data:`MAX_BALANCE_NETWORK`;
+    everything or the flow network (``network``, built here when not given) is
+    larger than :data:`MAX_BALANCE_NETWORK`;
     ``T`` is skipped above :data:`MAX_CUT_TERMINALS` nodes.
 
     Examples
@@ -431,8 +437,8 @@ def separation_bound(problem: PlacementProblem) -> float:
              if memory[u] + memory[v] > cap][:MAX_CUT_PAIRS]
     if need > MAX_CUT_TERMINALS and not pairs:
         return 0.0
-    network = _CutNetwork(problem, sink=False)
-    if network.size > MAX_BALANCE_NETWORK:
+    network = network or _CutNetwork(problem)
+    if network.net is None:
         return 0.0
     network.set_capacities()
     bound = 0.0
@@ -443,7 +449,8 @@ def separation_bound(problem: PlacementProblem) -> float:
     return _whole_bytes(problem, bound)
 
 
-def balance_bound(problem: PlacementProblem, flows: int = BALANCE_FLOWS) -> float:
+def balance_bound(problem: PlacementProblem, flows: int = BALANCE_FLOWS, network: _CutNetwork | None = None
+                  ) -> float:
     """A valid lower bound of the bytes crossing devices in any plan that fits the memory capacities,
     from the bisection every such plan contains.
 
@@ -462,8 +469,8 @@ def balance_bound(problem: PlacementProblem, flows: int = BALANCE_FLOWS) -> floa
     (:class:`_CutNetwork`, each node an arc to the sink of capacity
     ``λ m(v)``). ``λ`` is bisected on a log scale by the subgradient
     ``β - m(B)``, in at most ``flows`` max flows; the best ``L`` seen is
-    returned (0 when one device can hold every node, or the flow network is
-    larger than :data:`MAX_BALANCE_NETWORK`). Kernels (devices a node may
+    returned (0 when one device can hold every node, or the flow network,
+    ``network`` or built here, is larger than :data:`MAX_BALANCE_NETWORK`). Kernels (devices a node may
     not use) are ignored, which keeps it a bound.
 
     Examples
@@ -487,8 +494,8 @@ def balance_bound(problem: PlacementProblem, flows: int = BALANCE_FLOWS) -> floa
     beta = total - cap if problem.k == 2 else (total - cap) / 2
     n = problem.n
     s = int(np.argmax(memory))
-    network = _CutNetwork(problem, sink=True)
-    if network.size > MAX_BALANCE_NETWORK:
+    network = network or _CutNetwork(problem)
+    if network.net is None:
         return 0.0
     heavy = network.heavy
     limit = 1e6 * network.big / max(float(memory[heavy].min()), 1e-300)  # beyond it every node is priced out of A
@@ -598,9 +605,14 @@ def cluster_bound(problem: PlacementProblem) -> float:
 
 
 def memory_bound(problem: PlacementProblem) -> float:
-    """The memory objective's bound: the largest of :func:`separation_bound`, :func:`balance_bound` and
-    :func:`cluster_bound`."""
-    return max(separation_bound(problem), balance_bound(problem), cluster_bound(problem))
+    """The memory objective's bound: the largest of :func:`separation_bound`, :func:`balance_bound` (on one
+    flow network) and :func:`cluster_bound`."""
+    memory = np.asarray(problem.memory_bytes, dtype=float)
+    cap = float(np.max(problem.capacity_bytes)) if problem.k else 0.0
+    if not np.isfinite(cap) or memory.sum() <= cap * (1 + 1e-9):
+        return 0.0  # one device holds every node: nothing has to cross (each bound says so too)
+    network = _CutNetwork(problem)
+    return max(separation_bound(problem, network), balance_bound(problem, network=network), cluster_bound(problem))
 
 
 def max_load(problem: PlacementProblem, assignment: np.ndarray) -> float:

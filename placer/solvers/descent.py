@@ -42,7 +42,7 @@ import numpy as np
 from cost_models import SimResult
 
 from ..core.objectives import simulate_step, step_dependencies
-from ..core.problem import PlacementProblem
+from ..core.problem import Edge, PlacementProblem, dependencies
 
 #: Estimated µs per fine op of one simulation (and the slack pass after a kept move) on the 2-core
 #: reference machine: 100 simulations from a one-device plan took 3.7 µs per op on the densely connected
@@ -100,24 +100,12 @@ def slack(problem: PlacementProblem, assignment: np.ndarray, result: SimResult) 
     return per_node
 
 
-class _Neighbours:
-    """Per problem node, the tensors it reads (with their producer) and those it produces (with each reader)."""
-
-    def __init__(self, problem: PlacementProblem) -> None:
-        self.inputs: list[list[tuple[int, int]]] = [[] for _ in range(problem.n)]  # (tensor index, producer)
-        self.outputs: list[list[tuple[int, int]]] = [[] for _ in range(problem.n)]  # (tensor index, reader)
-        for ti, t in enumerate(problem.tensors):
-            for w in dict.fromkeys(t.dsts):
-                if w != t.src:
-                    self.inputs[w].append((ti, t.src))
-                    self.outputs[t.src].append((ti, w))
-
-
 def added_transfer_s(problem: PlacementProblem, assignment: np.ndarray, v: int, dest: int,
-                     neighbours: _Neighbours | None = None) -> float:
+                     edges: tuple[list[list[Edge]], list[list[Edge]]] | None = None) -> float:
     """How much longer node ``v``'s inputs take to reach it, plus its outputs to reach their readers, if it
     moved to device ``dest`` (each the largest increase over the tensors, without link queues; 0 when
-    the move makes every transfer shorter).
+    the move makes every transfer shorter). ``edges``: :func:`placer.core.problem.dependencies` of the
+    problem's nodes and tensors, when asked for many moves.
 
     Examples
     --------
@@ -131,12 +119,12 @@ def added_transfer_s(problem: PlacementProblem, assignment: np.ndarray, v: int, 
     >>> added_transfer_s(p, np.array([0, 0, 0]), 1, 1)
     1.01
     """
-    nb = neighbours if neighbours is not None else _Neighbours(problem)
+    preds, succs = edges if edges is not None else dependencies(problem.n, problem.tensors)
     src, ts, cost = int(assignment[v]), problem.tensors, problem.transfer_s
     before = max((cost(ts[ti], int(assignment[u]), dest) - cost(ts[ti], int(assignment[u]), src)
-                  for ti, u in nb.inputs[v]), default=0.0)
+                  for ti, u in preds[v]), default=0.0)
     after = max((cost(ts[ti], dest, int(assignment[w])) - cost(ts[ti], src, int(assignment[w]))
-                 for ti, w in nb.outputs[v]), default=0.0)
+                 for ti, w in succs[v]), default=0.0)
     return float(max(before, 0.0) + max(after, 0.0))
 
 
@@ -172,7 +160,7 @@ def descend(problem: PlacementProblem, assignment: np.ndarray, simulations: floa
     result = simulate_step(problem, a, snapshots=snapshots)
     spent = 1.0
     tried: set[tuple[int, int]] = set()
-    neighbours = _Neighbours(problem)
+    edges = dependencies(problem.n, problem.tensors)  # the nodes' tensors, for added_transfer_s
     while spent < simulations:
         free = slack(problem, a, result)
         step = result.step_time_s
@@ -186,7 +174,7 @@ def descend(problem: PlacementProblem, assignment: np.ndarray, simulations: floa
             for v in heaviest[(free[heaviest] > 1e-9 * step) & (weight[heaviest] > 0)].tolist():
                 dests = [d for d in least_busy if d != a[v] and allowed[v, d] and (v, d) not in tried
                          and memory[d] + problem.memory_bytes[v] <= capacity[d]]
-                fits = next((d for d in dests if added_transfer_s(problem, a, v, d, neighbours) <= free[v]), None)
+                fits = next((d for d in dests if added_transfer_s(problem, a, v, d, edges) <= free[v]), None)
                 if fits is not None:
                     yield v, fits
                 elif dests:
