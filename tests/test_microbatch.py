@@ -206,6 +206,12 @@ def test_gradients_are_summed_as_the_micro_batches_come():
         r = simulate(d, ts, fine, lambda i, j, b: 0.0, control_edges=ctrl)
         assert r.peak_memory_bytes[0] <= 3e6 + 8.0 * 2, (m, r.peak_memory_bytes)
         assert r.busy_s[0] == pytest.approx(3.0 + (m - 1) * 1e6 * 1e-6)
+        # each running sum but the last is waited for by the gate after its micro-batch's backward pass,
+        # as the placed step holds them (hold_gradient_sums); the gates are numbered backward after forward
+        sums = range(3 * m + 2 * (m - 1), d.shape[0])
+        backward_gates = range(3 * m + (m - 1), 3 * m + 2 * (m - 1))
+        held = [(u, v) for u, v in ctrl if u in sums]
+        assert held == [(sums[i - 1], backward_gates[i]) for i in range(1, m - 1)], held
 
 
 def test_emitted_1f1b_gates_that_would_wait_in_a_cycle_are_refused():

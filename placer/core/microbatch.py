@@ -255,7 +255,9 @@ def pipelined_schedule(schedule: Schedule, group_assignment: np.ndarray, m: int,
     A tensor that copies send to an op run once (a weight's gradient) is summed as the copies come, as the
     placed step sums them: ``m - 1`` sum nodes after the gates, on the producer's device, each adding the
     next copy's tensor to the running sum (so at most two of them are live) and taking
-    ``sum_s_per_byte[device] × bytes`` (default 0).
+    ``sum_s_per_byte[device] × bytes`` (default 0). A running sum that feeds the next one is waited for by
+    the gate after its micro-batch's backward pass on that device, as in the placed step
+    (:func:`placer.tf.microbatch.hold_gradient_sums`: it keeps Grappler from merging the sums).
 
     Raises
     ------
@@ -307,6 +309,8 @@ def pipelined_schedule(schedule: Schedule, group_assignment: np.ndarray, m: int,
     assignment = np.concatenate([np.tile(fine, m), np.array([link[0] for link in gate], dtype=int)]).astype(int)
     tensors = []
     sums: list[tuple[int, float]] = []  # (device, seconds) of each sum node, numbered after the gates
+    after = {(d, i, ph): g for (d, i, ph, _, _), g in gate.items()}  # the gate after unit (i, ph) on device d
+    held: list[tuple[int, int]] = []  # (running sum, the gate that waits for it)
     rate = np.zeros(k) if sum_s_per_byte is None else np.asarray(sum_s_per_byte, dtype=float)
     for t in schedule.tensors:
         if once[t.src]:
@@ -324,6 +328,8 @@ def pipelined_schedule(schedule: Schedule, group_assignment: np.ndarray, m: int,
                 sums.append((int(fine[t.src]), float(rate[fine[t.src]] * t.nbytes)))
                 tensors.append(TensorEdge(running, (node,), t.nbytes, t.count))
                 tensors.append(TensorEdge(i * n + t.src, (node,), t.nbytes, t.count))
+                if i < m - 1 and (int(fine[t.src]), i, "backward") in after:
+                    held.append((node, after[(int(fine[t.src]), i, "backward")]))
                 running = node
             tensors.append(TensorEdge(running, tuple(last + w for w in into_once), t.nbytes, t.count))
     if sums:
@@ -341,6 +347,7 @@ def pipelined_schedule(schedule: Schedule, group_assignment: np.ndarray, m: int,
     for (d, i, ph, j, ph2), g in gate.items():
         control += [(i * n + v, g) for v in exits[(d, ph)]]
         control += [(g, j * n + v) for v in entries.get((d, ph2), ())]
+    control += held
     if order != "gpipe":  # GPipe's gates only point from a micro-batch to the next: never a cycle
         _check_acyclic(total, tensors, control, order)
     return durations, tuple(tensors), tuple(control), assignment

@@ -171,11 +171,13 @@ def emit(traced: TracedModel, op_devices: Mapping[str, str], variables: Mapping[
     compressed = insert_codecs(gd, graph, op_devices, compression, batch_size=batch_size,
                                optimizer_scope=traced.optimizer_scope)
     if gate_replicas:
-        from .microbatch import add_gates, replica_keys
+        from .microbatch import add_gates, hold_gradient_sums, replica_keys
         from .opgraph import GRADIENT_SCOPE
-        from .placed_model import REPLICA_SCOPE
+        from .placed_model import GRADIENT_SUM_SCOPE, REPLICA_SCOPE
 
         add_gates(gd, replica_keys(gd, REPLICA_SCOPE, GRADIENT_SCOPE), order=pipeline, stages=stages)
+        held, running = hold_gradient_sums(gd, GRADIENT_SUM_SCOPE, GRADIENT_SCOPE)
+        log.info("gradient sums held at the next gate (no AddN rewrite): %d of %d", held, running)
 
     placeholders = tuple(traced.variables)
     fn = import_function(gd, traced.input_names, traced.output_names,

@@ -66,6 +66,11 @@ def _renamed(name: str, shared: set[str], prefix: str) -> str:
     return "^" + new if suffix == "^" else new + suffix
 
 
+def gate_name(phase: str, i: int, device: str) -> str:
+    """The name of the gate after micro-batch ``i``'s ``phase`` on ``device``."""
+    return f"{GATE_PREFIX}/{phase}/{COPY_PREFIX.format(i)}/{device.replace(':', '_').strip('/')}"
+
+
 def add_gates(gd: tf.compat.v1.GraphDef, key_of: Mapping[str, tuple[int, str]], fed: Iterable[str] = (), *,
               order: str = "gpipe", stages: Sequence[str] = ()) -> int:
     """Order each device's micro-batches in ``gd`` (in place): the gates of the module docstring.
@@ -130,7 +135,7 @@ def add_gates(gd: tf.compat.v1.GraphDef, key_of: Mapping[str, tuple[int, str]], 
                 if not nxt:
                     continue
                 gate = gd.node.add()
-                gate.name = f"{GATE_PREFIX}/{phase}/{COPY_PREFIX.format(i)}/{device.replace(':', '_').strip('/')}"
+                gate.name = gate_name(phase, i, device)
                 gate.op = "NoOp"
                 gate.device = device
                 gate.input.extend(f"^{x}" for x in sorted(ends_here[(i, phase, device)]))
@@ -275,6 +280,58 @@ def replica_keys(gd: tf.compat.v1.GraphDef, scope: str, gradient_scope: str) -> 
         if head == scope and index.isdigit():
             out[n.name] = (int(index), phase)
     return out
+
+
+def hold_gradient_sums(gd: tf.compat.v1.GraphDef, sum_scope: str, gradient_scope: str) -> tuple[int, int]:
+    """Keep Grappler from merging a gated training step's running gradient sums into one ``AddN`` (in place).
+
+    The step sums each variable's gradients as the micro-batches come
+    (``sum_scope_r/…``: the running sum after micro-batch ``r``), so at most
+    two of them are live, as the simulator assumes. Grappler's arithmetic
+    optimizer rewrites such a chain of adds into one ``AddN`` after the last
+    micro-batch (``ArithmeticOptimizer/AddOpsRewrite_*``), which keeps every
+    micro-batch's gradients live until then. It does not absorb an add that
+    drives a control dependency, so each running sum that feeds the next one
+    becomes a control input of the gate after micro-batch ``r``'s backward
+    pass on its device (:func:`gate_name`): that micro-batch's next unit
+    there starts once the sum is done, which the sum's device would
+    otherwise do first anyway. Only sums on the device of the gradient they
+    add are held (elsewhere the gate would wait for a transfer); returns
+    ``(held, running sums)``.
+
+    Examples
+    --------
+    >>> gd = tf.compat.v1.GraphDef()
+    >>> for name, inputs in [("gradient_tape/replica_0/g", []), ("gradient_tape/replica_1/g", []),
+    ...                      ("gradient_tape/replica_2/g", []),
+    ...                      ("sum_1/add", ["gradient_tape/replica_0/g", "gradient_tape/replica_1/g"]),
+    ...                      ("sum_2/add", ["sum_1/add", "gradient_tape/replica_2/g"]),
+    ...                      (gate_name("backward", 1, "/CPU:0"), [])]:
+    ...     _ = gd.node.add(name=name, op="NoOp", input=inputs, device="/CPU:0")
+    >>> hold_gradient_sums(gd, "sum", "gradient_tape")
+    (1, 1)
+    >>> list(gd.node[-1].input)
+    ['^sum_1/add']
+    """
+    by_name = {n.name: n for n in gd.node}
+
+    def micro_batch(name: str, scope: str) -> int | None:
+        head, _, index = name.split("/")[0].rpartition("_")
+        return int(index) if head == scope and index.isdigit() else None
+
+    running = {n.name: r for n in gd.node if (r := micro_batch(n.name, sum_scope)) is not None}
+    feeds_next = {_source(x)[0] for n in gd.node if n.name in running for x in n.input
+                  if running.get(_source(x)[0]) == running[n.name] - 1}
+    held = 0
+    for name in sorted(feeds_next):
+        node, r = by_name[name], running[name]
+        added = [by_name[src] for src, suffix in map(_source, node.input) if suffix != "^" and src not in running]
+        gate = by_name.get(gate_name("backward", r, node.device))
+        if gate is None or any(a.device != node.device for a in added):
+            continue
+        gate.input.append(f"^{name}")
+        held += 1
+    return held, len(feeds_next)
 
 
 def pipelined_function(gd: tf.compat.v1.GraphDef, m: int, input_names: Sequence[str], output_names: Sequence[str],

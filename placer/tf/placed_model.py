@@ -117,6 +117,8 @@ class _Placement:
 
 
 REPLICA_SCOPE = "replica"
+#: Name scope of the running gradient sums after replica ``r`` (``autoplace_gradient_sum_r/…``).
+GRADIENT_SUM_SCOPE = "autoplace_gradient_sum"
 
 
 def replicated_train_step(model: Any, data: Any) -> Any:
@@ -126,9 +128,10 @@ def replicated_train_step(model: Any, data: Any) -> Any:
     replica ``r`` (ops under the name scope ``replica_r/``) runs the forward
     pass, the loss and the gradients of its part, its loss weighted by its
     share of the rows, so the gradients' sum is the gradient of the
-    full-batch loss. The sums and the single optimizer update run where the
-    variables live (the first group's devices); the metrics see the whole
-    batch. Random ops draw per replica (dropout masks differ from the
+    full-batch loss. The sums (a running sum per variable, replica ``r``'s
+    under the name scope ``autoplace_gradient_sum_r/``) and the single
+    optimizer update run where the variables live (the first group's
+    devices); the metrics see the whole batch. Random ops draw per replica (dropout masks differ from the
     unsplit step); batch normalization is refused (:func:`placer.tf.training.check_replicable`).
     """
     x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
@@ -153,8 +156,11 @@ def replicated_train_step(model: Any, data: Any) -> Any:
                                            training=True) * share
                 scaled = model.optimizer.scale_loss(loss)
             grads = tape.gradient(scaled, trainable)
-        total_grads = grads if total_grads is None else [
-            g if a is None else a if g is None else a + g for a, g in zip(total_grads, grads)]
+        if total_grads is None:
+            total_grads = grads
+        else:
+            with tf.name_scope(f"{GRADIENT_SUM_SCOPE}_{r}"):  # the running sums, named for hold_gradient_sums
+                total_grads = [g if a is None else a if g is None else a + g for a, g in zip(total_grads, grads)]
         total_loss = total_loss + loss
         preds.append(y_pred)
     model._loss_tracker.update_state(total_loss, sample_weight=n)  # noqa: SLF001
