@@ -19,6 +19,7 @@ import pytest
 import tensorflow as tf
 
 import placer
+from placer.tf.microbatch import replica_keys
 from tests.models import multi_input
 from placer.reporting import validate_report
 
@@ -518,6 +519,48 @@ def test_pipelined_training_in_the_1f1b_order_equals_full_batch_training(devices
                          algorithm="contiguous", time_limit_s=1, shared_capacity=None)
 
 
+@pytest.mark.parametrize("pipeline", ["gpipe", "1f1b"])
+def test_micro_batches_of_two_replicas_equal_full_batch_training(devices, pipeline):
+    # 2 data-parallel groups of 2 devices, each running its half of the batch as 2 micro-batches through a
+    # two-stage split: 4 parts' gradients summed, one update: the full-batch step
+    keras.utils.set_random_seed(0)
+    settings = dict(optimizer="sgd", loss="mse")
+    model = sequential_mlp()
+    model.compile(**settings)
+    ref = twin(model, settings)
+    rng = np.random.default_rng(3)
+    t = dict(x=rng.standard_normal((BATCH * 4, 16)).astype("float32"),
+             y=rng.standard_normal((BATCH * 4, 3)).astype("float32"))
+    placed = placer.autoplace(model, devices, training=True, batch_size=BATCH, replicas=2, microbatches=2,
+                              pipeline=pipeline, algorithm="contiguous", time_limit_s=1, shared_capacity=None)
+    plan = placed.plan
+    assert plan.microbatches == 2 and plan.pipeline == pipeline and len(set(plan.assignment.values())) == 2
+    fit_one_epoch_like(placed, ref, t)
+    full = devices_full(devices)
+    observed = placed.observed_placement(t["x"][:BATCH], t["y"][:BATCH], step="train")
+    for j in range(4):  # replicas 0 and 1 are the first group's micro-batches, 2 and 3 the second's
+        mine = {op: d for op, d in observed.items() if op.startswith(f"replica_{j}/")
+                and not op.endswith("ReadVariableOp")}   # reads run where the variable lives (first group)
+        assert len(mine) > 10 and set(mine.values()) <= set(full[:2] if j < 2 else full[2:]), (j, mine)
+    # every device orders its own group's two micro-batches
+    step = placed._step_function("train", tf.nest.map_structure(  # noqa: SLF001
+        lambda a: tf.TensorSpec((None, *a.shape[1:]), tf.as_dtype(a.dtype)), (t["x"][:BATCH], t["y"][:BATCH])))
+    gated = {n.device for n in step.graph_def.node if n.name.startswith("autoplace_gate/")}
+    assert gated == set(full), gated
+    # ... in the order of the stage it runs: each gate of the second group opens the units its twin opens in
+    # the first (1F1B's warm-up depends on the stage)
+    keys = replica_keys(step.graph_def, "replica", "gradient_tape", per_group=2)
+    opens: dict[tuple[str, ...], set] = {}
+    for n in step.graph_def.node:
+        for x in n.input:
+            if x.startswith("^autoplace_gate/") and n.name in keys:
+                gate = next(g for g in step.graph_def.node if g.name == x[1:])
+                opens.setdefault((gate.device, *x.split("/")[1:3]), set()).add(keys[n.name])
+    for first, second in ((full[0], full[2]), (full[1], full[3])):
+        mine = {k[1:]: v for k, v in opens.items() if k[0] == first}
+        assert mine and mine == {k[1:]: v for k, v in opens.items() if k[0] == second}, (first, mine)
+
+
 def test_train_on_batch_and_test_on_batch_follow_keras(trained, devices):
     # Keras passes (x, y, None) to the step here: no sample weights
     t = trained["transformer"]
@@ -562,8 +605,8 @@ def test_pipelined_training_refuses_batch_normalization_and_bad_counts(trained, 
     t = trained["transformer"]
     with pytest.raises(placer.InputSignatureError, match="does not divide the batch size"):
         placer.autoplace(t["model"], devices[:2], training=True, batch_size=BATCH, microbatches=3, time_limit_s=1)
-    with pytest.raises(placer.TrainingError, match="replicas"):
-        placer.autoplace(t["model"], devices, training=True, batch_size=BATCH, microbatches=2, replicas=2)
+    with pytest.raises(placer.InputSignatureError, match="does not divide each replica's 4 rows"):
+        placer.autoplace(t["model"], devices, training=True, batch_size=BATCH, microbatches=3, replicas=2)
 
 
 def test_a_variable_without_gradient_is_warned_about_as_keras_does(devices):

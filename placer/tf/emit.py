@@ -125,7 +125,7 @@ def _handle(variable: Any) -> Any:
 def emit(traced: TracedModel, op_devices: Mapping[str, str], variables: Mapping[str, Any], *,
          compression: CompressionPolicy = NO_COMPRESSION, layer_devices: Mapping[str, str] | None = None,
          batch_size: int = 1, microbatches: int = 1, gate_replicas: bool = False, pipeline: str = "gpipe",
-         stages: Sequence[str] = ()) -> EmittedModel:
+         stages: Sequence[str] = (), replica_groups: Sequence[Sequence[str]] = ()) -> EmittedModel:
     """Build the placed function of one trace.
 
     Parameters
@@ -153,6 +153,10 @@ def emit(traced: TracedModel, op_devices: Mapping[str, str], variables: Mapping[
     pipeline, stages : str, sequence of str
         The order of those gates (``"gpipe"`` or ``"1f1b"``) and the devices in pipeline order
         (``Plan.pipeline``, ``Plan.stages``).
+    replica_groups : sequence of sequence of str
+        With ``gate_replicas``, the devices of each replica (``PlacedModel.set_microbatches``): ``m``
+        consecutive replicas per group of devices, the micro-batches of that group's data-parallel replica;
+        the first group's devices are the plan's. Empty: one group.
 
     Raises
     ------
@@ -175,7 +179,11 @@ def emit(traced: TracedModel, op_devices: Mapping[str, str], variables: Mapping[
         from .opgraph import GRADIENT_SCOPE
         from .placed_model import GRADIENT_SUM_SCOPE, REPLICA_SCOPE
 
-        add_gates(gd, replica_keys(gd, REPLICA_SCOPE, GRADIENT_SCOPE), order=pipeline, stages=stages)
+        groups = list(dict.fromkeys(tuple(g) for g in replica_groups))
+        per_group = len(replica_groups) // len(groups) if groups else 0
+        aliases = {d: first for g in groups for d, first in zip(g, groups[0])}  # a device -> its stage's name
+        add_gates(gd, replica_keys(gd, REPLICA_SCOPE, GRADIENT_SCOPE, per_group), order=pipeline, stages=stages,
+                  aliases=aliases)
         held, running = hold_gradient_sums(gd, GRADIENT_SUM_SCOPE, GRADIENT_SCOPE)
         log.info("gradient sums held at the next gate (no AddN rewrite): %d of %d", held, running)
 

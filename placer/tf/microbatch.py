@@ -72,7 +72,7 @@ def gate_name(phase: str, i: int, device: str) -> str:
 
 
 def add_gates(gd: tf.compat.v1.GraphDef, key_of: Mapping[str, tuple[int, str]], fed: Iterable[str] = (), *,
-              order: str = "gpipe", stages: Sequence[str] = ()) -> int:
+              order: str = "gpipe", stages: Sequence[str] = (), aliases: Mapping[str, str] | None = None) -> int:
     """Order each device's micro-batches in ``gd`` (in place): the gates of the module docstring.
 
     ``key_of`` gives the nodes that belong to a micro-batch their
@@ -86,7 +86,9 @@ def add_gates(gd: tf.compat.v1.GraphDef, key_of: Mapping[str, tuple[int, str]], 
     apart, the backward ones, without a forward waiting for a backward;
     ``"1f1b"``: one chain alternating after a warm-up that depends on the
     device's position in ``stages`` (device names in pipeline order; a device
-    not named comes last). Returns the number of gates.
+    not named comes last; ``aliases`` maps a device to the stage it runs
+    when it is not named itself: another data-parallel replica's device).
+    Returns the number of gates.
 
     Raises
     ------
@@ -127,7 +129,8 @@ def add_gates(gd: tf.compat.v1.GraphDef, key_of: Mapping[str, tuple[int, str]], 
     stages = list(stages)
     gates = 0
     for device in sorted({d for _, _, d in ends_here}):
-        position = stages.index(device) if device in stages else len(stages)
+        stage = (aliases or {}).get(device, device)
+        position = stages.index(stage) if stage in stages else len(stages)
         for chain in device_chains(order, m, position, len(stages)):
             units = [(i, ph) for i, ph in chain if (i, ph, device) in ends_here]
             for (i, phase), (j, phase2) in zip(units, units[1:]):
@@ -260,9 +263,11 @@ def pipeline_graph_def(gd: tf.compat.v1.GraphDef, m: int, shared: Sequence[str],
     return out
 
 
-def replica_keys(gd: tf.compat.v1.GraphDef, scope: str, gradient_scope: str) -> dict[str, tuple[int, str]]:
+def replica_keys(gd: tf.compat.v1.GraphDef, scope: str, gradient_scope: str, per_group: int = 0
+                 ) -> dict[str, tuple[int, str]]:
     """``(micro-batch, phase)`` of the nodes of a replicated training step (``scope_r/…`` forward,
     ``gradient_scope/scope_r/…`` backward); nodes outside the scopes (the sums, the update) get none.
+    ``per_group``: replicas ``r`` are micro-batch ``r mod per_group`` of a group of devices (0: ``r``).
 
     Examples
     --------
@@ -278,7 +283,7 @@ def replica_keys(gd: tf.compat.v1.GraphDef, scope: str, gradient_scope: str) -> 
         phase, at = ("backward", 1) if parts[0] == gradient_scope and len(parts) > 2 else ("forward", 0)
         head, _, index = parts[at].rpartition("_")
         if head == scope and index.isdigit():
-            out[n.name] = (int(index), phase)
+            out[n.name] = (int(index) % per_group if per_group else int(index), phase)
     return out
 
 

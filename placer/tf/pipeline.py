@@ -133,9 +133,11 @@ class PlacementOptions:
         micro-batches in order), which is how a plan that cuts a chain of
         layers into stages speeds up a batch (pair it with
         ``objective="throughput"``). It must divide the planning batch
-        size. Training accumulates the micro-batches' gradients and applies
-        one update: the full-batch step (models with batch normalization
-        are refused: each micro-batch would use its own statistics).
+        size (with ``replicas``, each replica's share). Training accumulates
+        the micro-batches' gradients and applies one update: the full-batch
+        step (models with batch normalization are refused: each micro-batch
+        would use its own statistics); with ``replicas`` each group
+        pipelines its share of the batch.
         ``"auto"``: the divisor up to 16 whose simulated pipelined step is
         shortest. Default 1 (no pipelining).
     pipeline : {"auto", "gpipe", "1f1b"}
@@ -267,9 +269,6 @@ class PlacementOptions:
                 raise AutoplaceError(f"microbatches must be a positive integer or 'auto', got {self.microbatches!r}")
             object.__setattr__(self, "microbatches", integer("microbatches", self.microbatches, minimum=1,
                                                               maximum=MAX_BATCH_SIZE, error=InputSignatureError))
-        if self.replicas > 1 and self.microbatches != 1:
-            raise TrainingError(f"microbatches={self.microbatches!r} with replicas={self.replicas} is not supported "
-                                "yet; use one of the two")
         self.plan_options()
         self.profile_options()
 
@@ -385,8 +384,10 @@ def _microbatches(model: Any, built: Any, plan: Plan, devset: Any, opts: Placeme
     from ..core.microbatch import SmallBatchCosts, candidate_microbatches
 
     if microbatches != "auto" and batch % int(microbatches):
-        raise InputSignatureError(f"microbatches={microbatches} does not divide the batch size {batch}; pick "
-                                  f"a divisor of {batch} or microbatches='auto'")
+        rows = (f"each replica's {batch} rows (batch size {batch * opts.replicas} over replicas={opts.replicas})"
+                if opts.replicas > 1 else f"the batch size {batch}")
+        raise InputSignatureError(f"microbatches={microbatches} does not divide {rows}; pick a divisor of {batch} "
+                                  "or microbatches='auto'")
     candidates = candidate_microbatches(batch) if microbatches == "auto" else [int(microbatches)]
     if opts.training:  # the micro-batches must give the full-batch step
         allowed = []

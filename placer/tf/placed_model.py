@@ -330,10 +330,12 @@ class PlacedModel(keras.Model):
 
     def set_microbatches(self, m: int, devices: Sequence[str]) -> None:
         """Train in ``m`` micro-batches: the replicated step (:func:`replicated_train_step`: the full-batch
-        math) with every replica on the same ``devices``, each device's micro-batches ordered by gates."""
-        if self._replica_groups and len(self._replica_groups) > 1:
-            raise TrainingError("microbatches > 1 with replicas > 1 is not supported yet; use one of the two")
-        self.set_replicas([tuple(devices)] * m)
+        math) with ``m`` replicas on the same ``devices``, each device's micro-batches ordered by gates.
+
+        With data-parallel groups (:meth:`set_replicas`, ``devices`` the first), each group runs ``m``
+        consecutive replicas: the micro-batches of its share of the batch."""
+        groups = self._replica_groups or (tuple(devices),)
+        self.set_replicas([g for g in groups for _ in range(m)])
 
     def _known_variables(self) -> list[Any]:
         return self.training_variables() if self.compiled else list(self._origin.model.variables)
@@ -405,7 +407,8 @@ class PlacedModel(keras.Model):
         emitted = emit(traced, assignment, by_var, compression=p.compression, layer_devices=p.layer_devices,
                        batch_size=p.plan.batch_size or 1,
                        microbatches=p.plan.microbatches if traced.step == "predict" else 1,
-                       gate_replicas=pipelined_training, pipeline=p.plan.pipeline, stages=p.plan.stages)
+                       gate_replicas=pipelined_training, pipeline=p.plan.pipeline, stages=p.plan.stages,
+                       replica_groups=self._replica_groups if pipelined_training else ())
         p.functions[key] = emitted
         return emitted
 
@@ -823,9 +826,10 @@ class PlacedModel(keras.Model):
             for v, value in zip(state, saved):
                 v.assign(value)
         batch = int(tf.nest.flatten(x)[0].shape[0])
-        # with replicas the plan is one group's step on its share of the batch: no prediction for the whole
-        predicted = (p.plan.predicted_step_time_s if batch == p.plan.batch_size and len(self._replica_groups) <= 1
-                     else None)
+        # with data-parallel groups the plan is one group's step on its share of the batch: no prediction for
+        # the whole (micro-batches alone are replicas on one group: the plan predicts their pipelined step)
+        predicted = (p.plan.predicted_step_time_s
+                     if batch == p.plan.batch_size and len(set(self._replica_groups)) <= 1 else None)
         return StepMeasurement(tuple(placed_s), tuple(original_s), batch, device, predicted, step="train")
 
     def get_config(self) -> dict[str, Any]:
