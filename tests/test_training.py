@@ -428,6 +428,9 @@ def test_pipelined_training_in_micro_batches_equals_full_batch_training(trained,
     updates = [op for op in ran if phase[op] == "update"]
     assert updates and all(ran[op] == [3] for op in updates), {op: ran[op] for op in updates[:5]}
     assert any(sorted(copies) == [0, 1, 2, 3] for op, copies in ran.items() if phase[op] == "backward")
+    # a measurement sets the pipelined step's prediction beside it (micro-batches are replicas on one group)
+    measured = placed.measure(repeats=1, warmup=0, min_time_s=0)
+    assert measured.predicted_step_s == placed.plan.predicted_step_time_s
 
 
 def assert_stages_backward_passes_overlap(gd: tf.compat.v1.GraphDef, m: int) -> None:
