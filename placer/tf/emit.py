@@ -184,7 +184,7 @@ def emit(traced: TracedModel, op_devices: Mapping[str, str], variables: Mapping[
         aliases = {d: first for g in groups for d, first in zip(g, groups[0])}  # a device -> its stage's name
         add_gates(gd, replica_keys(gd, REPLICA_SCOPE, GRADIENT_SCOPE, per_group), order=pipeline, stages=stages,
                   aliases=aliases)
-        held, running = hold_gradient_sums(gd, GRADIENT_SUM_SCOPE, GRADIENT_SCOPE)
+        held, running = hold_gradient_sums(gd, GRADIENT_SUM_SCOPE, per_group)
         log.info("gradient sums held at the next gate (no AddN rewrite): %d of %d", held, running)
 
     placeholders = tuple(traced.variables)

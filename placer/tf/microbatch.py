@@ -281,13 +281,19 @@ def replica_keys(gd: tf.compat.v1.GraphDef, scope: str, gradient_scope: str, per
     for n in gd.node:
         parts = n.name.split("/")
         phase, at = ("backward", 1) if parts[0] == gradient_scope and len(parts) > 2 else ("forward", 0)
-        head, _, index = parts[at].rpartition("_")
-        if head == scope and index.isdigit():
-            out[n.name] = (int(index) % per_group if per_group else int(index), phase)
+        index = _scope_index(parts[at], scope)
+        if index is not None:
+            out[n.name] = (index % per_group if per_group else index, phase)
     return out
 
 
-def hold_gradient_sums(gd: tf.compat.v1.GraphDef, sum_scope: str, gradient_scope: str) -> tuple[int, int]:
+def _scope_index(part: str, scope: str) -> int | None:
+    """``r`` of a name part ``scope_r``, else ``None``."""
+    head, _, index = part.rpartition("_")
+    return int(index) if head == scope and index.isdigit() else None
+
+
+def hold_gradient_sums(gd: tf.compat.v1.GraphDef, sum_scope: str, per_group: int = 0) -> tuple[int, int]:
     """Keep Grappler from merging a gated training step's running gradient sums into one ``AddN`` (in place).
 
     The step sums each variable's gradients as the micro-batches come
@@ -302,7 +308,8 @@ def hold_gradient_sums(gd: tf.compat.v1.GraphDef, sum_scope: str, gradient_scope
     there starts once the sum is done, which the sum's device would
     otherwise do first anyway. Only sums on the device of the gradient they
     add are held (elsewhere the gate would wait for a transfer); returns
-    ``(held, running sums)``.
+    ``(held, running sums)``. ``per_group`` as in :func:`replica_keys` (the
+    gates number each group's micro-batches from 0).
 
     Examples
     --------
@@ -313,25 +320,20 @@ def hold_gradient_sums(gd: tf.compat.v1.GraphDef, sum_scope: str, gradient_scope
     ...                      ("sum_2/add", ["sum_1/add", "gradient_tape/replica_2/g"]),
     ...                      (gate_name("backward", 1, "/CPU:0"), [])]:
     ...     _ = gd.node.add(name=name, op="NoOp", input=inputs, device="/CPU:0")
-    >>> hold_gradient_sums(gd, "sum", "gradient_tape")
+    >>> hold_gradient_sums(gd, "sum")
     (1, 1)
     >>> list(gd.node[-1].input)
     ['^sum_1/add']
     """
     by_name = {n.name: n for n in gd.node}
-
-    def micro_batch(name: str, scope: str) -> int | None:
-        head, _, index = name.split("/")[0].rpartition("_")
-        return int(index) if head == scope and index.isdigit() else None
-
-    running = {n.name: r for n in gd.node if (r := micro_batch(n.name, sum_scope)) is not None}
+    running = {n.name: r for n in gd.node if (r := _scope_index(n.name.split("/")[0], sum_scope)) is not None}
     feeds_next = {_source(x)[0] for n in gd.node if n.name in running for x in n.input
                   if running.get(_source(x)[0]) == running[n.name] - 1}
     held = 0
     for name in sorted(feeds_next):
         node, r = by_name[name], running[name]
         added = [by_name[src] for src, suffix in map(_source, node.input) if suffix != "^" and src not in running]
-        gate = by_name.get(gate_name("backward", r, node.device))
+        gate = by_name.get(gate_name("backward", r % per_group if per_group else r, node.device))
         if gate is None or any(a.device != node.device for a in added):
             continue
         gate.input.append(f"^{name}")

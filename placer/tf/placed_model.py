@@ -119,6 +119,8 @@ class _Placement:
 REPLICA_SCOPE = "replica"
 #: Name scope of the running gradient sums after replica ``r`` (``autoplace_gradient_sum_r/…``).
 GRADIENT_SUM_SCOPE = "autoplace_gradient_sum"
+#: ... and of the sum of the groups' sums, group ``r``'s added under ``autoplace_gradient_total_r/``.
+GRADIENT_TOTAL_SCOPE = "autoplace_gradient_total"
 
 
 def replicated_train_step(model: Any, data: Any) -> Any:
@@ -128,10 +130,13 @@ def replicated_train_step(model: Any, data: Any) -> Any:
     replica ``r`` (ops under the name scope ``replica_r/``) runs the forward
     pass, the loss and the gradients of its part, its loss weighted by its
     share of the rows, so the gradients' sum is the gradient of the
-    full-batch loss. The sums (a running sum per variable, replica ``r``'s
-    under the name scope ``autoplace_gradient_sum_r/``) and the single
-    optimizer update run where the variables live (the first group's
-    devices); the metrics see the whole batch. Random ops draw per replica (dropout masks differ from the
+    full-batch loss. Each group of devices sums its replicas' gradients as
+    they come (a running sum per variable, replica ``r``'s under the name
+    scope ``autoplace_gradient_sum_r/``, beside the gradients it adds: the
+    micro-batches of one data-parallel group send one sum, not each its
+    own); the groups' sums (``autoplace_gradient_total_r/``, ``r`` the
+    group) and the single optimizer update run where the variables live
+    (the first group's devices); the metrics see the whole batch. Random ops draw per replica (dropout masks differ from the
     unsplit step); batch normalization is refused (:func:`placer.tf.training.check_replicable`).
     """
     x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
@@ -142,8 +147,12 @@ def replicated_train_step(model: Any, data: Any) -> Any:
     def part(t: Any, r: int) -> Any:
         return None if t is None else tf.split(t, sizes, axis=0)[r]
 
+    def add(a: list[Any], b: list[Any]) -> list[Any]:
+        return [g if s is None else s if g is None else s + g for s, g in zip(a, b)]
+
+    group_of = {g: i for i, g in enumerate(dict.fromkeys(model._replica_groups))}  # noqa: SLF001
     trainable = model.trainable_weights
-    total_grads: list[Any] | None = None
+    sums: dict[int, list[Any]] = {}  # per group of devices: the running sum of its replicas' gradients
     total_loss = tf.constant(0.0)
     preds = []
     for r in range(replicas):
@@ -156,13 +165,18 @@ def replicated_train_step(model: Any, data: Any) -> Any:
                                            training=True) * share
                 scaled = model.optimizer.scale_loss(loss)
             grads = tape.gradient(scaled, trainable)
-        if total_grads is None:
-            total_grads = grads
+        group = group_of[model._replica_groups[r]]  # noqa: SLF001
+        if group not in sums:
+            sums[group] = grads
         else:
             with tf.name_scope(f"{GRADIENT_SUM_SCOPE}_{r}"):  # the running sums, named for hold_gradient_sums
-                total_grads = [g if a is None else a if g is None else a + g for a, g in zip(total_grads, grads)]
+                sums[group] = add(sums[group], grads)
         total_loss = total_loss + loss
         preds.append(y_pred)
+    total_grads = sums[0]
+    for group in range(1, len(sums)):
+        with tf.name_scope(f"{GRADIENT_TOTAL_SCOPE}_{group}"):
+            total_grads = add(total_grads, sums[group])
     model._loss_tracker.update_state(total_loss, sample_weight=n)  # noqa: SLF001
     model.optimizer.apply_gradients(zip(total_grads, trainable))
     y_pred = tf.nest.map_structure(lambda *ps: tf.concat(ps, axis=0), *preds)
