@@ -451,6 +451,19 @@ def assert_stages_backward_passes_overlap(gd: tf.compat.v1.GraphDef, m: int) -> 
         assert not waits, (i, sorted(waits)[:5])
 
 
+def mlp_case(seed: int) -> tuple[keras.Model, keras.Model, dict]:
+    """:func:`sequential_mlp` compiled with SGD and MSE, its Keras twin, and 4 batches of data drawn with ``seed``."""
+    keras.utils.set_random_seed(0)
+    settings = dict(optimizer="sgd", loss="mse")
+    model = sequential_mlp()
+    model.compile(**settings)
+    ref = twin(model, settings)
+    rng = np.random.default_rng(seed)
+    t = dict(x=rng.standard_normal((BATCH * 4, 16)).astype("float32"),
+             y=rng.standard_normal((BATCH * 4, 3)).astype("float32"))
+    return model, ref, t
+
+
 def sequential_mlp() -> keras.Model:
     inp = keras.Input((16,), name="x")
     h = inp
@@ -463,14 +476,7 @@ def test_pipelined_training_in_the_1f1b_order_equals_full_batch_training(devices
     # two stages (d0, d1 | d2, d3, head and the loss: a split made by hand, so that the test does not depend
     # on measured op times), 4 micro-batches in the 1F1B order: each device
     # alternates one backward and one forward micro-batch after its warm-up; the same full-batch update
-    keras.utils.set_random_seed(0)
-    settings = dict(optimizer="sgd", loss="mse")
-    model = sequential_mlp()
-    model.compile(**settings)
-    ref = twin(model, settings)
-    rng = np.random.default_rng(2)
-    t = dict(x=rng.standard_normal((BATCH * 4, 16)).astype("float32"),
-             y=rng.standard_normal((BATCH * 4, 3)).astype("float32"))
+    model, ref, t = mlp_case(2)
     first = placer.autoplace(model, devices[:2], training=True, batch_size=BATCH, microbatches=4, time_limit_s=1,
                              algorithm="contiguous", pipeline="gpipe", shared_capacity=None)
     graph = first._placed.op_graph.graph  # noqa: SLF001
@@ -509,14 +515,7 @@ def test_pipelined_training_in_the_1f1b_order_equals_full_batch_training(devices
 def test_micro_batches_of_two_replicas_equal_full_batch_training(devices, pipeline):
     # 2 data-parallel groups of 2 devices, each running its half of the batch as 2 micro-batches through a
     # two-stage split: 4 parts' gradients summed, one update: the full-batch step
-    keras.utils.set_random_seed(0)
-    settings = dict(optimizer="sgd", loss="mse")
-    model = sequential_mlp()
-    model.compile(**settings)
-    ref = twin(model, settings)
-    rng = np.random.default_rng(3)
-    t = dict(x=rng.standard_normal((BATCH * 4, 16)).astype("float32"),
-             y=rng.standard_normal((BATCH * 4, 3)).astype("float32"))
+    model, ref, t = mlp_case(3)
     placed = placer.autoplace(model, devices, training=True, batch_size=BATCH, replicas=2, microbatches=2,
                               pipeline=pipeline, algorithm="contiguous", time_limit_s=1, shared_capacity=None)
     plan = placed.plan

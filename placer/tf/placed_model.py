@@ -136,8 +136,9 @@ def replicated_train_step(model: Any, data: Any) -> Any:
     micro-batches of one data-parallel group send one sum, not each its
     own); the groups' sums (``autoplace_gradient_total_r/``, ``r`` the
     group) and the single optimizer update run where the variables live
-    (the first group's devices); the metrics see the whole batch. Random ops draw per replica (dropout masks differ from the
-    unsplit step); batch normalization is refused (:func:`placer.tf.training.check_replicable`).
+    (the first group's devices); the metrics see the whole batch. Random
+    ops draw per replica (dropout masks differ from the unsplit step); batch
+    normalization is refused (:func:`placer.tf.training.check_replicable`).
     """
     x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
     replicas = len(model._replica_groups)  # noqa: SLF001
