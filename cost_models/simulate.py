@@ -366,55 +366,72 @@ def simulate(
     consumers_of, ctrl_succ, receivers = deps.produced, deps.control_successors, deps.receivers
     seconds = durations[np.arange(n), a].tolist()
     instant = [t == 0.0 for t in seconds] if lifo else []  # only the lifo stack reads it
+    # Python lists in the event loop (numpy scalars are several times slower to index); arrays in _State
     if start is None:
         # Each device has `concurrency` slots; keep their free times in a heap.
         slots = [[0.0] * concurrency for _ in range(k)]
-        link_free, link_bytes, busy = np.zeros((k, k)), np.zeros((k, k)), np.zeros(k)
+        link_free, link_bytes, busy = [[0.0] * k for _ in range(k)], [[0.0] * k for _ in range(k)], [0.0] * k
         timeline: list[tuple[int, int, float, float]] = []
         transfers: list[tuple[int, int, int, float, float]] = []
-        done, now, kept = 0, 0.0, []
+        done, now, kept, latest = 0, 0.0, [], 0.0
     else:
         snaps = resume.snapshots
         slots = [list(x) for x in start.slots]
-        link_free, link_bytes, busy = start.link_free.copy(), start.link_bytes.copy(), start.busy.copy()
+        link_free, link_bytes, busy = start.link_free.tolist(), start.link_bytes.tolist(), start.busy.tolist()
         timeline, transfers = list(snaps.timeline[:start.done]), list(snaps.transfers[:start.transfers])
-        done, now = start.done, start.now
+        done, now, latest = start.done, start.now, start.latest
         kept = [st for st in snaps.states if st.done <= start.done]
     first_done = done
     every = max(1, -(-n // options.snapshots)) if options.snapshots > 0 else 0
+    at = [0.0] * k  # per device: when it can start its next op (the lifo order's scan)
+    arrived = len(transfers)  # transfers before this one are counted in `latest` (the last op or arrival so far)
 
     while done < n:
         if every and done and done % every == 0 and (not kept or kept[-1].done < done):  # 0: a fresh start
+            latest = max(latest, max((tr[4] for tr in transfers[arrived:]), default=0.0))
+            arrived = len(transfers)
             kept.append(_State(done, now, *(list(x) for x in waiting), [list(h) for h in heaps],
-                               [list(x) for x in stacks], [list(x) for x in slots], link_free.copy(),
-                               link_bytes.copy(), busy.copy(), len(transfers)))
-        best: tuple[float, int, int] | None = None
+                               [list(x) for x in stacks], [list(x) for x in slots], np.array(link_free),
+                               np.array(link_bytes), np.array(busy), len(transfers), latest))
+        d = v = -1  # the device and op that start next, at t_start
+        t_start = math.inf
         if lifo:
             # Ops start in time order, so an op ready by the earliest start of any device is known by then: only
             # then is a device's stack (which ops became ready last) complete. Stacked ops are ready by `now`.
-            starts = [(max(slots[d][0], now) if stacks[d] else max(slots[d][0], heaps[d][0][0]), d)
-                      for d in range(k) if stacks[d] or heaps[d]]
-            first = now = min(starts, default=(math.inf, -1))[0]
-            for s_d, d in starts:
-                if s_d == first:
-                    _to_stack(heaps[d], stacks[d], first, instant)
-                    if best is None or stacks[d][-1] < best[2]:
-                        best = (first, d, stacks[d][-1])
+            for e in range(k):  # each device's earliest start (inline max/min: this loop runs once per op)
+                free = slots[e][0]
+                if stacks[e]:
+                    at[e] = now if now > free else free
+                elif heaps[e]:
+                    ready = heaps[e][0][0]
+                    at[e] = ready if ready > free else free
+                else:
+                    at[e] = math.inf
+                if at[e] < t_start:
+                    t_start = at[e]
+            now = t_start
+            for e in range(k):
+                if at[e] == t_start and (stacks[e] or heaps[e]):
+                    _to_stack(heaps[e], stacks[e], t_start, instant)
+                    if d < 0 or stacks[e][-1] < v:
+                        d, v = e, stacks[e][-1]
         else:
-            for d in range(k):
-                if heaps[d]:
-                    r, _, v = heaps[d][0]
-                    start_d = max(r, slots[d][0])
-                    if best is None or (start_d, v) < (best[0], best[2]):
-                        best = (start_d, d, v)
-        if best is None:
+            for e in range(k):
+                if heaps[e]:
+                    ready, _, u = heaps[e][0]
+                    free = slots[e][0]
+                    start_e = ready if ready > free else free
+                    if d < 0 or start_e < t_start or (start_e == t_start and u < v):
+                        t_start, d, v = start_e, e, u
+        if d < 0:
             raise ValueError("the graph has a cycle: some ops can never become ready")
-        t_start, d, v = best
         if lifo:
             stacks[d].pop()
         else:
             heapq.heappop(heaps[d])
         end = t_start + seconds[v]
+        if end > latest:
+            latest = end
         heapq.heapreplace(slots[d], end)
         busy[d] += end - t_start
         timeline.append((v, d, t_start, end))
@@ -423,7 +440,9 @@ def simulate(
               transfers, release)
         for w in ctrl_succ[v]:
             release(w, end, end)
-    result = _result(tensors, a, k, timeline, transfers, busy, link_bytes, memory, options)
+    latest = max(latest, max((tr[4] for tr in transfers[arrived:]), default=0.0))
+    result = _result(tensors, a, k, timeline, transfers, np.array(busy), np.array(link_bytes), memory, options,
+                     step=latest)
     snaps = Snapshots(a.copy(), tuple(timeline), tuple(transfers), tuple(kept)) if every else None
     return replace(result, snapshots=snaps, simulated_ops=n - first_done)
 
@@ -457,12 +476,17 @@ def _ready_queues(deps: Dependencies, a: np.ndarray, k: int, lifo: bool, saved: 
             if n_waiting[v] == 0:
                 heapq.heappush(heaps[dev[v]], (0.0, 0.0, v))
 
-    def release(v: int, t: float, cause: float) -> None:
-        if (t, cause) > (ready_at[v], caused_at[v]):
-            ready_at[v], caused_at[v] = t, cause
-        n_waiting[v] -= 1
-        if n_waiting[v] == 0:
-            heapq.heappush(heaps[dev[v]], (float(ready_at[v]), -float(caused_at[v]) if lifo else 0.0, v))
+    push = heapq.heappush
+
+    def release(v: int, t: float, cause: float) -> None:  # the event loop's hottest call: no tuples compared
+        ready = ready_at[v]
+        if t > ready or (t == ready and cause > caused_at[v]):
+            ready_at[v] = ready = t
+            caused_at[v] = cause
+        left = n_waiting[v] - 1
+        n_waiting[v] = left
+        if left == 0:
+            push(heaps[dev[v]], (float(ready), -float(caused_at[v]) if lifo else 0.0, v))
 
     return dev, heaps, stacks, release, (n_waiting, ready_at, caused_at)
 
@@ -483,6 +507,7 @@ class _State:
     link_bytes: np.ndarray
     busy: np.ndarray
     transfers: int  # how many transfers had been issued
+    latest: float  # the last end of an op or arrival of a transfer so far
 
 
 @dataclass(frozen=True)
@@ -559,11 +584,14 @@ def _to_stack(heap: list[tuple[float, float, int]], stack: list[int], now: float
 
 
 def _result(tensors: Sequence[TensorEdge], a: np.ndarray, k: int, timeline: list, transfers: list, busy: np.ndarray,
-            link_bytes: np.ndarray, memory: MemoryTraits, options: SimOptions) -> SimResult:
-    """The :class:`SimResult` of a finished simulation (the step ends with its last op or transfer)."""
-    step = max((e for *_, e in timeline), default=0.0)
-    if transfers:
-        step = max(step, max(e for *_, e in transfers))
+            link_bytes: np.ndarray, memory: MemoryTraits, options: SimOptions, step: float | None = None
+            ) -> SimResult:
+    """The :class:`SimResult` of a finished simulation (the step ends with its last op or transfer: ``step``
+    where the caller kept it)."""
+    if step is None:
+        step = max((e for *_, e in timeline), default=0.0)
+        if transfers:
+            step = max(step, max(e for *_, e in transfers))
     if not math.isfinite(step):
         raise ValueError("simulated step time is not finite")
     if options.peak_memory:
@@ -638,14 +666,18 @@ def dependencies_of(n: int, tensors: Sequence[TensorEdge], control_edges: Sequen
 
 def _send(d: int, end: float, tensors: Sequence[TensorEdge], produced: Sequence[int],
           receivers: Sequence[tuple[int, ...]], dev: list[int], link_seconds: Callable[[int, int, float], float],
-          link_latency_s: np.ndarray | None, link_free: np.ndarray, link_bytes: np.ndarray, transfers: list,
+          link_latency_s: np.ndarray | None, link_free: np.ndarray | list[list[float]],
+          link_bytes: np.ndarray | list[list[float]], transfers: list,
           release: Callable[[int, float, float], None]) -> None:
     """An op ended on device ``d`` at ``end``: send each tensor it produced (indices ``produced``) once per
     other device that reads it (each ordered link one transfer at a time) and release its readers when it
     arrives."""
     for ti in produced:
         readers = receivers[ti]
-        if all(dev[w] == d for w in readers):  # the common case: every reader on the producer's device
+        for w in readers:
+            if dev[w] != d:
+                break
+        else:  # the common case: every reader on the producer's device
             for w in readers:
                 release(w, end, end)
             continue
@@ -656,11 +688,11 @@ def _send(d: int, end: float, tensors: Sequence[TensorEdge], produced: Sequence[
         for dd in sorted(by_dev):
             arrival = end
             if dd != d:
-                ls = max(link_free[d, dd], end)
+                ls = float(max(link_free[d][dd], end))
                 cost = sum(link_seconds(d, dd, t.nbytes / t.count) for _ in range(t.count))
-                link_free[d, dd] = ls + cost
+                link_free[d][dd] = ls + cost
                 arrival = ls + cost + (0.0 if link_latency_s is None else float(link_latency_s[d, dd]))
-                link_bytes[d, dd] += t.nbytes
+                link_bytes[d][dd] += t.nbytes
                 transfers.append((ti, d, dd, ls, arrival))
             for w in by_dev[dd]:
                 release(w, arrival, end)

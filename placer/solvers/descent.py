@@ -77,26 +77,32 @@ def slack(problem: PlacementProblem, assignment: np.ndarray, result: SimResult) 
     [2.0, 0.0]
     """
     sched = problem.schedule_view()
-    fine = np.asarray(assignment, dtype=int)[sched.group]
-    start, end = np.zeros(sched.m), np.zeros(sched.m)
+    fine = np.asarray(assignment, dtype=int)[sched.group].tolist()
+    start, end = [0.0] * sched.m, [0.0] * sched.m  # Python lists: this loop runs once per kept move
     for v, _, s, e in result.timeline:
         start[v], end[v] = s, e
     deps = step_dependencies(problem)
+    control, produced, receivers, tensors = deps.control_successors, deps.produced, deps.receivers, sched.tensors
     step = result.step_time_s
+    latency = np.asarray(problem.latency, dtype=float).tolist()
 
-    def transfer(nbytes: float, i: int, j: int) -> float:  # as the simulator charges it: one latency per edge
-        return float(problem.latency[i, j]) + problem.occupancy_seconds(i, j, nbytes)
-
-    latest = np.full(sched.m, step)  # latest start
+    latest = [step] * sched.m  # latest start
     for v in problem.schedule_order()[::-1].tolist():
-        finish = min((latest[w] for w in deps.control_successors[v]), default=step)
-        for ti in deps.produced[v]:
-            for w in deps.receivers[ti]:
-                cross = 0.0 if fine[w] == fine[v] else transfer(sched.tensors[ti].nbytes, fine[v], fine[w])
-                finish = min(finish, latest[w] - cross)
-        latest[v] = min(finish, step) - (end[v] - start[v])
+        finish, here = step, fine[v]
+        for w in control[v]:
+            if latest[w] < finish:
+                finish = latest[w]
+        for ti in produced[v]:
+            for w in receivers[ti]:
+                there = fine[w]
+                # a transfer as the simulator charges it: one latency per edge
+                by = latest[w] if there == here else latest[w] - (
+                    latency[here][there] + problem.occupancy_seconds(here, there, tensors[ti].nbytes))
+                if by < finish:
+                    finish = by
+        latest[v] = finish - (end[v] - start[v])
     per_node = np.full(problem.n, np.inf)
-    np.minimum.at(per_node, sched.group, latest - start)
+    np.minimum.at(per_node, sched.group, np.array(latest) - np.array(start))
     return per_node
 
 
