@@ -47,6 +47,9 @@ from ..core.problem import Edge, PlacementProblem, dependencies
 #: Estimated µs per fine op of one simulation (and the slack pass after a kept move) on the 2-core
 #: reference machine: 100 simulations from a one-device plan took 3.7 µs per op on the densely connected
 #: CNN's training step (5,342 ops), 3.5 on LSTM seq2seq's (2,681), 2.9 on the two-branch CNN's (1,030).
+#: Resumed trials cost more per simulated op (each copies its state, O(ops)): descents of 2 s' budget on
+#: eight graphs (1k-16.5k ops, 3.26M simulated ops in all) took 5.9-6.1 µs per simulated op until the
+#: simulator's loop was made leaner (2026-12-04), 3.8-4.4 since, which this estimate now covers.
 US_PER_OP = 4.5
 #: States kept per simulation for trials to resume from (a trial re-runs at most 1/SNAPSHOTS of the ops
 #: before its move's inputs) ...
