@@ -13,7 +13,16 @@ of the busiest device, which is what 1F1B is for. Runs itself inside a
 loopback-only network namespace (``unshare -rn``; TF's servers listen on all
 interfaces) and exits with a message where that is not possible.
 
-    python benchmarks/pipeline_orders.py [--microbatches 4 8] [--repeats 9] [--out benchmarks/results/pipeline_orders.md]
+With ``--memory`` the workers keep allocator statistics
+(``TF_CPU_ALLOCATOR_USE_BFC=true``) and run TensorFlow's profiler; after
+the timed rounds each placement's steps are traced on both workers for
+``--trace-ms``, and each worker's step memory is read from its allocator's
+events: the most bytes in use during the window less the least (between
+steps: what stays, the weights). Beside it, the simulated peak of that
+device less its resident bytes. The profiler slows steps, so that run's
+times are not comparable with a run without ``--memory``.
+
+    python benchmarks/pipeline_orders.py [--microbatches 4 8] [--repeats 9] [--memory] [--out benchmarks/results/pipeline_orders.md]
 """
 
 from __future__ import annotations
@@ -62,6 +71,31 @@ def hand_split(model, devices, batch: int, m: int, depth: int):
             replace(first.plan, assignment=dict.fromkeys(split, stage0)))
 
 
+def simulated_live(built, groups: np.ndarray, sim) -> list[float]:
+    """Per device of ``built``: the simulated peak less the device's resident bytes (weights, slots)."""
+    fine = np.asarray(groups)[built.schedule.group]
+    peak = np.asarray(sim.peak_memory_bytes, dtype=float)
+    resident = np.zeros(len(peak))
+    if built.memory.resident_bytes is not None:
+        resident = np.bincount(fine, weights=np.asarray(built.memory.resident_bytes, dtype=float),
+                               minlength=len(peak))
+    return (peak - resident).tolist()
+
+
+def step_memory(cluster, step, trace_ms: int) -> list[float]:
+    """Per worker: the most bytes its allocator had in use while ``step`` ran in a loop for ``trace_ms``, less
+    the least (:func:`worker_trace.allocated_bytes`); ``nan`` for a worker with no allocator events."""
+    import tempfile
+
+    from worker_trace import allocated_bytes
+
+    with tempfile.TemporaryDirectory() as logdir:
+        paths = cluster.trace(step, logdir, trace_ms)
+        used = {task: allocated_bytes(path) for task, path in paths.items()}
+    return [float(used[t].max() - used[t].min()) if t in used and used[t].size else float("nan")
+            for t in range(cluster.workers)]
+
+
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import keras
@@ -75,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
     rng = np.random.default_rng(0)
     x = rng.standard_normal((args.batch, args.width)).astype("float32")
     y = rng.standard_normal((args.batch, 16)).astype("float32")
-    with placer.LocalCluster(2, pin_cores=True, threads=1) as cluster:
+    env = {"TF_CPU_ALLOCATOR_USE_BFC": "true"} if args.memory else None
+    with placer.LocalCluster(2, pin_cores=True, threads=1, profiler=args.memory, env=env) as cluster:
         devices = placer.connect(cluster)
         keras.utils.set_random_seed(0)
         model = chain(args.width, args.depth)
@@ -87,32 +122,45 @@ def run(args: argparse.Namespace) -> int:
                 one = placer.autoplace(model, devices, training=True, batch_size=args.batch, microbatches=m,
                                        plan=one_worker, profile_cache=False)
                 built = build_problem(graph, one._placed.devices, group_by=one.plan.group_by)  # noqa: SLF001
-                sim = simulate_pipeline(built, built.group_assignment(one.plan.assignment), m, SimOptions())
-                configs.append((m, "one worker", one, float(np.max(sim.peak_memory_bytes))))
+                groups = built.group_assignment(one.plan.assignment)
+                sim = simulate_pipeline(built, groups, m, SimOptions())
+                configs.append((m, "one worker", one, float(np.max(sim.peak_memory_bytes)),
+                                simulated_live(built, groups, sim)))
             for order in ("gpipe", "1f1b"):
                 p = placer.autoplace(model, devices, training=True, batch_size=args.batch, microbatches=m,
                                      pipeline=order, plan=plan, profile_cache=False)
                 built = build_problem(graph, p._placed.devices, group_by=p.plan.group_by)  # noqa: SLF001
-                sim = simulate_pipeline(built, built.group_assignment(p.plan.assignment), m, SimOptions(),
-                                        order=order)
-                configs.append((m, order, p, float(np.max(sim.peak_memory_bytes))))
+                groups = built.group_assignment(p.plan.assignment)
+                sim = simulate_pipeline(built, groups, m, SimOptions(), order=order)
+                configs.append((m, order, p, float(np.max(sim.peak_memory_bytes)), simulated_live(built, groups, sim)))
                 print(f"  m={m} {order}: placed", file=sys.stderr, flush=True)
-        times = interleaved_times([(lambda p=p: p.train_on_batch(x, y)) for _, _, p, _ in configs], args.repeats)
+        times = interleaved_times([(lambda p=p: p.train_on_batch(x, y)) for _, _, p, _, _ in configs], args.repeats)
+        memory = [step_memory(cluster, lambda p=p: p.train_on_batch(x, y), args.trace_ms) if args.memory else None
+                  for _, _, p, _, _ in configs]
     out("## Pipeline orders on 2 TF gRPC workers (one pinned core and one thread each)")
     out()
     out(f"{time.strftime('%Y-%m-%d')}; a chain of {args.depth} dense layers of width {args.width} (+ a 16-wide head, "
         f"SGD, MSE), batch {args.batch}, split by hand after layer {args.depth // 2 - 1}; {args.repeats} "
         "interleaved rounds of `train_on_batch` after 2 warm-up calls; predicted = the plan's predicted step; "
-        "peak = the busiest device's simulated peak memory (the workers' own memory is not measured per "
-        "placement).")
+        "peak = the busiest device's simulated peak memory" + (
+            f"; step memory per worker (0 / 1): measured = the most bytes its allocator had in use while the "
+            f"step ran in a loop for {args.trace_ms} ms less the least (`--memory`: allocator statistics on, "
+            "profiler running, so these times are slower than without), simulated = the device's peak less "
+            "its resident bytes." if args.memory else " (`--memory` measures the workers' step memory)."))
     out()
-    out("| micro-batches | order | measured ms | ± | predicted ms | prediction error | simulated peak MiB |")
-    out("|---|---|---|---|---|---|---|")
-    for (m, order, p, peak), ts in zip(configs, times):
+    head = "| micro-batches | order | measured ms | ± | predicted ms | prediction error | simulated peak MiB |"
+    extra = " step memory measured MiB | step memory simulated MiB |" if args.memory else ""
+    out(head + extra)
+    out("|" + "---|" * ((head + extra).count("|") - 1))
+    for (m, order, p, peak, live), ts, mem in zip(configs, times, memory):
         med, spread = median_spread(ts)
         pred = p.plan.predicted_step_time_s
-        out(f"| {m} | {order} | {med * 1e3:.1f} | {spread * 1e3:.1f} | {pred * 1e3:.1f} | "
-            f"{100 * (pred - med) / med:+.1f}% | {peak / 2**20:.1f} |")
+        row = (f"| {m} | {order} | {med * 1e3:.1f} | {spread * 1e3:.1f} | {pred * 1e3:.1f} | "
+               f"{100 * (pred - med) / med:+.1f}% | {peak / 2**20:.1f} |")
+        if mem is not None:
+            row += (" " + " / ".join("—" if np.isnan(b) else f"{b / 2**20:.1f}" for b in mem) + " | "
+                    + " / ".join(f"{b / 2**20:.1f}" for b in live) + " |")
+        out(row)
     out.write(args.out)
     return 0
 
@@ -126,6 +174,9 @@ def main() -> int:
     ap.add_argument("--single", action="store_true",
                     help="also every op on worker 0, at the first micro-batch count (the split's reference)")
     ap.add_argument("--repeats", type=int, default=9, help="interleaved measured rounds per placement")
+    ap.add_argument("--memory", action="store_true",
+                    help="also measure each worker's step memory from its allocator (profiler on: slower steps)")
+    ap.add_argument("--trace-ms", type=int, default=1000, help="with --memory: how long each placement is traced")
     ap.add_argument("--out", default=str(HERE / "results" / "pipeline_orders.md"))
     args = ap.parse_args()
     return isolated(lambda: run(args))

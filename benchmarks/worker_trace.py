@@ -61,6 +61,31 @@ def trace_events(path: str | Path) -> list[tuple[str, float, float]]:
     return out
 
 
+def allocated_bytes(path: str | Path) -> np.ndarray:
+    """The bytes in use after each allocation and deallocation on the ``/host:CPU`` plane of one worker's
+    trace, in time order: the allocator's ``MemoryAllocation``/``MemoryDeallocation`` events, which a
+    worker records when its CPU allocator keeps statistics (``TF_CPU_ALLOCATOR_USE_BFC=true`` in its
+    environment) and the profiler runs. Empty without them."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    space = xplane_pb2.XSpace()
+    space.ParseFromString(Path(path).read_bytes())
+    out = []
+    for plane in space.planes:
+        if plane.name != "/host:CPU":
+            continue
+        stat = next((k for k, m in plane.stat_metadata.items() if m.name == "bytes_allocated"), None)
+        memory = {k for k, m in plane.event_metadata.items() if m.name in ("MemoryAllocation", "MemoryDeallocation")}
+        for line in plane.lines:
+            for e in line.events:
+                if e.metadata_id in memory:
+                    value = next((x for x in e.stats if x.metadata_id == stat), None)
+                    if value is not None:
+                        kind = value.WhichOneof("value")
+                        out.append((line.timestamp_ns * 1000 + e.offset_ps, float(getattr(value, kind))))
+    return np.array([b for _, b in sorted(out)])
+
+
 #: Kernel types that move or name data rather than compute (not a step's "first compute kernel").
 BOOKKEEPING = frozenset({"ReadVariableOp", "Const", "Identity", "NoOp", "_Send", "_Recv", "_HostSend", "_HostRecv",
                          "_Arg", "_Retval"})
