@@ -179,6 +179,32 @@ def test_gradient_and_update_ops_run_where_planned(trained):
         assert all(devices[s] == v.value.device for s in slots)
 
 
+def test_variable_updates_wait_for_every_reader_of_their_variable(trained):
+    # TensorFlow copies a variable written while a read of it is live; the placed step orders each update
+    # after the readers, so updates stay in place as simulated (a split worker of benchmarks/pipeline_orders.py
+    # held twice its simulated step memory before: the SGD update's copy of a kernel)
+    import networkx as nx
+
+    from placer.tf.microbatch import VARIABLE_WRITES, dependency_graph
+
+    gd = trained["transformer"]["placed"].emitted.graph_def
+    g = dependency_graph(gd)
+    reads: dict[str, list[str]] = {}
+    for n in gd.node:
+        if n.op == "ReadVariableOp":
+            reads.setdefault(n.input[0].split(":")[0], []).append(n.name)
+    checked = 0
+    for n in gd.node:
+        variable = n.input[0].split(":")[0] if n.op in VARIABLE_WRITES else None
+        if variable in reads:
+            ordered = nx.ancestors(g, n.name) | nx.descendants(g, n.name)
+            for r in reads[variable]:
+                for c in g.successors(r):
+                    assert c in ordered or c == n.name, (n.name, c)
+                    checked += 1
+    assert checked > 20
+
+
 def test_callbacks_checkpoint_and_early_stopping_work(trained, tmp_path, devices):
     t = trained["transformer"]
     factory, settings, _, _ = CASES["transformer"]

@@ -174,6 +174,11 @@ def emit(traced: TracedModel, op_devices: Mapping[str, str], variables: Mapping[
         node.device = op_devices[node.name]
     compressed = insert_codecs(gd, graph, op_devices, compression, batch_size=batch_size,
                                optimizer_scope=traced.optimizer_scope)
+    if traced.step == "train":
+        from .microbatch import update_after_reads
+
+        log.info("variable updates ordered after the last reads of their variable: %d control edges",
+                 update_after_reads(gd))
     if gate_replicas:
         from .microbatch import add_gates, hold_gradient_sums, replica_keys
         from .opgraph import GRADIENT_SCOPE

@@ -186,6 +186,60 @@ def constant_nodes(gd: tf.compat.v1.GraphDef) -> set[str]:
     return out
 
 
+#: Ops that write a resource variable in place: TensorFlow copies the variable first when a read of it is
+#: still live (copy-on-write), which the simulator's memory model does not count.
+VARIABLE_WRITES = frozenset({"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp"})
+
+
+def update_after_reads(gd: tf.compat.v1.GraphDef) -> int:
+    """Make each in-place write of a variable (:data:`VARIABLE_WRITES`) wait for every consumer of the reads
+    of that variable that does not depend on the write (in place; returns the control edges added).
+
+    A resource variable written while a read of it is still live is copied
+    first: a placed training step whose SGD update ran before the layer's
+    input-gradient matmul (which reads the kernel) held a copy of the
+    weight, up to 2x the simulated step memory on a worker
+    (``benchmarks/results/pipeline_orders.md``). Waiting for the readers
+    keeps the update in place, as the simulator models it; the values are
+    the same (the reads saw the old value either way).
+
+    Examples
+    --------
+    >>> gd = tf.compat.v1.GraphDef()
+    >>> for name, op, inputs in [("v", "Placeholder", []), ("read", "ReadVariableOp", ["v"]),
+    ...                          ("use", "MatMul", ["read", "read"]), ("g", "Const", []),
+    ...                          ("update", "AssignSubVariableOp", ["v", "g"])]:
+    ...     _ = gd.node.add(name=name, op=op, input=inputs)
+    >>> update_after_reads(gd), list(gd.node[-1].input)
+    (1, ['v', 'g', '^use'])
+    """
+    import networkx as nx
+
+    reads: dict[str, list[str]] = {}
+    consumers: dict[str, list[str]] = {}
+    for n in gd.node:
+        if n.op == "ReadVariableOp" and n.input:
+            reads.setdefault(_source(n.input[0])[0], []).append(n.name)
+        for x in n.input:
+            src, suffix = _source(x)
+            if suffix != "^":
+                consumers.setdefault(src, []).append(n.name)
+    writes = [n for n in gd.node if n.op in VARIABLE_WRITES and n.input and _source(n.input[0])[0] in reads]
+    if not writes:
+        return 0
+    g = dependency_graph(gd)
+    added = 0
+    for w in writes:
+        after = nx.descendants(g, w.name) | {w.name}
+        before = nx.ancestors(g, w.name)
+        readers = {c for r in reads[_source(w.input[0])[0]] for c in consumers.get(r, ())}
+        for r in sorted(readers - after - before):
+            w.input.append(f"^{r}")
+            g.add_edge(r, w.name)
+            added += 1
+    return added
+
+
 def dependency_graph(gd: tf.compat.v1.GraphDef) -> Any:
     """``gd`` as a ``networkx.DiGraph``: a node per node, an edge per data or control input.
 
