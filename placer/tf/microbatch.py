@@ -193,7 +193,8 @@ VARIABLE_WRITES = frozenset({"AssignVariableOp", "AssignAddVariableOp", "AssignS
 
 def update_after_reads(gd: tf.compat.v1.GraphDef) -> int:
     """Make each in-place write of a variable (:data:`VARIABLE_WRITES`) wait for every consumer of the reads
-    of that variable that does not depend on the write (in place; returns the control edges added).
+    of that variable that does not depend on the write (in place; returns the control edges added, some
+    of them redundant: a consumer the write depends on anyway).
 
     A resource variable written while a read of it is still live is copied
     first: a placed training step whose SGD update ran before the layer's
@@ -230,10 +231,12 @@ def update_after_reads(gd: tf.compat.v1.GraphDef) -> int:
     g = dependency_graph(gd)
     added = 0
     for w in writes:
+        # a write has few descendants (a step ends with its updates): only those would close a cycle. A
+        # reader that precedes the write already gets a redundant edge (cheaper than finding its ancestors)
         after = nx.descendants(g, w.name) | {w.name}
-        before = nx.ancestors(g, w.name)
+        inputs = {_source(x)[0] for x in w.input}
         readers = {c for r in reads[_source(w.input[0])[0]] for c in consumers.get(r, ())}
-        for r in sorted(readers - after - before):
+        for r in sorted(readers - after - inputs):
             w.input.append(f"^{r}")
             g.add_edge(r, w.name)
             added += 1
