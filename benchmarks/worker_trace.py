@@ -41,17 +41,20 @@ from isolation import isolated  # noqa: E402
 from markdown import MarkdownOut  # noqa: E402
 
 
-def trace_events(path: str | Path) -> list[tuple[str, float, float]]:
-    """``(name, start µs, end µs)`` of every event on the ``/host:CPU`` plane of one worker's trace
-    (absolute times: the line's start plus the event's offset)."""
+def _host_planes(path: str | Path) -> list:
+    """The ``/host:CPU`` planes of one worker's trace (an XSpace proto)."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     space = xplane_pb2.XSpace()
     space.ParseFromString(Path(path).read_bytes())
+    return [plane for plane in space.planes if plane.name == "/host:CPU"]
+
+
+def trace_events(path: str | Path) -> list[tuple[str, float, float]]:
+    """``(name, start µs, end µs)`` of every event on the ``/host:CPU`` plane of one worker's trace
+    (absolute times: the line's start plus the event's offset)."""
     out = []
-    for plane in space.planes:
-        if plane.name != "/host:CPU":
-            continue
+    for plane in _host_planes(path):
         names = plane.event_metadata
         for line in plane.lines:
             for e in line.events:
@@ -66,14 +69,8 @@ def allocated_bytes(path: str | Path) -> np.ndarray:
     trace, in time order: the allocator's ``MemoryAllocation``/``MemoryDeallocation`` events, which a
     worker records when its CPU allocator keeps statistics (``TF_CPU_ALLOCATOR_USE_BFC=true`` in its
     environment) and the profiler runs. Empty without them."""
-    from tensorflow.tsl.profiler.protobuf import xplane_pb2
-
-    space = xplane_pb2.XSpace()
-    space.ParseFromString(Path(path).read_bytes())
     out = []
-    for plane in space.planes:
-        if plane.name != "/host:CPU":
-            continue
+    for plane in _host_planes(path):
         stat = next((k for k, m in plane.stat_metadata.items() if m.name == "bytes_allocated"), None)
         memory = {k for k, m in plane.event_metadata.items() if m.name in ("MemoryAllocation", "MemoryDeallocation")}
         for line in plane.lines:
