@@ -124,8 +124,8 @@ def _handle(variable: Any) -> Any:
 
 def emit(traced: TracedModel, op_devices: Mapping[str, str], variables: Mapping[str, Any], *,
          compression: CompressionPolicy = NO_COMPRESSION, layer_devices: Mapping[str, str] | None = None,
-         batch_size: int = 1, microbatches: int = 1, gate_replicas: bool = False, pipeline: str = "gpipe",
-         stages: Sequence[str] = (), replica_groups: Sequence[Sequence[str]] = ()) -> EmittedModel:
+         batch_size: int = 1, microbatches: int = 1, replica_groups: Sequence[Sequence[str]] = (),
+         pipeline: str = "gpipe", stages: Sequence[str] = ()) -> EmittedModel:
     """Build the placed function of one trace.
 
     Parameters
@@ -146,17 +146,17 @@ def emit(traced: TracedModel, op_devices: Mapping[str, str], variables: Mapping[
     microbatches : int
         Run the placed graph as a pipeline of this many micro-batches
         (:mod:`placer.tf.microbatch`); 1: the batch in one go.
-    gate_replicas : bool
-        The trace is a replicated training step whose replicas are
-        micro-batches on the same devices: order each device's forward and
-        backward micro-batches (:func:`placer.tf.microbatch.add_gates`).
+    replica_groups : sequence of sequence of str
+        Non-empty when the trace is a replicated training step whose replicas
+        are micro-batches: the devices of each replica
+        (``PlacedModel.set_microbatches``), ``m`` consecutive replicas per
+        group of devices (the micro-batches of that group's data-parallel
+        replica; the first group's devices are the plan's). Each device's
+        forward and backward micro-batches are then ordered
+        (:func:`placer.tf.microbatch.add_gates`). Empty: no gates.
     pipeline, stages : str, sequence of str
         The order of those gates (``"gpipe"`` or ``"1f1b"``) and the devices in pipeline order
         (``Plan.pipeline``, ``Plan.stages``).
-    replica_groups : sequence of sequence of str
-        With ``gate_replicas``, the devices of each replica (``PlacedModel.set_microbatches``): ``m``
-        consecutive replicas per group of devices, the micro-batches of that group's data-parallel replica;
-        the first group's devices are the plan's. Empty: one group.
 
     Raises
     ------
@@ -179,13 +179,13 @@ def emit(traced: TracedModel, op_devices: Mapping[str, str], variables: Mapping[
 
         log.info("variable updates ordered after the last reads of their variable: %d control edges",
                  update_after_reads(gd))
-    if gate_replicas:
+    if replica_groups:
         from .microbatch import add_gates, hold_gradient_sums, replica_keys
         from .opgraph import GRADIENT_SCOPE
         from .placed_model import GRADIENT_SUM_SCOPE, REPLICA_SCOPE
 
         groups = list(dict.fromkeys(tuple(g) for g in replica_groups))
-        per_group = len(replica_groups) // len(groups) if groups else 0
+        per_group = len(replica_groups) // len(groups)
         aliases = {d: first for g in groups for d, first in zip(g, groups[0])}  # a device -> its stage's name
         add_gates(gd, replica_keys(gd, REPLICA_SCOPE, GRADIENT_SCOPE, per_group), order=pipeline, stages=stages,
                   aliases=aliases)

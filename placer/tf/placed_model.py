@@ -422,8 +422,8 @@ class PlacedModel(keras.Model):
         emitted = emit(traced, assignment, by_var, compression=p.compression, layer_devices=p.layer_devices,
                        batch_size=p.plan.batch_size or 1,
                        microbatches=p.plan.microbatches if traced.step == "predict" else 1,
-                       gate_replicas=pipelined_training, pipeline=p.plan.pipeline, stages=p.plan.stages,
-                       replica_groups=self._replica_groups if pipelined_training else ())
+                       replica_groups=self._replica_groups if pipelined_training else (),
+                       pipeline=p.plan.pipeline, stages=p.plan.stages)
         p.functions[key] = emitted
         return emitted
 
