@@ -22,7 +22,8 @@ steps: what stays, the weights). Beside it, the simulated peak of that
 device less its resident bytes. The profiler slows steps, so that run's
 times are not comparable with a run without ``--memory``.
 
-    python benchmarks/pipeline_orders.py [--microbatches 4 8] [--repeats 9] [--memory] [--out benchmarks/results/pipeline_orders.md]
+    python benchmarks/pipeline_orders.py [--microbatches 4 8] [--repeats 9] [--memory] [--trace-ms 1000]
+                                         [--out benchmarks/results/pipeline_orders.md]
 """
 
 from __future__ import annotations
