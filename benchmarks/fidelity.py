@@ -27,7 +27,7 @@ orders rightly; writes
 network namespace (``unshare -rn``) because TF's servers listen on all
 interfaces; it exits with a message where that is not possible.
 
-    python benchmarks/fidelity.py [--models resnet50 ...] [--repeats 25] [--dump raw.json]
+    python benchmarks/fidelity.py [--models resnet50 ...] [--repeats 25] [--sends executor prompt] [--dump raw.json]
 """
 
 from __future__ import annotations
@@ -146,7 +146,9 @@ def run(args: argparse.Namespace) -> int:
     from placer.core.devices import resolve_devices
     from placer.measure.cluster import LocalCluster
     from placer.tf.costs import sample_inputs
+    from placer.core.attrs import COMPUTE_US
     from placer.tf.emit import emit
+    from placer.tf.sends import SendRule
     from placer.measure.links import (
         calibrate_links,
         call_interface,
@@ -221,16 +223,21 @@ def run(args: argparse.Namespace) -> int:
                 first = profiler.result()  # what the plans are made from; also the memory check
                 og = build_op_graph(traced, {"CPU": first.calibrated_us()})
                 plans = []
+                seconds = {v: og.graph.nodes[v][COMPUTE_US]["CPU"] * 1e-6 for v in og.graph}
                 for label, group_by, algorithm in PLACEMENTS:
                     built = build_problem(og.graph, devset, group_by=group_by)
                     sol = solve_problem(built.problem, algorithm, SolveOptions(time_limit_s=5, objective="latency"))
                     op_devices = built.node_devices(sol.assignment)
-                    fn = emit(traced, op_devices, placed_variables(traced, op_devices, names[0])).function
-                    call = stand_in(call_interface(traced, op_devices))
-                    step = lambda fn=fn: fn(*inputs)  # noqa: E731
-                    for _ in range(2):  # warm-up
-                        call_seconds(step), call_seconds(call)
-                    plans.append((label, op_devices, step, call, [], []))
+                    for sends in args.sends:
+                        rule = SendRule(seconds=lambda v: seconds.get(v, 0.0)) if sends == "prompt" else None
+                        fn = emit(traced, op_devices, placed_variables(traced, op_devices, names[0]),
+                                  sends=rule).function
+                        call = stand_in(call_interface(traced, op_devices))
+                        step = lambda fn=fn: fn(*inputs)  # noqa: E731
+                        for _ in range(2):  # warm-up
+                            call_seconds(step), call_seconds(call)
+                        plans.append((label if len(args.sends) == 1 else f"{label} ({sends} sends)", op_devices,
+                                      step, call, [], []))
                 # the predictions use op times profiled in rounds interleaved with the measurements, so
                 # that the machine's drift (large on a shared VM) hits profile and measurement alike
                 profiler.clear()
@@ -338,6 +345,8 @@ def main() -> int:
     ap.add_argument("--ready-order", default="lifo", choices=["fifo", "lifo"],
                     help="which ready op a simulated device runs next (cost_models.simulate); the workers "
                     "have one inter-op thread, which runs depth first (lifo)")
+    ap.add_argument("--sends", nargs="+", default=["executor"], choices=["executor", "prompt"],
+                    help="each placement with TensorFlow's send order and/or prompt sends (placer.tf.sends)")
     ap.add_argument("--dump", help="also write the profiles, placements and raw timings to this JSON file")
     ap.add_argument("--out", default=str(HERE / "results" / "fidelity.md"))
     args = ap.parse_args()

@@ -6,7 +6,8 @@ compiled for training and split in two stages by hand (the first half of the
 layers on worker 0, the rest and the loss on worker 1: a split made by
 layers, so that the comparison does not depend on what the solver picks),
 then placed by ``placer.autoplace(..., plan=...)`` at each micro-batch count,
-once per pipeline order. Each placement's ``train_on_batch`` is timed,
+once per pipeline order and ``--sends`` value (acknowledged transfers or TensorFlow's order,
+:mod:`placer.tf.sends`). Each placement's ``train_on_batch`` is timed,
 interleaved with the others, and set beside the plan's predicted step (ops
 profiled on the workers, the link calibrated) and the simulated peak memory
 of the busiest device, which is what 1F1B is for. Runs itself inside a
@@ -22,7 +23,8 @@ steps: what stays, the weights). Beside it, the simulated peak of that
 device less its resident bytes. The profiler slows steps, so that run's
 times are not comparable with a run without ``--memory``.
 
-    python benchmarks/pipeline_orders.py [--microbatches 4 8] [--repeats 9] [--memory] [--trace-ms 1000]
+    python benchmarks/pipeline_orders.py [--microbatches 4 8] [--repeats 9] [--sends prompt executor] [--memory]
+                                         [--trace-ms 1000]
                                          [--out benchmarks/results/pipeline_orders.md]
 """
 
@@ -128,13 +130,15 @@ def run(args: argparse.Namespace) -> int:
                 configs.append((m, "one worker", one, float(np.max(sim.peak_memory_bytes)),
                                 simulated_live(built, groups, sim)))
             for order in ("gpipe", "1f1b"):
-                p = placer.autoplace(model, devices, training=True, batch_size=args.batch, microbatches=m,
-                                     pipeline=order, plan=plan, profile_cache=False)
-                built = build_problem(graph, p._placed.devices, group_by=p.plan.group_by)  # noqa: SLF001
-                groups = built.group_assignment(p.plan.assignment)
-                sim = simulate_pipeline(built, groups, m, SimOptions(), order=order)
-                configs.append((m, order, p, float(np.max(sim.peak_memory_bytes)), simulated_live(built, groups, sim)))
-                print(f"  m={m} {order}: placed", file=sys.stderr, flush=True)
+                for sends in args.sends:
+                    p = placer.autoplace(model, devices, training=True, batch_size=args.batch, microbatches=m,
+                                         pipeline=order, plan=plan, profile_cache=False, sends=sends)
+                    built = build_problem(graph, p._placed.devices, group_by=p.plan.group_by)  # noqa: SLF001
+                    groups = built.group_assignment(p.plan.assignment)
+                    sim = simulate_pipeline(built, groups, m, SimOptions(), order=order)
+                    configs.append((m, f"{order} / {sends}", p, float(np.max(sim.peak_memory_bytes)),
+                                    simulated_live(built, groups, sim)))
+                    print(f"  m={m} {order}, {sends} sends: placed", file=sys.stderr, flush=True)
         times = interleaved_times([(lambda p=p: p.train_on_batch(x, y)) for _, _, p, _, _ in configs], args.repeats)
         memory = [step_memory(cluster, lambda p=p: p.train_on_batch(x, y), args.trace_ms) if args.memory else None
                   for _, _, p, _, _ in configs]
@@ -149,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
             "profiler running, so these times are slower than without), simulated = the device's peak less "
             "its resident bytes." if args.memory else " (`--memory` measures the workers' step memory)."))
     out()
-    head = "| micro-batches | order | measured ms | ± | predicted ms | prediction error | simulated peak MiB |"
+    head = "| micro-batches | order / sends | measured ms | ± | predicted ms | prediction error | simulated peak MiB |"
     extra = " step memory measured MiB | step memory simulated MiB |" if args.memory else ""
     out(head + extra)
     out("|" + "---|" * ((head + extra).count("|") - 1))
@@ -175,6 +179,8 @@ def main() -> int:
     ap.add_argument("--single", action="store_true",
                     help="also every op on worker 0, at the first micro-batch count (the split's reference)")
     ap.add_argument("--repeats", type=int, default=9, help="interleaved measured rounds per placement")
+    ap.add_argument("--sends", nargs="+", default=["prompt", "executor"], choices=["prompt", "executor", "auto"],
+                    help="placer.autoplace(sends=...) values placed side by side (placer.tf.sends)")
     ap.add_argument("--memory", action="store_true",
                     help="also measure each worker's step memory from its allocator (profiler on: slower steps)")
     ap.add_argument("--trace-ms", type=int, default=1000, help="with --memory: how long each placement is traced")

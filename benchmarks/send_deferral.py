@@ -7,6 +7,9 @@ input (``independent``: no transfer) or from worker 1's *last* result
 (``last``: the two chains in series). If the tensor left worker 1 when it was
 computed, ``early`` would take about as long as ``independent``; if it
 leaves only when worker 1's executor runs out of work, as long as ``last``.
+``acknowledged`` is ``early`` with worker 1's chain waiting until worker 0
+has the tensor (an ``Identity`` there, what ``placer.tf.sends`` adds to a
+placed graph): the send is then the only op worker 1 can run.
 Run with the workers pinned to one core each (``LocalCluster``'s default, the
 setting of every two-worker benchmark here) and unpinned. Each configuration
 is timed in interleaved rounds after warm-up calls; medians and spread.
@@ -36,7 +39,7 @@ from isolation import isolated  # noqa: E402
 from markdown import MarkdownOut  # noqa: E402
 from speedup import interleaved_times, median_spread  # noqa: E402
 
-MODES = ("independent", "early", "last")
+MODES = ("independent", "early", "last", "acknowledged")
 
 
 def _functions(cluster, chain: int, width: int):
@@ -53,11 +56,18 @@ def _functions(cluster, chain: int, width: int):
         def step(x):
             with tf.device(w1):
                 first = tf.matmul(x, v1)
+            got = first
+            if mode == "acknowledged":  # placer.tf.sends: worker 1 goes on once worker 0 has the tensor
+                with tf.device(w0):
+                    got = tf.identity(first)
+                with tf.device(w1), tf.control_dependencies([got]):
+                    first = tf.identity(first)
+            with tf.device(w1):
                 h = first
                 for _ in range(chain):
                     h = tf.matmul(h, v1)
             with tf.device(w0):
-                g = {"independent": x, "early": first, "last": h}[mode]
+                g = {"independent": x, "early": first, "last": h, "acknowledged": got}[mode]
                 for _ in range(chain):
                     g = tf.matmul(g, v0)
             return h, g
@@ -88,17 +98,21 @@ def run(args: argparse.Namespace) -> int:
     out()
     out(f"{time.strftime('%Y-%m-%d')}; worker 1: `first = x @ w1`, then {args.chain} more matmuls; worker 0: "
         f"{args.chain} matmuls from the input (independent), from `first` (early) or from worker 1's last result "
-        f"(last); batch {args.batch}, width {args.width}; {args.repeats} interleaved rounds; median ± half the "
+        f"(last), or from `first` with worker 1's chain waiting until worker 0 has it (acknowledged, what "
+        f"`placer.tf.sends` adds); batch {args.batch}, width {args.width}; {args.repeats} interleaved rounds; median ± half the "
         "interquartile range. early ≈ independent: the tensor left when it was computed; early ≈ last: it "
         "left when worker 1 had nothing else to run.")
     out()
-    out("| workers | independent ms | early ms | last ms | early's wait (share of worker 1's chain) |")
-    out("|---|---|---|---|---|")
+    out("| workers | independent ms | early ms | last ms | acknowledged ms | early's wait (share of worker 1's "
+        "chain) | acknowledged's wait |")
+    out("|---|---|---|---|---|---|---|")
     for pinned, stats in rows:
-        (ind, ind_s), (early, early_s), (last, last_s) = stats
-        share = (early - ind) / max(last - ind, 1e-9)
+        (ind, ind_s), (early, early_s), (last, last_s), (ack, ack_s) = stats
+        span = max(last - ind, 1e-9)
         out(f"| {'pinned to one core each' if pinned else 'not pinned'} | {1e3 * ind:.1f} ± {1e3 * ind_s:.1f} | "
-            f"{1e3 * early:.1f} ± {1e3 * early_s:.1f} | {1e3 * last:.1f} ± {1e3 * last_s:.1f} | {100 * share:.0f}% |")
+            f"{1e3 * early:.1f} ± {1e3 * early_s:.1f} | {1e3 * last:.1f} ± {1e3 * last_s:.1f} | "
+            f"{1e3 * ack:.1f} ± {1e3 * ack_s:.1f} | {100 * (early - ind) / span:.0f}% | "
+            f"{100 * (ack - ind) / span:.0f}% |")
     out.write(args.out)
     return 0
 

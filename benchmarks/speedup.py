@@ -13,7 +13,10 @@ workers calibrated) and measured, interleaved, on the same batch:
 * ``round_robin`` and ``contiguous`` at autoplace's micro-batch count;
 * with ``--contiguous-microbatches 2 4``, ``contiguous`` at those counts too
   (pipelined splits, whose predictions are checked even where autoplace
-  keeps one worker).
+  keeps one worker);
+* with ``--sends-ab``, each split plan again with ``sends="executor"``
+  (TensorFlow's own send order; the others use the default, prompt sends on
+  these one-thread workers, :mod:`placer.tf.sends`).
 
 Each measured step fetches its outputs (inference) or runs Keras'
 ``train_on_batch`` (training). Prints and writes a table: measured
@@ -25,7 +28,8 @@ spends moving bytes. Runs itself inside a loopback-only network namespace
 (``unshare -rn``; TF's servers listen on all interfaces) and exits with a
 message where that is not possible.
 
-    python benchmarks/speedup.py [--models resnet50 ...] [--repeats 7] [--out benchmarks/results/speedup.md]
+    python benchmarks/speedup.py [--models resnet50 ...] [--repeats 7] [--sends-ab]
+                                 [--out benchmarks/results/speedup.md]
 """
 
 from __future__ import annotations
@@ -220,6 +224,13 @@ def _run_case(case: str, args: argparse.Namespace, out, summary: list, devices: 
             if p is not None:
                 configs.append((f"contiguous/m={m}", p))
 
+    if args.sends_ab:  # the same plans with TensorFlow's own send order, beside those with prompt sends
+        for label, p in list(configs):
+            if not label.startswith("single/"):
+                q = place(f"{label} (executor sends)", plan=p.plan, sends="executor", calibrate_links=False)
+                if q is not None:
+                    configs.append((f"{label} (executor sends)", q))
+
     def step_of(p):
         if training:
             return lambda: p.train_on_batch(x, y)
@@ -271,6 +282,8 @@ def main() -> int:
                     "these workers have one inter-op thread, which runs depth first, and 'detect' finds 'lifo'")
     ap.add_argument("--contiguous-microbatches", type=int, nargs="*", default=[],
                     help="also run the contiguous split at these micro-batch counts (pipelined splits' predictions)")
+    ap.add_argument("--sends-ab", action="store_true",
+                    help="also measure each split plan with sends='executor' (placer.tf.sends)")
     ap.add_argument("--out", default=str(HERE / "results" / "speedup.md"))
     args = ap.parse_args()
     return isolated(lambda: run(args))

@@ -13,6 +13,7 @@ test's deadline.
 import faulthandler
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -38,6 +39,33 @@ def model() -> keras.Model:
     towers = [keras.layers.Dense(64, activation="relu", name=f"t{i}")(inp) for i in range(2)]
     out = keras.layers.Dense(4, name="head")(keras.layers.Concatenate()(towers))
     return keras.Model(inp, out, name="two_towers")
+
+
+def chain() -> keras.Model:
+    """Four dense layers: big enough that a stage boundary's tensors unblock more than a millisecond of work."""
+    inp = keras.Input((512,))
+    h = inp
+    for i in range(4):
+        h = keras.layers.Dense(512, activation="relu", name=f"c{i}")(h)
+    return keras.Model(inp, keras.layers.Dense(8, name="out")(h), name="chain")
+
+
+def by_layers(placed, late: tuple[str, ...]) -> placer.Plan:
+    """``placed.plan`` with the ops of the ``late`` layers on its second device, the rest on its first."""
+    graph = placed._placed.op_graph.graph  # noqa: SLF001
+    first, second = placed.plan.devices
+    def layer(op: str) -> str:  # "chain_1/c2_1" -> "c2"
+        return re.sub(r"_\d+$", "", str(graph.nodes[op].get("layer", op)).split("/")[-1])
+
+    return replace(placed.plan, assignment={op: second if layer(op) in late else first for op in placed.plan.assignment})
+
+
+def ack_count(placed) -> int:
+    """The acknowledgements (``placer.tf.sends``) in the placed model's training step."""
+    from placer.tf.sends import ACK_SCOPE
+
+    return sum(n.name.startswith(ACK_SCOPE) for e in placed._placed.functions.values() if e.step == "train"  # noqa: SLF001
+               for n in e.graph_def.node)
 
 
 def plant(directory: str) -> str:
@@ -208,6 +236,26 @@ def main() -> None:
         out["pipelined_training_devices"] = sorted(set(trained.plan.assignment.values()))
         out["pipelined_training_weights"] = float(max(np.abs(a - b).max() for a, b in
                                                       zip(trained.get_weights(), twin.get_weights())))
+        # prompt sends (acknowledged transfers) against TensorFlow's order, a two-stage split by layers, and
+        # model.fit on an identical copy: the same losses and weights; only the prompt placement has acks
+        progress("prompt sends")
+        xs, ys = rng.standard_normal((128, 512)).astype("float32"), rng.standard_normal((128, 8)).astype("float32")
+        mc = chain()
+        mc.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+        split = by_layers(placer.autoplace(mc, devices, training=True, batch_size=64, algorithm="contiguous",
+                                           profile_cache=False, calibrate_links=False), ("c2", "c3", "out"))
+        for sends in ("prompt", "executor"):
+            twin = keras.models.clone_model(mc)
+            twin.set_weights(mc.get_weights())
+            twin.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+            ref_hist = twin.fit(xs, ys, batch_size=64, epochs=2, shuffle=False, verbose=0).history["loss"]
+            p = placer.autoplace(mc, devices, training=True, batch_size=64, plan=split, sends=sends,
+                                 profile_cache=False, calibrate_links=False)  # mc's own weights stay as they are
+            got_hist = p.fit(xs, ys, batch_size=64, epochs=2, shuffle=False, verbose=0).history["loss"]
+            out[f"{sends}_sends"] = {
+                "acks": ack_count(p), "devices": sorted(set(p.plan.assignment.values())),
+                "rel": float(max(abs(a - b) / abs(b) for a, b in zip(got_hist, ref_hist))),
+                "weights": float(max(np.abs(a - b).max() for a, b in zip(p.get_weights(), twin.get_weights())))}
         # two profiles on one worker whose variables share a name but not a dtype (a second model placed in
         # the same process): each profile's variables live in a container of its own on the worker
         progress("two profiles with clashing variable names")

@@ -99,6 +99,12 @@ def test_two_pinned_workers_place_a_model_and_shut_down():
     assert len(out["pipelined_training_devices"]) == 2, out
     assert out["pipelined_training_rel"] <= 1e-5 and out["pipelined_training_weights"] <= 1e-5, out
     workers = {f"/job:worker/replica:0/task:{i}/device:CPU:0" for i in range(2)}
+    # a two-stage training split: its stage boundary's activation and gradient are acknowledged with prompt
+    # sends (and nothing with TensorFlow's order); both train as model.fit does
+    prompt, executor = out["prompt_sends"], out["executor_sends"]
+    assert prompt["acks"] >= 2 and executor["acks"] == 0, out
+    for run in (prompt, executor):
+        assert set(run["devices"]) == workers and run["rel"] <= 1e-5 and run["weights"] <= 1e-5, out
     assert set(out["used_devices"]) == workers
     assert set(out["variable_devices"]) <= workers
     assert out["max_abs_diff"] <= 1e-5, out

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import tensorflow as tf
 
@@ -28,6 +28,7 @@ from ..core.compression import CompressionPolicy
 from ..errors import GraphError
 from .codecs import CompressedEdge, insert_codecs
 from .opgraph import bypass_pass_through, layer_of
+from .sends import SendRule, prompt_sends
 from .trace import TracedModel
 
 log = logging.getLogger(__name__)
@@ -125,7 +126,8 @@ def _handle(variable: Any) -> Any:
 def emit(traced: TracedModel, op_devices: Mapping[str, str], variables: Mapping[str, Any], *,
          compression: CompressionPolicy = NO_COMPRESSION, layer_devices: Mapping[str, str] | None = None,
          batch_size: int = 1, microbatches: int = 1, replica_groups: Sequence[Sequence[str]] = (),
-         pipeline: str = "gpipe", stages: Sequence[str] = ()) -> EmittedModel:
+         pipeline: str = "gpipe", stages: Sequence[str] = (),
+         sends: SendRule | None = None) -> EmittedModel:
     """Build the placed function of one trace.
 
     Parameters
@@ -157,6 +159,10 @@ def emit(traced: TracedModel, op_devices: Mapping[str, str], variables: Mapping[
     pipeline, stages : str, sequence of str
         The order of those gates (``"gpipe"`` or ``"1f1b"``) and the devices in pipeline order
         (``Plan.pipeline``, ``Plan.stages``).
+    sends : SendRule, optional
+        Given, the awaited cross-process transfers are acknowledged
+        (:func:`placer.tf.sends.prompt_sends`, after any gates); ``None``: sends run when TensorFlow's
+        executor gets to them.
 
     Raises
     ------
@@ -192,10 +198,14 @@ def emit(traced: TracedModel, op_devices: Mapping[str, str], variables: Mapping[
         held, running = hold_gradient_sums(gd, GRADIENT_SUM_SCOPE, per_group)
         log.info("gradient sums held at the next gate (no AddN rewrite): %d of %d", held, running)
 
+    prompt = None if sends is None else _prompt_sends(graph, sends)
+    if prompt is not None and microbatches == 1:
+        prompt(gd)  # a pipelined forward pass: on the copied, gated graph (import_function)
     placeholders = tuple(traced.variables)
     fn = import_function(gd, traced.input_names, traced.output_names,
                          [(ph, variables[ph]) for ph in placeholders] + list(traced.constants.items()),
-                         traced.dynamic.structured_outputs, traced.input_specs, microbatches=microbatches)
+                         traced.dynamic.structured_outputs, traced.input_specs, microbatches=microbatches,
+                         rewrite=prompt if microbatches > 1 else None)
     log.info("emitted the placed %s function: %d ops on %d devices, %d compressed edges%s", traced.step,
              len(gd.node), len(set(op_devices.values())), len(compressed),
              f", {microbatches} micro-batches" if microbatches > 1 else "")
@@ -205,20 +215,47 @@ def emit(traced: TracedModel, op_devices: Mapping[str, str], variables: Mapping[
                         tuple(traced.input_specs), microbatches)
 
 
+def _prompt_sends(graph: tf.Graph, rule: SendRule) -> Callable[[tf.compat.v1.GraphDef], None]:
+    """The rewrite that acknowledges a placed GraphDef's awaited transfers; dtypes from ``graph`` (the trace; a
+    pipelined copy ``mb{i}/<op>`` has its op's)."""
+    from .microbatch import COPY_PREFIX
+
+    copy = COPY_PREFIX.format("")
+
+    def dtype_of(name: str, k: int) -> Any:
+        head, _, rest = name.partition("/")
+        if head.startswith(copy) and head[len(copy):].isdigit():
+            name = rest
+        try:
+            return graph.get_operation_by_name(name).outputs[k].dtype
+        except (KeyError, IndexError, ValueError):
+            return None  # a node the rewrites added (codecs): its transfer is left as it is
+
+    def rewrite(gd: tf.compat.v1.GraphDef) -> None:
+        done = prompt_sends(gd, dtype_of, rule)
+        log.info("sends made prompt: %d transfers acknowledged, %d ops wait for them", done.acknowledged,
+                 done.control_edges)
+
+    return rewrite
+
+
 def import_function(gd: tf.compat.v1.GraphDef, input_names: Sequence[str], output_names: Sequence[str],
                     captures: Sequence[tuple[str, Any]], structured: Any,
-                    input_specs: Sequence[tf.TensorSpec], *, microbatches: int = 1) -> Any:
+                    input_specs: Sequence[tf.TensorSpec], *, microbatches: int = 1,
+                    rewrite: Callable[[tf.compat.v1.GraphDef], Any] | None = None) -> Any:
     """A ``tf.function`` that runs the placed GraphDef ``gd`` (devices already on its nodes).
 
     ``captures`` maps each captured placeholder of ``gd`` to what feeds it: a
     variable (its resource handle is captured) or an eager tensor.
-    ``microbatches`` > 1: as a pipeline (:func:`placer.tf.microbatch.pipelined_function`).
+    ``microbatches`` > 1: as a pipeline (:func:`placer.tf.microbatch.pipelined_function`), whose copied and
+    gated graph ``rewrite`` (if given) rewrites in place.
     :func:`emit` and :func:`placer.tf.export.load` build their functions here.
     """
     if microbatches > 1:
         from .microbatch import pipelined_function
 
-        return pipelined_function(gd, microbatches, input_names, output_names, captures, structured, input_specs)
+        return pipelined_function(gd, microbatches, input_names, output_names, captures, structured, input_specs,
+                                  rewrite=rewrite)
     captures = list(captures)
     input_names, output_names = list(input_names), list(output_names)
 

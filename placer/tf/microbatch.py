@@ -35,7 +35,7 @@ Examples
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import tensorflow as tf
 
@@ -400,11 +400,13 @@ def hold_gradient_sums(gd: tf.compat.v1.GraphDef, sum_scope: str, per_group: int
 
 def pipelined_function(gd: tf.compat.v1.GraphDef, m: int, input_names: Sequence[str], output_names: Sequence[str],
                        captures: Sequence[tuple[str, Any]], structured: Any,
-                       input_specs: Sequence[tf.TensorSpec]) -> Any:
+                       input_specs: Sequence[tf.TensorSpec],
+                       rewrite: Callable[[tf.compat.v1.GraphDef], Any] | None = None) -> Any:
     """A ``tf.function`` running the placed ``gd`` as a pipeline of ``m`` micro-batches.
 
     Arguments as :func:`placer.tf.emit.import_function`; ``gd`` is the
-    placed (not yet copied) graph. Each input is split along its first
+    placed (not yet copied) graph; ``rewrite`` (optional) changes the copied
+    and gated graph in place. Each input is split along its first
     axis into :func:`microbatch_sizes`, each output concatenated.
 
     Raises
@@ -420,6 +422,8 @@ def pipelined_function(gd: tf.compat.v1.GraphDef, m: int, input_names: Sequence[
     captures = list(captures)
     names = [ph for ph, _ in captures]
     piped = pipeline_graph_def(gd, m, names, inputs=[_source(x)[0] for x in input_names])
+    if rewrite is not None:
+        rewrite(piped)
     input_names, output_names = list(input_names), list(output_names)
 
     def placed_step(*xs: tf.Tensor) -> Any:

@@ -62,6 +62,7 @@ from .opgraph import build_op_graph
 from .placed_model import PlacedModel
 from .remote import DEFAULT_WORKER_TIMEOUT_S
 from .report import build_report
+from .sends import SENDS
 from .trace import trace_model
 from .training import check_replicable, trace_training
 
@@ -153,6 +154,17 @@ class PlacementOptions:
         needs devices that hold contiguous stages (else its gates would
         wait in a cycle: ``"1f1b"`` is then a ``PlanError``, ``"auto"``
         keeps GPipe). The same full-batch update in every order.
+    sends : {"auto", "prompt", "executor"}
+        When a tensor another process waits for leaves its producer's
+        process. TensorFlow's executor queues a ``_Send`` behind the ops it
+        runs inline, and a worker with one inter-op thread reaches its queue
+        only when it runs out of other work: a two-stage split then overlaps
+        nothing (:mod:`placer.tf.sends`). ``"prompt"``: each transfer that
+        unblocks at least a millisecond of work on its receiver is
+        acknowledged, and the sender's competing ops wait for that (one
+        round trip); ``"executor"``: as TensorFlow orders them; ``"auto"``
+        (default): ``"prompt"`` where the ready order is ``"lifo"`` (every
+        process runs one inter-op thread), else ``"executor"``.
     calibrate_links : bool
         Measure the links between devices of different processes (gRPC
         workers) before planning (:func:`placer.measure.links.calibrate_links`:
@@ -228,6 +240,7 @@ class PlacementOptions:
     split_margin: float = SPLIT_MARGIN
     ready_order: str | None = "detect"
     pipeline: str = "auto"
+    sends: str = "auto"
     calibrate_links: bool = True
     measure_call: bool = True
     worker_timeout_s: float = DEFAULT_WORKER_TIMEOUT_S
@@ -262,6 +275,9 @@ class PlacementOptions:
                 raise AutoplaceError(f"shared_capacity is at least 1 (one device's work at a time), "
                                      f"got {self.shared_capacity}")
         checked_pipeline(self.pipeline, AutoplaceError)
+        if self.sends not in SENDS:
+            raise AutoplaceError(f"sends must be one of {', '.join(map(repr, SENDS))} (prompt: acknowledged "
+                                 f"transfers; executor: TensorFlow's order), got {self.sends!r}")
         checked_ready_order(self.ready_order, AutoplaceError,
                             also={"detect": "the default: lifo where every process runs one inter-op thread"})
         if self.microbatches != "auto":
@@ -614,7 +630,8 @@ def autoplace(model: Any, devices: Sequence[Any], *, plan: Plan | str | os.PathL
         shell.set_microbatches(placed_plan.microbatches, devset.names)
     policy = stages.run("codecs", compression_policy, opts.compression, opts.compression_error, devset)
     emitted = stages.run("emit", shell.place, traced, placed_plan, op_graph, devset, input_specs, policy,
-                         worker_timeout_s=opts.worker_timeout_s)
+                         worker_timeout_s=opts.worker_timeout_s,
+                         prompt_sends=opts.sends == "prompt" or (opts.sends == "auto" and devset.ready_order == "lifo"))
 
     def report() -> Any:
         a = built.group_assignment(placed_plan.assignment)

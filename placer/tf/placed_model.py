@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any, Collection, Iterator, Mapping, Sequence
@@ -40,9 +41,9 @@ from typing import Any, Collection, Iterator, Mapping, Sequence
 import keras
 import tensorflow as tf
 
-from ..core.attrs import PHASE
+from ..core.attrs import COMPUTE_US, PHASE
 from ..core.compression import CODECS, CompressionPolicy
-from ..core.devices import DeviceSet
+from ..core.devices import DeviceSet, device_kind
 from ..core.graph_io import save_graph
 from ..core.plan import Plan
 from ..core.validate import integer, real
@@ -54,6 +55,7 @@ from .export import export_saved_model
 from ..measure.steps import DEFAULT_MIN_TIME_S, DEFAULT_REPEATS, DEFAULT_WARMUP, StepMeasurement, measure_steps
 from .opgraph import GRADIENT_SCOPE, OpGraph, layer_of
 from .remote import DEFAULT_WORKER_TIMEOUT_S, Watchdog, worker_addresses
+from .sends import SendRule
 from .report import Report
 from .trace import TracedModel, input_keys, model_inputs, trace_model, trace_step
 
@@ -114,9 +116,13 @@ class _Placement:
     report: Report | None = None
     measurement: StepMeasurement | None = None  # the last placed.measure(x)
     data_structure: Any = None  # a training placement: the planned step's (x, y) specs
+    prompt_sends: bool = False  # acknowledge awaited cross-process transfers (placer.tf.sends)
 
 
 REPLICA_SCOPE = "replica"
+#: A micro-batch's or replica's name scope in an emitted graph (``mb{i}/`` of a pipelined forward pass,
+#: ``replica_{i}/`` of a replicated training step, also inside ``gradient_tape/``).
+_COPY_SCOPE = re.compile(r"(^|/)(?:mb|replica_)(\d+)/")
 #: Name scope of the running gradient sums after replica ``r`` (``autoplace_gradient_sum_r/…``).
 GRADIENT_SUM_SCOPE = "autoplace_gradient_sum"
 #: ... and of the sum of the groups' sums, group ``r``'s added under ``autoplace_gradient_total_r/``.
@@ -358,8 +364,11 @@ class PlacedModel(keras.Model):
     # -- placement -------------------------------------------------------------
     def place(self, traced: TracedModel, plan: Plan, op_graph: OpGraph, devices: DeviceSet,
               input_specs: Sequence[tf.TensorSpec], compression: CompressionPolicy, *,
-              worker_timeout_s: float = DEFAULT_WORKER_TIMEOUT_S) -> EmittedModel:
+              worker_timeout_s: float = DEFAULT_WORKER_TIMEOUT_S, prompt_sends: bool = False) -> EmittedModel:
         """Create every variable on its planned device and emit the planned function.
+
+        ``prompt_sends``: every function placed for this model acknowledges its awaited cross-process transfers
+        (:mod:`placer.tf.sends`).
 
         Calls that use remote workers are watched (:class:`placer.tf.remote.Watchdog`): a worker that
         leaves a health probe unanswered for ``worker_timeout_s`` ends the call with a ``WorkerError``.
@@ -390,7 +399,7 @@ class PlacedModel(keras.Model):
         object.__setattr__(self, "_placement", _Placement(
             plan=plan, op_graph=op_graph, devices=devices, input_specs=tuple(input_specs),
             compression=compression, training=traced.step == "train", placed=placed, layer_devices=layer_devices,
-            watchdog=Watchdog(worker_addresses(devices.names), worker_timeout_s)))
+            watchdog=Watchdog(worker_addresses(devices.names), worker_timeout_s), prompt_sends=prompt_sends))
         self.built = True
         emitted = (self._forward(False) if traced.step == "predict"
                    else self._step_function(traced.step, traced.data_structure))
@@ -423,9 +432,28 @@ class PlacedModel(keras.Model):
                        batch_size=p.plan.batch_size or 1,
                        microbatches=p.plan.microbatches if traced.step == "predict" else 1,
                        replica_groups=self._replica_groups if pipelined_training else (),
-                       pipeline=p.plan.pipeline, stages=p.plan.stages)
+                       pipeline=p.plan.pipeline, stages=p.plan.stages,
+                       sends=SendRule(seconds=self._op_seconds, eligible=self._first_microbatch)
+                       if p.prompt_sends else None)
         p.functions[key] = emitted
         return emitted
+
+    def _op_seconds(self, name: str) -> float:
+        """Measured seconds of the emitted node ``name`` on its planned device: its op's in the op graph (a
+        micro-batch's copy, ``mb{i}/…`` or ``replica_{i}/…``, a micro-batch's share of it); 0 if unknown."""
+        p = self._placed
+        op, copies = _COPY_SCOPE.subn(r"\1", name)
+        node, device = p.op_graph.graph.nodes.get(op), p.plan.assignment.get(op)
+        if node is None or device is None:
+            return 0.0
+        us = node.get(COMPUTE_US) or {}
+        seconds = float(us.get(device_kind(device), max(us.values(), default=0.0))) * 1e-6
+        return seconds / max(p.plan.microbatches, 1) if copies else seconds
+
+    def _first_microbatch(self, name: str) -> bool:
+        """Whether the emitted node ``name`` belongs to no micro-batch or to the first of its group's."""
+        found = _COPY_SCOPE.search(name)
+        return found is None or int(found.group(2)) % max(self._placed.plan.microbatches, 1) == 0
 
     def _forward(self, training: bool) -> EmittedModel:
         key = ("call", bool(training))

@@ -1,0 +1,226 @@
+"""Prompt sends: a tensor that another process waits for leaves when it is computed.
+
+TensorFlow's executor runs one ready successor of a finished op inline and
+queues the others, ``_Send`` included; a worker with one inter-op thread
+reaches its queue only when its inline chain ends. Measured on two pinned
+one-thread gRPC workers (``benchmarks/send_deferral.py``): a tensor computed
+first by a busy worker reached the other after 92-100% of the sender's
+remaining work. A pipeline split then overlaps nothing: a chain of 8 dense
+layers trained in two stages kept both workers busy at once 0-1% of the
+time (``benchmarks/worker_trace.py --workload chain-train``).
+
+:func:`prompt_sends` rewrites the placed ``GraphDef`` (in place) so that the
+send is the only thing its producer's device can run next:
+
+* an **acknowledgement** per awaited transfer: an ``Identity`` of the tensor
+  on the receiving device (the tensor crosses once either way: TensorFlow
+  sends a tensor once per receiving device), marked
+  ``_grappler_do_not_remove`` (Grappler's dependency optimizer would
+  otherwise fold a control-only node into a direct, same-device edge);
+* every op on the sending device that consumes the producer (data or
+  control), and every op there that would compete with the send — a
+  *sibling*: it consumes an op the producer depends on, without depending on
+  the producer (a layer's weight gradient beside the input gradient the
+  previous stage waits for) — waits for the acknowledgement.
+
+The executor then runs the ``_Send`` inline (nothing else is ready), the
+receiving device starts as soon as the tensor is there, and the sender
+continues after one round trip. A transfer is *awaited* when the work it
+unblocks on the receiving device (its consumers there and their
+descendants on that device, measured seconds) reaches ``min_work_s``:
+a scalar for a metric does not get a round trip. Siblings are found
+through ops that compute (not through placeholders, constants or variable
+reads, which many unrelated ops consume). Every added edge leaves the
+graph acyclic (a sibling never is an ancestor of the producer).
+
+Examples
+--------
+``a`` on CPU:0 feeds ``far`` on CPU:1, which waits for it; ``w`` on CPU:0 (an
+input gradient's sibling) and ``next`` (a local consumer) would otherwise
+run before the send:
+
+>>> gd = tf.compat.v1.GraphDef()
+>>> d0, d1 = "/job:worker/task:0/device:CPU:0", "/job:worker/task:1/device:CPU:0"
+>>> for name, inputs, device in [("x", [], d0), ("dy", ["x"], d0), ("a", ["dy"], d0), ("w", ["dy"], d0),
+...                              ("next", ["a"], d0), ("far", ["a"], d1)]:
+...     n = gd.node.add(name=name, op="Placeholder" if name == "x" else "Relu", input=inputs, device=device)
+>>> rule = SendRule(seconds=lambda name: 1.0 if name == "far" else 0.0)
+>>> result = prompt_sends(gd, lambda name, port: tf.float32, rule)
+>>> result.acknowledged, result.control_edges
+(1, 2)
+>>> sorted(n.name for n in gd.node if "^autoplace_ack/a/0" in n.input)
+['next', 'w']
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import tensorflow as tf
+
+from .microbatch import _source, dependency_graph
+
+log = logging.getLogger(__name__)
+
+#: Values of ``PlacementOptions.sends``.
+SENDS = ("auto", "prompt", "executor")
+#: Name scope of the acknowledgements.
+ACK_SCOPE = "autoplace_ack"
+#: Ops that compute nothing a transfer waits for: fed, constant, ordering only, or a variable's read at the
+#: step's start. Their transfers are not acknowledged, no siblings are found through them (many unrelated
+#: ops consume them), and they do not make a receiver wait for more.
+STRUCTURAL = frozenset({"Placeholder", "Const", "VarHandleOp", "NoOp", "ReadVariableOp"})
+#: At most this many transfers (the earliest) are considered for an acknowledgement: each costs a pass over
+#: the graph.
+MAX_CANDIDATES = 256
+#: Default least seconds of work a transfer must unblock on its receiving device to be acknowledged: several
+#: times a round trip between two workers on one machine (0.17 ms latency each way, calibrated,
+#: ``benchmarks/results/fidelity.md``).
+MIN_WORK_S = 1e-3
+
+
+def other_process(a: str, b: str) -> bool:
+    """Whether devices ``a`` and ``b`` (full names) belong to different processes (job, replica or task).
+
+    >>> other_process("/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:1/device:CPU:0")
+    True
+    >>> other_process("/job:localhost/replica:0/task:0/device:CPU:0", "/job:localhost/replica:0/task:0/device:CPU:1")
+    False
+    """
+    return a.rpartition("/device:")[0] != b.rpartition("/device:")[0]
+
+
+@dataclass(frozen=True)
+class PromptSends:
+    """What :func:`prompt_sends` added: acknowledged transfers and control edges onto acknowledgements."""
+
+    acknowledged: int = 0
+    control_edges: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class SendRule:
+    """Which transfers :func:`prompt_sends` acknowledges (keyword-only).
+
+    Parameters
+    ----------
+    seconds : callable
+        Node name → measured seconds of that op on its device (0 where unknown).
+    eligible : callable
+        Node name → whether a transfer from that node may be acknowledged (default: every one). A pipeline
+        acknowledges its first micro-batch's only: later ones arrive while the receiver works on the one before,
+        where an acknowledgement makes the sender wait for it (``docs/costs.md``).
+    min_work_s : float
+        Least work a transfer must unblock on its receiving device.
+    crosses : callable
+        ``(device, device)`` → whether a transfer between them can be deferred (default: between processes;
+        within one process the executor's other threads serve the queue).
+    """
+
+    seconds: Callable[[str], float]
+    eligible: Callable[[str], bool] = lambda name: True  # noqa: E731
+    min_work_s: float = MIN_WORK_S
+    crosses: Callable[[str, str], bool] = other_process
+
+
+def prompt_sends(gd: tf.compat.v1.GraphDef, dtype_of: Callable[[str, int], Any], rule: SendRule) -> PromptSends:
+    """Acknowledge each awaited cross-process transfer in the placed ``gd`` (in place; module docstring).
+
+    A transfer is awaited when :class:`SendRule` allows it, it unblocks at least ``rule.min_work_s`` on the
+    receiving device, and one of its consumers there needs nothing more from the sending device than what the
+    producer depends on (a micro-batch's labels, sent early, wait for its activations anyway).
+
+    Parameters
+    ----------
+    gd : GraphDef
+        The placed graph (a device on every node), after any gates.
+    dtype_of : callable
+        ``(node, output index)`` → the output's ``tf.DType``, or ``None`` where unknown (that transfer is
+        left as it is).
+    rule : SendRule
+        Which transfers qualify.
+    """
+    import networkx as nx
+
+    nodes = {n.name: n for n in gd.node}
+    local_consumers: dict[str, list[Any]] = {}
+    receivers: dict[tuple[str, str], list[str]] = {}  # (producer:port, device) -> consumers there
+    for n in gd.node:
+        for x in n.input:
+            src, suffix = _source(x)
+            p = nodes.get(src)
+            if p is None:
+                continue
+            if p.device == n.device:
+                local_consumers.setdefault(src, []).append(n)
+            elif suffix != "^" and p.op not in STRUCTURAL and p.device and n.device \
+                    and rule.crosses(p.device, n.device) and rule.eligible(src):
+                receivers.setdefault((src + suffix, n.device), []).append(n.name)
+    candidates = [(tensor, device) for (tensor, device), names in receivers.items()
+                  if _unblocked_s(names, device, nodes, local_consumers, rule.seconds, rule.min_work_s)
+                  >= rule.min_work_s]
+    if not candidates:
+        return PromptSends()
+    g = dependency_graph(gd)
+    rank = {v: i for i, v in enumerate(nx.topological_sort(g))}
+    candidates.sort(key=lambda td: (rank[_source(td[0])[0]], td))
+    if len(candidates) > MAX_CANDIDATES:
+        log.info("%d cross-process transfers could be acknowledged; the first %d are considered", len(candidates),
+                 MAX_CANDIDATES)
+    added: set[str] = set()  # the acknowledgements so far (an acknowledgement computes nothing)
+    edges = 0
+    for tensor, device in candidates[:MAX_CANDIDATES]:
+        src, suffix = _source(tensor)
+        dtype = dtype_of(src, int(suffix[1:] or 0))
+        if dtype is None:
+            continue
+        here = nodes[src].device
+        before = nx.ancestors(g, src)
+        if _unblocked_s(receivers[tensor, device], device, nodes, local_consumers, rule.seconds, rule.min_work_s,
+                        ready=before | added | {src}) < rule.min_work_s:
+            continue  # its consumers wait for more (a micro-batch's labels wait for its activations)
+        ack = gd.node.add(name=f"{ACK_SCOPE}/{src}/{len(added)}", op="Identity", input=[tensor], device=device)
+        ack.attr["T"].type = tf.as_dtype(dtype).as_datatype_enum
+        ack.attr["_grappler_do_not_remove"].b = True
+        nodes[ack.name] = ack
+        g.add_edge(src, ack.name)
+        added.add(ack.name)
+        siblings = {w.name for u in before | {src} if nodes[u].device == here and nodes[u].op not in
+                    STRUCTURAL for w in local_consumers.get(u, ())}
+        siblings -= before | nx.descendants(g, src) | {src}  # a descendant waits for a local consumer of src
+        for w in sorted(siblings | {n.name for n in local_consumers.get(src, ())}):
+            nodes[w].input.append(f"^{ack.name}")
+            g.add_edge(ack.name, w)
+            edges += 1
+    return PromptSends(len(added), edges)
+
+
+def _unblocked_s(names: list[str], device: str, nodes: Mapping[str, Any], local_consumers: Mapping[str, list[Any]],
+                 seconds: Callable[[str], float], enough: float, ready: set[str] | None = None) -> float:
+    """Seconds of work on ``device`` that depend on the ops ``names`` there through ops on that device, counted
+    until ``enough``. Given ``ready`` (what has run when the tensor arrives), only ops whose every data input
+    is ready, structural or counted: the work the tensor lets start."""
+    counted: set[str] = set()
+    queued, todo, total = set(names), list(names), 0.0
+    while todo and total < enough:
+        v = todo.pop()
+        queued.discard(v)  # an op not ready yet is queued again by its next counted input
+        if ready is not None and not all(_available(x, counted, ready, nodes) for x in nodes[v].input):
+            continue
+        counted.add(v)
+        total += float(seconds(v))
+        for w in local_consumers.get(v, ()):
+            if w.device == device and w.name not in counted and w.name not in queued:
+                queued.add(w.name)
+                todo.append(w.name)
+    return total
+
+
+def _available(x: str, counted: set[str], ready: set[str], nodes: Mapping[str, Any]) -> bool:
+    """Whether input ``x`` of an op is there: a control input (ordering only), or a tensor ready, structural or
+    counted."""
+    src, suffix = _source(x)
+    node = nodes.get(src)
+    return suffix == "^" or node is None or node.op in STRUCTURAL or src in ready or src in counted

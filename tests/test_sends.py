@@ -1,0 +1,110 @@
+"""Prompt sends (``placer.tf.sends``): acknowledgements on random placed graphs, and which transfers get one.
+
+Pure GraphDef rewrites; nothing runs. The two-worker run (losses equal to ``model.fit``, acknowledgements
+present with ``sends="prompt"`` and absent with ``"executor"``) is in ``tests/cluster_check.py``.
+"""
+
+import networkx as nx
+import pytest
+import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import placer
+from placer.tf.microbatch import _source, dependency_graph
+from placer.tf.sends import ACK_SCOPE, SendRule, prompt_sends
+
+DEVICES = [f"/job:worker/replica:0/task:{i}/device:CPU:0" for i in range(3)]
+
+
+def graph_def(spec):
+    """``spec``: per node (device index, op, inputs as (earlier node index, control?))."""
+    gd = tf.compat.v1.GraphDef()
+    for i, (dev, op, inputs) in enumerate(spec):
+        gd.node.add(name=f"n{i}", op=op, device=DEVICES[dev],
+                    input=[f"^n{j}" if control else f"n{j}" for j, control in inputs])
+    return gd
+
+
+@st.composite
+def placed_graphs(draw):
+    n = draw(st.integers(2, 24))
+    spec = []
+    for i in range(n):
+        op = "Placeholder" if i == 0 else draw(st.sampled_from(["Relu", "Relu", "MatMul", "ReadVariableOp"]))
+        inputs = [] if i == 0 else sorted(set(draw(st.lists(
+            st.tuples(st.integers(0, i - 1), st.booleans()), min_size=1, max_size=3))))
+        spec.append((draw(st.integers(0, 2)), op, inputs))
+    seconds = draw(st.lists(st.floats(0.0, 2e-3), min_size=n, max_size=n))
+    return spec, seconds
+
+
+def rewrite(spec, seconds, **rule):
+    gd = graph_def(spec)
+    done = prompt_sends(gd, lambda name, port: tf.float32,
+                        SendRule(seconds=lambda name: seconds[int(name[1:])] if name[1:].isdigit() else 0.0, **rule))
+    return gd, done
+
+
+@settings(max_examples=300, deadline=None)
+@given(placed_graphs())
+def test_acknowledgements_keep_the_graph_acyclic_and_wait_only_on_the_sender(case):
+    spec, seconds = case
+    before = dependency_graph(graph_def(spec))
+    gd, done = rewrite(spec, seconds)
+    assert nx.is_directed_acyclic_graph(dependency_graph(gd))
+    nodes = {n.name: n for n in gd.node}
+    acks = [n for n in gd.node if n.name.startswith(ACK_SCOPE)]
+    assert len(acks) == done.acknowledged
+    waits = 0
+    for ack in acks:
+        (tensor,) = ack.input  # an Identity of the transferred tensor, on the receiving process, kept by Grappler
+        producer = nodes[_source(tensor)[0]]
+        assert ack.op == "Identity" and ack.device != producer.device and ack.attr["_grappler_do_not_remove"].b
+        assert any(tensor in n.input for n in gd.node if n.device == ack.device and n is not ack)
+        waiting = [n for n in gd.node if f"^{ack.name}" in n.input]
+        waits += len(waiting)
+        for n in waiting:  # ops of the sending process that do not feed the producer
+            assert n.device == producer.device
+            assert n.name not in nx.ancestors(before, producer.name)
+    assert waits == done.control_edges
+    again, _ = rewrite(spec, seconds)
+    assert [(n.name, list(n.input)) for n in again.node] == [(n.name, list(n.input)) for n in gd.node]
+
+
+@settings(max_examples=100, deadline=None)
+@given(placed_graphs())
+def test_nothing_is_acknowledged_within_a_process_or_when_the_rule_excludes_it(case):
+    spec, seconds = case
+    for rule in (dict(crosses=lambda a, b: False), dict(eligible=lambda name: False), dict(min_work_s=1e9)):
+        gd, done = rewrite(spec, seconds, **rule)
+        assert done.acknowledged == done.control_edges == 0
+        assert [(n.name, list(n.input)) for n in gd.node] == [(n.name, list(n.input)) for n in graph_def(spec).node]
+
+
+def test_a_stage_boundary_is_acknowledged_and_its_siblings_wait():
+    # worker 0: x -> a -> b -> act (sent to worker 1); dw reads a beside b (a weight gradient beside the
+    # input gradient): it must wait, as must act's local consumer
+    spec = [(0, "Placeholder", []), (0, "Relu", [(0, False)]), (0, "Relu", [(1, False)]), (0, "Relu", [(2, False)]),
+            (0, "MatMul", [(1, False)]), (0, "Relu", [(3, False)]), (1, "MatMul", [(3, False)]),
+            (1, "Relu", [(6, False)])]
+    gd, done = rewrite(spec, [0, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3])
+    assert done.acknowledged == 1
+    waiting = sorted(n.name for n in gd.node if any(x.startswith(f"^{ACK_SCOPE}/n3/") for x in n.input))
+    assert waiting == ["n4", "n5"]
+
+
+def test_a_tensor_whose_receiver_waits_for_more_from_the_sender_is_not_acknowledged():
+    # labels (n1) go to worker 1 early, but the loss there (n4) also needs the activation (n2 -> n3):
+    # only the activation's transfer is acknowledged, not the labels'
+    spec = [(0, "Placeholder", []), (0, "Relu", [(0, False)]), (0, "MatMul", [(0, False)]),
+            (1, "Relu", [(2, False)]), (1, "MatMul", [(1, False), (3, False)]), (1, "Relu", [(4, False)]),
+            (0, "Relu", [(1, False)]), (0, "Relu", [(2, False)])]
+    gd, done = rewrite(spec, [0, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3])
+    acked = sorted(_source(n.input[0])[0] for n in gd.node if n.name.startswith(ACK_SCOPE))
+    assert acked == ["n2"] and done.acknowledged == 1
+
+
+def test_a_bad_sends_option_says_what_to_use():
+    with pytest.raises(placer.AutoplaceError, match="sends must be one of 'auto', 'prompt', 'executor'"):
+        placer.autoplace(None, ["/CPU:0"], sends="always")
