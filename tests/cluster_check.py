@@ -254,6 +254,7 @@ def main() -> None:
             got_hist = p.fit(xs, ys, batch_size=64, epochs=2, shuffle=False, verbose=0).history["loss"]
             out[f"{sends}_sends"] = {
                 "acks": ack_count(p), "devices": sorted(set(p.plan.assignment.values())),
+                "report": p.report_data["sends"],
                 "rel": float(max(abs(a - b) / abs(b) for a, b in zip(got_hist, ref_hist))),
                 "weights": float(max(np.abs(a - b).max() for a, b in zip(p.get_weights(), twin.get_weights())))}
         # two profiles on one worker whose variables share a name but not a dtype (a second model placed in

@@ -103,6 +103,8 @@ def test_two_pinned_workers_place_a_model_and_shut_down():
     # sends (and nothing with TensorFlow's order); both train as model.fit does
     prompt, executor = out["prompt_sends"], out["executor_sends"]
     assert prompt["acks"] >= 2 and executor["acks"] == 0, out
+    assert prompt["report"]["prompt"] and len(prompt["report"]["acknowledged"]) == prompt["acks"], prompt
+    assert executor["report"] == {"prompt": False, "acknowledged": []}, executor
     for run in (prompt, executor):
         assert set(run["devices"]) == workers and run["rel"] <= 1e-5 and run["weights"] <= 1e-5, out
     assert set(out["used_devices"]) == workers

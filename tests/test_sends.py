@@ -108,3 +108,13 @@ def test_a_tensor_whose_receiver_waits_for_more_from_the_sender_is_not_acknowled
 def test_a_bad_sends_option_says_what_to_use():
     with pytest.raises(placer.AutoplaceError, match="sends must be one of 'auto', 'prompt', 'executor'"):
         placer.autoplace(None, ["/CPU:0"], sends="always")
+
+
+def test_the_html_report_says_which_transfers_are_acknowledged():
+    from placer.reporting.html import _sends
+
+    acked = {"prompt": True, "acknowledged": [{"tensor": "dense/Relu:0", "to": "/job:worker/replica:0/task:1/device:CPU:0"}]}
+    text = _sends({"sends": acked})
+    assert "1 cross-process transfer is acknowledged" in text and "dense/Relu:0" in text and "worker:1" in text
+    assert "executor" in _sends({"sends": {"prompt": False, "acknowledged": []}})
+    assert _sends({}) == ""  # a graph's report (placer.solve) has no sends

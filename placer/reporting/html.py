@@ -399,7 +399,26 @@ def _cut_edges(data: Mapping[str, Any]) -> str:
              e["codec"] or "none") for e in cut[:CUT_EDGE_ROWS]]
     more = (f"<p>…and {len(cut) - CUT_EDGE_ROWS:,} smaller cut edges (the JSON report lists every edge).</p>"
             if len(cut) > CUT_EDGE_ROWS else "")
-    return _table(["from op", "to op", "devices", "bytes per step", "codec"], rows, numeric=(3,)) + more + ordering
+    return _table(["from op", "to op", "devices", "bytes per step", "codec"], rows, numeric=(3,)) + more + ordering \
+        + _sends(data)
+
+
+def _sends(data: Mapping[str, Any]) -> str:
+    """What the placed step does to make sends prompt (``sends`` of a model's report; nothing for a graph's)."""
+    sends = data.get("sends")
+    if not sends:
+        return ""
+    if not sends["prompt"]:
+        return ("<p>Sends between processes run when TensorFlow's executor gets to them "
+                "(<code>sends=\"executor\"</code>).</p>")
+    acked = sends["acknowledged"]
+    shown = ", ".join(f"<code>{_esc(a['tensor'])}</code> → {_esc(_short(a['to']))}" for a in acked[:CUT_EDGE_ROWS])
+    more = f", …and {len(acked) - CUT_EDGE_ROWS:,} more" if len(acked) > CUT_EDGE_ROWS else ""
+    count = "1 cross-process transfer is" if len(acked) == 1 else f"{len(acked):,} cross-process transfers are"
+    return (f"<p>Prompt sends: {count} acknowledged by the receiving process, and the sender's competing ops "
+            "wait for the acknowledgement, so each leaves as soon as it is computed"
+            + (f" ({shown}{more})." if acked else " (none qualified: no transfer lets enough work start).")
+            + " The simulation does not model the acknowledgements' round trips.</p>")
 
 
 def render_html(data: Mapping[str, Any]) -> str:

@@ -28,7 +28,7 @@ from ..core.compression import CompressionPolicy
 from ..errors import GraphError
 from .codecs import CompressedEdge, insert_codecs
 from .opgraph import bypass_pass_through, layer_of
-from .sends import SendRule, prompt_sends
+from .sends import PromptSends, SendRule, prompt_sends
 from .trace import TracedModel
 
 log = logging.getLogger(__name__)
@@ -59,6 +59,8 @@ class EmittedModel:
     constants: Mapping[str, Any] = field(default_factory=dict)
     input_specs: tuple[tf.TensorSpec, ...] = ()
     microbatches: int = 1
+    #: The acknowledged transfers (:mod:`placer.tf.sends`); ``None``: sends left to TensorFlow's executor.
+    sends: PromptSends | None = None
 
 
 def complete_assignment(graph: tf.Graph, op_devices: Mapping[str, str],
@@ -198,7 +200,8 @@ def emit(traced: TracedModel, op_devices: Mapping[str, str], variables: Mapping[
         held, running = hold_gradient_sums(gd, GRADIENT_SUM_SCOPE, per_group)
         log.info("gradient sums held at the next gate (no AddN rewrite): %d of %d", held, running)
 
-    prompt = None if sends is None else _prompt_sends(graph, sends)
+    done: list[PromptSends] = []
+    prompt = None if sends is None else _prompt_sends(graph, sends, done)
     if prompt is not None and microbatches == 1:
         prompt(gd)  # a pipelined forward pass: on the copied, gated graph (import_function)
     placeholders = tuple(traced.variables)
@@ -212,12 +215,12 @@ def emit(traced: TracedModel, op_devices: Mapping[str, str], variables: Mapping[
     return EmittedModel(fn, gd, tuple(compressed), traced.dynamic.structured_outputs, traced.step,
                         tuple(traced.input_names), tuple(traced.output_names), placeholders,
                         tuple(variables[ph] for ph in placeholders), dict(traced.constants),
-                        tuple(traced.input_specs), microbatches)
+                        tuple(traced.input_specs), microbatches, done[0] if done else None)
 
 
-def _prompt_sends(graph: tf.Graph, rule: SendRule) -> Callable[[tf.compat.v1.GraphDef], None]:
-    """The rewrite that acknowledges a placed GraphDef's awaited transfers; dtypes from ``graph`` (the trace; a
-    pipelined copy ``mb{i}/<op>`` has its op's)."""
+def _prompt_sends(graph: tf.Graph, rule: SendRule, done: list[PromptSends]) -> Callable[[tf.compat.v1.GraphDef], None]:
+    """The rewrite that acknowledges a placed GraphDef's awaited transfers (what it did goes to ``done``);
+    dtypes from ``graph`` (the trace; a pipelined copy ``mb{i}/<op>`` has its op's)."""
     from .microbatch import COPY_PREFIX
 
     copy = COPY_PREFIX.format("")
@@ -232,9 +235,10 @@ def _prompt_sends(graph: tf.Graph, rule: SendRule) -> Callable[[tf.compat.v1.Gra
             return None  # a node the rewrites added (codecs): its transfer is left as it is
 
     def rewrite(gd: tf.compat.v1.GraphDef) -> None:
-        done = prompt_sends(gd, dtype_of, rule)
-        log.info("sends made prompt: %d transfers acknowledged, %d ops wait for them", done.acknowledged,
-                 done.control_edges)
+        result = prompt_sends(gd, dtype_of, rule)
+        done.append(result)
+        log.info("sends made prompt: %d transfers acknowledged, %d ops wait for them", result.acknowledged,
+                 result.control_edges)
 
     return rewrite
 

@@ -440,7 +440,8 @@ class PlacedModel(keras.Model):
 
     def _op_seconds(self, name: str) -> float:
         """Measured seconds of the emitted node ``name`` on its planned device: its op's in the op graph (a
-        micro-batch's copy, ``mb{i}/…`` or ``replica_{i}/…``, a micro-batch's share of it); 0 if unknown."""
+        copy, ``mb{i}/…`` of a micro-batch or ``replica_{i}/…`` of a replica, its share of the batch's); 0 if
+        unknown."""
         p = self._placed
         op, copies = _COPY_SCOPE.subn(r"\1", name)
         node, device = p.op_graph.graph.nodes.get(op), p.plan.assignment.get(op)
@@ -448,7 +449,7 @@ class PlacedModel(keras.Model):
             return 0.0
         us = node.get(COMPUTE_US) or {}
         seconds = float(us.get(device_kind(device), max(us.values(), default=0.0))) * 1e-6
-        return seconds / max(p.plan.microbatches, 1) if copies else seconds
+        return seconds / max(len(self._replica_groups), p.plan.microbatches, 1) if copies else seconds
 
     def _first_microbatch(self, name: str) -> bool:
         """Whether the emitted node ``name`` belongs to no micro-batch or to the first of its group's."""

@@ -74,6 +74,9 @@ class Report:
     pipeline_simulation: SimResult | None = None
     #: The order the simulated executors ran ready ops in (``cost_models.SimOptions.ready_order``).
     ready_order: str = "fifo"
+    #: The placed step's acknowledged transfers (``placer.tf.sends``): ``None`` where TensorFlow's executor
+    #: orders the sends.
+    prompt_sends: tuple[Mapping[str, str], ...] | None = None
 
     @property
     def step_simulation(self) -> SimResult:
@@ -114,6 +117,8 @@ class Report:
             "ops": list(self.ops),
             "edges": list(self.edges),
             "compressed_edges": list(self.compressed_edges),
+            "sends": {"prompt": self.prompt_sends is not None,
+                      "acknowledged": list(self.prompt_sends or ())},
         })
 
     def write(self, path: str | os.PathLike) -> str:
@@ -170,4 +175,6 @@ def build_report(plan: Plan, op_graph: OpGraph, built: BuiltProblem, sim: SimRes
     return Report(plan, graph_summary(op_graph), devices, sim.link_bytes, sim, source, links, ops, edges,
                   tuple(asdict(e) for e in emitted.compressed), dict(stage_seconds),
                   {"name": model_name, "step": emitted.step}, shared_processors=shared,
-                  pipeline_simulation=pipeline_sim, ready_order=built.problem.ready_order or "fifo")
+                  pipeline_simulation=pipeline_sim, ready_order=built.problem.ready_order or "fifo",
+                  prompt_sends=None if emitted.sends is None else tuple(
+                      {"tensor": tensor, "to": device} for tensor, device in emitted.sends.transfers))

@@ -94,10 +94,16 @@ def other_process(a: str, b: str) -> bool:
 
 @dataclass(frozen=True)
 class PromptSends:
-    """What :func:`prompt_sends` added: acknowledged transfers and control edges onto acknowledgements."""
+    """What :func:`prompt_sends` added: the acknowledged transfers (tensor, receiving device) and the control
+    edges onto their acknowledgements."""
 
-    acknowledged: int = 0
+    transfers: tuple[tuple[str, str], ...] = ()
     control_edges: int = 0
+
+    @property
+    def acknowledged(self) -> int:
+        """How many transfers were acknowledged."""
+        return len(self.transfers)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,6 +176,7 @@ def prompt_sends(gd: tf.compat.v1.GraphDef, dtype_of: Callable[[str, int], Any],
         log.info("%d cross-process transfers could be acknowledged; the first %d are considered", len(candidates),
                  MAX_CANDIDATES)
     added: set[str] = set()  # the acknowledgements so far (an acknowledgement computes nothing)
+    transfers: list[tuple[str, str]] = []
     edges = 0
     for tensor, device in candidates[:MAX_CANDIDATES]:
         src, suffix = _source(tensor)
@@ -187,6 +194,7 @@ def prompt_sends(gd: tf.compat.v1.GraphDef, dtype_of: Callable[[str, int], Any],
         nodes[ack.name] = ack
         g.add_edge(src, ack.name)
         added.add(ack.name)
+        transfers.append((tensor, device))
         siblings = {w.name for u in before | {src} if nodes[u].device == here and nodes[u].op not in
                     STRUCTURAL for w in local_consumers.get(u, ())}
         siblings -= before | nx.descendants(g, src) | {src}  # a descendant waits for a local consumer of src
@@ -194,7 +202,7 @@ def prompt_sends(gd: tf.compat.v1.GraphDef, dtype_of: Callable[[str, int], Any],
             nodes[w].input.append(f"^{ack.name}")
             g.add_edge(ack.name, w)
             edges += 1
-    return PromptSends(len(added), edges)
+    return PromptSends(tuple(transfers), edges)
 
 
 def _unblocked_s(names: list[str], device: str, nodes: Mapping[str, Any], local_consumers: Mapping[str, list[Any]],
