@@ -148,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
     from placer.tf.costs import sample_inputs
     from placer.core.attrs import COMPUTE_US
     from placer.tf.emit import emit
-    from placer.tf.sends import SendRule
+    from placer.tf.sends import SendRule, acknowledged_nodes
     from placer.measure.links import (
         calibrate_links,
         call_interface,
@@ -224,20 +224,23 @@ def run(args: argparse.Namespace) -> int:
                 og = build_op_graph(traced, {"CPU": first.calibrated_us()})
                 plans = []
                 seconds = {v: og.graph.nodes[v][COMPUTE_US]["CPU"] * 1e-6 for v in og.graph}
+                sends_of = {}  # placement label -> what its emitted step acknowledges
                 for label, group_by, algorithm in PLACEMENTS:
                     built = build_problem(og.graph, devset, group_by=group_by)
                     sol = solve_problem(built.problem, algorithm, SolveOptions(time_limit_s=5, objective="latency"))
                     op_devices = built.node_devices(sol.assignment)
                     for sends in args.sends:
                         rule = SendRule(seconds=lambda v: seconds.get(v, 0.0)) if sends == "prompt" else None
-                        fn = emit(traced, op_devices, placed_variables(traced, op_devices, names[0]),
-                                  sends=rule).function
+                        emitted = emit(traced, op_devices, placed_variables(traced, op_devices, names[0]),
+                                       sends=rule)
+                        fn = emitted.function
                         call = stand_in(call_interface(traced, op_devices))
                         step = lambda fn=fn: fn(*inputs)  # noqa: E731
                         for _ in range(2):  # warm-up
                             call_seconds(step), call_seconds(call)
-                        plans.append((label if len(args.sends) == 1 else f"{label} ({sends} sends)", op_devices,
-                                      step, call, [], []))
+                        shown = label if len(args.sends) == 1 else f"{label} ({sends} sends)"
+                        sends_of[shown] = emitted.sends
+                        plans.append((shown, op_devices, step, call, [], []))
                 # the predictions use op times profiled in rounds interleaved with the measurements, so
                 # that the machine's drift (large on a shared VM) hits profile and measurement alike
                 profiler.clear()
@@ -255,9 +258,10 @@ def run(args: argparse.Namespace) -> int:
             og = build_op_graph(traced, {"CPU": calibrated})
             fine = build_problem(og.graph, devset, group_by="op")  # one group per colocation group
 
-            def simulate(op_devices, **options):
+            def simulate(op_devices, sends=None, **options):  # with the step's acknowledged transfers, if any
                 a = fine.group_assignment(op_devices)
-                return fine.simulate(a, SimOptions(ready_order=args.ready_order, **options))
+                return fine.simulate(a, SimOptions(ready_order=args.ready_order,
+                                                   acknowledged=acknowledged_nodes(fine, sends), **options))
 
             ran = prof.ops_run
             compute_notes.append(
@@ -279,8 +283,10 @@ def run(args: argparse.Namespace) -> int:
             for label, op_devices, _, _, times, call_times in plans:
                 measured = float(np.median(times))
                 call_s = float(np.median(call_times))
-                predicted = simulate(op_devices, transfer_cpu_s=transfer_cpu, time_factor=speed).step_time_s + call_s
-                same_speed = simulate(op_devices, transfer_cpu_s=transfer_cpu).step_time_s + call_s
+                acked = sends_of.get(label)
+                predicted = simulate(op_devices, acked, transfer_cpu_s=transfer_cpu, time_factor=speed).step_time_s \
+                    + call_s
+                same_speed = simulate(op_devices, acked, transfer_cpu_s=transfer_cpu).step_time_s + call_s
                 err = (predicted - measured) / measured
                 model_rows.append((label, predicted, measured, err, same_speed, times))
                 same_speed_errs.append((same_speed - measured) / measured)

@@ -216,6 +216,14 @@ class SimOptions:
         and optionally how much of it one device can use alone (default: all
         of it, as logical devices of one process's thread pool; 1 for worker
         processes that each run one op at a time).
+    acknowledged : tuple of (int, int, tuple of int)
+        Transfers the step acknowledges (``placer.tf.sends``): ``(producer,
+        receiving device, waiting nodes)``. Each gets a zero-time node on the
+        receiving device that consumes the producer's output there (the
+        tensor still crosses once) and sends a zero-byte tensor back to the
+        waiting nodes (a link latency). With ``transfer_cpu_s`` under
+        ``"lifo"`` the send is then the only op the producer's device can
+        run, as on a one-thread TensorFlow worker.
     snapshots : int
         Keep this many states of the simulation, evenly spaced over its ops,
         in ``SimResult.snapshots``, so that a simulation of a changed
@@ -230,6 +238,7 @@ class SimOptions:
     time_factor: Sequence[float] | None = None
     peak_memory: bool = True
     shared: tuple[tuple[tuple[int, ...], float] | tuple[tuple[int, ...], float, float], ...] = ()
+    acknowledged: tuple[tuple[int, int, tuple[int, ...]], ...] = ()
     snapshots: int = 0
 
     def checked_shares(self, k: int) -> tuple[tuple[tuple[int, ...], float, float], ...]:
@@ -351,6 +360,9 @@ def simulate(
                              f"got {list(options.time_factor)!r}")
         durations = durations * factors[None, :]
     _check_costs(durations, a)
+    if options.acknowledged:
+        return _with_acknowledgements(durations, tensors, a, link_seconds, control_edges, link_latency_s, memory,
+                                      options)
     if options.transfer_cpu_s is not None:
         return _with_transfer_ops(durations, tensors, a, link_seconds, control_edges, link_latency_s, memory,
                                   options)
@@ -743,6 +755,39 @@ def _with_transfer_ops(durations: np.ndarray, tensors: Sequence[TensorEdge], a: 
             at_peak[tensors[ti].src] += r.live_at_peak_bytes[t.src]
     return SimResult(r.step_time_s, r.busy_s, r.link_bytes, timeline, transfers, r.peak_memory_bytes, at_peak,
                      simulated_ops=n)
+
+
+def _with_acknowledgements(durations: np.ndarray, tensors: Sequence[TensorEdge], a: np.ndarray,
+                           link_seconds: Callable[[int, int, float], float], control_edges: Sequence[tuple[int, int]],
+                           link_latency_s: np.ndarray | None, memory: MemoryTraits, options: SimOptions) -> SimResult:
+    """:func:`simulate` with a zero-time acknowledgement node per acknowledged transfer
+    (``SimOptions.acknowledged``); the result lists and counts the original nodes and tensors only."""
+    n, k = durations.shape
+    grown = list(tensors)
+    devs = a.tolist()
+    for src, device, waiting in options.acknowledged:
+        if not (0 <= src < n and 0 <= device < k and all(0 <= w < n for w in waiting)):
+            raise ValueError(f"an acknowledged transfer names a node outside 0..{n - 1} or a device outside "
+                             f"0..{k - 1}: {(src, device, waiting)!r}")
+        ack = len(devs)
+        hit = [i for i, t in enumerate(tensors) if t.src == src and any(a[w] == device for w in t.dsts)]
+        if not hit or a[src] == device:
+            raise ValueError(f"node {src} sends no tensor to device {device} to acknowledge")
+        for i in hit:
+            t = grown[i]
+            grown[i] = TensorEdge(t.src, (*t.dsts, ack), t.nbytes, t.count)
+        devs.append(device)
+        if waiting:
+            grown.append(TensorEdge(ack, tuple(waiting), 0.0, 1))
+    extra = len(devs) - n
+    r = simulate(np.vstack([durations, np.zeros((extra, k))]), grown, devs, link_seconds,
+                 control_edges=control_edges, link_latency_s=link_latency_s,
+                 memory=memory.padded(n, extra, [False] * extra),
+                 options=replace(options, acknowledged=(), time_factor=None, snapshots=0))
+    timeline = tuple(x for x in r.timeline if x[0] < n)
+    transfers = tuple(x for x in r.transfers if x[0] < len(tensors))
+    return SimResult(r.step_time_s, r.busy_s, r.link_bytes, timeline, transfers, r.peak_memory_bytes,
+                     r.live_at_peak_bytes[:n], simulated_ops=n)
 
 
 def _simulate_shared(durations: np.ndarray, tensors: Sequence[TensorEdge], a: np.ndarray,

@@ -118,3 +118,28 @@ def test_the_html_report_says_which_transfers_are_acknowledged():
     assert "1 cross-process transfer is acknowledged" in text and "dense/Relu:0" in text and "worker:1" in text
     assert "executor" in _sends({"sends": {"prompt": False, "acknowledged": []}})
     assert _sends({}) == ""  # a graph's report (placer.solve) has no sends
+
+
+def test_the_simulator_runs_an_acknowledged_send_first_and_charges_the_round_trip():
+    import numpy as np
+
+    from cost_models import SimOptions, TensorEdge, simulate
+
+    # device 0: a, then the chain b -> c -> d; x on device 1 needs a. One-thread workers (lifo, transfer ops):
+    # TensorFlow's order sends a's tensor when device 0's chain ends; acknowledged, at once, and b waits for
+    # the acknowledgement's round trip (send and receive CPU, latency both ways)
+    d = np.ones((5, 2))
+    es = [TensorEdge(0, (1, 4), 8.0), TensorEdge(1, (2,), 8.0), TensorEdge(2, (3,), 8.0)]
+    a = [0, 0, 0, 0, 1]
+    options = dict(link_latency_s=np.full((2, 2), 0.1))
+    sim = dict(ready_order="lifo", transfer_cpu_s=np.full((2, 2), 0.01))
+    deferred = simulate(d, es, a, lambda i, j, b: 0.0, options=SimOptions(**sim), **options)
+    prompt = simulate(d, es, a, lambda i, j, b: 0.0, options=SimOptions(acknowledged=((0, 1, (1,)),), **sim),
+                      **options)
+    start = {v: s for v, _, s, _ in prompt.timeline}
+    assert {v: s for v, _, s, _ in deferred.timeline}[4] == pytest.approx(4.12)  # after b, c, d
+    assert start[4] == pytest.approx(1.13) and start[1] == pytest.approx(1.24)  # x at once; b after the round trip
+    assert prompt.step_time_s == pytest.approx(4.24) and len(prompt.timeline) == 5
+    assert [t[0] for t in prompt.transfers] == [0]  # the acknowledgement's own transfer is not listed
+    with pytest.raises(ValueError, match="sends no tensor to device 0"):
+        simulate(d, es, a, lambda i, j, b: 0.0, options=SimOptions(acknowledged=((0, 0, (1,)),), **sim), **options)

@@ -418,7 +418,7 @@ def _sends(data: Mapping[str, Any]) -> str:
     return (f"<p>Prompt sends: {count} acknowledged by the receiving process, and the sender's competing ops "
             "wait for the acknowledgement, so each leaves as soon as it is computed"
             + (f" ({shown}{more})." if acked else " (none qualified: no transfer lets enough work start).")
-            + " The simulation does not model the acknowledgements' round trips.</p>")
+            + " The simulated step includes their round trips unless it is pipelined or replicated.</p>")
 
 
 def render_html(data: Mapping[str, Any]) -> str:

@@ -408,6 +408,11 @@ class PlacedModel(keras.Model):
         _say_what_compression_did(compression, emitted)
         return emitted
 
+    def set_predicted_step(self, seconds: float) -> None:
+        """Replace the plan's predicted step with that of the step as emitted (the pipeline's emit stage, once
+        it knows which transfers the placed step acknowledges)."""
+        self._placed.plan = replace(self._placed.plan, predicted_step_time_s=seconds)
+
     def set_report(self, report: Report) -> None:
         """Attach the placement report (the pipeline's last stage)."""
         self._placed.report = report

@@ -94,11 +94,12 @@ def other_process(a: str, b: str) -> bool:
 
 @dataclass(frozen=True)
 class PromptSends:
-    """What :func:`prompt_sends` added: the acknowledged transfers (tensor, receiving device) and the control
-    edges onto their acknowledgements."""
+    """What :func:`prompt_sends` added: the acknowledged transfers (tensor, receiving device), the ops that
+    wait for each acknowledgement (aligned with ``transfers``) and how many control edges that makes."""
 
     transfers: tuple[tuple[str, str], ...] = ()
     control_edges: int = 0
+    waiting: tuple[tuple[str, ...], ...] = ()
 
     @property
     def acknowledged(self) -> int:
@@ -177,6 +178,7 @@ def prompt_sends(gd: tf.compat.v1.GraphDef, dtype_of: Callable[[str, int], Any],
                  MAX_CANDIDATES)
     added: set[str] = set()  # the acknowledgements so far (an acknowledgement computes nothing)
     transfers: list[tuple[str, str]] = []
+    waiting: list[tuple[str, ...]] = []
     edges = 0
     for tensor, device in candidates[:MAX_CANDIDATES]:
         src, suffix = _source(tensor)
@@ -198,11 +200,13 @@ def prompt_sends(gd: tf.compat.v1.GraphDef, dtype_of: Callable[[str, int], Any],
         siblings = {w.name for u in before | {src} if nodes[u].device == here and nodes[u].op not in
                     STRUCTURAL for w in local_consumers.get(u, ())}
         siblings -= before | nx.descendants(g, src) | {src}  # a descendant waits for a local consumer of src
-        for w in sorted(siblings | {n.name for n in local_consumers.get(src, ())}):
+        waits = tuple(sorted(siblings | {n.name for n in local_consumers.get(src, ())}))
+        for w in waits:
             nodes[w].input.append(f"^{ack.name}")
             g.add_edge(ack.name, w)
-            edges += 1
-    return PromptSends(tuple(transfers), edges)
+        waiting.append(waits)
+        edges += len(waits)
+    return PromptSends(tuple(transfers), edges, tuple(waiting))
 
 
 def _unblocked_s(names: list[str], device: str, nodes: Mapping[str, Any], local_consumers: Mapping[str, list[Any]],
@@ -232,3 +236,22 @@ def _available(x: str, counted: set[str], ready: set[str], nodes: Mapping[str, A
     src, suffix = _source(x)
     node = nodes.get(src)
     return suffix == "^" or node is None or node.op in STRUCTURAL or src in ready or src in counted
+
+
+def acknowledged_nodes(built: Any, sends: PromptSends | None) -> tuple[tuple[int, int, tuple[int, ...]], ...]:
+    """The acknowledged transfers of an emitted step (:class:`PromptSends`) as the simulator
+    takes them (``cost_models.SimOptions.acknowledged``): fine node of the producer, device index, fine nodes
+    that wait. Transfers from ops the plan does not name (rewrites, replicas) are left out.
+
+    >>> from types import SimpleNamespace
+    >>> built = SimpleNamespace(nodes=("a", "b", "c"), devices=SimpleNamespace(names=("/d:0", "/d:1")))
+    >>> acknowledged_nodes(built, PromptSends(transfers=(("a:0", "/d:1"), ("x", "/d:1")), waiting=(("b",), ("c",))))
+    ((0, 1, (1,)),)
+    """
+    if sends is None:
+        return ()
+    index = {name: i for i, name in enumerate(built.nodes)}
+    column = {name: j for j, name in enumerate(built.devices.names)}
+    return tuple((index[src], column[device], tuple(index[w] for w in waits if w in index))
+                 for (tensor, device), waits in zip(sends.transfers, sends.waiting)
+                 if (src := tensor.rsplit(":", 1)[0]) in index and device in column)
