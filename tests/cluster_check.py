@@ -57,15 +57,16 @@ def by_layers(placed, late: tuple[str, ...]) -> placer.Plan:
     def layer(op: str) -> str:  # "chain_1/c2_1" -> "c2"
         return re.sub(r"_\d+$", "", str(graph.nodes[op].get("layer", op)).split("/")[-1])
 
-    return replace(placed.plan, assignment={op: second if layer(op) in late else first for op in placed.plan.assignment})
+    return replace(placed.plan, assignment={op: second if layer(op) in late else first
+                                            for op in placed.plan.assignment})
 
 
 def ack_count(placed) -> int:
     """The acknowledgements (``placer.tf.sends``) in the placed model's training step."""
     from placer.tf.sends import ACK_SCOPE
 
-    return sum(n.name.startswith(ACK_SCOPE) for e in placed._placed.functions.values() if e.step == "train"  # noqa: SLF001
-               for n in e.graph_def.node)
+    functions = placed._placed.functions.values()  # noqa: SLF001
+    return sum(n.name.startswith(ACK_SCOPE) for e in functions if e.step == "train" for n in e.graph_def.node)
 
 
 def plant(directory: str) -> str:

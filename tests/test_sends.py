@@ -113,7 +113,8 @@ def test_a_bad_sends_option_says_what_to_use():
 def test_the_html_report_says_which_transfers_are_acknowledged():
     from placer.reporting.html import _sends
 
-    acked = {"prompt": True, "acknowledged": [{"tensor": "dense/Relu:0", "to": "/job:worker/replica:0/task:1/device:CPU:0"}]}
+    worker = "/job:worker/replica:0/task:1/device:CPU:0"
+    acked = {"prompt": True, "acknowledged": [{"tensor": "dense/Relu:0", "to": worker}]}
     text = _sends({"sends": acked})
     assert "1 cross-process transfer is acknowledged" in text and "dense/Relu:0" in text and "worker:1" in text
     assert "executor" in _sends({"sends": {"prompt": False, "acknowledged": []}})
