@@ -142,5 +142,7 @@ def test_the_simulator_runs_an_acknowledged_send_first_and_charges_the_round_tri
     assert start[4] == pytest.approx(1.13) and start[1] == pytest.approx(1.24)  # x at once; b after the round trip
     assert prompt.step_time_s == pytest.approx(4.24) and len(prompt.timeline) == 5
     assert [t[0] for t in prompt.transfers] == [0]  # the acknowledgement's own transfer is not listed
+    with pytest.raises(ValueError, match="names a node outside 0..4 or a device outside 0..1"):
+        simulate(d, es, a, lambda i, j, b: 0.0, options=SimOptions(acknowledged=((0, 1, (9,)),), **sim), **options)
     with pytest.raises(ValueError, match="sends no tensor to device 0"):
         simulate(d, es, a, lambda i, j, b: 0.0, options=SimOptions(acknowledged=((0, 0, (1,)),), **sim), **options)

@@ -201,14 +201,11 @@ def emit(traced: TracedModel, op_devices: Mapping[str, str], variables: Mapping[
         log.info("gradient sums held at the next gate (no AddN rewrite): %d of %d", held, running)
 
     done: list[PromptSends] = []
-    prompt = None if sends is None else _prompt_sends(graph, sends, done)
-    if prompt is not None and microbatches == 1:
-        prompt(gd)  # a pipelined forward pass: on the copied, gated graph (import_function)
     placeholders = tuple(traced.variables)
     fn = import_function(gd, traced.input_names, traced.output_names,
                          [(ph, variables[ph]) for ph in placeholders] + list(traced.constants.items()),
                          traced.dynamic.structured_outputs, traced.input_specs, microbatches=microbatches,
-                         rewrite=prompt if microbatches > 1 else None)
+                         rewrite=None if sends is None else _prompt_sends(graph, sends, done))
     log.info("emitted the placed %s function: %d ops on %d devices, %d compressed edges%s", traced.step,
              len(gd.node), len(set(op_devices.values())), len(compressed),
              f", {microbatches} micro-batches" if microbatches > 1 else "")
@@ -251,8 +248,9 @@ def import_function(gd: tf.compat.v1.GraphDef, input_names: Sequence[str], outpu
 
     ``captures`` maps each captured placeholder of ``gd`` to what feeds it: a
     variable (its resource handle is captured) or an eager tensor.
-    ``microbatches`` > 1: as a pipeline (:func:`placer.tf.microbatch.pipelined_function`), whose copied and
-    gated graph ``rewrite`` (if given) rewrites in place.
+    ``microbatches`` > 1: as a pipeline (:func:`placer.tf.microbatch.pipelined_function`). ``rewrite`` (if
+    given) changes the graph that runs, in place, before it is imported: ``gd``, or a pipeline's copied and
+    gated graph.
     :func:`emit` and :func:`placer.tf.export.load` build their functions here.
     """
     if microbatches > 1:
@@ -260,6 +258,8 @@ def import_function(gd: tf.compat.v1.GraphDef, input_names: Sequence[str], outpu
 
         return pipelined_function(gd, microbatches, input_names, output_names, captures, structured, input_specs,
                                   rewrite=rewrite)
+    if rewrite is not None:
+        rewrite(gd)
     captures = list(captures)
     input_names, output_names = list(input_names), list(output_names)
 

@@ -501,6 +501,26 @@ def _hosts(model: Any, traced: Any, devset: Any, opts: PlacementOptions, costs: 
     return out
 
 
+def _emit(shell: PlacedModel, traced: Any, plan: Plan, op_graph: Any, devset: Any, built: Any,
+          input_specs: Sequence[Any], policy: CompressionPolicy, opts: PlacementOptions) -> tuple[Any, Plan, Any]:
+    """The emit stage: the placed functions (:meth:`PlacedModel.place`), then the step as emitted simulated
+    once (its acknowledged transfers, :mod:`placer.tf.sends`, where it is neither pipelined nor replicated);
+    the plan's predicted step changes by what they change. Returns the emitted step, the plan and that
+    simulation (the report's)."""
+    prompt = opts.sends == "prompt" or (opts.sends == "auto" and devset.ready_order == "lifo")
+    emitted = shell.place(traced, plan, op_graph, devset, input_specs, policy, worker_timeout_s=opts.worker_timeout_s,
+                          prompt_sends=prompt)
+    acks = acknowledged_nodes(built, emitted.sends) if plan.microbatches == 1 and opts.replicas == 1 else ()
+    a = built.group_assignment(plan.assignment)
+    sim = built.simulate(a, SimOptions(acknowledged=acks))
+    if acks:  # their round trips, and the sends that no longer wait
+        change = sim.step_time_s - built.simulate(a).step_time_s
+        log.info("predicted step with %d acknowledged transfers: %+.3f ms", len(acks), change * 1e3)
+        plan = replace(plan, predicted_step_time_s=plan.predicted_step_time_s + change)
+        shell.set_predicted_step(plan.predicted_step_time_s)
+    return emitted, plan, sim
+
+
 def _call_overhead(traced: Any, plan: Plan) -> Plan:
     """The calls stage: the plan's fixed cost per call, measured (a stand-in with the placement's inputs,
     outputs, captured variables and devices and no compute: :func:`placer.measure.links.measure_call`),
@@ -629,20 +649,11 @@ def autoplace(model: Any, devices: Sequence[Any], *, plan: Plan | str | os.PathL
     if opts.training and placed_plan.microbatches > 1:
         shell.set_microbatches(placed_plan.microbatches, devset.names)
     policy = stages.run("codecs", compression_policy, opts.compression, opts.compression_error, devset)
-    emitted = stages.run("emit", shell.place, traced, placed_plan, op_graph, devset, input_specs, policy,
-                         worker_timeout_s=opts.worker_timeout_s,
-                         prompt_sends=opts.sends == "prompt" or (opts.sends == "auto" and devset.ready_order == "lifo"))
-    acks = acknowledged_nodes(built, emitted.sends) if placed_plan.microbatches == 1 and opts.replicas == 1 else ()
-    if acks:  # the step as emitted: its acknowledgements' round trips, and its sends that no longer wait
-        a = built.group_assignment(placed_plan.assignment)
-        change = built.simulate(a, SimOptions(acknowledged=acks)).step_time_s - built.simulate(a).step_time_s
-        log.info("predicted step with %d acknowledged transfers: %+.3f ms", len(acks), change * 1e3)
-        placed_plan = replace(placed_plan, predicted_step_time_s=placed_plan.predicted_step_time_s + change)
-        shell.set_predicted_step(placed_plan.predicted_step_time_s)
+    emitted, placed_plan, sim = stages.run("emit", _emit, shell, traced, placed_plan, op_graph, devset, built,
+                                           input_specs, policy, opts)
 
     def report() -> Any:
         a = built.group_assignment(placed_plan.assignment)
-        sim = built.simulate(a, SimOptions(acknowledged=acks))
         piped = None
         if placed_plan.microbatches > 1:
             from ..core.microbatch import simulate_pipeline
