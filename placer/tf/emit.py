@@ -218,14 +218,10 @@ def emit(traced: TracedModel, op_devices: Mapping[str, str], variables: Mapping[
 def _prompt_sends(graph: tf.Graph, rule: SendRule, done: list[PromptSends]) -> Callable[[tf.compat.v1.GraphDef], None]:
     """The rewrite that acknowledges a placed GraphDef's awaited transfers (what it did goes to ``done``);
     dtypes from ``graph`` (the trace; a pipelined copy ``mb{i}/<op>`` has its op's)."""
-    from .microbatch import COPY_PREFIX
-
-    copy = COPY_PREFIX.format("")
+    from .microbatch import copied
 
     def dtype_of(name: str, k: int) -> Any:
-        head, _, rest = name.partition("/")
-        if head.startswith(copy) and head[len(copy):].isdigit():
-            name = rest
+        name = copied(name)[0]
         try:
             return graph.get_operation_by_name(name).outputs[k].dtype
         except (KeyError, IndexError, ValueError):

@@ -35,6 +35,7 @@ Examples
 from __future__ import annotations
 
 import contextlib
+import re
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import tensorflow as tf
@@ -44,6 +45,22 @@ from ..errors import GraphError, InputSignatureError
 #: Name prefix of micro-batch ``i``'s copy of the graph, and of the gates.
 COPY_PREFIX = "mb{}"
 GATE_PREFIX = "autoplace_gate"
+_COPY_HEAD = re.compile("^" + COPY_PREFIX.format(r"(\d+)") + "/")
+
+
+def copy_name(i: int, name: str) -> str:
+    """Micro-batch ``i``'s copy of the node ``name`` in a pipelined graph (``mb{i}/name``)."""
+    return f"{COPY_PREFIX.format(i)}/{name}"
+
+
+def copied(name: str) -> tuple[str, int | None]:
+    """``(node, i)``: the node that ``name`` is micro-batch ``i``'s copy of; ``(name, None)`` for no copy.
+
+    >>> copied("mb3/dense/MatMul"), copied("dense/MatMul")
+    (('dense/MatMul', 3), ('dense/MatMul', None))
+    """
+    found = _COPY_HEAD.match(name)
+    return (name, None) if found is None else (name[found.end():], int(found.group(1)))
 
 
 def microbatch_sizes(batch: int, m: int) -> list[int]:
@@ -60,9 +77,9 @@ def _source(name: str) -> tuple[str, str]:
     return node, (":" + port if port else "")
 
 
-def _renamed(name: str, shared: set[str], prefix: str) -> str:
+def _renamed(name: str, shared: set[str], i: int) -> str:
     node, suffix = _source(name)
-    new = node if node in shared else f"{prefix}/{node}"
+    new = node if node in shared else copy_name(i, node)
     return "^" + new if suffix == "^" else new + suffix
 
 
@@ -306,17 +323,16 @@ def pipeline_graph_def(gd: tf.compat.v1.GraphDef, m: int, shared: Sequence[str],
         if n.name in shared_set:
             out.node.add().CopyFrom(n)
     for i in range(m):
-        prefix = COPY_PREFIX.format(i)
         for n in gd.node:
             if n.name in shared_set:
                 continue
             c = out.node.add()
             c.CopyFrom(n)
-            c.name = f"{prefix}/{n.name}"
+            c.name = copy_name(i, n.name)
             del c.input[:]
-            c.input.extend(_renamed(x, shared_set, prefix) for x in n.input)
+            c.input.extend(_renamed(x, shared_set, i) for x in n.input)
             key_of[c.name] = (i, "forward")
-    add_gates(out, key_of, fed=[f"{COPY_PREFIX.format(i)}/{x}" for i in range(m) for x in inputs])
+    add_gates(out, key_of, fed=[copy_name(i, x) for i in range(m) for x in inputs])
     return out
 
 
@@ -436,8 +452,8 @@ def pipelined_function(gd: tf.compat.v1.GraphDef, m: int, input_names: Sequence[
         parts = [tf.split(x, sizes, axis=0, num=m) for x in xs]
         for i in range(m):
             for name, part in zip(input_names, parts):
-                input_map[f"{COPY_PREFIX.format(i)}/{name}"] = part[i]
-        wanted = [f"{COPY_PREFIX.format(i)}/{o}" for i in range(m) for o in output_names]
+                input_map[copy_name(i, name)] = part[i]
+        wanted = [copy_name(i, o) for i in range(m) for o in output_names]
         outs = tf.graph_util.import_graph_def(piped, input_map=input_map, return_elements=wanted, name=IMPORT_PREFIX)
         k = len(output_names)
         joined = []

@@ -50,6 +50,7 @@ from ..core.validate import integer, real
 from ..errors import InputSignatureError, ModelError, TrainingError, UnsupportedError
 from .codecs import CompressedEdge
 from .emit import EmittedModel, emit, layer_devices_of, observed_devices
+from .microbatch import COPY_PREFIX
 from .costs import random_batch
 from .export import export_saved_model
 from ..measure.steps import DEFAULT_MIN_TIME_S, DEFAULT_REPEATS, DEFAULT_WARMUP, StepMeasurement, measure_steps
@@ -122,7 +123,7 @@ class _Placement:
 REPLICA_SCOPE = "replica"
 #: A micro-batch's or replica's name scope in an emitted graph (``mb{i}/`` of a pipelined forward pass,
 #: ``replica_{i}/`` of a replicated training step, also inside ``gradient_tape/``).
-_COPY_SCOPE = re.compile(r"(^|/)(?:mb|replica_)(\d+)/")
+_COPY_SCOPE = re.compile(r"(^|/)(?:" + COPY_PREFIX.format("") + "|" + REPLICA_SCOPE + r"_)(\d+)/")
 #: Name scope of the running gradient sums after replica ``r`` (``autoplace_gradient_sum_r/…``).
 GRADIENT_SUM_SCOPE = "autoplace_gradient_sum"
 #: ... and of the sum of the groups' sums, group ``r``'s added under ``autoplace_gradient_total_r/``.

@@ -25,6 +25,7 @@ from ..core.outputs import json_ready
 from ..reporting import REPORT_FORMAT, REPORT_VERSION, write_report
 from .costs import ComputeCosts
 from .emit import EmittedModel
+from .microbatch import copy_name
 from .opgraph import OpGraph, graph_summary, layer_of
 
 
@@ -88,7 +89,7 @@ class Report:
         n = len(self.ops)
         if self.plan.microbatches <= 1:
             return self.ops[v]["name"]
-        return f"mb{v // n}/{self.ops[v % n]['name']}"
+        return copy_name(v // n, self.ops[v % n]["name"])
 
     def to_dict(self) -> dict[str, Any]:
         """The report as JSON-ready data (schema: :mod:`placer.reporting.schema`, ``docs/report-format.md``)."""
