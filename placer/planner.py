@@ -159,7 +159,7 @@ def _given(built: BuiltProblem, assignment: Mapping[Hashable, str], options: Sol
         raise PlanError(f"the given plan is infeasible on these devices (resident bytes per device "
                         f"{ev.memory_bytes.tolist()}, capacities {built.problem.capacity_bytes.tolist()}); "
                         "give the devices it was made for, or solve again")
-    lb = min(obj.lower_bound(built.problem), value)
+    lb = min(obj.bound(built.problem), value)
     return Solution(a, value, lb, "given", time.perf_counter() - t0, "given", ("given: re-applied a saved plan",))
 
 
@@ -281,7 +281,7 @@ def _scored_on(problem: PlacementProblem, sol: Solution, options: SolveOptions) 
     value = obj.value(problem, np.asarray(sol.assignment, dtype=int))
     if value == sol.objective:
         return sol
-    return replace(sol, objective=value, lower_bound=min(obj.lower_bound(problem), value))
+    return replace(sol, objective=value, lower_bound=min(obj.bound(problem), value))
 
 
 def plan_problem(built: BuiltProblem, options: PlanOptions, *,

@@ -44,6 +44,7 @@ from cost_models import Dependencies, SimOptions, SimResult, dependencies_of, si
 
 from ..errors import GraphError, SolverError
 from .problem import PlacementProblem, dependencies, evaluate, trivial_lower_bound
+from .spreading import spreading_bound
 
 #: The objective used when none is named (a single step is what an
 #: inference user waits for; pass ``"throughput"`` for pipelined training).
@@ -67,6 +68,10 @@ class Objective:
     #: Whether the value is the simulated step itself (``auto`` then also improves plans by moves
     #: scored by the simulator: :mod:`placer.solvers.descent`).
     simulated: bool = False
+
+    def bound(self, problem: PlacementProblem) -> float:
+        """:attr:`lower_bound` of ``problem``, computed once per problem (the memory bound solves an LP)."""
+        return problem.memo(f"bound/{self.name}", lambda: self.lower_bound(problem))
 
 
 OBJECTIVES: dict[str, Objective] = {}
@@ -606,13 +611,15 @@ def cluster_bound(problem: PlacementProblem) -> float:
 
 def memory_bound(problem: PlacementProblem) -> float:
     """The memory objective's bound: the largest of :func:`separation_bound`, :func:`balance_bound` (on one
-    flow network) and :func:`cluster_bound`."""
+    flow network), :func:`cluster_bound` and the spreading-metric LP's
+    (:func:`placer.core.spreading.spreading_bound`, on problems small enough for it)."""
     memory = np.asarray(problem.memory_bytes, dtype=float)
     cap = float(np.max(problem.capacity_bytes)) if problem.k else 0.0
     if not np.isfinite(cap) or memory.sum() <= cap * (1 + 1e-9):
         return 0.0  # one device holds every node: nothing has to cross (each bound says so too)
     network = _CutNetwork(problem)
-    return max(separation_bound(problem, network), balance_bound(problem, network=network), cluster_bound(problem))
+    return max(separation_bound(problem, network), balance_bound(problem, network=network), cluster_bound(problem),
+               spreading_bound(problem))
 
 
 def max_load(problem: PlacementProblem, assignment: np.ndarray) -> float:

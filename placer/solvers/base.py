@@ -91,7 +91,7 @@ def finish(problem: PlacementProblem, assignment: np.ndarray, name: str, t0: flo
     value = obj.value(problem, a)
     if not np.isfinite(value):
         return None
-    lb = min(max(problem.memo(f"bound/{obj.name}", lambda: obj.lower_bound(problem)), bound), value)
+    lb = min(max(obj.bound(problem), bound), value)
     return Solution(a, value, lb, name, time.perf_counter() - t0, status)
 
 
