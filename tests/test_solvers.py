@@ -1,6 +1,9 @@
 """Solvers on random DAGs: validity, bounds, brute-force optimality, errors."""
 
 import itertools
+import os
+import subprocess
+import sys
 
 import networkx as nx
 import numpy as np
@@ -455,6 +458,23 @@ def test_spreading_bound_sees_more_than_one_cut_of_a_chain():
     assert memory_bound(p) == lp
     sol = solve_problem(p, "auto", SolveOptions(objective="memory", time_limit_s=1))
     assert sol.objective == 11.0 and lp <= sol.lower_bound <= sol.objective
+
+
+def test_spreading_bound_runs_beside_tensorflow():
+    """GLOP solves the LP in a process that imported TensorFlow first (CP-SAT crashes there: it runs in a
+    child process; the bound does not)."""
+    code = ("import tensorflow, numpy as np\n"
+            "from cost_models import TensorEdge\n"
+            "from placer.core.problem import PlacementProblem\n"
+            "from placer.core.spreading import spreading_bound\n"
+            "p = PlacementProblem.build(names=list('abcd'), compute_s=np.ones((4, 2)), memory_bytes=np.ones(4),\n"
+            "    capacity_bytes=np.full(2, 2.0), tensors=[TensorEdge(i, (i + 1,), 10.0) for i in range(3)],\n"
+            "    bandwidth=np.ones((2, 2)), latency=np.zeros((2, 2)))\n"
+            "print(round(spreading_bound(p), 3))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "10.0"
 
 
 def test_balance_bound_counts_the_split_capacities_force():

@@ -30,7 +30,8 @@ tensors (series); each reduction leaves the LP's optimum as it was.
 
 Cost is capped by the LP's size (:data:`MAX_NONZEROS`), never by the clock,
 so the bound is the same on an idle and a loaded machine. OR-Tools' GLOP
-solves it.
+solves it, in this process even when TensorFlow is loaded (unlike CP-SAT,
+tested: ``tests/test_solvers.py``).
 
 Examples
 --------
@@ -52,7 +53,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from ortools.linear_solver import linear_solver_pb2, pywraplp
 
 from ..errors import SolverError
 from .problem import PlacementProblem
@@ -169,6 +169,8 @@ def _first_sources(problem: PlacementProblem, graph: CutGraph, count: int) -> li
 
 def _solve_lp(graph: CutGraph, sources: list[int], spread: float) -> tuple[float, np.ndarray]:
     """The LP over ``sources``: ``(optimum in bytes, y per edge)``."""
+    from ortools.linear_solver import linear_solver_pb2, pywraplp  # lazily: most solves never need it
+
     n, E = len(graph.nodes), len(graph.edges)
     scale = max(b for _, _, b in graph.edges)
     total = float(graph.memory.sum())
