@@ -117,6 +117,7 @@ def cut_graph(problem: PlacementProblem) -> CutGraph:
         for v in (src, *dsts):
             incident[v].discard(e)
 
+    next_id = len(edges)
     queue = [v for v in range(problem.n) if memory[v] <= 0]
     while queue:
         v = queue.pop()
@@ -138,7 +139,8 @@ def cut_graph(problem: PlacementProblem) -> CutGraph:
             for e in list(inc):
                 drop(e)
             if ends[0] != ends[1]:  # series: the plan cuts the lighter one where its ends part
-                e = max(edges, default=-1) + 1
+                e = next_id
+                next_id += 1
                 edges[e] = [ends[0], {ends[1]}, weight]
                 incident[ends[0]].add(e)
                 incident[ends[1]].add(e)

@@ -184,7 +184,7 @@ def _start_on_fewer(problem: PlacementProblem, warm: np.ndarray | None, options:
         where = {d: i for i, d in enumerate(devices)}
         full_hint = np.array([where.get(int(d), 0) for d in warm])
         hint = full_hint if contraction is None else contraction.restrict(full_hint)
-    result = solve_cpsat(sub, replace(options, warm_start=hint, coarsen_keys=None))
+    result = solve_cpsat(sub, replace(options, warm_start=hint, coarsen_keys=None, bounded=False))
     where = f"{FEWER_DEVICES} devices" + ("" if contraction is None else f", {problem.n} -> {search.n} nodes")
     if result.solution is None:
         tried.append(f"cpsat on {where}: {result.status.value}")
@@ -203,16 +203,19 @@ def _cpsat(problem: PlacementProblem, warm: np.ndarray | None, options: SolveOpt
     ``(its plan scored on the problem, the lower bound it proved)``; the bound is 0 when it searched the
     coarse problem, whose bound does not bound the problem itself."""
     search, contraction = problem, None
+    # the options of the search: without the objective's bound on a coarse problem (it does not bound this one)
+    searched = replace(options, coarsen_keys=None)
     if problem.n > options.max_nodes:
         contraction = coarsen_problem(problem, options.max_nodes, keys=options.coarsen_keys, seed=options.seed)
         search = contraction.coarse
         tried.append(f"coarsened {problem.n} -> {search.n} nodes")
-        starts = [SOLVERS["partition"](search, replace(options, coarsen_keys=None))]
+        searched = replace(searched, bounded=False)
+        starts = [SOLVERS["partition"](search, searched)]
         if warm is not None:
-            starts.append(finish(search, contraction.restrict(warm), "restricted", t0, options))
+            starts.append(finish(search, contraction.restrict(warm), "restricted", t0, searched))
         starts = [s for s in starts if s is not None]
         warm = min(starts, key=lambda s: s.objective).assignment if starts else None
-    result = solve_cpsat(search, replace(options, warm_start=warm, coarsen_keys=None))
+    result = solve_cpsat(search, replace(searched, warm_start=warm))
     exact = result.solution
     tried.append(f"cpsat: {result.status.value}" if exact is None else f"cpsat: {exact.objective:.6g} ({exact.status})")
     log.info("%s (%.1f s)", tried[-1], time.perf_counter() - t0)

@@ -39,6 +39,11 @@ class SolveOptions:
     coarsen_keys : tuple or None
         A hashable per problem node (e.g. its layer scope); nodes sharing one
         are merged first when ``auto`` coarsens.
+    bounded : bool
+        Whether solutions carry the objective's own lower bound; ``auto``
+        turns it off for the auxiliary problems it searches (coarsened, or on
+        fewer devices), whose bounds do not bound the problem itself and can
+        take seconds (the memory objective's LP).
     """
 
     time_limit_s: float = DEFAULT_TIME_LIMIT_S
@@ -48,6 +53,7 @@ class SolveOptions:
     objective: str = DEFAULT_OBJECTIVE
     max_nodes: int = DEFAULT_MAX_NODES
     coarsen_keys: tuple | None = None
+    bounded: bool = True
 
 
 @dataclass(frozen=True)
@@ -83,15 +89,16 @@ def finish(problem: PlacementProblem, assignment: np.ndarray, name: str, t0: flo
            status: str = "heuristic", bound: float = 0.0) -> Solution | None:
     """Score ``assignment`` by ``options.objective``; ``None`` if it is infeasible.
 
-    The lower bound is the larger of the objective's own bound and ``bound``
-    (e.g. one proven by a search solver), capped at the value.
+    The lower bound is the larger of the objective's own bound (unless
+    ``options.bounded`` is off) and ``bound`` (e.g. one proven by a search
+    solver), capped at the value.
     """
     obj = get_objective(options.objective)
     a = np.asarray(assignment, dtype=int)
     value = obj.value(problem, a)
     if not np.isfinite(value):
         return None
-    lb = min(max(obj.bound(problem), bound), value)
+    lb = min(max(obj.bound(problem) if options.bounded else 0.0, bound), value)
     return Solution(a, value, lb, name, time.perf_counter() - t0, status)
 
 
