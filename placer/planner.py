@@ -120,9 +120,11 @@ class PlanOptions:
         object.__setattr__(self, "max_nodes", integer("max_nodes", self.max_nodes, minimum=1, error=SolverError))
 
     def solve_options(self, built: BuiltProblem) -> SolveOptions:
-        """The solvers' options for ``built`` (its layer keys guide ``auto``'s coarsening)."""
+        """The solvers' options for ``built`` (its layer keys guide ``auto``'s coarsening, its layers' positions
+        the layer-order DP)."""
         return SolveOptions(time_limit_s=self.time_limit_s, seed=self.seed, objective=self.objective,
-                            max_nodes=self.max_nodes, coarsen_keys=built.layer_keys)
+                            max_nodes=self.max_nodes, coarsen_keys=built.layer_keys,
+                            layer_positions=built.layer_positions())
 
 
 def options_from(kwargs: Mapping[str, Any], cls: type) -> Any:

@@ -453,3 +453,30 @@ def test_latency_bound_of_grouped_ops_never_exceeds_the_best_schedule(seed, m, n
                                shared=[(tuple(range(k)), 1.5, shared)] if shared and k > 1 else ())
     best = min(makespan(p, np.array(a)) for a in itertools.product(range(k), repeat=n))
     assert critical_path_bound(p) <= best * (1 + 1e-9) + 1e-12
+
+
+def test_layer_dp_splits_a_training_step_between_layers():
+    """A training step whose gradient ops share their layer (as Keras' do): the layer-order DP cuts it
+    between layers, each layer with its gradients and update, and moves far fewer bytes than a contiguous
+    split of a topological order (which puts the whole forward pass before every gradient); ``auto`` runs
+    it and is no worse."""
+    from placer.core.attrs import LAYER
+
+    g = training_graph(layers=8, ops_per_layer=2, seed=1, skip_prob=0.0)
+    for v in g:
+        g.nodes[v][LAYER] = g.nodes[v][LAYER].removeprefix("gradients/")
+    group: dict = {}
+    for v in g:
+        key = g.nodes[v].get("colocation", v)
+        group[key] = group.get(key, 0.0) + g.nodes[v].get("memory_bytes", 0.0)
+    cap = int(max(1.25 * sum(group.values()) / 4, 1.05 * max(group.values()))) + 1
+    devices = [DeviceSpec(f"/CPU:{i}", memory_bytes=cap) for i in range(4)]
+    by_layers = placer.solve(g, devices, objective="memory", algorithm="layer_dp", baselines=())
+    by_order = placer.solve(g, devices, objective="memory", algorithm="contiguous_dp", baselines=())
+    assert by_layers.value < 0.5 * by_order.value
+    layer_device: dict = {}
+    for v, d in by_layers.assignment.items():
+        assert layer_device.setdefault(g.nodes[v][LAYER], d) == d  # a layer, its gradients, its update together
+    best = placer.solve(g, devices, objective="memory", baselines=(), time_limit_s=1)
+    assert any(line.startswith("layer_dp: ") and "skipped" not in line for line in best.log), best.log
+    assert best.value <= by_layers.value

@@ -216,6 +216,56 @@ def _check_dp(p, best, stages_follow_order, order=None, objective="throughput"):
 
 
 @settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 9), k=st.integers(1, 4), levels=st.integers(1, 6),
+       max_chunks=st.integers(1, 10), capacity=st.sampled_from([np.inf, 400.0, 150.0]),
+       forbid=st.sampled_from([0.0, 0.3]), back=st.sampled_from([0.0, 0.5]),
+       objective=st.sampled_from(sorted(DP_OBJECTIVES)))
+def test_layer_dp_is_the_best_split_of_its_chunks(seed, n, k, levels, max_chunks, capacity, forbid, back, objective):
+    """``layer_dp`` = the best split of the order by position at chunk boundaries (brute force); chunks keep
+    equal positions together, follow the order and number at most ``max_chunks + 1``; every node placed once,
+    capacity and allowed devices kept, the same plan twice."""
+    import placer.solvers.stages as stages
+
+    p = random_problem(seed, n, k, capacity=capacity, forbid=forbid, back=back)
+    positions = np.random.default_rng(seed).integers(0, levels, n).astype(float)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(stages, "MAX_CHUNKS", max_chunks)
+        chunk = stages.layer_chunks(positions, max_chunks)
+        order = np.lexsort((np.arange(n), positions))
+        assert (np.diff(chunk[order]) >= 0).all() and chunk.max() + 1 <= max_chunks + 1
+        for level in set(positions.tolist()):
+            assert len(set(chunk[positions == level].tolist())) == 1
+        cuts = [0] + [i for i in range(1, n) if chunk[order[i]] != chunk[order[i - 1]]] + [n]
+        best = np.inf
+        for chosen in itertools.combinations_with_replacement(cuts, k - 1):
+            bounds = (0, *chosen, n)
+            a = np.zeros(n, dtype=int)
+            for m in range(k):
+                a[order[bounds[m]:bounds[m + 1]]] = m
+            ev = evaluate(p, a)
+            if ev.feasible:
+                best = min(best, DP_OBJECTIVES[objective](ev))
+        options = SolveOptions(objective=objective, layer_positions=tuple(positions.tolist()))
+        sol = stages.layer_dp(p, options)
+        if not np.isfinite(best):
+            assert sol is None
+            return
+        assert sol is not None and sol.assignment.shape == (n,) and evaluate(p, sol.assignment).feasible
+        assert sol.objective == pytest.approx(best, rel=1e-9, abs=1e-12)
+        assert (np.diff(sol.assignment[order]) >= 0).all()  # device m's stage comes before device m+1's
+        assert np.array_equal(stages.layer_dp(p, options).assignment, sol.assignment)
+
+
+def test_layer_dp_declines_without_positions_and_refuses_the_wrong_count():
+    from placer.solvers.stages import layer_dp
+
+    p = random_problem(3, 6, 2)
+    assert layer_dp(p, SolveOptions(objective="memory")) is None
+    with pytest.raises(SolverError, match="layer_positions has 5 entries for 6 nodes"):
+        layer_dp(p, SolveOptions(objective="memory", layer_positions=(0.0,) * 5))
+
+
+@settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 7), k=st.integers(1, 4),
        capacity=st.sampled_from([np.inf, 400.0, 150.0]), forbid=st.sampled_from([0.0, 0.3]),
        objective=st.sampled_from(sorted(DP_OBJECTIVES)))

@@ -128,6 +128,13 @@ class BuiltProblem:
         """The fine DAG."""
         return self.problem.schedule_view()
 
+    def layer_positions(self) -> tuple[float, ...] | None:
+        """Each group's position in the order of the layers (:func:`layer_positions`); ``None`` for a graph
+        without layers."""
+        if self.layer_keys is None:
+            return None
+        return tuple(layer_positions(self.problem, self.layer_keys).tolist())
+
     def node_devices(self, group_assignment: np.ndarray) -> dict[Hashable, str]:
         """Graph node → device name, from one device index per group."""
         fine = np.asarray(group_assignment, dtype=int)[self.schedule.group]
@@ -476,3 +483,75 @@ def build_problem(graph: nx.DiGraph, devices: DeviceSet, *, group_by: str = DEFA
         raise GraphError(f"node {bad!r} has {PHASE}={graph.nodes[bad][PHASE]!r}; use one of {list(PHASES)} or leave "
                          "it out (forward)")
     return BuiltProblem(problem, tuple(nodes), devices, group_by, layer_keys, traits, phases)
+
+
+def layer_positions(problem: PlacementProblem, keys: Sequence[Hashable]) -> np.ndarray:
+    """Per group of ``problem``: a position that a layer's forward, gradient and update groups share, in the
+    order of the layers, so that cutting an order sorted by it between positions splits the model between
+    layers (the order Tarnawski et al.'s DP splits training graphs in).
+
+    A layer's position (``keys``: each group's layer; a layer of two or more fine ops) is the depth of its
+    deepest fine op (depth = the longest chain of ops before it): in a forward pass its last op, in a
+    training step its last gradient or update op, so the layers come in forward order, or in a training
+    step in the order of the backward pass (the reverse), and a layer's shallow ops (variable reads,
+    reshapes of weights) do not move it. A group whose layer is one op (an optimizer's op, which has its
+    own name as layer) takes the position of the neighbour it exchanges the most bytes with, heaviest
+    tensors first (Prim's order); what no tensor reaches keeps its own shallowest depth.
+
+    Examples
+    --------
+    A two-layer training step: forward ``f0 -> f1``, gradients ``g1 -> g0`` (layers ``a``, ``b``), and an
+    update ``u0`` of layer ``a``'s weights that is a layer of its own: ``b`` comes first (the backward
+    pass reaches it first), ``u0`` sits with ``a``.
+
+    >>> from cost_models import TensorEdge
+    >>> fine = [TensorEdge(0, (1,), 8.0), TensorEdge(1, (2,), 8.0), TensorEdge(2, (3,), 8.0),
+    ...         TensorEdge(0, (3,), 8.0), TensorEdge(3, (4,), 4.0)]
+    >>> p = PlacementProblem.build(names=["f0", "f1", "g1", "g0", "u0"], compute_s=np.ones((5, 1)),
+    ...     memory_bytes=np.zeros(5), capacity_bytes=np.full(1, np.inf), tensors=fine, bandwidth=np.ones((1, 1)),
+    ...     latency=np.zeros((1, 1)))
+    >>> layer_positions(p, ["a", "b", "b", "a", "u0"]).tolist()
+    [3.0, 2.0, 2.0, 3.0, 3.0]
+    """
+    import heapq
+
+    sched = problem.schedule_view()
+    preds: list[list[int]] = [[] for _ in range(sched.m)]
+    for t in sched.tensors:
+        for d in t.dsts:
+            preds[d].append(t.src)
+    for u, v in sched.control:
+        preds[v].append(u)
+    depth = np.zeros(sched.m)
+    for v in problem.schedule_order():
+        if preds[v]:
+            depth[v] = 1.0 + max(depth[u] for u in preds[v])
+    group = np.asarray(sched.group, dtype=int)
+    ops: dict[Hashable, int] = {}
+    deepest: dict[Hashable, float] = {}
+    for i in range(sched.m):
+        key = keys[group[i]]
+        ops[key] = ops.get(key, 0) + 1
+        deepest[key] = max(deepest.get(key, -1.0), float(depth[i]))
+    pos = np.array([deepest[key] if ops[key] > 1 else -1.0 for key in keys])
+    neighbours: list[list[tuple[float, int]]] = [[] for _ in range(problem.n)]
+    for t in problem.tensors:
+        for d in t.dsts:
+            if d != t.src:
+                neighbours[t.src].append((t.nbytes, d))
+                neighbours[d].append((t.nbytes, t.src))
+    heap = [(-b, u, v) for v in np.flatnonzero(pos >= 0) for b, u in neighbours[v] if pos[u] < 0]
+    heapq.heapify(heap)
+    while heap:
+        _, u, v = heapq.heappop(heap)
+        if pos[u] >= 0:
+            continue
+        pos[u] = pos[v]
+        for b, w in neighbours[u]:
+            if pos[w] < 0:
+                heapq.heappush(heap, (-b, w, u))
+    shallowest = np.full(problem.n, np.inf)
+    np.minimum.at(shallowest, group, depth)
+    rest = pos < 0
+    pos[rest] = np.where(np.isfinite(shallowest[rest]), shallowest[rest], 0.0)
+    return pos

@@ -52,8 +52,8 @@ log = logging.getLogger(__name__)
 #: The algorithm every entry point uses when none is named.
 DEFAULT_SOLVER = "auto"
 #: Heuristics ``auto`` runs on the full problem (each where its preconditions hold).
-HEURISTICS = ("single", "round_robin", "contiguous", "contiguous_dp", "partition", "heft", "group_heft", "etf",
-              "mincut")
+HEURISTICS = ("single", "round_robin", "contiguous", "contiguous_dp", "layer_dp", "partition", "heft", "group_heft",
+              "etf", "mincut")
 #: The least refinement ``auto`` does (estimated seconds) when some budget is left.
 MIN_REFINE_S = 0.5
 #: Tensor receivers per fine op of the graphs the rates were measured on (NN graphs: 1-2); a graph with
@@ -69,7 +69,7 @@ OVERSHOOT = 1.0
 HEURISTIC_US_PER_OP: dict[str, tuple[float, float]] = {
     "single": (1.0, 0.0), "round_robin": (1.0, 0.0), "contiguous": (2.0, 0.0), "partition": (8.0, 0.0),
     "heft": (25.0, 10.0), "etf": (5.0, 15.0), "mincut": (250.0, 0.0), "contiguous_dp": (2.0, 0.0),
-    "group_heft": (20.0, 5.0),
+    "group_heft": (20.0, 5.0), "layer_dp": (4.0, 0.0),
 }
 #: Heuristics quadratic in the problem's nodes ``n``: µs per ``(n + 1)² × k`` on top (``contiguous_dp``
 #: measured 0.06-0.12 on the reference machine).
@@ -184,7 +184,8 @@ def _start_on_fewer(problem: PlacementProblem, warm: np.ndarray | None, options:
         where = {d: i for i, d in enumerate(devices)}
         full_hint = np.array([where.get(int(d), 0) for d in warm])
         hint = full_hint if contraction is None else contraction.restrict(full_hint)
-    result = solve_cpsat(sub, replace(options, warm_start=hint, coarsen_keys=None, bounded=False))
+    result = solve_cpsat(sub, replace(options, warm_start=hint, coarsen_keys=None, layer_positions=None,
+                                      bounded=False))
     where = f"{FEWER_DEVICES} devices" + ("" if contraction is None else f", {problem.n} -> {search.n} nodes")
     if result.solution is None:
         tried.append(f"cpsat on {where}: {result.status.value}")
@@ -204,7 +205,7 @@ def _cpsat(problem: PlacementProblem, warm: np.ndarray | None, options: SolveOpt
     coarse problem, whose bound does not bound the problem itself."""
     search, contraction = problem, None
     # the options of the search: without the objective's bound on a coarse problem (it does not bound this one)
-    searched = replace(options, coarsen_keys=None)
+    searched = replace(options, coarsen_keys=None, layer_positions=None)
     if problem.n > options.max_nodes:
         contraction = coarsen_problem(problem, options.max_nodes, keys=options.coarsen_keys, seed=options.seed)
         search = contraction.coarse

@@ -39,6 +39,11 @@ class SolveOptions:
     coarsen_keys : tuple or None
         A hashable per problem node (e.g. its layer scope); nodes sharing one
         are merged first when ``auto`` coarsens.
+    layer_positions : tuple of float or None
+        Per problem node, its position along the forward pass, shared by a
+        layer's forward, gradient and update nodes
+        (:meth:`placer.core.build.BuiltProblem.layer_positions`): the order
+        ``layer_dp`` splits; ``None`` (not a training graph with layers): it declines.
     bounded : bool
         Whether solutions carry the objective's own lower bound; ``auto``
         turns it off for the auxiliary problems it searches (coarsened, or on
@@ -53,6 +58,7 @@ class SolveOptions:
     objective: str = DEFAULT_OBJECTIVE
     max_nodes: int = DEFAULT_MAX_NODES
     coarsen_keys: tuple | None = None
+    layer_positions: tuple[float, ...] | None = None
     bounded: bool = True
 
 

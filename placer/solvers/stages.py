@@ -11,6 +11,11 @@ and to send each tensor that leaves it (Tarnawski et al., NeurIPS'20). Stages re
 devices a node may use; colocation holds because the problem's nodes are
 colocation groups already.
 
+``layer_dp`` runs the same DP over the prefixes of the graph's layers in
+order (``SolveOptions.layer_positions``), stages made of whole chunks of
+layers, so that a training graph is cut between layers, each with its
+gradient and update ops, at any size.
+
 Transfers are priced at the mean off-diagonal link (exact when every link
 is the same, as in the NeurIPS'20 workloads); the plan is then scored by
 the caller's objective like every other solver's.
@@ -44,6 +49,7 @@ import numpy as np
 
 from ..core.objectives import get_objective
 from ..core.problem import PlacementProblem, dependencies
+from ..errors import SolverError
 from .base import Solution, SolveOptions, finish
 from .registry import solver
 
@@ -69,9 +75,11 @@ def _tensor_costs(problem: PlacementProblem, traffic: bool) -> np.ndarray:
     return np.array([0.0 if t.nbytes <= 0 else t.count * lat + t.nbytes * inv_bw for t in problem.tensors])
 
 
-def boundary_costs(problem: PlacementProblem, pos: np.ndarray, traffic: bool = False) -> np.ndarray:
-    """``C[i, j]``: receive + send seconds of the stage holding order positions ``i … j-1`` (shape ``(n+1, n+1)``),
-    or with ``traffic`` the bytes it receives.
+def boundary_costs(problem: PlacementProblem, pos: np.ndarray, traffic: bool = False,
+                   size: int | None = None) -> np.ndarray:
+    """``C[i, j]``: receive + send seconds of the stage holding order positions ``i … j-1`` (shape ``(N+1, N+1)``,
+    ``N = size`` positions, default one per node), or with ``traffic`` the bytes it receives. Nodes may share
+    a position (a chunk of the order that stages take whole).
 
     A tensor is received once by a stage that holds one of its consumers
     but not its producer, and sent once by a stage that holds its producer
@@ -79,7 +87,7 @@ def boundary_costs(problem: PlacementProblem, pos: np.ndarray, traffic: bool = F
     the order where groups form cycles). Built as a 2-D difference array:
     each tensor adds one rectangle of ``(i, j)`` per consumer and two for its producer.
     """
-    n = problem.n
+    n = problem.n if size is None else size
     tau = _tensor_costs(problem, traffic)
     rows: list[int] = []
     cols: list[int] = []
@@ -303,3 +311,70 @@ def contiguous_dp(problem: PlacementProblem, options: SolveOptions) -> Solution 
         subset = np.triu(np.ones((n + 1, n + 1), dtype=bool))
     a = _best_stages(p, member, comm, subset, traffic)
     return None if a is None else finish(p, a, "contiguous_dp", t0, options)
+
+
+#: The most chunks ``layer_dp`` cuts its order into (its cost matrices are ``(chunks + 1)²``; a chunk holds
+#: whole positions, so a layer is cut from its gradient and update ops only when one position outgrows it).
+MAX_CHUNKS = 500
+
+
+def layer_chunks(positions: np.ndarray, max_chunks: int = MAX_CHUNKS) -> np.ndarray:
+    """Per node, its chunk of the order sorted by ``positions`` (ties by index): runs of equal position stay in
+    one chunk, consecutive runs merged while a chunk holds fewer than ``n / max_chunks`` nodes (so at most
+    ``max_chunks + 1`` chunks).
+
+    >>> layer_chunks(np.array([2.0, 0.0, 1.0, 0.0, 2.0]), max_chunks=5).tolist()
+    [2, 0, 1, 0, 2]
+    >>> layer_chunks(np.array([2.0, 0.0, 1.0, 0.0, 2.0]), max_chunks=2).tolist()
+    [1, 0, 0, 0, 1]
+    """
+    positions = np.asarray(positions, dtype=float)
+    n = len(positions)
+    order = np.lexsort((np.arange(n), positions))
+    run = np.concatenate([[0], np.cumsum(positions[order][1:] != positions[order][:-1])]).astype(int)
+    sizes = np.bincount(run)
+    target = n / max(max_chunks, 1)
+    chunk_of_run = np.zeros(len(sizes), dtype=int)
+    chunk, held = 0, 0
+    for r, size in enumerate(sizes):
+        if held >= target:
+            chunk, held = chunk + 1, 0
+        chunk_of_run[r] = chunk
+        held += size
+    out = np.empty(n, dtype=int)
+    out[order] = chunk_of_run[run]
+    return out
+
+
+@solver("layer_dp")
+def layer_dp(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
+    """The best split of the layer order into contiguous stages on devices ``0 … k-1`` (the objective of
+    :func:`contiguous_dp`: max load, or bytes crossing for ``memory``); ``None`` without
+    ``options.layer_positions`` or when no split fits.
+
+    The order sorts nodes by ``options.layer_positions`` (a layer's forward, gradient and update nodes share
+    one, :func:`placer.core.build.layer_positions`): a split between positions cuts the model between layers
+    and never parts a layer from its gradients, which a topological order of a training graph does (its
+    forward pass comes before every gradient). Stages take whole chunks (:func:`layer_chunks`), so any
+    problem size costs at most ``(MAX_CHUNKS + 1)²`` per device.
+
+    Raises
+    ------
+    SolverError
+        ``layer_positions`` does not give one position per node.
+    """
+    t0 = time.perf_counter()
+    if options.layer_positions is None:
+        return None
+    positions = np.asarray(options.layer_positions, dtype=float)
+    if positions.shape != (problem.n,):
+        raise SolverError(f"layer_positions has {positions.size} entries for {problem.n} nodes; pass one per "
+                          "problem node (BuiltProblem.layer_positions) or None")
+    chunk = layer_chunks(positions)
+    count = int(chunk.max()) + 1 if problem.n else 0
+    traffic = get_objective(options.objective).cpsat_model == "traffic"
+    member = chunk[None, :] < np.arange(count + 1)[:, None]  # prefix i: the chunks before i
+    comm = boundary_costs(problem, chunk, traffic, size=count)
+    subset = np.triu(np.ones((count + 1, count + 1), dtype=bool))
+    a = _best_stages(problem, member, comm, subset, traffic)
+    return None if a is None else finish(problem, a, "layer_dp", t0, options)
