@@ -236,23 +236,31 @@ def ideal_costs(problem: PlacementProblem, member: np.ndarray,
     return comm, subset
 
 
-def _best_stages(p: PlacementProblem, member: np.ndarray, comm: np.ndarray, subset: np.ndarray,
-                 traffic: bool = False) -> np.ndarray | None:
-    """Devices ``0 … k-1`` in turn each take the stage ``b \\ a`` between two ideals (possibly empty),
-    minimising the max load (with ``traffic``: the bytes received, summed over stages); the assignment,
-    or ``None`` when no split fits."""
-    N = member.shape[0]
-    k = p.k
+def _ideal_sums(p: PlacementProblem, member: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per ideal (rows of ``member``): its memory, its work on each device, and how many of its nodes each
+    device may not run (``(N,)``, ``(N, k)``, ``(N, k)``)."""
     f = member.astype(np.float64)
-    mem = f @ np.asarray(p.memory_bytes, dtype=float)
+    compute = np.asarray(p.compute_s, dtype=float)
+    finite = np.isfinite(compute)
+    return (f @ np.asarray(p.memory_bytes, dtype=float), f @ np.where(finite, compute, 0.0),
+            f @ (~finite).astype(np.float64))
+
+
+def _best_stages(p: PlacementProblem, sums: tuple[np.ndarray, np.ndarray, np.ndarray], comm: np.ndarray,
+                 subset: np.ndarray, traffic: bool = False) -> list[tuple[int, int]] | None:
+    """Devices ``0 … k-1`` in turn each take the stage ``b \\ a`` between two ideals (possibly empty),
+    minimising the max load (with ``traffic``: the bytes received, summed over stages); per device its
+    ``(a, b)``, or ``None`` when no split fits. ``sums`` are :func:`_ideal_sums` (ideal 0 empty, the last
+    every node)."""
+    mem, work_all, bad_all = sums
+    N = mem.shape[0]
+    k = p.k
     seg_mem = mem[None, :] - mem[:, None]
     best = np.full(N, np.inf)
     best[0] = 0.0  # ideal 0 is the empty set: before any device, nothing is placed
     choices = np.zeros((k, N), dtype=int)
     for m in range(k):
-        col = np.asarray(p.compute_s[:, m], dtype=float)
-        bad = f @ (~np.isfinite(col)).astype(np.float64)
-        work = f @ np.where(np.isfinite(col), col, 0.0)
+        work, bad = work_all[:, m], bad_all[:, m]
         cost = comm if traffic else work[None, :] - work[:, None] + comm
         ok = subset & (np.abs(bad[None, :] - bad[:, None]) < 0.5) & (seg_mem <= p.capacity_bytes[m] * (1 + 1e-9))
         cost = np.where(ok, cost, np.inf)
@@ -263,13 +271,13 @@ def _best_stages(p: PlacementProblem, member: np.ndarray, comm: np.ndarray, subs
     full = N - 1  # the last ideal is every node
     if not np.isfinite(best[full]):
         return None
-    a = np.zeros(p.n, dtype=int)
+    stages = []
     j = full
     for m in range(k - 1, -1, -1):
         i = int(choices[m, j])
-        a[member[j] & ~member[i]] = m
+        stages.append((i, j))
         j = i
-    return a
+    return stages[::-1]
 
 
 def _split_order(problem: PlacementProblem, edges: list[tuple[int, int]]) -> list[int]:
@@ -309,8 +317,13 @@ def contiguous_dp(problem: PlacementProblem, options: SolveOptions) -> Solution 
         member[:, order] = np.tri(n + 1, n, -1, dtype=bool)
         comm = boundary_costs(p, pos, traffic)
         subset = np.triu(np.ones((n + 1, n + 1), dtype=bool))
-    a = _best_stages(p, member, comm, subset, traffic)
-    return None if a is None else finish(p, a, "contiguous_dp", t0, options)
+    stages = _best_stages(p, _ideal_sums(p, member), comm, subset, traffic)
+    if stages is None:
+        return None
+    a = np.zeros(n, dtype=int)
+    for m, (i, j) in enumerate(stages):
+        a[member[j] & ~member[i]] = m
+    return finish(p, a, "contiguous_dp", t0, options)
 
 
 #: The most chunks ``layer_dp`` cuts its order into (its cost matrices are ``(chunks + 1)²``; a chunk holds
@@ -373,8 +386,22 @@ def layer_dp(problem: PlacementProblem, options: SolveOptions) -> Solution | Non
     chunk = layer_chunks(positions)
     count = int(chunk.max()) + 1 if problem.n else 0
     traffic = get_objective(options.objective).cpsat_model == "traffic"
-    member = chunk[None, :] < np.arange(count + 1)[:, None]  # prefix i: the chunks before i
+    compute = np.asarray(problem.compute_s, dtype=float)
+    finite = np.isfinite(compute)
+
+    def prefix(values: np.ndarray) -> np.ndarray:  # per prefix i (the chunks before i): the sum of ``values``
+        per_chunk = np.zeros((count,) + values.shape[1:])
+        np.add.at(per_chunk, chunk, values)
+        return np.concatenate([np.zeros((1,) + values.shape[1:]), np.cumsum(per_chunk, axis=0)])
+
+    sums = (prefix(np.asarray(problem.memory_bytes, dtype=float)), prefix(np.where(finite, compute, 0.0)),
+            prefix((~finite).astype(float)))
     comm = boundary_costs(problem, chunk, traffic, size=count)
     subset = np.triu(np.ones((count + 1, count + 1), dtype=bool))
-    a = _best_stages(problem, member, comm, subset, traffic)
-    return None if a is None else finish(problem, a, "layer_dp", t0, options)
+    stages = _best_stages(problem, sums, comm, subset, traffic)
+    if stages is None:
+        return None
+    a = np.zeros(problem.n, dtype=int)
+    for m, (i, j) in enumerate(stages):
+        a[(chunk >= i) & (chunk < j)] = m
+    return finish(problem, a, "layer_dp", t0, options)
