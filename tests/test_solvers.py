@@ -163,13 +163,13 @@ def test_negative_tensor_size_rejected():
 DP_OBJECTIVES = {"throughput": lambda ev: ev.objective, "memory": lambda ev: float(ev.traffic_bytes.sum())}
 
 
-def _contiguous_brute_force(problem, order=None, objective="throughput"):
+def _contiguous_brute_force(problem, order=None, objective="throughput", cuts=None):
     """The least max load (or traffic) over every split of ``order`` (``problem.order``) into stages on
-    devices 0..k-1 (some empty)."""
+    devices 0..k-1 (some empty), cut at any of ``cuts`` (default every position)."""
     order, n, k = list(problem.order if order is None else order), problem.n, problem.k
     best = np.inf
-    for cuts in itertools.combinations_with_replacement(range(n + 1), k - 1):
-        bounds = (0, *cuts, n)
+    for chosen in itertools.combinations_with_replacement(range(n + 1) if cuts is None else cuts, k - 1):
+        bounds = (0, *chosen, n)
         a = np.zeros(n, dtype=int)
         for m in range(k):
             a[order[bounds[m]:bounds[m + 1]]] = m
@@ -236,15 +236,7 @@ def test_layer_dp_is_the_best_split_of_its_chunks(seed, n, k, levels, max_chunks
         for level in set(positions.tolist()):
             assert len(set(chunk[positions == level].tolist())) == 1
         cuts = [0] + [i for i in range(1, n) if chunk[order[i]] != chunk[order[i - 1]]] + [n]
-        best = np.inf
-        for chosen in itertools.combinations_with_replacement(cuts, k - 1):
-            bounds = (0, *chosen, n)
-            a = np.zeros(n, dtype=int)
-            for m in range(k):
-                a[order[bounds[m]:bounds[m + 1]]] = m
-            ev = evaluate(p, a)
-            if ev.feasible:
-                best = min(best, DP_OBJECTIVES[objective](ev))
+        best = _contiguous_brute_force(p, order, objective, cuts)
         options = SolveOptions(objective=objective, layer_positions=tuple(positions.tolist()))
         sol = stages.layer_dp(p, options)
         if not np.isfinite(best):
