@@ -371,6 +371,18 @@ def layer_dp(problem: PlacementProblem, options: SolveOptions) -> Solution | Non
     forward pass comes before every gradient). Stages take whole chunks (:func:`layer_chunks`), so any
     problem size costs at most ``(MAX_CHUNKS + 1)²`` per device.
 
+    Examples
+    --------
+    Four 1 s nodes, tensors free, two layers (positions 0 and 1): one layer per device.
+
+    >>> from cost_models import TensorEdge
+    >>> p = PlacementProblem.build(names=list("abcd"), compute_s=np.ones((4, 2)), memory_bytes=np.zeros(4),
+    ...     capacity_bytes=np.full(2, np.inf), tensors=[TensorEdge(i, (i + 1,), 0.0) for i in range(3)],
+    ...     bandwidth=np.full((2, 2), 1e9), latency=np.zeros((2, 2)))
+    >>> s = layer_dp(p, SolveOptions(objective="throughput", layer_positions=(1.0, 0.0, 1.0, 0.0)))
+    >>> s.assignment.tolist(), s.objective
+    ([1, 0, 1, 0], 2.0)
+
     Raises
     ------
     SolverError
