@@ -73,7 +73,7 @@ from .attrs import (
     VARIABLE,
 )
 from .devices import DeviceSet
-from .problem import PlacementProblem, Schedule, group_tensors
+from .problem import PlacementProblem, Schedule, dependencies, group_tensors
 from .validate import MAX_BYTES, real
 
 #: Grouping registry: name → the group key of a node (``None``: no key; the node is its own group
@@ -133,7 +133,8 @@ class BuiltProblem:
         without layers."""
         if self.layer_keys is None:
             return None
-        return tuple(layer_positions(self.problem, self.layer_keys).tolist())
+        keys = self.layer_keys  # computed once per problem: the planner asks for options more than once
+        return self.problem.memo("layer_positions", lambda: tuple(layer_positions(self.problem, keys).tolist()))
 
     def node_devices(self, group_assignment: np.ndarray) -> dict[Hashable, str]:
         """Graph node → device name, from one device index per group."""
@@ -516,16 +517,11 @@ def layer_positions(problem: PlacementProblem, keys: Sequence[Hashable]) -> np.n
     import heapq
 
     sched = problem.schedule_view()
-    preds: list[list[int]] = [[] for _ in range(sched.m)]
-    for t in sched.tensors:
-        for d in t.dsts:
-            preds[d].append(t.src)
-    for u, v in sched.control:
-        preds[v].append(u)
+    preds, _ = dependencies(sched.m, sched.tensors, sched.control)
     depth = np.zeros(sched.m)
     for v in problem.schedule_order():
         if preds[v]:
-            depth[v] = 1.0 + max(depth[u] for u in preds[v])
+            depth[v] = 1.0 + max(depth[u] for _, u in preds[v])
     group = np.asarray(sched.group, dtype=int)
     ops: dict[Hashable, int] = {}
     deepest: dict[Hashable, float] = {}
@@ -534,12 +530,8 @@ def layer_positions(problem: PlacementProblem, keys: Sequence[Hashable]) -> np.n
         ops[key] = ops.get(key, 0) + 1
         deepest[key] = max(deepest.get(key, -1.0), float(depth[i]))
     pos = np.array([deepest[key] if ops[key] > 1 else -1.0 for key in keys])
-    neighbours: list[list[tuple[float, int]]] = [[] for _ in range(problem.n)]
-    for t in problem.tensors:
-        for d in t.dsts:
-            if d != t.src:
-                neighbours[t.src].append((t.nbytes, d))
-                neighbours[d].append((t.nbytes, t.src))
+    into, out = dependencies(problem.n, problem.tensors)
+    neighbours = [[(problem.tensors[t].nbytes, u) for t, u in into[v] + out[v]] for v in range(problem.n)]
     heap = [(-b, u, v) for v in np.flatnonzero(pos >= 0) for b, u in neighbours[v] if pos[u] < 0]
     heapq.heapify(heap)
     while heap:

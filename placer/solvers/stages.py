@@ -236,14 +236,18 @@ def ideal_costs(problem: PlacementProblem, member: np.ndarray,
     return comm, subset
 
 
-def _ideal_sums(p: PlacementProblem, member: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per ideal (rows of ``member``): its memory, its work on each device, and how many of its nodes each
-    device may not run (``(N,)``, ``(N, k)``, ``(N, k)``)."""
-    f = member.astype(np.float64)
+def _node_sums(p: PlacementProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per node: its memory, its work on each device (0 where not allowed), and 1 per device it may not run
+    on (``(n,)``, ``(n, k)``, ``(n, k)``): what a stage's totals add up."""
     compute = np.asarray(p.compute_s, dtype=float)
     finite = np.isfinite(compute)
-    return (f @ np.asarray(p.memory_bytes, dtype=float), f @ np.where(finite, compute, 0.0),
-            f @ (~finite).astype(np.float64))
+    return np.asarray(p.memory_bytes, dtype=float), np.where(finite, compute, 0.0), (~finite).astype(np.float64)
+
+
+def _ideal_sums(p: PlacementProblem, member: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per ideal (rows of ``member``): :func:`_node_sums` added over its nodes."""
+    f = member.astype(np.float64)
+    return tuple(f @ x for x in _node_sums(p))  # type: ignore[return-value]
 
 
 def _best_stages(p: PlacementProblem, sums: tuple[np.ndarray, np.ndarray, np.ndarray], comm: np.ndarray,
@@ -398,16 +402,13 @@ def layer_dp(problem: PlacementProblem, options: SolveOptions) -> Solution | Non
     chunk = layer_chunks(positions)
     count = int(chunk.max()) + 1 if problem.n else 0
     traffic = get_objective(options.objective).cpsat_model == "traffic"
-    compute = np.asarray(problem.compute_s, dtype=float)
-    finite = np.isfinite(compute)
 
     def prefix(values: np.ndarray) -> np.ndarray:  # per prefix i (the chunks before i): the sum of ``values``
         per_chunk = np.zeros((count,) + values.shape[1:])
         np.add.at(per_chunk, chunk, values)
         return np.concatenate([np.zeros((1,) + values.shape[1:]), np.cumsum(per_chunk, axis=0)])
 
-    sums = (prefix(np.asarray(problem.memory_bytes, dtype=float)), prefix(np.where(finite, compute, 0.0)),
-            prefix((~finite).astype(float)))
+    sums = tuple(prefix(x) for x in _node_sums(problem))
     comm = boundary_costs(problem, chunk, traffic, size=count)
     subset = np.triu(np.ones((count + 1, count + 1), dtype=bool))
     stages = _best_stages(problem, sums, comm, subset, traffic)
