@@ -502,6 +502,21 @@ def test_spreading_bound_sees_more_than_one_cut_of_a_chain():
     assert sol.objective == 11.0 and lp <= sol.lower_bound <= sol.objective
 
 
+def test_spreading_bound_raises_a_typed_error_when_the_lp_fails(monkeypatch):
+    """An LP that GLOP does not solve to optimality is no bound: a SolverError saying what to report."""
+    from ortools.linear_solver import pywraplp
+
+    from placer.core.spreading import spreading_bound
+
+    monkeypatch.setattr(pywraplp.Solver, "Solve", lambda self: pywraplp.Solver.ABNORMAL)
+    chain = [TensorEdge(i, (i + 1,), 10.0) for i in range(3)]
+    p = PlacementProblem.build(names=list("abcd"), compute_s=np.ones((4, 2)), memory_bytes=np.ones(4),
+                               capacity_bytes=np.full(2, 2.0), tensors=chain, bandwidth=np.ones((2, 2)),
+                               latency=np.zeros((2, 2)))
+    with pytest.raises(SolverError, match="spreading LP.*not optimal; report this with the graph"):
+        spreading_bound(p)
+
+
 def test_spreading_bound_runs_beside_tensorflow():
     """GLOP solves the LP in a process that imported TensorFlow first (CP-SAT crashes there: it runs in a
     child process; the bound does not)."""

@@ -201,7 +201,8 @@ def _solve_lp(graph: CutGraph, sources: list[int], spread: float) -> tuple[float
     solver.LoadModelFromProto(model)
     status = solver.Solve()
     if status != pywraplp.Solver.OPTIMAL:
-        raise SolverError(f"the spreading LP ended {status} (not optimal); report this with the graph")
+        raise SolverError(f"the memory objective's lower bound (its spreading LP) ended with GLOP status {status}, "
+                          "not optimal; report this with the graph (placer.save_graph) and its devices")
     y = np.array([solver.variable(e).solution_value() for e in range(E)])
     return solver.Objective().Value() * scale, y
 
