@@ -123,7 +123,8 @@ def summary_lines(results: list[dict], emit: Callable[[str], None]) -> None:
     four = [r for r in results if r["training"] and r["k"] == 4]
     if four:
         emit()
-        emit("Training steps on 4 devices (values in ms; memory in MB across devices):")
+        emit("Training steps on 4 devices (predicted: latency the simulated step, throughput the pipelined max load, "
+             "in ms; memory: MB crossing devices):")
         emit()
         emit("| graph | ops | objective | ours | lower bound | gap | best baseline | solve s |")
         emit("|---|---|---|---|---|---|---|---|")
@@ -176,7 +177,8 @@ def main() -> int:
     else:
         emit("## Solver benchmark")
         emit()
-        emit("Values: latency/throughput in ms, memory in MB crossing devices; `—`: not applicable or no feasible plan.")
+        emit("Values are predicted (latency: the simulated step; throughput: the pipelined max load; in ms), memory in "
+             "MB crossing devices; `—`: not applicable or no feasible plan.")
         emit("`ok` = ours <= every baseline.")
         emit()
         header = ("| graph | ops | k | objective | ours | lower bound | gap | solve s | " + " | ".join(BASELINES)
