@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from cost_models import TensorEdge
 from placer.errors import CostError, GraphError, NoFeasiblePlanError, SolverError
-from placer.core.problem import PlacementProblem, evaluate
+from placer.core.problem import PlacementProblem, dependencies, evaluate
 from placer.solvers import SolveOptions, available_solvers, solve_problem
 
 #: These tests check the max-load model (the throughput objective) exactly.
@@ -719,6 +719,59 @@ def test_descent_keeps_every_constraint_never_worsens_and_is_deterministic(seed,
     assert np.array_equal(descend(p, start, simulations=30), moved)
     # slack as the simulator ran it: no op starts later than its latest start
     assert (slack(p, moved, simulate_step(p, moved)) >= -1e-9).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 25), k=st.integers(2, 4), comm=st.sampled_from([0.0, 0.1, 3.0]))
+def test_critical_moves_name_only_what_held_up_the_step(seed, n, k, comm):
+    """Each move is a node to another device (or any, ``-1``), once; none at all only where the step is a
+    path of the DAG at its ops' times (nothing waited for a device or a transfer)."""
+    from placer.core.objectives import simulate_step
+    from placer.solvers.descent import critical_moves
+
+    p = random_problem(seed, n, k, comm=comm)
+    a = np.random.default_rng(seed).integers(0, k, n)
+    result = simulate_step(p, a)
+    moves = critical_moves(p, a, result)
+    assert len(set(moves)) == len(moves)
+    assert all(0 <= v < n and (d == -1 or (0 <= d < k and d != a[v])) for v, d in moves)
+    sched = p.schedule_view()
+    own = sched.durations_s[np.arange(sched.m), a[sched.group]]
+    longest = np.zeros(sched.m)  # latest end of a path ending at each op, at its own device's time
+    preds = dependencies(sched.m, sched.tensors, sched.control)[0]
+    for v in p.schedule_order().tolist():
+        longest[v] = own[v] + max((longest[u] for _, u in preds[v]), default=0.0)
+    assert result.step_time_s >= longest.max() * (1 - 1e-9)
+    if not moves:
+        assert result.step_time_s == pytest.approx(longest.max(), rel=1e-9)
+
+
+def test_critical_moves_follow_the_chain_through_devices_and_links():
+    """``a`` (1 s) feeds ``b`` (1 s) over a 2 s transfer; ``c`` (4 s) reads nothing."""
+    from placer.core.objectives import simulate_step
+    from placer.solvers.descent import critical_moves
+
+    p = PlacementProblem.build(names=["a", "b", "c"], compute_s=np.array([[1.0] * 2, [1.0] * 2, [4.0] * 2]),
+                               memory_bytes=np.zeros(3), capacity_bytes=np.full(2, np.inf),
+                               tensors=[TensorEdge(0, (1,), 2000.0)], bandwidth=np.full((2, 2), 1000.0),
+                               latency=np.zeros((2, 2)))
+
+    def moves(*assignment):
+        a = np.array(assignment)
+        return simulate_step(p, a).step_time_s, critical_moves(p, a, simulate_step(p, a))
+
+    # c runs 0-4 on b's device; b's input arrives at 3 and waits for c: c held the step up 1 s
+    assert moves(0, 1, 1) == (pytest.approx(5.0), [(2, -1)])
+    # c after a on device 0 (FIFO, lower index first): a held c up 1 s
+    assert moves(0, 1, 0) == (pytest.approx(5.0), [(0, -1)])
+    # without c: the 2 s transfer is the chain's, and either end may join the other
+    p2 = PlacementProblem.build(names=["a", "b"], compute_s=np.ones((2, 2)), memory_bytes=np.zeros(2),
+                                capacity_bytes=np.full(2, np.inf), tensors=[TensorEdge(0, (1,), 2000.0)],
+                                bandwidth=np.full((2, 2), 1000.0), latency=np.zeros((2, 2)))
+    a = np.array([0, 1])
+    result = simulate_step(p2, a)
+    assert result.step_time_s == pytest.approx(4.0)
+    assert critical_moves(p2, a, result) == [(0, 1), (1, 0)]
 
 
 def test_descent_spends_its_budget_where_simulations_cannot_resume(monkeypatch):
