@@ -181,22 +181,22 @@ def tensor_heavy_graph(seed):
     return g, float(rng.uniform(0.55, 0.9))
 
 
-@pytest.mark.parametrize("seed,way", [(42, "groups charged for the tensors they keep live"),
-                                      (57, "lowering resident budgets instead")])
+@pytest.mark.parametrize("seed,way", [(45, "groups charged for the tensors they keep live"),
+                                      (63, "lowering resident budgets instead")])
 def test_peak_memory_is_fitted_by_re_solving(seed, way):
     # the first plan's simulated peak (resident + live tensors) overflows a device; re-solving with the
-    # groups that held the peak charged for it fits (seed 42; lowering that device's budget alone left no
-    # plan), or, where charges leave no plan, lowering budgets does (seed 57; seed 15 did until the descent's
-    # critical-chain moves changed its first plan, after which neither way found one)
+    # groups that held the peak charged for it fits (seed 45), or, where charges leave no plan, lowering
+    # budgets does (seed 63). HEFT places (its plans do not change when auto gains a heuristic; seeds 42 and
+    # 15 under auto stopped reaching these paths when its plans improved)
     g, frac = tensor_heavy_graph(seed)
     one = placer.solve(g, ["/CPU:0"], memory="peak", time_limit_s=0.5)
     cap = int(frac * one.predicted_peak_memory_bytes[0])
-    p = placer.solve(g, devices_for(2, capacity=cap), memory="peak", time_limit_s=0.5)
+    p = placer.solve(g, devices_for(2, capacity=cap), memory="peak", time_limit_s=0.5, algorithm="heft")
     assert max(p.predicted_peak_memory_bytes) <= cap
     assert any("re-solving" in line for line in p.log) and any(way in line for line in p.log)
     with pytest.raises(InsufficientMemoryError, match="over"):
         placer.solve(g, devices_for(2, capacity=int(0.3 * one.predicted_peak_memory_bytes[0])), memory="peak",
-                     time_limit_s=0.5)
+                     time_limit_s=0.5, algorithm="heft")
 
 
 def _small():

@@ -797,3 +797,63 @@ def test_auto_for_latency_on_more_than_two_devices_descends_instead_of_a_full_cp
     assert any(line.startswith("cpsat on 4 devices: skipped") for line in sol.log), sol.log
     throughput = solve_problem(p, "auto", SolveOptions(objective="throughput", time_limit_s=2))
     assert not any(line.startswith("descent ") for line in throughput.log)  # loads need no simulation
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 6), k=st.integers(2, 3), hetero=st.booleans(),
+       capacity=st.sampled_from([np.inf, 250.0]))
+def test_heavy_enum_equals_brute_force_where_every_node_is_heavy(seed, n, k, hetero, capacity):
+    """Up to MAX_HEAVY nodes every node is heavy: the set partitions (interchangeable devices) or labelings
+    it tries hold an optimum of the simulated step."""
+    from placer.core.objectives import makespan
+    from placer.solvers import heavy
+
+    p = random_problem(seed, n, k, hetero=hetero, capacity=capacity)
+    assert heavy.interchangeable(p) == (not hetero or k == 1)
+    best = min((makespan(p, np.array(a)) for a in itertools.product(range(k), repeat=n)), default=np.inf)
+    if not np.isfinite(best):
+        with pytest.raises(NoFeasiblePlanError):
+            solve_problem(p, "heavy_enum", SolveOptions(objective="latency"))
+        return
+    s = solve_problem(p, "heavy_enum", SolveOptions(objective="latency"))
+    assert s.objective == pytest.approx(best, rel=1e-12)
+    assert s.objective >= s.lower_bound - 1e-12
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 30), k=st.integers(2, 4), forbid=st.sampled_from([0.0, 0.3]),
+       capacity=st.sampled_from([np.inf, 900.0]), objective=st.sampled_from(["latency", "throughput"]))
+def test_heavy_enum_keeps_every_constraint_and_is_deterministic(seed, n, k, forbid, capacity, objective):
+    from placer.solvers import heavy
+
+    p = random_problem(seed, n, k, forbid=forbid, capacity=capacity)
+    reason = heavy.few_heavy_nodes(p)
+    w = p.compute_s.min(axis=1)
+    assert (reason is None) == (np.sort(w)[::-1][:heavy.MAX_HEAVY].sum() >= heavy.MIN_COVER * w.sum())
+    if reason is not None:
+        return
+    options = SolveOptions(objective=objective)
+    owner = heavy.followers(p, np.argsort(-w, kind="stable")[:heavy.heavy_count(p, options)])
+    assert owner.shape == (n,) and owner.min() >= 0
+    try:
+        s = solve_problem(p, "heavy_enum", options)
+    except NoFeasiblePlanError:
+        return
+    assert s.assignment.shape == (n,) and ((0 <= s.assignment) & (s.assignment < k)).all()
+    assert evaluate(p, s.assignment).feasible  # kernels and memory kept
+    assert s.objective >= s.lower_bound - 1e-12
+    assert np.array_equal(solve_problem(p, "heavy_enum", options).assignment, s.assignment)
+
+
+@pytest.mark.parametrize("identical", [True, False])
+def test_heavy_labelings_are_counted_distinct_and_cover_every_split(identical):
+    from placer.solvers.heavy import labelings, plan_count
+
+    for h in range(0, 7):
+        for k in range(1, 5):
+            labels = list(labelings(h, k, identical))
+            assert len(labels) == len(set(labels)) == plan_count(h, k, identical)
+            # every labeling is some listed one with its devices renamed (identical) or listed itself
+            canon = {tuple(list(dict.fromkeys(a)).index(x) for x in a)  # devices renamed by first use
+                     for a in itertools.product(range(k), repeat=h)}
+            assert (canon <= set(labels)) if identical else len(labels) == k ** h

@@ -14,13 +14,16 @@ auto          every heuristic below, then CP-SAT warm-started from the
 cpsat         CP-SAT max-load or min-traffic model, proven bound
 heft          HEFT list scheduling (earliest finish), memory-capped
 group_heft    HEFT on the contracted graph: each group one unit
-              (not yet among auto's heuristics)
 etf           ETF list scheduling (earliest start; Baechi's m-ETF)
 partition     METIS k-way partition (balanced compute, min bytes cut)
 mincut        exact min-cut of total busy time (2 devices only)
 contiguous    topological order in k equal-compute stages
 contiguous_dp the best split of the topological order into stages (DP
               over the throughput objective, Tarnawski et al.)
+layer_dp      the same DP over the layers' order (a training step's
+              forward, gradient and update ops of a layer together)
+heavy_enum    every placement of the few heaviest nodes, the others
+              following the nearest (where a few hold 80% of the work)
 round_robin   nodes dealt to devices in turn
 single        everything on the best single device that fits
 ============  =======================================================
@@ -48,6 +51,7 @@ from ..core.objectives import get_objective
 from ..core.problem import PlacementProblem
 from ..errors import SolverError
 from . import cpsat as _cpsat  # noqa: F401  (registers)
+from . import heavy as _heavy  # noqa: F401
 from . import heuristics as _heuristics  # noqa: F401
 from . import listsched as _listsched  # noqa: F401
 from . import mincut as _mincut  # noqa: F401

@@ -33,12 +33,14 @@ import itertools
 import logging
 import time
 from dataclasses import replace
+from typing import Callable
 
 import numpy as np
 
 from ..core.objectives import get_objective
 from ..core.problem import PlacementProblem, evaluate
 from ..errors import NoFeasiblePlanError
+from . import heavy
 from .base import Solution, SolveOptions, finish
 from .cpsat import solve_cpsat
 from .descent import US_PER_OP as DESCENT_US_PER_OP
@@ -57,7 +59,7 @@ DEFAULT_SOLVER = "auto"
 #: different plans: MobileNetV2's forward pass on 4 devices, memory, 0.31 MB from partition's start,
 #: 0.38 from layer_dp's equal plan).
 HEURISTICS = ("single", "round_robin", "contiguous", "contiguous_dp", "partition", "heft", "group_heft", "etf",
-              "layer_dp", "mincut")
+              "layer_dp", "heavy_enum", "mincut")
 #: The least refinement ``auto`` does (estimated seconds) when some budget is left.
 MIN_REFINE_S = 0.5
 #: Tensor receivers per fine op of the graphs the rates were measured on (NN graphs: 1-2); a graph with
@@ -74,6 +76,10 @@ HEURISTIC_US_PER_OP: dict[str, tuple[float, float]] = {
     "single": (1.0, 0.0), "round_robin": (1.0, 0.0), "contiguous": (2.0, 0.0), "partition": (8.0, 0.0),
     "heft": (25.0, 10.0), "etf": (5.0, 15.0), "mincut": (250.0, 0.0), "contiguous_dp": (2.0, 0.0),
     "group_heft": (20.0, 5.0), "layer_dp": (4.0, 0.0),
+}
+#: Heuristics whose cost is per plan they score, not per op: their own estimate (seconds) for a problem.
+HEURISTIC_ESTIMATES: dict[str, Callable[[PlacementProblem, SolveOptions], float]] = {
+    "heavy_enum": heavy.estimated_s,
 }
 #: Heuristics quadratic in the problem's nodes ``n``: µs per ``(n + 1)² × k`` on top (``contiguous_dp``
 #: measured 0.06-0.12 on the reference machine).
@@ -254,7 +260,8 @@ def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
         if reason is None and name == "mincut" and np.array_equal(problem.compute_s[:, 0], problem.compute_s[:, 1]):
             # min total busy time on two identical devices is one device (or infeasible): nothing new
             reason = "identical devices"
-        cost = _estimated_s(name, m, problem.k, options.objective, problem.n)
+        cost = (HEURISTIC_ESTIMATES[name](problem, options) if name in HEURISTIC_ESTIMATES
+                else _estimated_s(name, m, problem.k, options.objective, problem.n))
         if reason is None and cost > MAX_SHARE.get(name, np.inf) * options.time_limit_s:
             reason = f"time limit: estimated {cost:.2g} s, more than {MAX_SHARE[name]:.0%} of the limit"
         if reason is None and found and cost > left + OVERSHOOT * options.time_limit_s:
