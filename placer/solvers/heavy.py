@@ -77,7 +77,10 @@ def interchangeable(problem: PlacementProblem) -> bool:
     """
     c, k = problem.compute_s, problem.k
     off = ~np.eye(k, dtype=bool)
-    same = lambda x: x.size == 0 or bool(np.all(x == x.flat[0]))  # noqa: E731
+
+    def same(x: np.ndarray) -> bool:
+        return x.size == 0 or bool(np.all(x == x.flat[0]))
+
     return (not problem.shared and all(np.array_equal(c[:, 0], c[:, d]) for d in range(1, k))
             and same(np.asarray(problem.capacity_bytes)) and same(np.asarray(problem.bandwidth)[off])
             and same(np.asarray(problem.latency)[off]))
