@@ -278,6 +278,8 @@ def simulate(
     options: SimOptions = SimOptions(),
     deps: Dependencies | None = None,
     resume: SimResult | None = None,
+    stop_above: float | None = None,
+    tails: Sequence[float] | None = None,
 ) -> SimResult:
     """Simulate one step of a placed graph.
 
@@ -314,6 +316,16 @@ def simulate(
         control edge to, an op that moved), so it runs only the ops after
         that and gives the same result as simulating from the start. Ignored
         where snapshots are not kept (``shared``, ``transfer_cpu_s``).
+    stop_above : float, optional
+        With ``tails``: stop as soon as an op ends at ``t`` with ``t + tails[op] > stop_above`` (the step
+        would end after ``stop_above``) and return ``step_time_s = inf``, ``simulated_ops`` the ops run so
+        far, nothing else (empty timeline). A step that ends at or before ``stop_above`` is simulated whole,
+        the same result as without it. For searches that only keep plans faster than a known step
+        (:mod:`placer.solvers.descent`). Ignored by the ``shared``, ``transfer_cpu_s`` and
+        ``acknowledged`` simulations.
+    tails : sequence of float, optional
+        Per node, a lower bound of the time the step runs after it ends (e.g. the longest path of its
+        successors' fastest durations, control edges included, after ``time_factor``).
 
     Returns
     -------
@@ -335,6 +347,13 @@ def simulate(
     7.0
     >>> simulate(d, es, [0, 0, 0, 0], lambda i, j, b: 0.0, options=SimOptions(concurrency=2)).step_time_s
     5.0
+
+    A plan only wanted if its step ends by 6.5 s: op 2 ends at 6 s with op 3's 1 s still to run after
+    it (``tails``: what must run after each op), so the simulation stops there, one op short:
+
+    >>> early = simulate(d, es, [0, 0, 0, 0], lambda i, j, b: 0.0, stop_above=6.5, tails=[4.0, 1.0, 1.0, 0.0])
+    >>> early.step_time_s, early.simulated_ops
+    (inf, 3)
 
     Moving the last op continues from the state before the first op that feeds it (three of four run again):
 
@@ -373,6 +392,10 @@ def simulate(
 
     lifo = ready_order == "lifo"
     deps = _checked(deps, n, tensors) or dependencies_of(n, tensors, control_edges)
+    if stop_above is not None and (tails is None or len(tails) != n):
+        raise ValueError(f"stop_above needs tails, one per node ({n}), got {None if tails is None else len(tails)}")
+    stopping = stop_above is not None
+    limit, after = (float(stop_above), tails) if stopping else (math.inf, ())
     start = None if resume is None or resume.snapshots is None else resume.snapshots.state_for(a, deps)
     dev, heaps, stacks, release, waiting = _ready_queues(deps, a, k, lifo, start)
     consumers_of, ctrl_succ, receivers = deps.produced, deps.control_successors, deps.receivers
@@ -444,6 +467,9 @@ def simulate(
         end = t_start + seconds[v]
         if end > latest:
             latest = end
+        if stopping and end + after[v] > limit:  # the step would end after stop_above
+            return SimResult(math.inf, np.zeros(k), np.zeros((k, k)), (), (), np.zeros(k), np.zeros(n),
+                             simulated_ops=done + 1 - first_done)
         heapq.heapreplace(slots[d], end)
         busy[d] += end - t_start
         timeline.append((v, d, t_start, end))

@@ -397,6 +397,38 @@ def test_a_simulation_resumed_after_a_move_is_the_simulation_from_the_start(case
                  options=kept, resume=previous)
 
 
+@settings(max_examples=200, deadline=None)
+@given(moves_of_a_plan(), st.floats(0.3, 1.3))
+def test_a_simulation_stops_above_a_step_only_where_the_step_ends_after_it(case, fraction):
+    """With ``stop_above`` and valid tails (the longest path of fastest times after each op), the result is
+    the full simulation wherever the step ends by it, and ``inf`` (after fewer ops) wherever it ends later,
+    resumed or not."""
+    durations, edges, control, a, moves, order, concurrency, snapshots = case
+    n = len(a)
+    fastest = durations.min(axis=1)
+    tails = [0.0] * n  # edges and control edges go from lower to higher node indices
+    for v in reversed(range(n)):
+        after = [w for e in edges if e.src == v for w in e.dsts] + [w for u, w in control if u == v]
+        tails[v] = max((fastest[w] + tails[w] for w in after), default=0.0)
+    lat = np.full((durations.shape[1],) * 2, 0.25)
+    kept = SimOptions(ready_order=order, concurrency=concurrency, snapshots=snapshots)
+    first = simulate(durations, edges, a, link(bw=2.0), control_edges=control, link_latency_s=lat, options=kept)
+    a = list(a)
+    for v, d in moves[0]:
+        a[v] = d
+    full = simulate(durations, edges, a, link(bw=2.0), control_edges=control, link_latency_s=lat, options=kept)
+    limit = fraction * full.step_time_s
+    for resume in (None, first):
+        r = simulate(durations, edges, a, link(bw=2.0), control_edges=control, link_latency_s=lat, options=kept,
+                     resume=resume, stop_above=limit, tails=tails)
+        if full.step_time_s <= limit:
+            assert r.step_time_s == full.step_time_s and r.timeline == full.timeline
+        else:
+            assert r.step_time_s == np.inf and 0 < r.simulated_ops <= n
+    with pytest.raises(ValueError, match="stop_above needs tails"):
+        simulate(durations, edges, a, link(), stop_above=1.0)
+
+
 def test_a_move_late_in_the_step_simulates_only_the_ops_after_its_inputs():
     """A chain of ten ops on device 0: moving the last one runs again only it and its producer."""
     d = np.ones((10, 2))

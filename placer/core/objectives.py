@@ -100,14 +100,47 @@ def step_dependencies(problem: PlacementProblem) -> Dependencies:
     return problem.memo("simulate/dependencies", lambda: dependencies_of(sched.m, sched.tensors, sched.control))
 
 
+def step_tails(problem: PlacementProblem) -> list[float]:
+    """Per fine op: the longest path of its successors' fastest times after it ends (tensors and control
+    edges; no transfers), a lower bound of the time any plan's step runs after it (computed once per problem).
+
+    Examples
+    --------
+    >>> from cost_models import TensorEdge
+    >>> p = PlacementProblem.build(names=list("abc"), compute_s=np.array([[1.0, 1.0], [2.0, 3.0], [4.0, 4.0]]),
+    ...     memory_bytes=np.zeros(3), capacity_bytes=np.full(2, np.inf), tensors=[TensorEdge(0, (1,), 1.0),
+    ...     TensorEdge(1, (2,), 1.0)], bandwidth=np.ones((2, 2)), latency=np.zeros((2, 2)))
+    >>> step_tails(p)
+    [6.0, 4.0, 0.0]
+    """
+    def compute() -> list[float]:
+        sched = problem.schedule_view()
+        deps = step_dependencies(problem)
+        fastest = np.where(np.isfinite(sched.durations_s), sched.durations_s, np.inf).min(axis=1).tolist()
+        tail = [0.0] * sched.m
+        for v in problem.schedule_order()[::-1].tolist():
+            best = 0.0
+            for w in deps.control_successors[v]:
+                best = max(best, fastest[w] + tail[w])
+            for ti in deps.produced[v]:
+                for w in deps.receivers[ti]:
+                    best = max(best, fastest[w] + tail[w])
+            tail[v] = best
+        return tail
+
+    return problem.memo("simulate/tails", compute)
+
+
 def simulate_step(problem: PlacementProblem, assignment: np.ndarray, *, snapshots: int = 0,
-                  resume: SimResult | None = None) -> SimResult:
+                  resume: SimResult | None = None, stop_above: float | None = None) -> SimResult:
     """One step of the fine DAG under ``assignment`` (one device per problem node), simulated; feasibility
     is not checked (see :func:`makespan`).
 
     ``snapshots`` keeps that many states of the simulation, and ``resume`` (such a simulation of another
     assignment) continues from the last one a move leaves intact (:func:`cost_models.simulate`): the
-    same result, for the ops after the move's inputs only (:mod:`placer.solvers.descent`).
+    same result, for the ops after the move's inputs only (:mod:`placer.solvers.descent`). With
+    ``stop_above``, a step that would end after it stops as soon as an op's end plus its
+    :func:`step_tails` shows it (``step_time_s`` is then ``inf``); one that ends by it is simulated whole.
 
     Raises
     ------
@@ -120,7 +153,8 @@ def simulate_step(problem: PlacementProblem, assignment: np.ndarray, *, snapshot
     try:
         return simulate(sched.durations_s, sched.tensors, fine, problem.occupancy_seconds, control_edges=sched.control,
                         link_latency_s=problem.latency, options=options, deps=step_dependencies(problem),
-                        resume=resume)
+                        resume=resume, stop_above=stop_above,
+                        tails=None if stop_above is None else step_tails(problem))
     except ValueError as e:
         raise GraphError(f"cannot simulate the placed graph: {e}") from e
 

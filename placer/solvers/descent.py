@@ -296,7 +296,8 @@ def descend(problem: PlacementProblem, assignment: np.ndarray, simulations: floa
             src = int(a[v])
             tried.add((v, dest))
             a[v] = dest
-            trial = simulate_step(problem, a, snapshots=snapshots, resume=result)
+            # a trial that will not end before the current step stops as soon as that shows (inf)
+            trial = simulate_step(problem, a, snapshots=snapshots, resume=result, stop_above=step * (1 - 1e-9))
             spent += trial.simulated_ops / ops
             if trial.step_time_s < step * (1 - 1e-9):
                 memory[src] -= problem.memory_bytes[v]
