@@ -132,10 +132,11 @@ def critical_moves(problem: PlacementProblem, assignment: np.ndarray, result: Si
     Walks the step's *realized* critical chain back from the op that ends last: at each op, if it
     started later than its last input arrived, it waited for its device, and the op just before it
     there held up the step for as long as it ran meanwhile (a *blocker*: its node should go elsewhere;
-    the chain goes on at it, so a blocker that had waited too credits the one before it); otherwise the chain goes on at the input that arrived last, and where
-    that input crossed devices, the op's node may go to the producer's device (or the producer's node to
-    the op's) to save the transfer. Candidates are ranked by how long they held up the chain. With ops
-    overlapping on one device (a shared processor's pool) it stays a ranking, no more.
+    the chain goes on at it, so a blocker that had waited too credits the one before it); otherwise the
+    chain goes on at the input that arrived last, and where that input crossed devices, the op's node may
+    go to the producer's device (or the producer's node to the op's) to save the transfer. Candidates are
+    ranked by how long they held up the chain. With ops overlapping on one device (a shared processor's
+    pool) it stays a ranking, no more.
 
     ``preds``: :func:`placer.core.problem.dependencies` of the fine DAG, when asked for many plans.
 
