@@ -11,8 +11,8 @@ CNN's training step (layer groups, 4 devices, links of 100 µs + 250 bytes/µs) 
 simulated 509.2 ms where ``auto``'s plan was 525.2.
 
 Each other node follows the heavy node nearest to it in the tensor graph (fewest tensors between them,
-ties to the heavier tensor, then to the heavier node); a node may not run on its heavy node's device goes
-to the first device it may. On interchangeable devices (same times, memory and links) two labelings that
+ties to the heavier tensor, then to the heavier node); a node that may not run on its heavy node's device
+goes to the first device it may. On interchangeable devices (same times, memory and links) two labelings that
 differ by a renaming of devices give the same plan, so only set partitions of the heavy nodes into at most
 ``k`` blocks are tried (restricted growth strings: 15 for 4 heavy nodes on 4 devices, 187 for 6);
 otherwise every ``k ** h`` labeling.
@@ -27,7 +27,7 @@ from typing import Iterator
 import numpy as np
 
 from ..core.objectives import get_objective
-from ..core.problem import PlacementProblem
+from ..core.problem import PlacementProblem, dependencies
 from .base import Solution, SolveOptions, finish
 from .registry import solver
 
@@ -126,11 +126,16 @@ def labelings(h: int, k: int, identical: bool) -> Iterator[tuple[int, ...]]:
     yield from grow((), 0)
 
 
+def _plan_s(problem: PlacementProblem, options: SolveOptions) -> float:
+    """Estimated seconds to score one plan: the objective's µs per fine op."""
+    return 1e-6 * get_objective(options.objective).score_us_per_op * max(problem.schedule_view().m, 1)
+
+
 def heavy_count(problem: PlacementProblem, options: SolveOptions) -> int:
     """How many heavy nodes are enumerated: the most, up to :data:`MAX_HEAVY` and ``problem.n``, whose plans
     fit :data:`SHARE` of the time limit by estimate, at least two (one where the problem has one node)."""
     identical = interchangeable(problem)
-    per_plan = 1e-6 * get_objective(options.objective).score_us_per_op * max(problem.schedule_view().m, 1)
+    per_plan = _plan_s(problem, options)
     h = min(2, problem.n)
     while (h < min(MAX_HEAVY, problem.n)
            and plan_count(h + 1, problem.k, identical) * per_plan <= SHARE * options.time_limit_s):
@@ -140,8 +145,7 @@ def heavy_count(problem: PlacementProblem, options: SolveOptions) -> int:
 
 def estimated_s(problem: PlacementProblem, options: SolveOptions) -> float:
     """Estimated seconds of :func:`heavy_enum` (scoring its plans), for ``auto``'s budget."""
-    per_plan = 1e-6 * get_objective(options.objective).score_us_per_op * max(problem.schedule_view().m, 1)
-    return plan_count(heavy_count(problem, options), problem.k, interchangeable(problem)) * per_plan
+    return plan_count(heavy_count(problem, options), problem.k, interchangeable(problem)) * _plan_s(problem, options)
 
 
 def followers(problem: PlacementProblem, heavy: np.ndarray) -> np.ndarray:
@@ -161,12 +165,11 @@ def followers(problem: PlacementProblem, heavy: np.ndarray) -> np.ndarray:
     [0, 0, 1, 1]
     """
     n = problem.n
-    nbrs: list[dict[int, float]] = [{} for _ in range(n)]
-    for t in problem.tensors:
-        for d in t.dsts:
-            if d != t.src:
-                nbrs[t.src][d] = nbrs[t.src].get(d, 0.0) + t.nbytes
-                nbrs[d][t.src] = nbrs[d].get(t.src, 0.0) + t.nbytes
+    into, out = dependencies(n, problem.tensors)
+    nbrs: list[dict[int, float]] = [{} for _ in range(n)]  # per node: bytes exchanged with each neighbour
+    for v in range(n):
+        for ti, u in into[v] + out[v]:
+            nbrs[v][u] = nbrs[v].get(u, 0.0) + problem.tensors[ti].nbytes
     owner = np.full(n, -1)
     owner[heavy] = np.arange(len(heavy))
     frontier = sorted(int(v) for v in heavy)
