@@ -857,3 +857,20 @@ def test_heavy_labelings_are_counted_distinct_and_cover_every_split(identical):
             canon = {tuple(list(dict.fromkeys(a)).index(x) for x in a)  # devices renamed by first use
                      for a in itertools.product(range(k), repeat=h)}
             assert (canon <= set(labels)) if identical else len(labels) == k ** h
+
+
+def test_heavy_enum_refuses_work_spread_over_many_nodes_saying_what_to_use():
+    """Twenty equal nodes: the 8 heaviest hold 40% of the work, under MIN_COVER; the typed error names the
+    share and the algorithm to use instead; on one device there is nothing to enumerate."""
+    n = 20
+    p = PlacementProblem.build(names=[f"n{i}" for i in range(n)], compute_s=np.ones((n, 2)), memory_bytes=np.zeros(n),
+                               capacity_bytes=np.full(2, np.inf), tensors=[], bandwidth=np.ones((2, 2)),
+                               latency=np.zeros((2, 2)))
+    with pytest.raises(SolverError, match=r"heavy_enum cannot place this problem: its 8 heaviest nodes hold 40% "
+                                          r"of the work, less than 80%; choose another algorithm \(e.g. 'auto'\)"):
+        solve_problem(p, "heavy_enum", SolveOptions(objective="latency"))
+    one = PlacementProblem.build(names=["a"], compute_s=np.ones((1, 1)), memory_bytes=np.zeros(1),
+                                 capacity_bytes=np.full(1, np.inf), tensors=[], bandwidth=np.ones((1, 1)),
+                                 latency=np.zeros((1, 1)))
+    with pytest.raises(SolverError, match="one device: nothing to enumerate"):
+        solve_problem(one, "heavy_enum", SolveOptions(objective="latency"))
