@@ -101,8 +101,9 @@ def step_dependencies(problem: PlacementProblem) -> Dependencies:
 
 
 def step_tails(problem: PlacementProblem) -> list[float]:
-    """Per fine op: the longest path of its successors' fastest times after it ends (tensors and control
-    edges; no transfers), a lower bound of the time any plan's step runs after it (computed once per problem).
+    """Per fine op: a lower bound of the time any plan's step runs after it ends: its successors' fastest
+    times along the longest path, with the transfers no placement avoids (:func:`_earliest`; the same tails
+    :func:`critical_path_bound` takes, computed once per problem).
 
     Examples
     --------
@@ -113,22 +114,31 @@ def step_tails(problem: PlacementProblem) -> list[float]:
     >>> step_tails(p)
     [6.0, 4.0, 0.0]
     """
-    def compute() -> list[float]:
-        sched = problem.schedule_view()
-        deps = step_dependencies(problem)
-        fastest = np.where(np.isfinite(sched.durations_s), sched.durations_s, np.inf).min(axis=1).tolist()
-        tail = [0.0] * sched.m
-        for v in problem.schedule_order()[::-1].tolist():
-            best = 0.0
-            for w in deps.control_successors[v]:
-                best = max(best, fastest[w] + tail[w])
-            for ti in deps.produced[v]:
-                for w in deps.receivers[ti]:
-                    best = max(best, fastest[w] + tail[w])
-            tail[v] = best
-        return tail
+    return _heads_tails(problem)[1]
 
-    return problem.memo("simulate/tails", compute)
+
+def _heads_tails(problem: PlacementProblem) -> tuple[list[float], list[float], list[float]]:
+    """Per fine op: its earliest start, the least time after it ends, and its fastest time, in any plan
+    (:func:`_earliest` forwards and backwards over the fine DAG; transfer times only where no device shares a
+    processor). Computed once per problem."""
+    def compute() -> tuple[list[float], list[float], list[float]]:
+        sched = problem.schedule_view()
+        best = np.where(np.isfinite(sched.durations_s), sched.durations_s, np.inf).min(axis=1)
+        preds, succs = dependencies(sched.m, sched.tensors, sched.control)
+        order = problem.schedule_order()
+        pooled = any(alone > 1 for _, _, alone in problem.shared)  # a device may overlap its own ops
+        delay = _least_transfer_s(problem, sched.tensors) if not pooled and problem.k > 1 else None
+        fastest = best.tolist()
+        delays = None if delay is None else delay.tolist()
+        head = [0.0] * sched.m  # earliest start
+        for v in order.tolist():
+            head[v] = _earliest(preds[v], head, fastest, delays)
+        tail = [0.0] * sched.m  # time needed after v ends
+        for v in order[::-1].tolist():
+            tail[v] = _earliest(succs[v], tail, fastest, delays)
+        return head, tail, fastest
+
+    return problem.memo("bound/heads_tails", compute)
 
 
 def simulate_step(problem: PlacementProblem, assignment: np.ndarray, *, snapshots: int = 0,
@@ -250,22 +260,10 @@ def critical_path_bound(problem: PlacementProblem, grid: int = 48) -> float:
     2.0
     """
     sched = problem.schedule_view()
-    best = np.where(np.isfinite(sched.durations_s), sched.durations_s, np.inf).min(axis=1)
     if sched.m == 0:
         return 0.0
-    preds, succs = dependencies(sched.m, sched.tensors, sched.control)
-    order = problem.schedule_order()
-    pooled = any(alone > 1 for _, _, alone in problem.shared)  # a device may overlap its own ops
-    delay = _least_transfer_s(problem, sched.tensors) if not pooled and problem.k > 1 else None
-    fastest = best.tolist()
-    delays = None if delay is None else delay.tolist()
-    head_l = [0.0] * sched.m  # earliest start
-    for v in order.tolist():
-        head_l[v] = _earliest(preds[v], head_l, fastest, delays)
-    tail_l = [0.0] * sched.m  # time needed after v ends
-    for v in order[::-1].tolist():
-        tail_l[v] = _earliest(succs[v], tail_l, fastest, delays)
-    head, tail = np.array(head_l), np.array(tail_l)
+    head_l, tail_l, fastest = _heads_tails(problem)
+    head, tail, best = np.array(head_l), np.array(tail_l), np.array(fastest)
     k = problem.parallel_devices()
     overlap = max([alone for _, _, alone in problem.shared], default=1.0)
     largest_group = float(problem.compute_s.min(axis=1).max()) / overlap if problem.n else 0.0
