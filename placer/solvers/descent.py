@@ -39,7 +39,7 @@ the move leaves intact (:func:`cost_models.simulate`'s ``resume``, with
 :data:`SNAPSHOTS` states kept, fewer above :data:`SNAPSHOT_OPS` ops): a
 move of a weight gradient late in the backward pass simulates only the
 ops after its inputs' producers, not the whole step; and it stops as soon as an op's end plus the
-longest path of fastest times after it (:func:`placer.core.objectives.step_tails`) shows that it cannot
+least time any plan needs after it (:func:`placer.core.objectives.step_tails`) shows that it cannot
 beat the current step. The budget counts simulated ops (in whole simulations' worth),
 not seconds, so the same input gives the same plan on any machine. The
 result is never worse than the input.
