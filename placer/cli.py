@@ -73,6 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     from .core.build import GROUPINGS, MODEL_GROUP_BY
     from .core.compression import COMPRESSION_CHOICES
     from .core.objectives import OBJECTIVES
+    from .core.order import EXECUTION_ORDERS
     from .planner import MEMORY_MODELS, MODEL_MEMORY, PlanOptions
     from .core.validate import MAX_BATCH_SIZE, MAX_BYTES, MAX_SEED, MAX_TIME_LIMIT_S, integer, real
     from .solvers import available_solvers
@@ -99,6 +100,9 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--memory", default=memory, choices=list(MEMORY_MODELS),
                          help=f"what must fit each device's memory: resident bytes or the step's simulated peak "
                          f"(default {memory})")
+        sub.add_argument("--execution-order", default=PlanOptions.execution_order, choices=list(EXECUTION_ORDERS),
+                         help="auto: a plan may fix the order each device runs its ops in, where predicted "
+                         f"faster; executor: TensorFlow's executor orders them (default {PlanOptions.execution_order})")
         common(sub)
 
     def model(sub: argparse.ArgumentParser) -> None:
@@ -267,7 +271,8 @@ def _plan_graph(args: argparse.Namespace, bar: _Progress | None = None) -> int:
     if devices is None:
         raise DeviceError(f"{args.graph} lists no devices; pass --devices")
     plan = solve(graph, devices, objective=args.objective, algorithm=args.algorithm,
-                 time_limit_s=args.time_limit, seed=args.seed, group_by=args.group_by, memory=args.memory)
+                 time_limit_s=args.time_limit, seed=args.seed, group_by=args.group_by, memory=args.memory,
+                 execution_order=args.execution_order)
     if args.out:
         plan.save(args.out)
     print(f"{len(plan.assignment)} nodes on {len(plan.devices)} devices, objective {plan.objective}: "
@@ -341,7 +346,7 @@ def _placement_options(args: argparse.Namespace, bar: _Progress | None, stages: 
     """The ``autoplace`` keyword arguments of a model command."""
     kw = {"batch_size": args.batch_size, "training": args.training,
           "progress": bar.start(stages) if bar is not None else None}
-    for name in ("algorithm", "objective", "seed", "group_by", "memory", "compression", "replicas"):
+    for name in ("algorithm", "objective", "seed", "group_by", "memory", "execution_order", "compression", "replicas"):
         if hasattr(args, name):
             kw[name] = getattr(args, name)
     if hasattr(args, "time_limit"):

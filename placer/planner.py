@@ -39,6 +39,7 @@ import numpy as np
 from cost_models import SimOptions, SimResult
 
 from .core.build import DEFAULT_GROUP_BY, GROUPINGS, BuiltProblem, build_problem
+from .core.order import DEFAULT_EXECUTION_ORDER, EXECUTION_ORDERS
 from .core.devices import DeviceSet
 from .core.graph_io import as_device_set
 from .core.microbatch import best_microbatches, pipeline_order, pipeline_stages, simulate_pipeline
@@ -94,6 +95,10 @@ class PlanOptions:
         ``"peak"`` (the simulated step's peak: resident bytes plus the live
         tensors, e.g. the activations a training step keeps for its backward
         pass; :func:`placer.autoplace`'s default). See :data:`MEMORY_MODELS`.
+    execution_order : str
+        ``"auto"`` (default): a plan may fix the order each device runs its ops in (control edges in the
+        placed graph) where that is predicted faster; ``"executor"``: TensorFlow's executor orders them in
+        every plan. See :mod:`placer.core.order`.
     """
 
     objective: str = DEFAULT_OBJECTIVE
@@ -104,10 +109,14 @@ class PlanOptions:
     group_by: str = DEFAULT_GROUP_BY
     baselines: tuple[str, ...] = BASELINES
     memory: str = "resident"
+    execution_order: str = DEFAULT_EXECUTION_ORDER
 
     def __post_init__(self) -> None:
         if self.memory not in MEMORY_MODELS:
             raise SolverError(f"unknown memory model {self.memory!r}; choose one of {list(MEMORY_MODELS)}")
+        if self.execution_order not in EXECUTION_ORDERS:
+            raise SolverError(f"unknown execution_order {self.execution_order!r}; choose one of "
+                              f"{list(EXECUTION_ORDERS)}")
         get_objective(self.objective)
         for name in (self.algorithm, *self.baselines):
             if name not in available_solvers():
@@ -124,7 +133,7 @@ class PlanOptions:
         the layer-order DP)."""
         return SolveOptions(time_limit_s=self.time_limit_s, seed=self.seed, objective=self.objective,
                             max_nodes=self.max_nodes, coarsen_keys=built.layer_keys,
-                            layer_positions=built.layer_positions())
+                            layer_positions=built.layer_positions(), ordered=self.execution_order == "auto")
 
 
 def options_from(kwargs: Mapping[str, Any], cls: type) -> Any:
@@ -150,19 +159,22 @@ def _baseline(built: BuiltProblem, name: str, options: SolveOptions) -> Baseline
     return BaselineResult(float(sol.objective), float(_predicted_step(built, sol, options.objective)))
 
 
-def _given(built: BuiltProblem, assignment: Mapping[Hashable, str], options: SolveOptions) -> Solution:
-    """A re-applied assignment, scored like a solver's plan."""
+def _given(built: BuiltProblem, assignment: Mapping[Hashable, str], options: SolveOptions,
+           op_order: Mapping[str, Sequence[Any]] | None = None) -> Solution:
+    """A re-applied assignment (and its order of each device's ops), scored like a solver's plan."""
     t0 = time.perf_counter()
     a = built.group_assignment(assignment)
     obj = get_objective(options.objective)
-    value = obj.value(built.problem, a)
+    order = built.order_of(op_order or {}, a) if obj.simulated else ()
+    value = obj.score(built.problem, a, order)
     if not math.isfinite(value):
         ev = evaluate(built.problem, a)
         raise PlanError(f"the given plan is infeasible on these devices (resident bytes per device "
                         f"{ev.memory_bytes.tolist()}, capacities {built.problem.capacity_bytes.tolist()}); "
                         "give the devices it was made for, or solve again")
     lb = min(obj.bound(built.problem), value)
-    return Solution(a, value, lb, "given", time.perf_counter() - t0, "given", ("given: re-applied a saved plan",))
+    return Solution(a, value, lb, "given", time.perf_counter() - t0, "given", ("given: re-applied a saved plan",),
+                    order=order)
 
 
 #: What must fit a device's capacity: resident bytes only, or the simulated step's peak.
@@ -229,7 +241,7 @@ def _fit_peak(built: BuiltProblem, sol: Solution, algorithm: str, options: Solve
     problem = built.problem
     if not np.isfinite(np.asarray(problem.capacity_bytes, dtype=float)).any():
         return sol, []
-    first = built.simulate(sol.assignment)
+    first = built.simulate(sol.assignment, order=sol.order)
     notes: list[str] = []
     try:
         return _fit_rounds(built, sol, first, algorithm, options, "charges", notes)
@@ -271,7 +283,7 @@ def _fit_rounds(built: BuiltProblem, sol: Solution, sim: SimResult, algorithm: s
                                 algorithm, options)
         except (InsufficientMemoryError, NoFeasiblePlanError) as e:
             raise _peak_error(built, sim.peak_memory_bytes, f"re-solving with {what}: {e}") from e
-        sim = built.simulate(sol.assignment)
+        sim = built.simulate(sol.assignment, order=sol.order)
     if not _over(sim.peak_memory_bytes, cap).size:
         return _scored_on(problem, sol, options), notes
     raise _peak_error(built, sim.peak_memory_bytes, f"after {rounds + 1} rounds of re-solving with {way}")
@@ -280,15 +292,17 @@ def _fit_rounds(built: BuiltProblem, sol: Solution, sim: SimResult, algorithm: s
 def _scored_on(problem: PlacementProblem, sol: Solution, options: SolveOptions) -> Solution:
     """``sol`` (solved on ``problem`` with other memory) valued on ``problem`` itself."""
     obj = get_objective(options.objective)
-    value = obj.value(problem, np.asarray(sol.assignment, dtype=int))
+    value = obj.score(problem, np.asarray(sol.assignment, dtype=int), sol.order)
     if value == sol.objective:
         return sol
     return replace(sol, objective=value, lower_bound=min(obj.bound(problem), value))
 
 
 def plan_problem(built: BuiltProblem, options: PlanOptions, *,
-                 given: Mapping[Hashable, str] | None = None) -> Plan:
-    """Solve ``built`` (or score the ``given`` node → device assignment) and describe the plan.
+                 given: Mapping[Hashable, str] | None = None,
+                 given_order: Mapping[str, Sequence[Any]] | None = None) -> Plan:
+    """Solve ``built`` (or score the ``given`` node → device assignment, with its ``given_order`` of each
+    device's ops: ``Plan.op_order``) and describe the plan.
 
     Raises
     ------
@@ -308,10 +322,10 @@ def plan_problem(built: BuiltProblem, options: PlanOptions, *,
         if options.memory == "peak":
             sol, notes = _fit_peak(built, sol, options.algorithm, solve_options)
     else:
-        sol = _given(built, given, solve_options)
+        sol = _given(built, given, solve_options, given_order)
     a = np.asarray(sol.assignment, dtype=int)
     ev = evaluate(problem, a)
-    sim = built.simulate(a)
+    sim = built.simulate(a, order=sol.order)
     step = _predicted_step(built, sol, options.objective)
     baselines = {}
     attempts = [*notes, *(list(sol.log) or [f"{sol.solver}: {sol.objective:.6g}"])]
@@ -339,7 +353,7 @@ def plan_problem(built: BuiltProblem, options: PlanOptions, *,
         traffic_bytes=float(ev.traffic_bytes.sum()), predicted_device_load_s=tuple(float(x) for x in ev.load_s),
         device_memory_bytes=tuple(float(x) for x in ev.memory_bytes),
         predicted_peak_memory_bytes=tuple(float(x) for x in sim.peak_memory_bytes), baselines=baselines,
-        log=tuple(attempts),
+        log=tuple(attempts), op_order=built.op_order(sol.order),
     )
 
 
@@ -377,6 +391,8 @@ def pipeline_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_s
     """
     a = built.group_assignment(plan.assignment)
     m, step = best_microbatches(built, a, batch_size, candidates, small=small)
+    if plan.op_order and (m == 1 or plan.predicted_step_time_s <= step):
+        m, step = 1, plan.predicted_step_time_s  # in its own order (which no pipeline keeps)
     if fallback and options.objective != "memory" and len(np.unique(a)) > 1:
         try:
             one = solve_problem(built.problem, "single", options.solve_options(built))
@@ -407,6 +423,9 @@ def pipeline_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_s
         stages = tuple(built.devices.names[d] for d in pipeline_stages(built.schedule, fine, built.phases or None))
     if m > 1 and "backward" in (built.phases or ()):
         plan = replace(plan, log=(*plan.log, f"pipeline order {choice.order}: {choice.why}"))
+    if m > 1 and plan.op_order:
+        plan = replace(plan, op_order={}, log=(*plan.log, f"the planned order of each device's ops is dropped: "
+                                                         f"{m} micro-batches run in the executor's order"))
     return replace(plan, microbatches=m, predicted_step_time_s=step if m > 1 else plan.predicted_step_time_s,
                    pipeline=choice.order, stages=stages)
 

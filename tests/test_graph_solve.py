@@ -481,3 +481,81 @@ def test_layer_dp_splits_a_training_step_between_layers():
     best = placer.solve(g, devices, objective="memory", baselines=(), time_limit_s=1)
     assert any(line.startswith("layer_dp: ") and "skipped" not in line for line in best.log), best.log
     assert best.value <= by_layers.value
+
+
+def _ordering_graph():
+    """A GPU op ``p`` feeds a CPU chain ``c1 -> c2 -> c3 -> q`` (``q`` on the GPU) and two CPU ops ``x1``,
+    ``x2`` (1.5 s each) that become ready with ``c1``, lower in the node order: TensorFlow's executor (and
+    the simulator) runs them first and the chain 3 s late; every placement is forced by the kinds."""
+    g = nx.DiGraph()
+    for name, us, kind in [("p", 1e6, "GPU"), ("x1", 1.5e6, "CPU"), ("x2", 1.5e6, "CPU"), ("c1", 1e6, "CPU"),
+                           ("c2", 1e6, "CPU"), ("c3", 1e6, "CPU"), ("q", 1e6, "GPU")]:
+        g.add_node(name, compute_us={"CPU": us, "GPU": us}, allowed_kinds={kind}, memory_bytes=0)
+    for u, v in [("p", "x1"), ("p", "x2"), ("p", "c1"), ("c1", "c2"), ("c2", "c3"), ("c3", "q")]:
+        g.add_edge(u, v, bytes=8.0)
+    return g
+
+
+def test_a_planned_order_runs_the_critical_path_first_and_is_kept_when_re_applied():
+    from placer.planner import PlanOptions, plan_problem
+
+    g, devices = _ordering_graph(), [DeviceSpec("/CPU:0"), DeviceSpec("/GPU:0")]
+    ordered = placer.solve(g, devices, time_limit_s=1)
+    executor = placer.solve(g, devices, time_limit_s=1, execution_order="executor")
+    log = "\n".join(executor.log)
+    assert executor.op_order == {}
+    assert "cp_heft: skipped (execution_order='executor'" in log and "cp_etf: skipped (execution_order=" in log
+    assert executor.value == pytest.approx(8.0, abs=1e-3)  # x1, x2, then the chain: 1 + 3 + 3 + 1 s
+    assert ordered.value == pytest.approx(7.0, abs=1e-3) and ordered.solver in ("auto/cp_heft", "auto/cp_etf")
+    cpu, gpu = sorted(ordered.devices)
+    assert ordered.op_order == {cpu: ("c1", "c2", "c3", "x1", "x2"), gpu: ("p", "q")}
+    assert ordered.predicted_step_time_s == ordered.value
+    assert "planned order" in ordered.summary()
+    again = placer.Plan.from_dict(json.loads(ordered.to_json()))
+    assert again == ordered
+    built = build_problem(g, as_device_set(devices))
+    reapplied = plan_problem(built, PlanOptions(), given=again.assignment, given_order=again.op_order)
+    assert reapplied.value == ordered.value and reapplied.op_order == ordered.op_order
+    plain = plan_problem(built, PlanOptions(), given=again.assignment)
+    assert plain.value == pytest.approx(8.0, abs=1e-3) and plain.op_order == {}
+    with pytest.raises(placer.errors.PlanError, match="op order puts op"):
+        plan_problem(built, PlanOptions(), given=again.assignment, given_order={cpu: ("c1", "p"), gpu: ("q",)})
+    with pytest.raises(placer.errors.PlanError, match="lacks"):
+        plan_problem(built, PlanOptions(), given=again.assignment, given_order={cpu: ("c1", "nope")})
+    with pytest.raises(SolverError, match="execution_order"):
+        placer.solve(g, devices, execution_order="fastest")
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 30), k=st.integers(1, 4), coloc=st.sampled_from([0.0, 0.3]),
+       hetero=st.booleans(), tight=st.booleans(), algorithm=st.sampled_from(["cp_heft", "cp_etf"]))
+def test_ordered_plans_order_every_op_once_on_its_device_and_the_step_follows_the_order(seed, n, k, coloc, hetero,
+                                                                                       tight, algorithm):
+    from placer.core.objectives import simulate_step
+
+    kinds = ("CPU", "GPU") if hetero else ("CPU",)
+    g = random_graph(seed, n, kinds=kinds, coloc=coloc, host_only=0.2 if hetero else 0.0)
+    total = sum(g.nodes[v]["memory_bytes"] for v in g)
+    devices = devices_for(k, kinds, capacity=max(1, int(1.5 * total / k)) if tight else None)
+    if hetero and k == 1:
+        devices = devices_for(1, ("CPU",))
+    try:
+        p = placer.solve(g, devices, algorithm=algorithm, baselines=())
+    except (NoFeasiblePlanError, InsufficientMemoryError):
+        assert tight, "only memory limits may make it fail"
+        return
+    check_valid(g, devices, p)
+    assert sorted(v for ops in p.op_order.values() for v in ops) == sorted(g.nodes), "every op ordered once"
+    assert all(p.assignment[v] == d for d, ops in p.op_order.items() for v in ops), "on its own device"
+    built = build_problem(g, as_device_set(devices))
+    a = built.group_assignment(p.assignment)
+    order = built.order_of(p.op_order, a)
+    step = simulate_step(built.problem, a, order=order)
+    assert step.step_time_s == p.value
+    ran: dict[int, list[int]] = {}
+    for v, d, _, _ in step.timeline:  # in start order
+        ran.setdefault(d, []).append(v)
+    assert all(tuple(ran.get(d, ())) == ops for d, ops in enumerate(order)), "each device runs its planned order"
+    q = placer.solve(g, devices, algorithm=algorithm, baselines=())
+    assert (q.assignment, q.op_order, q.value) == (p.assignment, p.op_order, p.value), "deterministic"
+    assert placer.solve(g, devices, algorithm=algorithm, objective="throughput", baselines=()).op_order == {}

@@ -73,6 +73,7 @@ from .attrs import (
     VARIABLE,
 )
 from .devices import DeviceSet
+from .order import check_order, order_edges
 from .problem import PlacementProblem, Schedule, dependencies, group_tensors
 from .validate import MAX_BYTES, real
 
@@ -183,8 +184,45 @@ class BuiltProblem:
             out[s.group[t.src]] += t.nbytes
         return out
 
-    def simulate(self, group_assignment: np.ndarray, options: SimOptions = SimOptions()) -> SimResult:
-        """One simulated step of the fine graph under ``group_assignment`` (memory model included).
+    def op_order(self, order: Sequence[Sequence[int]]) -> dict[str, tuple[str, ...]]:
+        """Device name → its graph nodes (as ``str``, like a saved plan's keys) in the planned ``order`` (per
+        device, fine node indices; :mod:`placer.core.order`); empty for the executor's order."""
+        names = self.devices.names
+        return {names[d]: tuple(str(self.nodes[v]) for v in ops) for d, ops in enumerate(order) if ops}
+
+    def order_of(self, op_order: Mapping[str, Sequence[Any]], group_assignment: np.ndarray
+                 ) -> tuple[tuple[int, ...], ...]:
+        """The planned order as fine node indices per device (the inverse of :meth:`op_order`), checked
+        against ``group_assignment``.
+
+        Raises
+        ------
+        PlanError
+            Devices or nodes the graph lacks (named), or an order that does not match the assignment
+            (:func:`placer.core.order.check_order`).
+        """
+        if not op_order:
+            return ()
+        index = {str(v): i for i, v in enumerate(self.nodes)}
+        devices = {name: d for d, name in enumerate(self.devices.names)}
+        unknown = sorted(set(op_order) - set(devices))
+        if unknown:
+            raise PlanError(f"the plan's op order names devices {unknown}, not among {list(self.devices.names)}; "
+                            "pass the devices the plan was made for")
+        order: list[tuple[int, ...]] = [() for _ in self.devices.names]
+        for name, ops in op_order.items():
+            missing = [v for v in ops if str(v) not in index]
+            if missing:
+                raise PlanError(f"the plan's op order names {len(missing)} ops this graph lacks (e.g. {missing[:3]}); "
+                                "a plan can only be re-applied to the model it was made for")
+            order[devices[name]] = tuple(index[str(v)] for v in ops)
+        check_order(order, np.asarray(group_assignment, dtype=int)[self.schedule.group])
+        return tuple(order)
+
+    def simulate(self, group_assignment: np.ndarray, options: SimOptions = SimOptions(),
+                 order: Sequence[Sequence[int]] = ()) -> SimResult:
+        """One simulated step of the fine graph under ``group_assignment`` (memory model included), each
+        device running its ops in ``order`` where one is given (:mod:`placer.core.order`).
 
         Raises
         ------
@@ -196,7 +234,8 @@ class BuiltProblem:
         fine = np.asarray(group_assignment, dtype=int)[s.group]
         try:
             options = self.problem.sim_options(options)
-            return simulate(s.durations_s, s.tensors, fine, self.problem.occupancy_seconds, control_edges=s.control,
+            return simulate(s.durations_s, s.tensors, fine, self.problem.occupancy_seconds,
+                            control_edges=[*s.control, *order_edges(order)] if order else s.control,
                             link_latency_s=self.problem.latency, memory=self.memory, options=options)
         except ValueError as e:
             raise CostError(f"cannot simulate the plan: {e}") from e

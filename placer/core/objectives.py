@@ -36,13 +36,14 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
 from cost_models import Dependencies, SimOptions, SimResult, dependencies_of, simulate
 
 from ..errors import GraphError, SolverError
+from .order import order_edges
 from .problem import PlacementProblem, dependencies, evaluate, trivial_lower_bound
 from .spreading import spreading_bound
 
@@ -68,6 +69,13 @@ class Objective:
     #: Whether the value is the simulated step itself (``auto`` then also improves plans by moves
     #: scored by the simulator: :mod:`placer.solvers.descent`).
     simulated: bool = False
+
+    def score(self, problem: PlacementProblem, assignment: np.ndarray, order: Sequence[Sequence[int]] = ()) -> float:
+        """:attr:`value` of ``assignment``, each device running its ops in ``order`` where one is given (a
+        simulated objective; :mod:`placer.core.order`) and ``simulated``; else the executor's order."""
+        if order and self.simulated:
+            return makespan(problem, assignment, order)
+        return self.value(problem, assignment)
 
     def bound(self, problem: PlacementProblem) -> float:
         """:attr:`lower_bound` of ``problem``, computed once per problem (the memory bound solves an LP)."""
@@ -142,7 +150,8 @@ def _heads_tails(problem: PlacementProblem) -> tuple[list[float], list[float], l
 
 
 def simulate_step(problem: PlacementProblem, assignment: np.ndarray, *, snapshots: int = 0,
-                  resume: SimResult | None = None, stop_above: float | None = None) -> SimResult:
+                  resume: SimResult | None = None, stop_above: float | None = None,
+                  order: Sequence[Sequence[int]] = ()) -> SimResult:
     """One step of the fine DAG under ``assignment`` (one device per problem node), simulated; feasibility
     is not checked (see :func:`makespan`).
 
@@ -151,6 +160,8 @@ def simulate_step(problem: PlacementProblem, assignment: np.ndarray, *, snapshot
     same result, for the ops after the move's inputs only (:mod:`placer.solvers.descent`). With
     ``stop_above``, a step that would end after it stops as soon as an op's end plus its
     :func:`step_tails` shows it (``step_time_s`` is then ``inf``); one that ends by it is simulated whole.
+    ``order``: per device, the fine ops in the order the plan runs them (:func:`placer.core.order.order_edges`
+    become control edges); empty: the executor's order.
 
     Raises
     ------
@@ -160,20 +171,24 @@ def simulate_step(problem: PlacementProblem, assignment: np.ndarray, *, snapshot
     sched = problem.schedule_view()
     fine = np.asarray(assignment, dtype=int)[sched.group]
     options = problem.sim_options(_STEP_ONLY if not snapshots else replace(_STEP_ONLY, snapshots=snapshots))
+    control, deps = sched.control, step_dependencies(problem)
+    if order:
+        control, deps = [*sched.control, *order_edges(order)], None
     try:
-        return simulate(sched.durations_s, sched.tensors, fine, problem.occupancy_seconds, control_edges=sched.control,
-                        link_latency_s=problem.latency, options=options, deps=step_dependencies(problem),
+        return simulate(sched.durations_s, sched.tensors, fine, problem.occupancy_seconds, control_edges=control,
+                        link_latency_s=problem.latency, options=options, deps=deps,
                         resume=resume, stop_above=stop_above,
                         tails=None if stop_above is None else step_tails(problem))
     except ValueError as e:
         raise GraphError(f"cannot simulate the placed graph: {e}") from e
 
 
-def makespan(problem: PlacementProblem, assignment: np.ndarray) -> float:
-    """Simulated one-step time of the fine DAG under ``assignment`` (``inf`` if infeasible)."""
+def makespan(problem: PlacementProblem, assignment: np.ndarray, order: Sequence[Sequence[int]] = ()) -> float:
+    """Simulated one-step time of the fine DAG under ``assignment`` (``inf`` if infeasible), each device
+    running its ops in ``order`` where one is given (:func:`simulate_step`)."""
     if not evaluate(problem, assignment).feasible:
         return float("inf")
-    return simulate_step(problem, assignment).step_time_s
+    return simulate_step(problem, assignment, order=order).step_time_s
 
 
 def _least_transfer_s(problem: PlacementProblem, tensors) -> np.ndarray:

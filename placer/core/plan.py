@@ -102,6 +102,10 @@ class Plan:
         The devices in pipeline order, for ``1f1b`` (its warm-up depends on the position).
     call_overhead_s : float
         Measured fixed cost of one call of the placed function (in ``predicted_step_time_s``; 0: not measured).
+    op_order : Mapping[str, tuple of str]
+        Device → its nodes in the order the plan runs them (control edges from each to the next;
+        :mod:`placer.core.order`); empty where each device runs its ops in the executor's order. A plan
+        run as a pipeline of micro-batches has none.
     """
 
     devices: tuple[str, ...]
@@ -131,6 +135,7 @@ class Plan:
     call_overhead_s: float = 0.0
     pipeline: str = "gpipe"
     stages: tuple[str, ...] = ()
+    op_order: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def ops_per_device(self) -> dict[str, int]:
         """Number of nodes on each device (devices with none included)."""
@@ -149,6 +154,7 @@ class Plan:
         d["predicted_peak_memory_bytes"] = list(self.predicted_peak_memory_bytes)
         d["log"] = list(self.log)
         d["stages"] = list(self.stages)
+        d["op_order"] = {dev: list(ops) for dev, ops in self.op_order.items()}
         for k, v in d.items():
             if isinstance(v, float) and not math.isfinite(v):
                 d[k] = None
@@ -176,12 +182,15 @@ class Plan:
             for name in ("predicted_device_load_s", "device_memory_bytes", "predicted_peak_memory_bytes", "log",
                          "stages"):
                 values[name] = tuple(values.get(name, ()))
+            values["op_order"] = {str(dev): tuple(str(v) for v in ops)
+                                  for dev, ops in values.get("op_order", {}).items()}
             for name in ("value", "lower_bound", "gap"):
                 values[name] = math.inf if values.get(name) is None else float(values[name])
             plan = cls(**values)
         except (KeyError, TypeError, ValueError) as e:
             raise PlanError(f"malformed plan: {e!r}; write plans with Plan.save or Plan.to_dict") from None
-        bad = sorted({d for d in plan.assignment.values() if d not in plan.devices})
+        bad = sorted({d for d in plan.assignment.values() if d not in plan.devices}
+                     | set(plan.op_order) - set(plan.devices))
         if bad:
             raise PlanError(f"the plan places nodes on {bad}, which its device list {list(plan.devices)} lacks")
         return plan
@@ -238,6 +247,9 @@ class Plan:
             lines.append(f"  baseline {name}: {self.objective} {self._fmt(b.value)} predicted ({ratio:.2f}x ours), "
                          f"predicted step {b.predicted_step_time_s * 1e3:.3f} ms"
                          + (" simulated" if self.call_overhead_s else ""))
+        if self.op_order:
+            lines.append(f"  each device runs its ops in the planned order ({sum(map(len, self.op_order.values()))} "
+                         "ops ordered; control edges in the placed graph)")
         if self.microbatches > 1:
             order = " in the 1F1B order" if self.pipeline == "1f1b" else ""
             lines.append(f"  runs as a pipeline of {self.microbatches} micro-batches per batch{order}")

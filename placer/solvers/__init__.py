@@ -15,6 +15,11 @@ cpsat         CP-SAT max-load or min-traffic model, proven bound
 heft          HEFT list scheduling (earliest finish), memory-capped
 group_heft    HEFT on the contracted graph: each group one unit
 etf           ETF list scheduling (earliest start; Baechi's m-ETF)
+cp_heft       critical path first, each op where it finishes first; the
+              plan keeps each device's order of its ops (control edges:
+              :mod:`placer.core.order`; simulated objectives)
+cp_etf        each free device takes the most critical op that has
+              arrived (time-driven HLFET with transfers); order kept too
 partition     METIS k-way partition (balanced compute, min bytes cut)
 mincut        exact min-cut of total busy time (2 devices only)
 contiguous    topological order in k equal-compute stages

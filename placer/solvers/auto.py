@@ -59,7 +59,12 @@ DEFAULT_SOLVER = "auto"
 #: different plans: MobileNetV2's forward pass on 4 devices, memory, 0.31 MB from partition's start,
 #: 0.38 from layer_dp's equal plan).
 HEURISTICS = ("single", "round_robin", "contiguous", "contiguous_dp", "partition", "heft", "group_heft", "etf",
-              "layer_dp", "heavy_enum", "mincut")
+              "layer_dp", "heavy_enum", "mincut", "cp_heft", "cp_etf")
+#: Heuristics whose plans carry each device's order of its ops (:mod:`placer.core.order`): they run for
+#: simulated objectives only (the order is what they add), and the search (refinement, CP-SAT, descent)
+#: starts from the best plan without an order, whose moves the executor's order scores; the best of all
+#: is kept.
+ORDERED = frozenset({"cp_heft", "cp_etf"})
 #: The least refinement ``auto`` does (estimated seconds) when some budget is left.
 MIN_REFINE_S = 0.5
 #: Tensor receivers per fine op of the graphs the rates were measured on (NN graphs: 1-2); a graph with
@@ -76,6 +81,9 @@ HEURISTIC_US_PER_OP: dict[str, tuple[float, float]] = {
     "single": (1.0, 0.0), "round_robin": (1.0, 0.0), "contiguous": (2.0, 0.0), "partition": (8.0, 0.0),
     "heft": (25.0, 10.0), "etf": (5.0, 15.0), "mincut": (250.0, 0.0), "contiguous_dp": (2.0, 0.0),
     "group_heft": (20.0, 5.0), "layer_dp": (4.0, 0.0),
+    # 2026-12-04, four training steps: cp_heft 20-30 µs per op on 2 devices, 26-32 on 4, 36-43 on 8; cp_etf
+    # 25-37, 30-36, 54-56 (77 on the LSTM seq2seq's forward pass on 8)
+    "cp_heft": (15.0, 3.5), "cp_etf": (15.0, 5.0),
 }
 #: Heuristics whose cost is per plan they score, not per op: their own estimate (seconds) for a problem.
 HEURISTIC_ESTIMATES: dict[str, Callable[[PlacementProblem, SolveOptions], float]] = {
@@ -260,6 +268,10 @@ def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
         if reason is None and name == "mincut" and np.array_equal(problem.compute_s[:, 0], problem.compute_s[:, 1]):
             # min total busy time on two identical devices is one device (or infeasible): nothing new
             reason = "identical devices"
+        if reason is None and name in ORDERED and not simulated:
+            reason = f"its order of each device's ops counts for a simulated objective only, not {options.objective}"
+        if reason is None and name in ORDERED and not options.ordered:
+            reason = "execution_order='executor': every plan runs in the executor's order"
         cost = (HEURISTIC_ESTIMATES[name](problem, options) if name in HEURISTIC_ESTIMATES
                 else _estimated_s(name, m, problem.k, options.objective, problem.n))
         if reason is None and cost > MAX_SHARE.get(name, np.inf) * options.time_limit_s:
@@ -280,9 +292,13 @@ def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
                 tried.append(f"stopped: {name} reached the lower bound")
                 break
     bound = max((s.lower_bound for s in found), default=0.0)
-    best = min(found, key=lambda s: s.objective, default=None)
+
+    def starts() -> list[Solution]:  # the plans the search moves (an ordered plan's order would not follow)
+        return [s for s in found if not s.order]
+
+    best = min(starts(), key=lambda s: s.objective, default=None)
     cpsat_min_left = min(1.0, 0.25 * options.time_limit_s)  # less: building the model alone takes that
-    search_on = problem.k > 1 and not (best is not None and _proven(best.objective, bound))
+    search_on = problem.k > 1 and not (found and _proven(min(s.objective for s in found), bound))
 
     model = "throughput" if get_objective(options.objective).cpsat_model == "max_load" else "memory"
 
@@ -301,7 +317,7 @@ def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
         if left > 0:
             # a runner-up within RUNNER_UP of the best (another algorithm's plan) is refined too, on half the
             # share: the best start does not always refine to the best plan
-            ranked = sorted(found, key=lambda s: s.objective)
+            ranked = sorted(starts(), key=lambda s: s.objective)
             runner = ranked[1] if len(ranked) > 1 and ranked[1].objective <= RUNNER_UP * best.objective else None
             if runner is not None:
                 polish(best, share / 2)
@@ -309,7 +325,7 @@ def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
             else:
                 polish(best, share)
             left -= max(share, MIN_REFINE_S)
-            best = min(found, key=lambda s: s.objective)
+            best = min(starts(), key=lambda s: s.objective)
         else:
             tried.append(f"refine {best.solver}: skipped (time limit)")
     if search_on and found and left < cpsat_min_left:
@@ -343,15 +359,15 @@ def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
             if exact is not None:
                 found.append(exact)
                 # 4. a short refinement of CP-SAT's plan when it is the best and not proven optimal
-                if exact.status != "optimal" and exact.objective <= min(s.objective for s in found):
+                if exact.status != "optimal" and exact.objective <= min(s.objective for s in starts()):
                     share = left - (MIN_DESCENT_S if simulated else 0.0)
                     polish(exact, share)
                     left -= max(share, MIN_REFINE_S)
         # equal values: prefer a plan proven optimal
-        best = min(found, key=lambda s: (s.objective, s.status != "optimal"), default=None)
-    if best is None:
+        best = min(starts(), key=lambda s: (s.objective, s.status != "optimal"), default=None)
+    if not found:
         raise no_plan_error(problem, options, tried)
-    if simulated and search_on and not _proven(best.objective, max(bound, best.lower_bound)):
+    if best is not None and simulated and search_on and not _proven(best.objective, max(bound, best.lower_bound)):
         # 5. moves scored by the simulator itself (the load model above only stands in for the step)
         sims = int(max(left, MIN_DESCENT_S) / (1e-6 * DESCENT_US_PER_OP * m))
         if sims < MIN_DESCENT_SIMULATIONS:
@@ -364,10 +380,12 @@ def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
                 found.append(moved)
                 best = moved
         log.info("%s (%.1f s)", tried[-1], time.perf_counter() - t0)
+    # equal values: prefer a plan proven optimal, then one in the executor's order
+    best = min(found, key=lambda s: (s.objective, s.status != "optimal", bool(s.order)))
     lb = min(max(bound, best.lower_bound), best.objective)
     status = "optimal" if _proven(best.objective, lb) else best.status
     scored = {**dict.fromkeys(out_of_time), **{s.solver: float(s.objective) for s in found if s.solver in HEURISTICS}}
     return Solution(best.assignment, best.objective, lb, f"auto/{best.solver}", time.perf_counter() - t0,
-                    status, tuple(tried), scored)
+                    status, tuple(tried), scored, best.order)
 
 

@@ -44,6 +44,9 @@ class SolveOptions:
         layer's forward, gradient and update nodes
         (:meth:`placer.core.build.BuiltProblem.layer_positions`): the order
         ``layer_dp`` splits; ``None`` (not a training graph with layers): it declines.
+    ordered : bool
+        Whether plans may fix each device's order of its ops (:mod:`placer.core.order`; ``auto`` then runs
+        the ordering heuristics too). ``False``: every plan runs in the executor's order.
     bounded : bool
         Whether solutions carry the objective's own lower bound; ``auto``
         turns it off for the auxiliary problems it searches (coarsened, or on
@@ -59,6 +62,7 @@ class SolveOptions:
     max_nodes: int = DEFAULT_MAX_NODES
     coarsen_keys: tuple | None = None
     layer_positions: tuple[float, ...] | None = None
+    ordered: bool = True
     bounded: bool = True
 
 
@@ -71,7 +75,11 @@ class Solution:
     ``log`` lists what a composite solver (``auto``) tried, with outcomes;
     ``scored`` maps each algorithm it ran on the full problem to the value of
     that algorithm's plan (so baselines it already scored are not solved again),
-    and each it skipped for lack of time to ``None``.
+    and each it skipped for lack of time to ``None``. ``order`` is empty where each
+    device runs its ops in the executor's order, else per device the fine ops
+    (:meth:`~placer.core.problem.PlacementProblem.schedule_view`) in the order
+    the plan runs them (:mod:`placer.core.order`; a simulated objective's value
+    counts it).
     """
 
     assignment: np.ndarray
@@ -82,6 +90,7 @@ class Solution:
     status: str
     log: tuple[str, ...] = ()
     scored: Mapping[str, float | None] = field(default_factory=dict)
+    order: tuple[tuple[int, ...], ...] = ()
 
     @property
     def gap(self) -> float:
@@ -92,8 +101,10 @@ class Solution:
 
 
 def finish(problem: PlacementProblem, assignment: np.ndarray, name: str, t0: float, options: SolveOptions,
-           status: str = "heuristic", bound: float = 0.0) -> Solution | None:
-    """Score ``assignment`` by ``options.objective``; ``None`` if it is infeasible.
+           status: str = "heuristic", bound: float = 0.0, order: tuple[tuple[int, ...], ...] = ()
+           ) -> Solution | None:
+    """Score ``assignment`` (with each device's ``order`` of its ops, for a simulated objective: others
+    drop it) by ``options.objective``; ``None`` if it is infeasible.
 
     The lower bound is the larger of the objective's own bound (unless
     ``options.bounded`` is off) and ``bound`` (e.g. one proven by a search
@@ -101,11 +112,12 @@ def finish(problem: PlacementProblem, assignment: np.ndarray, name: str, t0: flo
     """
     obj = get_objective(options.objective)
     a = np.asarray(assignment, dtype=int)
-    value = obj.value(problem, a)
+    order = order if obj.simulated and options.ordered else ()
+    value = obj.score(problem, a, order)
     if not np.isfinite(value):
         return None
     lb = min(max(obj.bound(problem) if options.bounded else 0.0, bound), value)
-    return Solution(a, value, lb, name, time.perf_counter() - t0, status)
+    return Solution(a, value, lb, name, time.perf_counter() - t0, status, order=order)
 
 
 class SolverFn(Protocol):
