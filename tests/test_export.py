@@ -151,3 +151,32 @@ def tf_flat(out):
     import tensorflow as tf
 
     return [t.numpy() for t in tf.nest.flatten(out)]
+
+
+def test_a_planned_order_is_emitted_as_control_edges_and_applied_again_at_load(tmp_path, devices):
+    model = multi_input()
+    p = placer.autoplace(model, devices, batch_size=4, algorithm="cp_heft")
+    assert p.plan.op_order, "cp_heft plans carry each device's order of its ops"
+    emitted = p.emitted
+    assert emitted.order_edges
+    nodes = {n.name: n for n in emitted.graph_def.node}
+    for before, after in emitted.order_edges:
+        assert f"^{before}" in nodes[after].input
+        device = next(d for d, ops in p.plan.op_order.items() if after in ops)
+        ops = p.plan.op_order[device]
+        assert ops.index(before) < ops.index(after) and p.plan.assignment[before] == device
+    x = sample(model, 4, seed=11)
+    expected = [t.numpy() for t in model(x)]
+    for got, e in zip(tf_flat(p(x)), expected):
+        assert np.array_equal(got, e), "an order changes when ops run, never what they compute"
+    path = p.export(tmp_path / "saved")
+    import tensorflow as tf
+
+    saved = tf.compat.v1.GraphDef()
+    saved.ParseFromString((tmp_path / "saved" / "assets.extra" / "autoplace" / "graph_def.pb").read_bytes())
+    inputs = {n.name: set(n.input) for n in saved.node}
+    assert not any(f"^{b}" in inputs.get(a, ()) for b, a in emitted.order_edges), "stored without the order"
+    loaded = placer.load(path)
+    assert set(loaded.order_edges) == set(emitted.order_edges)
+    for got, e in zip(tf_flat(loaded(*x)), expected):
+        assert np.array_equal(got, e)

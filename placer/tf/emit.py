@@ -61,6 +61,8 @@ class EmittedModel:
     microbatches: int = 1
     #: The acknowledged transfers (:mod:`placer.tf.sends`); ``None``: sends left to TensorFlow's executor.
     sends: PromptSends | None = None
+    #: The control edges ``(before, after)`` that run each device's ops in the plan's order (:func:`add_order`).
+    order_edges: tuple[tuple[str, str], ...] = ()
 
 
 def complete_assignment(graph: tf.Graph, op_devices: Mapping[str, str],
@@ -129,7 +131,7 @@ def emit(traced: TracedModel, op_devices: Mapping[str, str], variables: Mapping[
          compression: CompressionPolicy = NO_COMPRESSION, layer_devices: Mapping[str, str] | None = None,
          batch_size: int = 1, microbatches: int = 1, replica_groups: Sequence[Sequence[str]] = (),
          pipeline: str = "gpipe", stages: Sequence[str] = (),
-         sends: SendRule | None = None) -> EmittedModel:
+         sends: SendRule | None = None, order: Mapping[str, Sequence[str]] | None = None) -> EmittedModel:
     """Build the placed function of one trace.
 
     Parameters
@@ -165,6 +167,10 @@ def emit(traced: TracedModel, op_devices: Mapping[str, str], variables: Mapping[
         Given, the awaited cross-process transfers are acknowledged
         (:func:`placer.tf.sends.prompt_sends`, after any gates); ``None``: sends run when TensorFlow's
         executor gets to them.
+    order : Mapping[str, sequence of str], optional
+        The plan's order of each device's ops (``Plan.op_order``): each op waits for the one before it
+        on its device (:func:`add_order`); ``None`` or empty: the executor's order. Not with
+        ``microbatches`` > 1 or ``replica_groups``.
 
     Raises
     ------
@@ -180,6 +186,13 @@ def emit(traced: TracedModel, op_devices: Mapping[str, str], variables: Mapping[
     op_devices = complete_assignment(graph, op_devices, layer_devices)
     for node in gd.node:
         node.device = op_devices[node.name]
+    ordered: list[tuple[str, str]] = []
+    if order:
+        if microbatches > 1 or replica_groups:
+            raise GraphError("a planned order of each device's ops does not apply to a pipeline of micro-batches; "
+                             "emit the plan's pipeline without it (Plan.op_order is empty for such plans)")
+        ordered = add_order(gd, order)
+        log.info("planned order of each device's ops: %d control edges", len(ordered))
     compressed = insert_codecs(gd, graph, op_devices, compression, batch_size=batch_size,
                                optimizer_scope=traced.optimizer_scope)
     if traced.step == "train":
@@ -212,7 +225,72 @@ def emit(traced: TracedModel, op_devices: Mapping[str, str], variables: Mapping[
     return EmittedModel(fn, gd, tuple(compressed), traced.dynamic.structured_outputs, traced.step,
                         tuple(traced.input_names), tuple(traced.output_names), placeholders,
                         tuple(variables[ph] for ph in placeholders), dict(traced.constants),
-                        tuple(traced.input_specs), microbatches, done[0] if done else None)
+                        tuple(traced.input_specs), microbatches, done[0] if done else None, tuple(ordered))
+
+
+def add_order(gd: tf.compat.v1.GraphDef, order: Mapping[str, Sequence[str]]) -> list[tuple[str, str]]:
+    """Make each op of ``order`` (device → op names in the order they run there) wait for the one before it
+    on its device: a control edge in ``gd`` (in place), skipping names ``gd`` lacks (an op of the plan's
+    trace that this trace does not have) and placeholders (the inputs and captures the placed function
+    feeds through ``input_map``: an edge from one would make it run, unfed); returns the edges added,
+    ``(before, after)`` (not those ``gd`` had already: :func:`remove_edges` takes them out again).
+
+    This trace may depend otherwise than the one the plan was made on (a batch of unknown size computes
+    shapes that were constants), so an edge can close a cycle: the edges inside a strongly connected
+    component of the result are taken out again (the graph's own edges are acyclic, so what is left is),
+    and the log says how many.
+
+    Examples
+    --------
+    >>> gd = tf.compat.v1.GraphDef()
+    >>> for name, inputs in [("x", []), ("a", ["x"]), ("b", ["x"]), ("c", ["a"])]:
+    ...     _ = gd.node.add(name=name, op="Identity" if inputs else "Placeholder", input=inputs)
+    >>> edges = add_order(gd, {"/CPU:0": ("a", "c", "gone", "b")})
+    >>> edges, list(gd.node[2].input)
+    ([('a', 'c'), ('c', 'b')], ['x', '^c'])
+    >>> remove_edges(gd, edges); list(gd.node[2].input)
+    ['x']
+
+    ``c`` depends on ``a`` here, so an order that puts ``c`` first keeps nothing of that pair:
+
+    >>> add_order(gd, {"/CPU:0": ("c", "a"), "/CPU:1": ("b", "x")})
+    []
+    """
+    import networkx as nx
+
+    from .microbatch import dependency_graph
+
+    nodes = {n.name: n for n in gd.node if n.op != "Placeholder"}
+    added: list[tuple[str, str]] = []
+    for ops in order.values():
+        present = [name for name in ops if name in nodes]
+        for before, after in zip(present, present[1:]):
+            if f"^{before}" not in nodes[after].input:
+                added.append((before, after))
+    if not added:
+        return added
+    g = dependency_graph(gd)
+    g.add_edges_from(added)
+    component = {}
+    for i, members in enumerate(nx.strongly_connected_components(g)):
+        if len(members) > 1:
+            component.update(dict.fromkeys(members, i))
+    kept = [(b, a) for b, a in added if b not in component or component[b] != component.get(a)]
+    if len(kept) < len(added):
+        log.info("planned order: %d of %d control edges left out (this trace's dependencies contradict them)",
+                 len(added) - len(kept), len(added))
+    for before, after in kept:
+        nodes[after].input.append(f"^{before}")
+    return kept
+
+
+def remove_edges(gd: tf.compat.v1.GraphDef, edges: Sequence[tuple[str, str]]) -> None:
+    """Take the control edges ``(before, after)`` (e.g. :func:`add_order`'s) out of ``gd``, in place."""
+    nodes = {n.name: n for n in gd.node}
+    for before, after in edges:
+        node = nodes.get(after)
+        if node is not None and f"^{before}" in node.input:
+            node.input.remove(f"^{before}")
 
 
 def _prompt_sends(graph: tf.Graph, rule: SendRule, done: list[PromptSends]) -> Callable[[tf.compat.v1.GraphDef], None]:

@@ -39,7 +39,8 @@ from ..core.graph_io import load_graph, save_graph
 from ..core.outputs import new_directory
 from ..core.plan import Plan
 from ..errors import AutoplaceError, DeviceError, ExportError, OutputError
-from .emit import EmittedModel, complete_assignment, import_function, layer_devices_of, observed_devices, tf_variable
+from .emit import (EmittedModel, add_order, complete_assignment, import_function, layer_devices_of, observed_devices,
+                   remove_edges, tf_variable)
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +136,7 @@ def export_saved_model(emitted: EmittedModel, path: str | os.PathLike, *, plan: 
     module.serve = tf.function(serve, input_signature=specs, autograph=False)
     gd = tf.compat.v1.GraphDef()
     gd.CopyFrom(emitted.graph_def)
+    remove_edges(gd, emitted.order_edges)  # the plan's order (plan.json) is applied again at load, or re-planned
     not_remappable = _fold_constants(gd, emitted.constants)
     manifest = {
         "format": EXPORT_FORMAT, "version": EXPORT_VERSION,
@@ -233,6 +235,9 @@ class LoadedModel(tf.Module):
         Every node of its GraphDef → device.
     remapped : bool
         Whether the plan was re-solved for other devices.
+    order_edges : tuple of (str, str)
+        The control edges that run each device's ops in the plan's order (``Plan.op_order``), added at
+        load (an export stores its graph without them).
     """
 
     def __init__(self, export: _Export, plan: Plan, devices: DeviceSet, remapped: bool) -> None:
@@ -246,6 +251,7 @@ class LoadedModel(tf.Module):
         gd.CopyFrom(export.graph_def)
         for node in gd.node:
             node.device = self.op_devices[node.name]
+        self.order_edges = tuple(add_order(gd, plan.op_order)) if int(m.get("microbatches", 1)) == 1 else ()
         self.graph_def = gd
         reader = tf.train.load_checkpoint(os.path.join(export.path, "variables", "variables"))
         placed = []
@@ -278,7 +284,8 @@ class LoadedModel(tf.Module):
                                tuple(i["tensor"] for i in m["inputs"]), tuple(m["outputs"]),
                                tuple(v["placeholder"] for v in m["variables"]), tuple(self.placed_variables), {},
                                tuple(tf.TensorSpec(s.shape, s.dtype, name=s.name)
-                                     for s in self.forward.input_signature), int(m.get("microbatches", 1)))
+                                     for s in self.forward.input_signature), int(m.get("microbatches", 1)),
+                               order_edges=self.order_edges)
         return export_saved_model(emitted, path, plan=self.plan, op_graph=self._export.op_graph,
                                   devices=self._device_set)
 

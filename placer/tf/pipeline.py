@@ -92,6 +92,9 @@ class PlacementOptions:
         the simulated step's peak, i.e. parameters, optimizer slots,
         gradients and live activations) or ``"resident"`` (variables only);
         see :class:`placer.planner.PlanOptions`.
+    execution_order : str
+        ``"auto"`` (default) or ``"executor"``, as in :class:`placer.planner.PlanOptions`: whether a plan
+        may fix each device's order of its ops (control edges in the placed graph; not with micro-batches).
     compression : str
         Codec of cut float edges (:data:`placer.core.compression.CODECS`):
         ``"none"`` (default, bit-exact), ``"bf16"``, ``"fp16"`` or ``"int8"``
@@ -221,6 +224,7 @@ class PlacementOptions:
     max_nodes: int = PlanOptions.max_nodes
     group_by: str = MODEL_GROUP_BY
     memory: str = MODEL_MEMORY
+    execution_order: str = PlanOptions.execution_order
     compression: str = "none"
     compression_error: float = DEFAULT_ERROR_BUDGET
     profile_repeats: int = ProfileOptions.repeats
@@ -291,7 +295,8 @@ class PlacementOptions:
     def plan_options(self) -> PlanOptions:
         """The solve stage's options."""
         return PlanOptions(objective=self.objective, algorithm=self.algorithm, time_limit_s=self.time_limit_s,
-                           seed=self.seed, max_nodes=self.max_nodes, group_by=self.group_by, memory=self.memory)
+                           seed=self.seed, max_nodes=self.max_nodes, group_by=self.group_by, memory=self.memory,
+                           execution_order=self.execution_order)
 
     def profile_options(self) -> ProfileOptions:
         """The costs stage's options."""
@@ -380,7 +385,8 @@ def _solve(built: Any, options: PlanOptions, given: Plan | None, batch_size: int
     if given is not None and tuple(given.devices) != built.devices.names:
         raise PlanError(f"the plan was made for devices {list(given.devices)}, not {list(built.devices.names)}; "
                         "pass the devices it was made for, or solve again")
-    plan = plan_problem(built, options, given=None if given is None else given.assignment)
+    plan = plan_problem(built, options, given=None if given is None else given.assignment,
+                        given_order=None if given is None else given.op_order)
     return replace(plan, batch_size=batch_size, compression=compression)
 
 
@@ -512,9 +518,10 @@ def _emit(shell: PlacedModel, traced: Any, plan: Plan, op_graph: Any, devset: An
                           prompt_sends=prompt)
     acks = acknowledged_nodes(built, emitted.sends) if plan.microbatches == 1 and opts.replicas == 1 else ()
     a = built.group_assignment(plan.assignment)
-    sim = built.simulate(a, SimOptions(acknowledged=acks))
+    order = built.order_of(plan.op_order, a) if plan.microbatches == 1 else ()
+    sim = built.simulate(a, SimOptions(acknowledged=acks), order=order)
     if acks:  # their round trips, and the sends that no longer wait
-        change = sim.step_time_s - built.simulate(a).step_time_s
+        change = sim.step_time_s - built.simulate(a, order=order).step_time_s
         log.info("predicted step with %d acknowledged transfers: %+.3f ms", len(acks), change * 1e3)
         plan = replace(plan, predicted_step_time_s=plan.predicted_step_time_s + change)
         shell.set_predicted_step(plan.predicted_step_time_s)

@@ -440,7 +440,8 @@ class PlacedModel(keras.Model):
                        replica_groups=self._replica_groups if pipelined_training else (),
                        pipeline=p.plan.pipeline, stages=p.plan.stages,
                        sends=SendRule(seconds=self._op_seconds, eligible=self._first_microbatch)
-                       if p.prompt_sends else None)
+                       if p.prompt_sends else None,
+                       order=p.plan.op_order if p.plan.microbatches == 1 and not self._replica_groups else None)
         p.functions[key] = emitted
         return emitted
 

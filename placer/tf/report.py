@@ -96,7 +96,8 @@ class Report:
         names = list(self.plan.devices)
         timeline = [{"op": self._op_name(v), "device": names[d], "start_s": s, "end_s": e}
                     for v, d, s, e in self.step_simulation.timeline if v < self.plan.microbatches * len(self.ops)]
-        plan = {k: v for k, v in self.plan.to_dict().items() if k not in ("assignment", "format", "version")}
+        plan = {k: v for k, v in self.plan.to_dict().items()
+                if k not in ("assignment", "op_order", "format", "version")}
         return json_ready({
             "format": REPORT_FORMAT, "report_version": REPORT_VERSION, "source": "placement",
             "model": dict(self.model),
