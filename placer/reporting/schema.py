@@ -76,7 +76,7 @@ def report_from_plan(plan: Mapping[str, Any]) -> dict[str, Any]:
     peaks = list(p.predicted_peak_memory_bytes) or [None] * len(p.devices)
     loads = list(p.predicted_device_load_s) or [None] * len(p.devices)
     memory = list(p.device_memory_bytes) or [None] * len(p.devices)
-    summary = {k: v for k, v in p.to_dict().items() if k not in ("assignment", "format", "version")}
+    summary = {k: v for k, v in p.to_dict().items() if k not in ("assignment", "op_order", "format", "version")}
     return json_ready({
         "format": REPORT_FORMAT, "report_version": REPORT_VERSION, "source": "plan",
         "plan": summary,
