@@ -51,6 +51,18 @@ def random_graph(seed, n, *, kinds=("CPU",), coloc=0.0, host_only=0.0, mem=True)
     return g
 
 
+def random_case(seed, n, k, coloc, hetero, tight):
+    """A random graph and devices: CPU and GPU kinds (some ops host-only) when ``hetero``, capacities 1.5x an
+    even share of the memory when ``tight``."""
+    kinds = ("CPU", "GPU") if hetero else ("CPU",)
+    g = random_graph(seed, n, kinds=kinds, coloc=coloc, host_only=0.2 if hetero else 0.0)
+    total = sum(g.nodes[v]["memory_bytes"] for v in g)
+    devices = devices_for(k, kinds, capacity=max(1, int(1.5 * total / k)) if tight else None)
+    if hetero and k == 1:
+        devices = devices_for(1, ("CPU",))
+    return g, devices
+
+
 def devices_for(k, kinds=("CPU",), capacity=None):
     return [DeviceSpec(f"/{kinds[i % len(kinds)]}:{i}", memory_bytes=capacity) for i in range(k)]
 
@@ -82,12 +94,7 @@ def check_valid(g, devices, p):
 # a GPU that can run none of the ops: METIS was given a part of target weight 0 and refused it
 @example(seed=2, n=2, k=2, objective="latency", coloc=0.0, hetero=True, tight=False)
 def test_heuristics_give_valid_plans_or_typed_errors(seed, n, k, objective, coloc, hetero, tight):
-    kinds = ("CPU", "GPU") if hetero else ("CPU",)
-    g = random_graph(seed, n, kinds=kinds, coloc=coloc, host_only=0.2 if hetero else 0.0)
-    total = sum(g.nodes[v]["memory_bytes"] for v in g)
-    devices = devices_for(k, kinds, capacity=max(1, int(1.5 * total / k)) if tight else None)
-    if hetero and k == 1:
-        devices = devices_for(1, ("CPU",))
+    g, devices = random_case(seed, n, k, coloc, hetero, tight)
     for algorithm in HEURISTICS:
         try:
             p = placer.solve(g, devices, objective=objective, algorithm=algorithm, time_limit_s=1)
@@ -533,12 +540,7 @@ def test_ordered_plans_order_every_op_once_on_its_device_and_the_step_follows_th
                                                                                        tight, algorithm):
     from placer.core.objectives import simulate_step
 
-    kinds = ("CPU", "GPU") if hetero else ("CPU",)
-    g = random_graph(seed, n, kinds=kinds, coloc=coloc, host_only=0.2 if hetero else 0.0)
-    total = sum(g.nodes[v]["memory_bytes"] for v in g)
-    devices = devices_for(k, kinds, capacity=max(1, int(1.5 * total / k)) if tight else None)
-    if hetero and k == 1:
-        devices = devices_for(1, ("CPU",))
+    g, devices = random_case(seed, n, k, coloc, hetero, tight)
     try:
         p = placer.solve(g, devices, algorithm=algorithm, baselines=())
     except (NoFeasiblePlanError, InsufficientMemoryError):
