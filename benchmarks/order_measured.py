@@ -4,8 +4,8 @@ Two worker processes on 127.0.0.1, each pinned to one core with one intra- and o
 (``placer.LocalCluster``, as ``benchmarks/speedup.py``). Per workload, ``objective="latency"``, these
 placements are made with ``placer.autoplace`` and measured, interleaved, on the same batch:
 
-* ``auto (executor)``: ``execution_order="executor"`` (every plan in TensorFlow's order);
-* ``auto``: the default, which keeps a plan with a planned order where it is predicted faster;
+* ``auto (executor)``: autoplace's default ``execution_order="executor"`` (every plan in TensorFlow's order);
+* ``auto``: ``execution_order="auto"``, which keeps a plan with a planned order where it is predicted faster;
 * ``cp_etf ordered``: ``algorithm="cp_etf"`` (its list schedule's order, control edges in the graph);
 * ``cp_etf, executor's order``: the same assignment re-applied without its order.
 
@@ -102,9 +102,9 @@ def _run_case(case: str, args: argparse.Namespace, out, devices: list[str]) -> N
               flush=True)
         return p
 
-    configs = [("auto (executor)", place("auto (executor)", execution_order="executor")),
-               ("auto", place("auto"))]
-    ordered = place("cp_etf", algorithm="cp_etf")
+    configs = [("auto (executor)", place("auto (executor)")),  # autoplace's default
+               ("auto", place("auto", execution_order="auto"))]
+    ordered = place("cp_etf", algorithm="cp_etf", execution_order="auto")
     configs.append(("cp_etf ordered", ordered))
     configs.append(("cp_etf, executor's order", place("cp_etf unordered", plan=replace(ordered.plan, op_order={}))))
 

@@ -73,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     from .core.build import GROUPINGS, MODEL_GROUP_BY
     from .core.compression import COMPRESSION_CHOICES
     from .core.objectives import OBJECTIVES
-    from .core.order import EXECUTION_ORDERS
+    from .core.order import EXECUTION_ORDERS, MODEL_EXECUTION_ORDER
     from .planner import MEMORY_MODELS, MODEL_MEMORY, PlanOptions
     from .core.validate import MAX_BATCH_SIZE, MAX_BYTES, MAX_SEED, MAX_TIME_LIMIT_S, integer, real
     from .solvers import available_solvers
@@ -89,7 +89,7 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("-q", "--quiet", action="store_true", help="no progress output")
         sub.add_argument("-v", "--verbose", action="store_true", help="log every step; a traceback with internal errors")
 
-    def planning(sub: argparse.ArgumentParser, group_by: str, memory: str) -> None:
+    def planning(sub: argparse.ArgumentParser, group_by: str, memory: str, execution_order: str) -> None:
         sub.add_argument("--objective", default=PlanOptions.objective, choices=sorted(OBJECTIVES))
         sub.add_argument("--algorithm", default=PlanOptions.algorithm, choices=available_solvers())
         sub.add_argument("--time-limit", type=seconds, default=PlanOptions.time_limit_s,
@@ -100,9 +100,9 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--memory", default=memory, choices=list(MEMORY_MODELS),
                          help=f"what must fit each device's memory: resident bytes or the step's simulated peak "
                          f"(default {memory})")
-        sub.add_argument("--execution-order", default=PlanOptions.execution_order, choices=list(EXECUTION_ORDERS),
+        sub.add_argument("--execution-order", default=execution_order, choices=list(EXECUTION_ORDERS),
                          help="auto: a plan may fix the order each device runs its ops in, where predicted "
-                         f"faster; executor: TensorFlow's executor orders them (default {PlanOptions.execution_order})")
+                         f"faster; executor: TensorFlow's executor orders them (default {execution_order})")
         common(sub)
 
     def model(sub: argparse.ArgumentParser) -> None:
@@ -137,7 +137,7 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--plan-json", default=None, help="also write the plan (op → device) as JSON here")
     plan.add_argument("--graph-json", default=None, help="also write the cost-annotated op graph here "
                       "(re-plan it offline with plan-graph)")
-    planning(plan, MODEL_GROUP_BY, MODEL_MEMORY)
+    planning(plan, MODEL_GROUP_BY, MODEL_MEMORY, MODEL_EXECUTION_ORDER)
 
     prof = sub.add_parser("profile", help="time a model's ops on each device kind (fills the cost cache)",
                           description="Trace a saved Keras model and time its ops on the devices' kinds; the "
@@ -156,7 +156,7 @@ def _parser() -> argparse.ArgumentParser:
                         "last, after the devices")
     export.add_argument("--plan", default=None, help="a plan JSON of this model (plan --plan-json): no re-solve")
     export.add_argument("--compression", default="none", choices=list(COMPRESSION_CHOICES))
-    planning(export, MODEL_GROUP_BY, MODEL_MEMORY)
+    planning(export, MODEL_GROUP_BY, MODEL_MEMORY, MODEL_EXECUTION_ORDER)
 
     report = sub.add_parser("report", help="re-render a report or plan JSON as HTML (no TensorFlow)",
                             description="Render a report JSON (or a plan JSON: devices and baselines only) as a "
@@ -173,7 +173,7 @@ def _parser() -> argparse.ArgumentParser:
     graph.add_argument("--memory-bytes", type=nbytes, default=None,
                        help="capacity of each device given with --devices (default: unlimited)")
     graph.add_argument("--out", default=None, help="write the plan (node → device, figures) as JSON here")
-    planning(graph, PlanOptions.group_by, PlanOptions.memory)
+    planning(graph, PlanOptions.group_by, PlanOptions.memory, PlanOptions.execution_order)
     return p
 
 

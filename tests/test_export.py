@@ -153,9 +153,23 @@ def tf_flat(out):
     return [t.numpy() for t in tf.nest.flatten(out)]
 
 
+def _two_wide_branches():
+    """Two branches of 512-wide dense layers: ops long enough to order (placer.core.order.MIN_ORDERED_OP_S)."""
+    import keras
+
+    x = keras.Input((256,), name="x")
+    outs = []
+    for name in "ab":
+        h = keras.layers.Dense(512, activation="relu", name=f"{name}1")(x)
+        outs.append(keras.layers.Dense(8, name=f"{name}_out")(keras.layers.Dense(512, name=f"{name}2")(h)))
+    return keras.Model(x, outs, name="two_wide_branches")
+
+
 def test_a_planned_order_is_emitted_as_control_edges_and_applied_again_at_load(tmp_path, devices):
-    model = multi_input()
-    p = placer.autoplace(model, devices, batch_size=4, algorithm="cp_heft")
+    model = _two_wide_branches()
+    assert not placer.autoplace(model, devices[:2], batch_size=32, algorithm="cp_heft").plan.op_order, \
+        "a model's plans run in the executor's order unless execution_order='auto'"
+    p = placer.autoplace(model, devices[:2], batch_size=32, algorithm="cp_heft", execution_order="auto")
     assert p.plan.op_order, "cp_heft plans carry each device's order of its ops"
     emitted = p.emitted
     assert emitted.order_edges
@@ -165,7 +179,7 @@ def test_a_planned_order_is_emitted_as_control_edges_and_applied_again_at_load(t
         device = next(d for d, ops in p.plan.op_order.items() if after in ops)
         ops = p.plan.op_order[device]
         assert ops.index(before) < ops.index(after) and p.plan.assignment[before] == device
-    x = sample(model, 4, seed=11)
+    x = sample(model, 32, seed=11)
     expected = [t.numpy() for t in model(x)]
     for got, e in zip(tf_flat(p(x)), expected):
         assert np.array_equal(got, e), "an order changes when ops run, never what they compute"
@@ -178,5 +192,5 @@ def test_a_planned_order_is_emitted_as_control_edges_and_applied_again_at_load(t
     assert not any(f"^{b}" in inputs.get(a, ()) for b, a in emitted.order_edges), "stored without the order"
     loaded = placer.load(path)
     assert set(loaded.order_edges) == set(emitted.order_edges)
-    for got, e in zip(tf_flat(loaded(*x)), expected):
+    for got, e in zip(tf_flat(loaded(x)), expected):
         assert np.array_equal(got, e)

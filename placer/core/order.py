@@ -31,16 +31,46 @@ import numpy as np
 
 from ..errors import PlanError
 
-#: Values of the ``execution_order`` option: ``"auto"`` (default) lets a plan fix each device's order of its ops
-#: where that is predicted faster (the search keeps the better of both kinds of plan); ``"executor"`` leaves
-#: the order to TensorFlow's executor in every plan.
+#: Values of the ``execution_order`` option: ``"auto"`` lets a plan fix each device's order of its ops where that
+#: is predicted faster (the search keeps the better of both kinds of plan); ``"executor"`` leaves the order to
+#: TensorFlow's executor in every plan.
 EXECUTION_ORDERS = ("auto", "executor")
+#: ``placer.solve``'s default: a graph's plan is judged by the simulator alone.
 DEFAULT_EXECUTION_ORDER = "auto"
+#: ``placer.autoplace``'s default: a model runs on real devices, and there a planned order has not been seen to
+#: pay yet. On two one-thread gRPC workers (``benchmarks/results/order_measured.md``, 2026-12-04) cp_etf's
+#: ordered plans measured as fast as the same assignments in the executor's order (Transformer training
+#: 16.10 against 16.15 ms) or slower (LSTM seq2seq inference 9.84 against 9.48 ms); the predicted gains are on
+#: devices that run one op at a time in ready order (GPUs' streams), where none was at hand to measure.
+MODEL_EXECUTION_ORDER = "executor"
+#: Ops shorter than this (seconds, on their device) are left out of an order: they run when the executor gets
+#: to them. They are what Grappler rewrites (a fused partner's time lands on its fused op, so it profiles at
+#: ~0; shape computations and duplicates it merges), and an order through ops that Grappler merges can close a
+#: cycle in the graph it optimises: a Transformer training step ordered through every op failed Grappler's
+#: topological sort on two gRPC workers (2026-12-04), which then skipped its optimisations.
+MIN_ORDERED_OP_S = 20e-6
 
 
 def order_edges(order: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
     """The control edges that make each device run its ops in ``order``: each op to the next on its device."""
     return [(int(a), int(b)) for ops in order for a, b in zip(ops, ops[1:])]
+
+
+def timed_only(order: Sequence[Sequence[int]], seconds: np.ndarray, min_s: float = MIN_ORDERED_OP_S
+               ) -> tuple[tuple[int, ...], ...]:
+    """``order`` without the ops that take less than ``min_s`` (``seconds``: per fine op, its time on its
+    device); a device left with one op or none has no order.
+
+    Examples
+    --------
+    >>> timed_only(((0, 1, 2), (3, 4)), np.array([1e-3, 0.0, 2e-3, 1e-3, 1e-6]))
+    ((0, 2), ())
+    """
+    out = []
+    for ops in order:
+        kept = tuple(int(v) for v in ops if seconds[v] >= min_s)
+        out.append(kept if len(kept) > 1 else ())
+    return tuple(out)
 
 
 def check_order(order: Sequence[Sequence[int]], fine_assignment: np.ndarray) -> None:

@@ -26,6 +26,7 @@ import numpy as np
 
 from cost_models import TensorEdge
 
+from ..core.order import timed_only
 from ..core.problem import PlacementProblem, Schedule, dependencies
 from .base import Solution, SolveOptions, finish
 from .registry import acyclic_schedule, solver
@@ -250,7 +251,13 @@ def cp_heft(problem: PlacementProblem, options: SolveOptions) -> Solution | None
             waiting[w] -= 1
             if waiting[w] == 0:
                 heapq.heappush(ready, (-float(rank[w]), int(pos[w]), int(w)))
-    return finish(problem, _groups(st), "cp_heft", t0, options, order=tuple(tuple(ops) for ops in order))
+    return finish(problem, _groups(st), "cp_heft", t0, options, order=_timed_order(st, order))
+
+
+def _timed_order(st: _State, order: list[list[int]]) -> tuple[tuple[int, ...], ...]:
+    """Each device's scheduled ops, less those too short to order (:func:`placer.core.order.timed_only`)."""
+    seconds = st.s.durations_s[np.arange(st.s.m), st.dev] if st.s.m else np.zeros(0)
+    return timed_only(order, seconds)
 
 
 def _critical_ranks(st: _State) -> np.ndarray:
@@ -291,8 +298,8 @@ def cp_etf(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
     ...     memory_bytes=np.zeros(3), capacity_bytes=np.full(2, np.inf), tensors=[TensorEdge(0, (2,), 8.0)],
     ...     bandwidth=np.full((2, 2), 1e3), latency=np.zeros((2, 2)))
     >>> s = cp_etf(p, SolveOptions(objective="latency"))
-    >>> s.order, s.objective
-    (((0, 2), (1,)), 3.0)
+    >>> s.order, s.objective   # a device with one op has nothing to order
+    (((0, 2), ()), 3.0)
     """
     t0 = time.perf_counter()
     st = _State(problem)
@@ -344,7 +351,7 @@ def cp_etf(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
             waiting[w] -= 1
             if waiting[w] == 0:
                 release(w)
-    return finish(problem, _groups(st), "cp_etf", t0, options, order=tuple(tuple(ops) for ops in order))
+    return finish(problem, _groups(st), "cp_etf", t0, options, order=_timed_order(st, order))
 
 
 def _groups(st: _State) -> np.ndarray:

@@ -52,6 +52,7 @@ from ..core.build import MODEL_GROUP_BY, build_problem
 from ..core.compression import DEFAULT_ERROR_BUDGET, CompressionPolicy
 from ..core.microbatch import checked_pipeline
 from ..core.devices import resolve_devices
+from ..core.order import MODEL_EXECUTION_ORDER
 from ..core.plan import Plan
 from ..core.validate import MAX_BATCH_SIZE, MAX_TIME_LIMIT_S, integer, real
 from ..errors import AutoplaceError, InputSignatureError, PlanError, TrainingError
@@ -93,8 +94,10 @@ class PlacementOptions:
         gradients and live activations) or ``"resident"`` (variables only);
         see :class:`placer.planner.PlanOptions`.
     execution_order : str
-        ``"auto"`` (default) or ``"executor"``, as in :class:`placer.planner.PlanOptions`: whether a plan
-        may fix each device's order of its ops (control edges in the placed graph; not with micro-batches).
+        ``"executor"`` (default: TensorFlow's executor orders each device's ops) or ``"auto"`` (a plan may fix
+        that order where predicted faster: control edges in the placed graph; not with micro-batches), as in
+        :class:`placer.planner.PlanOptions` (whose default is ``"auto"``; why they differ:
+        :data:`placer.core.order.MODEL_EXECUTION_ORDER`).
     compression : str
         Codec of cut float edges (:data:`placer.core.compression.CODECS`):
         ``"none"`` (default, bit-exact), ``"bf16"``, ``"fp16"`` or ``"int8"``
@@ -224,7 +227,7 @@ class PlacementOptions:
     max_nodes: int = PlanOptions.max_nodes
     group_by: str = MODEL_GROUP_BY
     memory: str = MODEL_MEMORY
-    execution_order: str = PlanOptions.execution_order
+    execution_order: str = MODEL_EXECUTION_ORDER
     compression: str = "none"
     compression_error: float = DEFAULT_ERROR_BUDGET
     profile_repeats: int = ProfileOptions.repeats
