@@ -4,9 +4,9 @@ TensorFlow's executor runs a device's ready ops in the order they became
 ready (the simulator's ``"fifo"``; ``"lifo"`` on one-thread workers), not by
 how urgent they are: an op with slack that became ready first holds up the
 step's critical op. On the InceptionV3 training step on 4 devices with free
-links, list scheduling that runs the most critical ready op first (critical
-path priority) ends 0.5% above the lower bound, and the same scheduler in
-ready order 8.9% above it (2026-12-04, ``docs/design.md``).
+links, ``cp_etf``'s plan (the most critical arrived op first) simulates 1.1%
+above the lower bound in its own order and 10.8% above it in ready order
+(2026-12-04, ``benchmarks/results/execution_order.md``).
 
 A plan's *order* fixes it: per device, the fine ops
 (:meth:`~placer.core.problem.PlacementProblem.schedule_view`) in the order
@@ -39,9 +39,10 @@ EXECUTION_ORDERS = ("auto", "executor")
 DEFAULT_EXECUTION_ORDER = "auto"
 #: ``placer.autoplace``'s default: a model runs on real devices, and there a planned order has not been seen to
 #: pay yet. On two one-thread gRPC workers (``benchmarks/results/order_measured.md``, 2026-12-04) cp_etf's
-#: ordered plans measured as fast as the same assignments in the executor's order (Transformer training
-#: 16.10 against 16.15 ms) or slower (LSTM seq2seq inference 9.84 against 9.48 ms); the predicted gains are on
-#: devices that run one op at a time in ready order (GPUs' streams), where none was at hand to measure.
+#: ordered plans against the same assignments in the executor's order measured -3% to +4% (InceptionV3
+#: inference 54.11 against 52.66 ms, as predicted; a Transformer training step 20.47 against 21.13); the
+#: predicted gains are on devices that run one op at a time in ready order (GPUs' streams), where none was
+#: at hand to measure.
 MODEL_EXECUTION_ORDER = "executor"
 #: Ops shorter than this (seconds, on their device) are left out of an order: they run when the executor gets
 #: to them. They are what Grappler rewrites (a fused partner's time lands on its fused op, so it profiles at
