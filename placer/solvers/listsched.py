@@ -62,6 +62,7 @@ class _State:
         self.group_dev = np.full(problem.n, -1)
         self.mem_used = np.zeros(k)
         self.group_ok = np.isfinite(problem.compute_s)
+        self.cap = problem.capacity_bytes * (1 + 1e-9)
         # Work pinned to each device but not yet run: a group's later ops (e.g. an optimizer
         # update colocated with its variable) follow its first op, so ties go to the least committed.
         self.committed = np.zeros(k)
@@ -74,8 +75,15 @@ class _State:
         g = self.s.group[v]
         if self.group_dev[g] >= 0:
             return np.array([self.group_dev[g]])
-        fits = self.mem_used + self.p.memory_bytes[g] <= self.p.capacity_bytes * (1 + 1e-9)
+        fits = self.mem_used + self.p.memory_bytes[g] <= self.cap
         return np.flatnonzero(self.group_ok[g] & fits & np.isfinite(self.s.durations_s[v]))
+
+    def may_take(self, v: int, d: int) -> bool:
+        """Whether device ``d`` may take fine op ``v`` now: its group is pinned there, or unpinned and fits
+        ``d``'s memory (pins and memory use only grow: once false, always false)."""
+        g = self.s.group[v]
+        pin = self.group_dev[g]
+        return bool(pin == d or (pin < 0 and self.mem_used[d] + self.p.memory_bytes[g] <= self.cap[d]))
 
     def data_ready(self, v: int, d: int) -> float:
         return max((self.finish[u] + self.transfer(ti, self.dev[u], d) for ti, u in self.preds[v]), default=0.0)
@@ -161,10 +169,8 @@ def etf(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
     t0 = time.perf_counter()
     st = _State(problem)
     rank = st.upward_rank()
-    k, m = problem.k, st.s.m
-    p, s = problem, st.s
+    k, m, s = problem.k, st.s.m, st.s
     finite = np.isfinite(s.durations_s)
-    cap = p.capacity_bytes * (1 + 1e-9)
     waiting = np.array([len(x) for x in st.preds])
     placed = np.zeros(m, dtype=bool)
     queues: list[list[tuple[float, float, int]]] = [[] for _ in range(k)]  # (arrival, -rank, op)
@@ -174,9 +180,7 @@ def etf(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
             heapq.heappush(queues[d], (st.data_ready(v, int(d)), -rank[v], v))
 
     def usable(v: int, d: int) -> bool:
-        g = s.group[v]
-        pin = st.group_dev[g]
-        return not placed[v] and (pin == d or (pin < 0 and st.mem_used[d] + p.memory_bytes[g] <= cap[d]))
+        return not placed[v] and st.may_take(v, d)
 
     def candidate(d: int) -> tuple[float, float, float, int, int] | None:
         q = queues[d]
@@ -304,9 +308,8 @@ def cp_etf(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
     t0 = time.perf_counter()
     st = _State(problem)
     rank = _critical_ranks(st)
-    k, m, s, p = problem.k, st.s.m, st.s, problem
+    k, m, s = problem.k, st.s.m, st.s
     finite = np.isfinite(s.durations_s)
-    cap = p.capacity_bytes * (1 + 1e-9)
     waiting = [len(x) for x in st.preds]
     placed = np.zeros(m, dtype=bool)
     pending: list[list[tuple[float, float, int]]] = [[] for _ in range(k)]  # (arrival, -rank, op)
@@ -317,9 +320,7 @@ def cp_etf(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
             heapq.heappush(pending[d], (st.data_ready(v, int(d)), -float(rank[v]), v))
 
     def usable(v: int, d: int) -> bool:
-        g = s.group[v]
-        pin = st.group_dev[g]
-        return not placed[v] and (pin == d or (pin < 0 and st.mem_used[d] + p.memory_bytes[g] <= cap[d]))
+        return not placed[v] and st.may_take(v, d)
 
     def proposal(d: int) -> tuple[float, float, int, int] | None:
         free = float(st.dev_free[d])
