@@ -85,6 +85,12 @@ class _State:
         pin = self.group_dev[g]
         return bool(pin == d or (pin < 0 and self.mem_used[d] + self.p.memory_bytes[g] <= self.cap[d]))
 
+    def push_arrival(self, heaps: list[list[tuple[float, float, int]]], v: int, priority: float) -> None:
+        """Push fine op ``v`` (its inputs placed) onto the heap of each device that has a kernel for it and
+        its group may use, as ``(when its inputs arrive there, -priority, v)``."""
+        for d in np.flatnonzero(self.group_ok[self.s.group[v]] & np.isfinite(self.s.durations_s[v])):
+            heapq.heappush(heaps[d], (self.data_ready(v, int(d)), -float(priority), v))
+
     def data_ready(self, v: int, d: int) -> float:
         return max((self.finish[u] + self.transfer(ti, self.dev[u], d) for ti, u in self.preds[v]), default=0.0)
 
@@ -169,15 +175,13 @@ def etf(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
     t0 = time.perf_counter()
     st = _State(problem)
     rank = st.upward_rank()
-    k, m, s = problem.k, st.s.m, st.s
-    finite = np.isfinite(s.durations_s)
+    k, m = problem.k, st.s.m
     waiting = np.array([len(x) for x in st.preds])
     placed = np.zeros(m, dtype=bool)
     queues: list[list[tuple[float, float, int]]] = [[] for _ in range(k)]  # (arrival, -rank, op)
 
     def make_ready(v: int) -> None:
-        for d in np.flatnonzero(st.group_ok[s.group[v]] & finite[v]):
-            heapq.heappush(queues[d], (st.data_ready(v, int(d)), -rank[v], v))
+        st.push_arrival(queues, v, rank[v])
 
     def usable(v: int, d: int) -> bool:
         return not placed[v] and st.may_take(v, d)
@@ -308,16 +312,14 @@ def cp_etf(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
     t0 = time.perf_counter()
     st = _State(problem)
     rank = _critical_ranks(st)
-    k, m, s = problem.k, st.s.m, st.s
-    finite = np.isfinite(s.durations_s)
+    k, m = problem.k, st.s.m
     waiting = [len(x) for x in st.preds]
     placed = np.zeros(m, dtype=bool)
     pending: list[list[tuple[float, float, int]]] = [[] for _ in range(k)]  # (arrival, -rank, op)
     arrived: list[list[tuple[float, int]]] = [[] for _ in range(k)]  # (-rank, op), arrived by the device's free time
 
     def release(v: int) -> None:
-        for d in np.flatnonzero(st.group_ok[s.group[v]] & finite[v]):
-            heapq.heappush(pending[d], (st.data_ready(v, int(d)), -float(rank[v]), v))
+        st.push_arrival(pending, v, rank[v])
 
     def usable(v: int, d: int) -> bool:
         return not placed[v] and st.may_take(v, d)
