@@ -194,3 +194,21 @@ def test_a_planned_order_is_emitted_as_control_edges_and_applied_again_at_load(t
     assert set(loaded.order_edges) == set(emitted.order_edges)
     for got, e in zip(tf_flat(loaded(x)), expected):
         assert np.array_equal(got, e)
+    remapped = placer.load(path, devices[2:4], time_limit_s=1)  # re-planned as autoplace plans: no order
+    assert remapped.remapped and remapped.plan.op_order == {} and remapped.order_edges == ()
+    assert any("cp_etf: skipped (execution_order='executor'" in line for line in remapped.plan.log)
+    for got, e in zip(tf_flat(remapped(x)), expected):
+        assert np.array_equal(got, e)
+
+
+def test_emit_refuses_an_order_for_a_pipeline():
+    import keras
+
+    from placer.errors import GraphError
+    from placer.tf.emit import emit
+    from placer.tf.trace import trace_model
+
+    traced = trace_model(keras.Sequential([keras.Input((4,)), keras.layers.ReLU()]), batch_size=2)
+    ops = {op.name: "/CPU:0" for op in traced.dynamic.graph.get_operations()}
+    with pytest.raises(GraphError, match="pipeline of micro-batches"):
+        emit(traced, ops, {}, order={"/CPU:0": tuple(ops)}, microbatches=2)

@@ -213,11 +213,12 @@ def _read_export(path: str) -> _Export:
 
 def _replan(export: _Export, devset: DeviceSet, time_limit_s: float | None, seed: int) -> Plan:
     from ..core.build import build_problem
+    from ..core.order import MODEL_EXECUTION_ORDER
     from ..planner import MODEL_MEMORY, PlanOptions, plan_problem
 
     kw = {} if time_limit_s is None else {"time_limit_s": time_limit_s}
     options = PlanOptions(objective=export.plan.objective, group_by=export.plan.group_by, memory=MODEL_MEMORY,
-                          seed=seed, **kw)
+                          execution_order=MODEL_EXECUTION_ORDER, seed=seed, **kw)
     built = build_problem(export.op_graph, devset, group_by=options.group_by)
     return plan_problem(built, options)
 
