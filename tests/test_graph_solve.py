@@ -529,6 +529,10 @@ def test_a_planned_order_runs_the_critical_path_first_and_is_kept_when_re_applie
         plan_problem(built, PlanOptions(), given=again.assignment, given_order={cpu: ("c1", "p"), gpu: ("q",)})
     with pytest.raises(placer.errors.PlanError, match="lacks"):
         plan_problem(built, PlanOptions(), given=again.assignment, given_order={cpu: ("c1", "nope")})
+    with pytest.raises(placer.errors.PlanError, match="pass the devices the plan was made for"):
+        plan_problem(built, PlanOptions(), given=again.assignment, given_order={"/GPU:7": ("p", "q")})
+    with pytest.raises(placer.errors.PlanError, match="which its device list"):
+        placer.Plan.from_dict({**json.loads(ordered.to_json()), "op_order": {"/GPU:7": ["p", "q"]}})
     with pytest.raises(SolverError, match="execution_order"):
         placer.solve(g, devices, execution_order="fastest")
 
