@@ -14,8 +14,8 @@ they run. The emitted graph gets a control edge from each op to the next on
 its device (:func:`order_edges`; :mod:`placer.tf.emit`), and the simulator
 sees the same edges, so the predicted step is the step of the order that
 runs. An order comes from a list schedule that places every op after its
-inputs (:func:`placer.solvers.listsched.cp_heft`), so its edges keep the
-graph acyclic; :func:`check_order` checks one read from a file.
+inputs (:func:`placer.solvers.listsched.cp_heft`, ``cp_etf``), so its edges
+keep the graph acyclic; :func:`check_order` checks one read from a file.
 
 Examples
 --------

@@ -220,9 +220,9 @@ def cp_heft(problem: PlacementProblem, options: SolveOptions) -> Solution | None
     (HEFT's choice: its inputs' transfers, the device free, group pins, memory). Each device's ops in the
     order they were scheduled are the plan's :mod:`order <placer.core.order>`: emitted as control edges,
     so the executor runs them so (TensorFlow's executor would take them as they become ready, which
-    holds critical ops behind others: this schedule in ready order simulated 2.28 s on the InceptionV3
-    training step on 4 devices, 1.89 s in its own order). A simulated objective scores the plan in its
-    order; others ignore the order.
+    holds critical ops behind others: this schedule in ready order simulated 2.30 s on the InceptionV3
+    training step on 4 devices, 1.90 s in its own order, ``benchmarks/results/execution_order.md``). A
+    simulated objective scores the plan in its order; others ignore the order.
 
     Examples
     --------
@@ -287,8 +287,9 @@ def cp_etf(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
     waits for the earliest to arrive, ties by that path); the device that can start first goes first.
     Where :func:`cp_heft` takes ops by priority and puts each where it finishes first (a device can wait
     for an urgent op while others could have run), this keeps devices busy; each wins on other graphs
-    (the Transformer's training step on 4 devices: 168.6 ms, cp_heft 197.3; InceptionV3's on 8: cp_heft
-    1648 ms). Each device's ops in the order they ran are the plan's :mod:`order <placer.core.order>`.
+    (the Transformer's training step on 4 devices: 168.9 ms, cp_heft 198.0; InceptionV3's on 8: cp_heft
+    1652 ms, cp_etf 1655; ``benchmarks/results/execution_order.md``). Each device's ops in the order they
+    ran are the plan's :mod:`order <placer.core.order>`.
 
     Each device keeps a heap of the ops whose inputs are placed, by arrival there, and a heap by priority
     of those that have arrived by the time it is free (its free time only grows); an op placed elsewhere,
