@@ -17,6 +17,10 @@ Semantics (TensorFlow's dataflow executor, simplified):
   happened (an op's end: the successor of the op that just ended goes
   first), then by the lower node index (the topological order); with
   ``"fifo"``, by the lower node index;
+* ``"priority"`` (a plan's own order, not an executor's: the simulation
+  only) takes the ready op of highest ``SimOptions.priority`` first (ties:
+  the lower node index); a planner scores an assignment so with the order
+  it would then prescribe (:mod:`placer.core.order`);
 * a tensor consumed on another device is sent **once per destination
   device** when its producer finishes; each ordered link carries one
   transfer at a time, in the order the transfers were issued;
@@ -51,8 +55,10 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-#: Values of ``SimOptions.ready_order``.
+#: Values of ``SimOptions.ready_order`` for an executor (a device's).
 READY_ORDERS = ("fifo", "lifo")
+#: The further value :func:`simulate` takes: each device runs its ready op of highest ``SimOptions.priority``.
+PRIORITY = "priority"
 
 
 def checked_ready_order(order: str | None, error: type[Exception] = ValueError,
@@ -191,11 +197,15 @@ class SimOptions:
     ----------
     concurrency : int
         Ops a device runs at once.
-    ready_order : {"fifo", "lifo"} or None
-        Which of a device's ready ops runs next: the earliest ready, or the
-        latest ready (see the module docstring). ``None``: whoever fills in
-        the options decides (a placement problem: its devices' order), else
-        ``"fifo"``.
+    ready_order : {"fifo", "lifo", "priority"} or None
+        Which of a device's ready ops runs next: the earliest ready, the
+        latest ready, or the one of highest :attr:`priority` (see the module
+        docstring). ``None``: whoever fills in the options decides (a
+        placement problem: its devices' order), else ``"fifo"``.
+    priority : sequence of float, optional
+        Per node, its priority under ``ready_order="priority"`` (required
+        there, ignored otherwise). Only the plain simulation takes that order
+        (not ``shared``, ``transfer_cpu_s`` nor ``acknowledged``).
     transfer_cpu_s : numpy.ndarray, optional
         ``(k, k)`` compute time one tensor sent from ``i`` to ``j`` takes on
         *each* of the two devices (serialisation and RPC handling; TensorFlow's
@@ -234,6 +244,7 @@ class SimOptions:
 
     concurrency: int = 1
     ready_order: str | None = None
+    priority: Sequence[float] | None = None
     transfer_cpu_s: np.ndarray | None = None
     time_factor: Sequence[float] | None = None
     peak_memory: bool = True
@@ -371,7 +382,14 @@ def simulate(
     concurrency, ready_order = options.concurrency, options.ready_order
     if concurrency < 1:
         raise ValueError("concurrency must be >= 1")
-    checked_ready_order(ready_order)
+    checked_ready_order(ready_order, also={PRIORITY: "each device runs its ready op of highest priority first"})
+    by_priority = ready_order == PRIORITY
+    if by_priority:
+        if options.priority is None or len(options.priority) != n:
+            raise ValueError(f"ready_order='priority' needs SimOptions.priority, one number per node ({n})")
+        if options.acknowledged or options.transfer_cpu_s is not None or options.shared:
+            raise ValueError("ready_order='priority' is simulated without shared processors, transfer CPU costs "
+                             "or acknowledgements only; simulate those in an executor's order ('fifo' or 'lifo')")
     if options.time_factor is not None:
         factors = np.asarray(options.time_factor, dtype=float)
         if factors.shape != (k,) or not np.isfinite(factors).all() or (factors <= 0).any():
@@ -391,6 +409,7 @@ def simulate(
                                 options, shares, deps)
 
     lifo = ready_order == "lifo"
+    key = [-float(x) for x in options.priority] if by_priority else []  # the pool's heap key: highest first
     deps = _checked(deps, n, tensors) or dependencies_of(n, tensors, control_edges)
     if stop_above is not None and (tails is None or len(tails) != n):
         raise ValueError(f"stop_above needs tails, one per node ({n}), got {None if tails is None else len(tails)}")
@@ -430,9 +449,10 @@ def simulate(
                                np.array(link_bytes), np.array(busy), len(transfers), latest))
         d = v = -1  # the device and op that start next, at t_start
         t_start = math.inf
-        if lifo:
+        if lifo or by_priority:
             # Ops start in time order, so an op ready by the earliest start of any device is known by then: only
-            # then is a device's stack (which ops became ready last) complete. Stacked ops are ready by `now`.
+            # then is a device's stack (which ops became ready last), or pool (by priority), complete. Stacked
+            # (pooled) ops are ready by `now`.
             for e in range(k):  # each device's earliest start (inline max/min: this loop runs once per op)
                 free = slots[e][0]
                 if stacks[e]:
@@ -445,11 +465,21 @@ def simulate(
                 if at[e] < t_start:
                     t_start = at[e]
             now = t_start
-            for e in range(k):
-                if at[e] == t_start and (stacks[e] or heaps[e]):
-                    _to_stack(heaps[e], stacks[e], t_start, instant)
-                    if d < 0 or stacks[e][-1] < v:
-                        d, v = e, stacks[e][-1]
+            if by_priority:
+                top = None
+                for e in range(k):
+                    if at[e] == t_start and (stacks[e] or heaps[e]):
+                        _to_pool(heaps[e], stacks[e], t_start, key)
+                        if top is None or stacks[e][0] < top:
+                            d, top = e, stacks[e][0]
+                if top is not None:
+                    v = top[1]
+            else:
+                for e in range(k):
+                    if at[e] == t_start and (stacks[e] or heaps[e]):
+                        _to_stack(heaps[e], stacks[e], t_start, instant)
+                        if d < 0 or stacks[e][-1] < v:
+                            d, v = e, stacks[e][-1]
         else:
             for e in range(k):
                 if heaps[e]:
@@ -462,6 +492,8 @@ def simulate(
             raise ValueError("the graph has a cycle: some ops can never become ready")
         if lifo:
             stacks[d].pop()
+        elif by_priority:
+            heapq.heappop(stacks[d])
         else:
             heapq.heappop(heaps[d])
         end = t_start + seconds[v]
@@ -539,7 +571,7 @@ class _State:
     ready_at: list[float]
     caused_at: list[float]
     heaps: list[list[tuple[float, float, int]]]
-    stacks: list[list[int]]
+    stacks: list[list]  # per device: "lifo"'s stack of ready ops, or "priority"'s pool (a heap)
     slots: list[list[float]]
     link_free: np.ndarray
     link_bytes: np.ndarray
@@ -619,6 +651,14 @@ def _to_stack(heap: list[tuple[float, float, int]], stack: list[int], now: float
     while heap and heap[0][0] <= now:
         moved.append(heapq.heappop(heap))
     stack.extend(v for _, _, v in sorted(moved, key=lambda x: (instant[x[2]], x[0], -x[1], -x[2])))
+
+
+def _to_pool(heap: list[tuple[float, float, int]], pool: list, now: float, key: Sequence[float]) -> None:
+    """Move a device's ops that are ready by ``now`` from its heap into its pool, a heap of ``(key, node)``
+    (``ready_order="priority"``: the least key, the highest priority, runs first; ties: the lower index)."""
+    while heap and heap[0][0] <= now:
+        v = heapq.heappop(heap)[2]
+        heapq.heappush(pool, (key[v], v))
 
 
 def _result(tensors: Sequence[TensorEdge], a: np.ndarray, k: int, timeline: list, transfers: list, busy: np.ndarray,

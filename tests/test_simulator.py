@@ -1,5 +1,7 @@
 """The discrete-event simulator on hand-built graphs with known answers."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -95,6 +97,26 @@ def test_lifo_runs_the_latest_ready_op_first_depth_first_like_tensorflows_execut
     assert simulate(d, es, a, link(), options=SimOptions(transfer_cpu_s=np.zeros((2, 2)), ready_order="lifo")).step_time_s == 8.0
     with pytest.raises(ValueError, match="ready_order"):
         simulate(d, es, a, link(), options=SimOptions(ready_order="random"))
+
+
+def test_priority_runs_the_most_urgent_ready_op_first_and_needs_plain_simulation():
+    """``a`` (1 s) feeds ``c`` (2 s); ``b`` (1.5 s) is independent; one device. Ready order runs ``b``
+    (ready at 0) before ``c``; by priority ``c`` (the longer way to the end) goes first, ``b`` last."""
+    d = np.array([[1.0], [1.5], [2.0]])
+    es = [TensorEdge(0, (2,), 1.0)]
+    fifo = simulate(d, es, [0, 0, 0], link())
+    assert [v for v, *_ in fifo.timeline] == [0, 1, 2]
+    by_priority = simulate(d, es, [0, 0, 0], link(), options=SimOptions(ready_order="priority", priority=[3, 1.5, 2]))
+    assert [v for v, *_ in by_priority.timeline] == [0, 2, 1]
+    assert [v for v, *_ in simulate(d, es, [0, 0, 0], link(), options=SimOptions(
+        ready_order="priority", priority=[3, 9, 2])).timeline] == [1, 0, 2]  # b outranks a: both ready at 0
+    with pytest.raises(ValueError, match="one number per node"):
+        simulate(d, es, [0, 0, 0], link(), options=SimOptions(ready_order="priority"))
+    with pytest.raises(ValueError, match="without shared processors"):
+        simulate(np.ones((3, 2)), es, [0, 1, 0], link(), options=SimOptions(ready_order="priority", priority=[1] * 3,
+                                                                          shared=(((0, 1), 1.0),)))
+    with pytest.raises(ValueError, match="ready_order must be"):
+        simulate(d, es, [0, 0, 0], link(), options=SimOptions(ready_order="urgent"))
 
 
 @pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf")])
@@ -364,8 +386,9 @@ def moves_of_a_plan(draw):
     a = [draw(st.integers(0, k - 1)) for _ in range(n)]
     moves = [[(draw(st.integers(0, n - 1)), draw(st.integers(0, k - 1))) for _ in range(draw(st.integers(1, 3)))]
              for _ in range(3)]
-    return durations, edges, control, a, moves, draw(st.sampled_from(["fifo", "lifo"])), draw(st.integers(1, 2)), \
-        draw(st.integers(1, 8))
+    order = draw(st.sampled_from(["fifo", "lifo", "priority"]))
+    priority = [draw(st.sampled_from([0.0, 1.0, 2.5])) for _ in range(n)] if order == "priority" else None
+    return durations, edges, control, a, moves, (order, priority), draw(st.integers(1, 2)), draw(st.integers(1, 8))
 
 
 @settings(max_examples=200, deadline=None)
@@ -373,10 +396,10 @@ def moves_of_a_plan(draw):
 def test_a_simulation_resumed_after_a_move_is_the_simulation_from_the_start(case):
     """`resume` continues from the last snapshot a move leaves intact; every result equals a full simulation
     of the moved plan, including one resumed from a resumed simulation."""
-    durations, edges, control, a, moves, order, concurrency, snapshots = case
+    durations, edges, control, a, moves, (order, priority), concurrency, snapshots = case
     lat = np.full((durations.shape[1],) * 2, 0.25)
-    kept = SimOptions(ready_order=order, concurrency=concurrency, snapshots=snapshots)
-    full = SimOptions(ready_order=order, concurrency=concurrency)
+    kept = SimOptions(ready_order=order, priority=priority, concurrency=concurrency, snapshots=snapshots)
+    full = SimOptions(ready_order=order, priority=priority, concurrency=concurrency)
     previous = simulate(durations, edges, a, link(bw=2.0), control_edges=control, link_latency_s=lat, options=kept)
     assert previous.simulated_ops == len(a)
     a = list(a)
@@ -394,7 +417,7 @@ def test_a_simulation_resumed_after_a_move_is_the_simulation_from_the_start(case
         previous = resumed
     with pytest.raises(ValueError, match="same graph"):
         simulate(durations[:-1], [e for e in edges if max(e.src, *e.dsts) < len(a) - 1], a[:-1], link(),
-                 options=kept, resume=previous)
+                 options=replace(kept, priority=None if priority is None else priority[:-1]), resume=previous)
 
 
 @settings(max_examples=200, deadline=None)
@@ -403,7 +426,7 @@ def test_a_simulation_stops_above_a_step_only_where_the_step_ends_after_it(case,
     """With ``stop_above`` and valid tails (the longest path of fastest times after each op), the result is
     the full simulation wherever the step ends by it, and ``inf`` (after fewer ops) wherever it ends later,
     resumed or not."""
-    durations, edges, control, a, moves, order, concurrency, snapshots = case
+    durations, edges, control, a, moves, (order, priority), concurrency, snapshots = case
     n = len(a)
     fastest = durations.min(axis=1)
     tails = [0.0] * n  # edges and control edges go from lower to higher node indices
@@ -411,7 +434,7 @@ def test_a_simulation_stops_above_a_step_only_where_the_step_ends_after_it(case,
         after = [w for e in edges if e.src == v for w in e.dsts] + [w for u, w in control if u == v]
         tails[v] = max((fastest[w] + tails[w] for w in after), default=0.0)
     lat = np.full((durations.shape[1],) * 2, 0.25)
-    kept = SimOptions(ready_order=order, concurrency=concurrency, snapshots=snapshots)
+    kept = SimOptions(ready_order=order, priority=priority, concurrency=concurrency, snapshots=snapshots)
     first = simulate(durations, edges, a, link(bw=2.0), control_edges=control, link_latency_s=lat, options=kept)
     a = list(a)
     for v, d in moves[0]:

@@ -721,6 +721,38 @@ def test_descent_keeps_every_constraint_never_worsens_and_is_deterministic(seed,
     assert (slack(p, moved, simulate_step(p, moved)) >= -1e-9).all()
 
 
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 25), k=st.integers(2, 4),
+       capacity=st.sampled_from([np.inf, 900.0]), forbid=st.sampled_from([0.0, 0.3]), comm=st.sampled_from([0.1, 3.0]))
+def test_ordered_descent_keeps_every_constraint_and_its_order_runs_as_simulated(seed, n, k, capacity, forbid, comm):
+    """Moves scored with each device running its most urgent ready op: feasible, never worse than the start
+    so simulated, deterministic; the order lists each long enough op once, on its device, in the order the
+    simulation ran it, and emitted as control edges it gives a step."""
+    from placer.core.objectives import makespan, simulate_step, step_priority
+    from placer.core.order import MIN_ORDERED_OP_S, check_order
+    from placer.solvers.descent import descend_ordered
+
+    p = random_problem(seed, n, k, capacity=capacity, forbid=forbid, comm=comm)
+    try:
+        start = solve_problem(p, "heft", SolveOptions(objective="latency")).assignment
+    except NoFeasiblePlanError:
+        return  # nothing feasible to start from (capacity)
+    priority = step_priority(p)
+    moved, order = descend_ordered(p, start, simulations=30)
+    assert evaluate(p, moved).feasible  # allowed devices and capacity kept
+    ran = simulate_step(p, moved, priority=priority)
+    assert ran.step_time_s <= simulate_step(p, start, priority=priority).step_time_s * (1 + 1e-12)
+    again = descend_ordered(p, start, simulations=30)
+    assert np.array_equal(again[0], moved) and again[1] == order
+    sched = p.schedule_view()
+    fine = moved[sched.group]
+    check_order(order, fine)  # each op at most once, on its device
+    seconds = sched.durations_s[np.arange(sched.m), fine]
+    in_order = [[v for v, d, *_ in ran.timeline if d == e and seconds[v] >= MIN_ORDERED_OP_S] for e in range(k)]
+    assert [list(ops) for ops in order] == [ops if len(ops) > 1 else [] for ops in in_order]
+    assert np.isfinite(makespan(p, moved, order))  # its control edges keep the graph acyclic
+
+
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 25), k=st.integers(2, 4), comm=st.sampled_from([0.0, 0.1, 3.0]))
 def test_critical_moves_name_only_what_held_up_the_step(seed, n, k, comm):
@@ -795,6 +827,9 @@ def test_auto_for_latency_on_more_than_two_devices_descends_instead_of_a_full_cp
     sol = solve_problem(p, "auto", SolveOptions(objective="latency", time_limit_s=2))
     assert any(line.startswith("descent ") for line in sol.log), sol.log
     assert any(line.startswith("cpsat on 4 devices: skipped") for line in sol.log), sol.log
+    assert any(line.startswith("ordered descent ") for line in sol.log), sol.log  # plans may fix their order
+    executor = solve_problem(p, "auto", SolveOptions(objective="latency", time_limit_s=2, ordered=False))
+    assert not any(line.startswith("ordered descent ") for line in executor.log) and not executor.order
     throughput = solve_problem(p, "auto", SolveOptions(objective="throughput", time_limit_s=2))
     assert not any(line.startswith("descent ") for line in throughput.log)  # loads need no simulation
 

@@ -41,6 +41,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from cost_models import Dependencies, SimOptions, SimResult, dependencies_of, simulate
+from cost_models.simulate import PRIORITY
 
 from ..errors import GraphError, SolverError
 from .order import order_edges
@@ -125,6 +126,33 @@ def step_tails(problem: PlacementProblem) -> list[float]:
     return _heads_tails(problem)[1]
 
 
+def step_priority(problem: PlacementProblem) -> list[float]:
+    """Per fine op: the least time from its start to the step's end in any plan (its fastest time plus
+    :func:`step_tails`): the priority by which a planned order runs ready ops (:func:`simulate_step`'s
+    ``priority``; the most urgent first).
+
+    Examples
+    --------
+    >>> from cost_models import TensorEdge
+    >>> p = PlacementProblem.build(names=list("abc"), compute_s=np.array([[1.0, 1.0], [2.0, 3.0], [4.0, 4.0]]),
+    ...     memory_bytes=np.zeros(3), capacity_bytes=np.full(2, np.inf), tensors=[TensorEdge(0, (1,), 1.0),
+    ...     TensorEdge(1, (2,), 1.0)], bandwidth=np.ones((2, 2)), latency=np.zeros((2, 2)))
+    >>> step_priority(p)
+    [7.0, 6.0, 4.0]
+    """
+    def compute() -> list[float]:
+        _, tail, fastest = _heads_tails(problem)
+        return [t + f for t, f in zip(tail, fastest)]
+
+    return problem.memo("simulate/priority", compute)
+
+
+def orders_by_priority(problem: PlacementProblem) -> bool:
+    """Whether :func:`simulate_step` can run the problem's devices by ``priority`` (its simulation has no
+    shared processors nor transfer CPU costs)."""
+    return not problem.shared and problem.transfer_cpu is None
+
+
 def _heads_tails(problem: PlacementProblem) -> tuple[list[float], list[float], list[float]]:
     """Per fine op: its earliest start, the least time after it ends, and its fastest time, in any plan
     (:func:`_earliest` forwards and backwards over the fine DAG; transfer times only where no device shares a
@@ -151,7 +179,7 @@ def _heads_tails(problem: PlacementProblem) -> tuple[list[float], list[float], l
 
 def simulate_step(problem: PlacementProblem, assignment: np.ndarray, *, snapshots: int = 0,
                   resume: SimResult | None = None, stop_above: float | None = None,
-                  order: Sequence[Sequence[int]] = ()) -> SimResult:
+                  order: Sequence[Sequence[int]] = (), priority: Sequence[float] | None = None) -> SimResult:
     """One step of the fine DAG under ``assignment`` (one device per problem node), simulated; feasibility
     is not checked (see :func:`makespan`).
 
@@ -161,7 +189,9 @@ def simulate_step(problem: PlacementProblem, assignment: np.ndarray, *, snapshot
     ``stop_above``, a step that would end after it stops as soon as an op's end plus its
     :func:`step_tails` shows it (``step_time_s`` is then ``inf``); one that ends by it is simulated whole.
     ``order``: per device, the fine ops in the order the plan runs them (:func:`placer.core.order.order_edges`
-    become control edges); empty: the executor's order.
+    become control edges); empty: the executor's order. ``priority`` (per fine op, :func:`step_priority`):
+    each device runs its ready op of highest priority first instead, the order a plan would then fix
+    (:func:`placer.core.order.simulated_order`; only where :func:`orders_by_priority`).
 
     Raises
     ------
@@ -174,6 +204,8 @@ def simulate_step(problem: PlacementProblem, assignment: np.ndarray, *, snapshot
     control, deps = sched.control, step_dependencies(problem)
     if order:
         control, deps = [*sched.control, *order_edges(order)], None
+    if priority is not None:
+        options = replace(options, ready_order=PRIORITY, priority=priority)
     try:
         return simulate(sched.durations_s, sched.tensors, fine, problem.occupancy_seconds, control_edges=control,
                         link_latency_s=problem.latency, options=options, deps=deps,

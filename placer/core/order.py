@@ -14,8 +14,10 @@ they run. The emitted graph gets a control edge from each op to the next on
 its device (:func:`order_edges`; :mod:`placer.tf.emit`), and the simulator
 sees the same edges, so the predicted step is the step of the order that
 runs. An order comes from a list schedule that places every op after its
-inputs (:func:`placer.solvers.listsched.cp_heft`, ``cp_etf``), so its edges
-keep the graph acyclic; :func:`check_order` checks one read from a file.
+inputs (:func:`placer.solvers.listsched.cp_heft`, ``cp_etf``), or from a
+simulation that runs each device's ready ops by priority
+(:func:`simulated_order`; :mod:`placer.solvers.descent`), so its edges keep
+the graph acyclic; :func:`check_order` checks one read from a file.
 
 Examples
 --------
@@ -72,6 +74,23 @@ def timed_only(order: Sequence[Sequence[int]], seconds: np.ndarray, min_s: float
         kept = tuple(int(v) for v in ops if seconds[v] >= min_s)
         out.append(kept if len(kept) > 1 else ())
     return tuple(out)
+
+
+def simulated_order(timeline: Sequence[tuple[int, int, float, float]], k: int, seconds: np.ndarray
+                    ) -> tuple[tuple[int, ...], ...]:
+    """Each device's ops in the order a simulation ran them (``timeline``: ``(op, device, start, end)`` in
+    start order, :class:`cost_models.SimResult`), less those too short to order (:func:`timed_only`). Every
+    op starts after its inputs end, so the order's edges keep the graph acyclic.
+
+    Examples
+    --------
+    >>> simulated_order([(0, 0, 0.0, 1.0), (2, 1, 0.0, 1.0), (1, 0, 1.0, 2.0), (3, 1, 1.0, 2.0)], 2, np.ones(4))
+    ((0, 1), (2, 3))
+    """
+    order: list[list[int]] = [[] for _ in range(k)]
+    for v, d, *_ in timeline:
+        order[d].append(int(v))
+    return timed_only(order, seconds)
 
 
 def check_order(order: Sequence[Sequence[int]], fine_assignment: np.ndarray) -> None:

@@ -19,7 +19,11 @@
 5. for ``latency``, moves scored by the simulator on the best plan
    (:mod:`placer.solvers.descent`), on what is left (at least
    :data:`MIN_DESCENT_S`); on more than :data:`FEWER_DEVICES` devices
-   step 3's CP-SAT on all devices gives way to it.
+   step 3's CP-SAT on all devices gives way to it. Where plans may fix
+   their order (``execution_order="auto"``, a simulation without shared
+   processors), half of it goes to moves scored in the order each plan
+   would fix (:func:`~placer.solvers.descent.descend_ordered`), from the
+   best plan of all, ordered or not.
 
 **Determinism.** Every decision reads the *estimated* work spent (sizes ×
 the per-op rates measured on the 2-core reference machine), never the
@@ -37,14 +41,14 @@ from typing import Callable
 
 import numpy as np
 
-from ..core.objectives import get_objective
+from ..core.objectives import get_objective, orders_by_priority
 from ..core.problem import PlacementProblem, evaluate
 from ..errors import NoFeasiblePlanError
 from . import heavy
 from .base import Solution, SolveOptions, finish
 from .cpsat import solve_cpsat
 from .descent import US_PER_OP as DESCENT_US_PER_OP
-from .descent import descend
+from .descent import descend, descend_ordered
 from .multilevel import coarsen_problem
 from .refine import VISITS_PER_S, refine
 from .registry import SOLVERS
@@ -368,17 +372,27 @@ def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
     if not found:
         raise no_plan_error(problem, options, tried)
     if best is not None and simulated and search_on and not _proven(best.objective, max(bound, best.lower_bound)):
-        # 5. moves scored by the simulator itself (the load model above only stands in for the step)
+        # 5. moves scored by the simulator itself (the load model above only stands in for the step); where
+        # plans may fix their order, half of it simulates each plan in the order it would fix
         sims = int(max(left, MIN_DESCENT_S) / (1e-6 * DESCENT_US_PER_OP * m))
-        if sims < MIN_DESCENT_SIMULATIONS:
+        ordered = options.ordered and orders_by_priority(problem)
+        if sims < MIN_DESCENT_SIMULATIONS * (2 if ordered else 1):
             tried.append(f"descent: skipped (time limit: {sims} simulations of {sched.m} ops)")
         else:
-            moved = finish(problem, descend(problem, best.assignment, sims), f"{best.solver}+descent", t0, options,
-                           "feasible")
-            tried.append(_describe(f"descent {best.solver} ({sims} simulations)", moved))
+            share = sims // 2 if ordered else sims
+            moved = finish(problem, descend(problem, best.assignment, share), f"{best.solver}+descent", t0,
+                           options, "feasible")
+            tried.append(_describe(f"descent {best.solver} ({share} simulations)", moved))
             if moved is not None and moved.objective < best.objective:
                 found.append(moved)
                 best = moved
+            if ordered:
+                start = min(found, key=lambda s: (s.objective, bool(s.order)))
+                a, order = descend_ordered(problem, start.assignment, sims - share)
+                moved = finish(problem, a, f"{start.solver}+ordered_descent", t0, options, "feasible", order=order)
+                tried.append(_describe(f"ordered descent {start.solver} ({sims - share} simulations)", moved))
+                if moved is not None:
+                    found.append(moved)
         log.info("%s (%.1f s)", tried[-1], time.perf_counter() - t0)
     # equal values: prefer a plan proven optimal, then one in the executor's order
     best = min(found, key=lambda s: (s.objective, s.status != "optimal", bool(s.order)))
