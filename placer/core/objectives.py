@@ -35,6 +35,7 @@ Examples
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
@@ -153,10 +154,37 @@ def orders_by_priority(problem: PlacementProblem) -> bool:
     return not problem.shared and problem.transfer_cpu is None
 
 
+#: The ops of a problem node run on one device: an op's heads and tails count its node's ops before (after) it
+#: in the DAG, one after another (:func:`_heads_tails`), where the sets fit in this many bits in all (ops x
+#: ops in nodes of two or more; ~50 MB: the 16k-op InceptionV3 training step takes ~1.6e8, a 250k-op graph
+#: is far above and keeps the bound without them) ...
+NODE_ANCESTOR_BITS = 400_000_000
+#: ... and for an op with at most this many of them (each takes a sort).
+NODE_ANCESTORS_MAX = 4096
+
+
 def _heads_tails(problem: PlacementProblem) -> tuple[list[float], list[float], list[float]]:
     """Per fine op: its earliest start, the least time after it ends, and its fastest time, in any plan
     (:func:`_earliest` forwards and backwards over the fine DAG; transfer times only where no device shares a
-    processor). Computed once per problem."""
+    processor). Where no device overlaps its own ops, an op's neighbours in its own problem node are on its
+    device (no transfer), and so are all its node's ops before it in the DAG: they run one after another, so
+    the op starts no earlier than ``t`` + the work of those that cannot start before ``t``, for every ``t``
+    (:class:`_NodeAncestors`; likewise after it). Computed once per problem.
+
+    Examples
+    --------
+    Independent 1 s ops ``a`` and ``b`` feeding ``c``, all of one node: ``c`` waits for both, which run
+    one after the other on its device, so it starts at 2 s at the earliest (1 s without the node).
+
+    >>> from cost_models import TensorEdge
+    >>> from placer.core.problem import Schedule
+    >>> p = PlacementProblem.build(names=["abc"], compute_s=np.full((1, 2), 3.0), memory_bytes=np.zeros(1),
+    ...     capacity_bytes=np.full(2, np.inf), tensors=[], bandwidth=np.full((2, 2), 1e9), latency=np.zeros((2, 2)),
+    ...     schedule=Schedule(np.ones((3, 2)), (TensorEdge(0, (2,), 0.0), TensorEdge(1, (2,), 0.0)), (),
+    ...     np.array([0, 0, 0])))
+    >>> _heads_tails(p)[0]
+    [0.0, 0.0, 2.0]
+    """
     def compute() -> tuple[list[float], list[float], list[float]]:
         sched = problem.schedule_view()
         best = np.where(np.isfinite(sched.durations_s), sched.durations_s, np.inf).min(axis=1)
@@ -166,15 +194,68 @@ def _heads_tails(problem: PlacementProblem) -> tuple[list[float], list[float], l
         delay = _least_transfer_s(problem, sched.tensors) if not pooled and problem.k > 1 else None
         fastest = best.tolist()
         delays = None if delay is None else delay.tolist()
+        group = sched.group.tolist() if delay is not None else None
         head = [0.0] * sched.m  # earliest start
-        for v in order.tolist():
-            head[v] = _earliest(preds[v], head, fastest, delays)
         tail = [0.0] * sched.m  # time needed after v ends
-        for v in order[::-1].tolist():
-            tail[v] = _earliest(succs[v], tail, fastest, delays)
+        nodes = delay is not None and _NodeAncestors.fits(sched.group)
+        for times, edges, walk in ((head, preds, order.tolist()), (tail, succs, order[::-1].tolist())):
+            within = _NodeAncestors(sched.group, best) if nodes else None
+            for v in walk:
+                t = _earliest(edges[v], times, fastest, delays, group, -1 if group is None else group[v])
+                times[v] = t if within is None else max(t, within(v, edges[v], times))
         return head, tail, fastest
 
     return problem.memo("bound/heads_tails", compute)
+
+
+class _NodeAncestors:
+    """The one-device bound of an op's node's ops before it in a walk of the DAG (its ancestors there, or
+    with the edges and walk reversed its descendants): they share its device and run one after another, so
+    it starts no earlier than ``t`` + the work of those whose time is at least ``t``, for every ``t``
+    (Carlier's bound). The sets are bits of Python ints over the ops of nodes of two or more, each node's
+    ops at consecutive bits."""
+
+    def __init__(self, group: np.ndarray, best: np.ndarray) -> None:
+        size = np.bincount(group) if group.size else np.zeros(0, dtype=int)
+        grouped = np.flatnonzero(size[group] > 1) if group.size else np.zeros(0, dtype=int)
+        grouped = grouped[np.argsort(group[grouped], kind="stable")]  # by node: a node's bits are consecutive
+        self.best = best
+        self.node = group.tolist()
+        self.bit = [0] * group.size
+        self.span: dict[int, tuple[int, np.ndarray]] = {}  # node -> (its first bit, its ops in bit order)
+        starts = np.flatnonzero(np.r_[True, np.diff(group[grouped]) != 0]) if grouped.size else []
+        for first, ops in zip(starts, np.split(grouped, starts[1:]) if grouped.size else []):
+            self.span[int(group[ops[0]])] = (int(first), ops)
+        for i, v in enumerate(grouped.tolist()):
+            self.bit[v] = 1 << i
+        self.before = [0] * group.size  # per op: the grouped ops before it in the walk (as bits)
+
+    @staticmethod
+    def fits(group: np.ndarray) -> bool:
+        """Whether the sets of ``group``'s ops fit :data:`NODE_ANCESTOR_BITS` (and some node has two ops)."""
+        if group.size == 0:
+            return False
+        grouped = int((np.bincount(group)[group] > 1).sum())
+        return 0 < group.size * grouped <= NODE_ANCESTOR_BITS
+
+    def __call__(self, v: int, edges, times: list[float]) -> float:
+        """Op ``v``'s bound, its neighbours before it (``edges``) walked already, ``times`` theirs."""
+        bits, before, bit = 0, self.before, self.bit
+        for _, u in edges:
+            bits |= before[u] | bit[u]
+        before[v] = bits
+        if not bit[v]:
+            return 0.0
+        first, ops = self.span[self.node[v]]
+        same = (bits >> first) & ((1 << ops.size) - 1)
+        if not same or same.bit_count() > NODE_ANCESTORS_MAX:
+            return 0.0
+        flags = np.unpackbits(np.frombuffer(same.to_bytes((ops.size + 7) // 8, "little"), dtype=np.uint8),
+                              bitorder="little")
+        ops = ops[np.flatnonzero(flags[:ops.size])]
+        t = np.fromiter((times[u] for u in ops.tolist()), dtype=float, count=ops.size)
+        by = np.argsort(-t, kind="stable")
+        return float((t[by] + np.cumsum(self.best[ops][by])).max())
 
 
 def simulate_step(problem: PlacementProblem, assignment: np.ndarray, *, snapshots: int = 0,
@@ -236,7 +317,8 @@ def _least_transfer_s(problem: PlacementProblem, tensors) -> np.ndarray:
     return np.where(nbytes > 0, least, 0.0)
 
 
-def _earliest(edges, times: list[float], best: list[float], delay: list[float] | None) -> float:
+def _earliest(edges, times: list[float], best: list[float], delay: list[float] | None,
+              group: list[int] | None = None, own: int = -1) -> float:
     """A lower bound of when an op can start given its predecessors ``edges`` (or, given its successors,
     of the time needed after it ends), ``times`` being those of the neighbours.
 
@@ -247,7 +329,8 @@ def _earliest(edges, times: list[float], best: list[float], delay: list[float] |
     its least transfer time. Taking the neighbours by decreasing
     ``times + best + transfer``, the colocated set that minimises this is
     (by a bound monotone in it) a prefix, so the least over prefixes bounds
-    every choice. Pure Python: it runs once per op in both directions.
+    every choice. With ``group`` (each op's problem node), a neighbour in the op's own node ``own`` is on its
+    device. Pure Python: it runs once per op in both directions.
     """
     if not edges:
         return 0.0
@@ -255,7 +338,7 @@ def _earliest(edges, times: list[float], best: list[float], delay: list[float] |
         return max(times[u] + best[u] for _, u in edges)
     slowest: dict[int, float] = {}  # neighbour -> its slowest transfer to us (each neighbour counted once)
     for ti, u in edges:
-        c = 0.0 if ti < 0 else delay[ti]
+        c = math.inf if group is not None and group[u] == own else 0.0 if ti < 0 else delay[ti]
         if c >= slowest.get(u, -1.0):
             slowest[u] = c
     free = max(times[u] + best[u] for u in slowest)
