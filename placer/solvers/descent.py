@@ -47,7 +47,7 @@ result is never worse than the input.
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -278,19 +278,28 @@ def descend_ordered(problem: PlacementProblem, assignment: np.ndarray, simulatio
     ([0, 1, 0], ((0, 2), ()))
     """
     priority = step_priority(problem)
-    a, result = _descend(problem, assignment, simulations, priority)
+    a, result = _descend(problem, assignment, simulations, priority, realized=lambda a, r: simulate_step(
+        problem, a, order=_order_of(problem, a, r)).step_time_s)
     if result is None:
         result = simulate_step(problem, a, priority=priority)
+    return a, _order_of(problem, a, result)
+
+
+def _order_of(problem: PlacementProblem, assignment: np.ndarray, result: SimResult) -> tuple[tuple[int, ...], ...]:
+    """The order a plan fixes from its simulation ``result`` (:func:`placer.core.order.simulated_order`)."""
     sched = problem.schedule_view()
-    fine = a[sched.group]
+    fine = np.asarray(assignment)[sched.group]
     seconds = sched.durations_s[np.arange(sched.m), fine] if sched.m else np.zeros(0)
-    return a, simulated_order(result.timeline, problem.k, seconds)
+    return simulated_order(result.timeline, problem.k, seconds)
 
 
 def _descend(problem: PlacementProblem, assignment: np.ndarray, simulations: float,
-             priority: list[float] | None) -> tuple[np.ndarray, SimResult | None]:
+             priority: list[float] | None,
+             realized: Callable[[np.ndarray, SimResult], float] | None = None) -> tuple[np.ndarray, SimResult | None]:
     """:func:`descend`'s moves, each plan simulated in the executor's order or (``priority``) by priority:
-    the assignment and its simulation (``None`` where there was nothing to descend)."""
+    the assignment and its simulation (``None`` where there was nothing to descend). With ``realized`` (the
+    step a plan and its simulation give when run as they would be emitted; one simulation's worth each), a
+    move that shortens the simulated step is kept only if it shortens that step too."""
     a = np.array(assignment, dtype=int)
     if problem.k < 2 or problem.n == 0 or simulations < 2:
         return a, None
@@ -303,6 +312,8 @@ def _descend(problem: PlacementProblem, assignment: np.ndarray, simulations: flo
     snapshots = int(min(SNAPSHOTS, max(2, SNAPSHOT_OPS // ops)))
     result = simulate_step(problem, a, snapshots=snapshots, priority=priority)
     spent = 1.0
+    if realized is not None:
+        real, spent = realized(a, result), spent + 1.0
     tried: set[tuple[int, int]] = set()
     edges = dependencies(problem.n, problem.tensors)  # the nodes' tensors, for added_transfer_s
     sched = problem.schedule_view()
@@ -348,6 +359,12 @@ def _descend(problem: PlacementProblem, assignment: np.ndarray, simulations: flo
             trial = simulate_step(problem, a, snapshots=snapshots, resume=result, stop_above=step * (1 - 1e-9),
                                   priority=priority)
             spent += trial.simulated_ops / ops
+            if trial.step_time_s < step * (1 - 1e-9) and realized is not None:
+                value, spent = realized(a, trial), spent + 1.0
+                if value < real * (1 - 1e-9):
+                    real = value
+                else:  # shorter as simulated, not as it would run: not kept
+                    trial = result
             if trial.step_time_s < step * (1 - 1e-9):
                 memory[src] -= problem.memory_bytes[v]
                 memory[dest] += problem.memory_bytes[v]
