@@ -34,6 +34,14 @@ ready ops in arrival order (FIFO), so an op with slack that runs first can
 hold up the step: on the Transformer's training step on 4 devices they took
 the descent from 181.9 to 171.1 ms within the same budget.
 
+:func:`descend_ordered` makes the same moves with each plan simulated in the order it would fix: each
+device runs its ready op of highest priority (the least time any plan needs from its start to the step's
+end) where the executor would run the one that became ready first; the plan carries the order the
+simulation ran (:mod:`placer.core.order`), and a move is kept only if the plan also runs faster with that
+order emitted as control edges (ops under 20 µs are left out of it, so the two can differ: on the LSTM
+seq2seq's training step, whose ops take ~10 µs, the priority simulation kept moves the emitted order did
+not repeat). ``auto`` gives it half of the descent where plans may fix their order.
+
 Each trial continues the current plan's simulation from the last state
 the move leaves intact (:func:`cost_models.simulate`'s ``resume``, with
 :data:`SNAPSHOTS` states kept, fewer above :data:`SNAPSHOT_OPS` ops): a
