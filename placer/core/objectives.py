@@ -134,12 +134,14 @@ def step_priority(problem: PlacementProblem) -> list[float]:
 
     Examples
     --------
+    A 1 s op feeding a 2 s op on one device: 3 s from the first one's start, 2 s from the second's.
+
     >>> from cost_models import TensorEdge
-    >>> p = PlacementProblem.build(names=list("abc"), compute_s=np.array([[1.0, 1.0], [2.0, 3.0], [4.0, 4.0]]),
-    ...     memory_bytes=np.zeros(3), capacity_bytes=np.full(2, np.inf), tensors=[TensorEdge(0, (1,), 1.0),
-    ...     TensorEdge(1, (2,), 1.0)], bandwidth=np.ones((2, 2)), latency=np.zeros((2, 2)))
+    >>> p = PlacementProblem.build(names=["a", "b"], compute_s=np.array([[1.0], [2.0]]), memory_bytes=np.zeros(2),
+    ...     capacity_bytes=np.full(1, np.inf), tensors=[TensorEdge(0, (1,), 1.0)], bandwidth=np.ones((1, 1)),
+    ...     latency=np.zeros((1, 1)))
     >>> step_priority(p)
-    [7.0, 6.0, 4.0]
+    [3.0, 2.0]
     """
     def compute() -> list[float]:
         _, tail, fastest = _heads_tails(problem)
