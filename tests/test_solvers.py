@@ -728,7 +728,7 @@ def test_ordered_descent_keeps_every_constraint_and_its_order_runs_as_simulated(
     """Moves scored with each device running its most urgent ready op: feasible, never worse than the start
     so simulated nor with the order each would emit, deterministic; the order lists each long enough op
     once, on its device, in the order the simulation ran it."""
-    from placer.core.objectives import makespan, simulate_step, step_priority
+    from placer.core.objectives import critical_path_bound, makespan, simulate_step, step_priority
     from placer.core.order import MIN_ORDERED_OP_S, check_order
     from placer.solvers.descent import descend_ordered
 
@@ -756,6 +756,7 @@ def test_ordered_descent_keeps_every_constraint_and_its_order_runs_as_simulated(
                     >= MIN_ORDERED_OP_S] for e in range(k)]
     start_order = [ops if len(ops) > 1 else [] for ops in start_order]
     assert makespan(p, moved, order) <= makespan(p, start, start_order) * (1 + 1e-12)  # finite: acyclic
+    assert makespan(p, moved, order) >= critical_path_bound(p) * (1 - 1e-9)
 
 
 @settings(max_examples=60, deadline=None)
