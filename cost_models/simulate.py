@@ -705,6 +705,24 @@ class Dependencies:
     receivers: tuple[tuple[int, ...], ...]
     inputs: tuple[tuple[int, ...], ...]
 
+    def with_control(self, edges: Sequence[tuple[int, int]]) -> "Dependencies":
+        """These dependencies with ``edges`` as further control edges: :func:`dependencies_of` with them after
+        its control edges, without walking the tensors again (a plan's order on a 16k-op training step).
+
+        Examples
+        --------
+        >>> base = dependencies_of(3, [TensorEdge(0, (1,), 4.0)])
+        >>> base.with_control([(1, 2)]) == dependencies_of(3, [TensorEdge(0, (1,), 4.0)], [(1, 2)])
+        True
+        """
+        n_waiting = list(self.n_waiting)
+        successors, inputs = list(self.control_successors), list(self.inputs)
+        for u, v in edges:
+            successors[u] += (v,)
+            inputs[v] += (u,)
+            n_waiting[v] += 1
+        return Dependencies(tuple(n_waiting), self.produced, tuple(successors), self.receivers, tuple(inputs))
+
 
 def _checked(deps: Dependencies | None, n: int, tensors: Sequence[TensorEdge]) -> Dependencies | None:
     if deps is not None and (len(deps.n_waiting) != n or len(deps.receivers) != len(tensors)):

@@ -478,3 +478,15 @@ def test_every_simulation_counts_its_ops_and_only_the_plain_one_resumes():
     first = simulate(d, es, [0] * 6, link(), options=plain)
     assert first.simulated_ops == 6 and first.snapshots is not None
     assert simulate(d, es, [0] * 5 + [1], link(), options=plain, resume=first).simulated_ops < 6
+
+
+@settings(max_examples=100, deadline=None)
+@given(moves_of_a_plan(), st.integers(0, 5))
+def test_dependencies_with_further_control_edges_are_those_of_all_the_edges(case, split):
+    """A plan's order adds control edges to a graph's dependencies: the same as walking the graph with them."""
+    from cost_models import dependencies_of
+
+    durations, edges, control, *_ = case
+    n = durations.shape[0]
+    first, more = control[:split], control[split:]
+    assert dependencies_of(n, edges, first).with_control(more) == dependencies_of(n, edges, control)

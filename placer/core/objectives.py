@@ -286,7 +286,8 @@ def simulate_step(problem: PlacementProblem, assignment: np.ndarray, *, snapshot
     options = problem.sim_options(_STEP_ONLY if not snapshots else replace(_STEP_ONLY, snapshots=snapshots))
     control, deps = sched.control, step_dependencies(problem)
     if order:
-        control, deps = [*sched.control, *order_edges(order)], None
+        edges = order_edges(order)
+        control, deps = [*sched.control, *edges], deps.with_control(edges)
     if priority is not None:
         options = replace(options, ready_order=PRIORITY, priority=priority)
     try:

@@ -47,6 +47,7 @@ from ..errors import NoFeasiblePlanError
 from . import heavy
 from .base import Solution, SolveOptions, finish
 from .cpsat import solve_cpsat
+from .descent import ORDERED_US_PER_OP
 from .descent import US_PER_OP as DESCENT_US_PER_OP
 from .descent import descend, descend_ordered
 from .multilevel import coarsen_problem
@@ -374,23 +375,24 @@ def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
     if best is not None and simulated and search_on and not _proven(best.objective, max(bound, best.lower_bound)):
         # 5. moves scored by the simulator itself (the load model above only stands in for the step); where
         # plans may fix their order, half of it simulates each plan in the order it would fix
-        sims = int(max(left, MIN_DESCENT_S) / (1e-6 * DESCENT_US_PER_OP * m))
+        seconds = max(left, MIN_DESCENT_S)
         ordered = options.ordered and orders_by_priority(problem)
-        if sims < MIN_DESCENT_SIMULATIONS * (2 if ordered else 1):
+        sims = int((seconds / 2 if ordered else seconds) / (1e-6 * DESCENT_US_PER_OP * m))
+        ordered_sims = int(seconds / 2 / (1e-6 * ORDERED_US_PER_OP * m)) if ordered else 0
+        if sims < MIN_DESCENT_SIMULATIONS:
             tried.append(f"descent: skipped (time limit: {sims} simulations of {sched.m} ops)")
         else:
-            share = sims // 2 if ordered else sims
-            moved = finish(problem, descend(problem, best.assignment, share), f"{best.solver}+descent", t0,
+            moved = finish(problem, descend(problem, best.assignment, sims), f"{best.solver}+descent", t0,
                            options, "feasible")
-            tried.append(_describe(f"descent {best.solver} ({share} simulations)", moved))
+            tried.append(_describe(f"descent {best.solver} ({sims} simulations)", moved))
             if moved is not None and moved.objective < best.objective:
                 found.append(moved)
                 best = moved
-            if ordered:
+            if ordered_sims >= MIN_DESCENT_SIMULATIONS:
                 start = min(found, key=lambda s: (s.objective, bool(s.order)))
-                a, order = descend_ordered(problem, start.assignment, sims - share)
+                a, order = descend_ordered(problem, start.assignment, ordered_sims)
                 moved = finish(problem, a, f"{start.solver}+ordered_descent", t0, options, "feasible", order=order)
-                tried.append(_describe(f"ordered descent {start.solver} ({sims - share} simulations)", moved))
+                tried.append(_describe(f"ordered descent {start.solver} ({ordered_sims} simulations)", moved))
                 if moved is not None:
                     found.append(moved)
         log.info("%s (%.1f s)", tried[-1], time.perf_counter() - t0)

@@ -72,6 +72,11 @@ from ..core.problem import Edge, PlacementProblem, dependencies
 #: eight graphs (1k-16.5k ops, 3.26M simulated ops in all) took 5.9-6.1 µs per simulated op until the
 #: simulator's loop was made leaner (2026-12-04), 3.8-4.4 since, which this estimate now covers.
 US_PER_OP = 4.5
+#: The same for :func:`descend_ordered` (priority pools, and a simulation of each kept move with its order
+#: emitted): per budgeted simulation it took 1.1-1.3x descend's wall time on the InceptionV3 (8 devices),
+#: ResNet50 and Transformer (4) training steps, 2026-12-05, once the order's dependencies were derived from
+#: the graph's instead of rebuilt (1.8x before).
+ORDERED_US_PER_OP = 6.0
 #: States kept per simulation for trials to resume from (a trial re-runs at most 1/SNAPSHOTS of the ops
 #: before its move's inputs) ...
 SNAPSHOTS = 32
