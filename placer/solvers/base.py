@@ -46,7 +46,7 @@ class SolveOptions:
         ``layer_dp`` splits; ``None`` (not a training graph with layers): it declines.
     ordered : bool
         Whether plans may fix each device's order of its ops (:mod:`placer.core.order`; ``auto`` then runs
-        the ordering heuristics too). ``False``: every plan runs in the executor's order.
+        the ordering heuristics and ordered descent too). ``False``: every plan runs in the executor's order.
     bounded : bool
         Whether solutions carry the objective's own lower bound; ``auto``
         turns it off for the auxiliary problems it searches (coarsened, or on
