@@ -385,8 +385,8 @@ def simulate(
     checked_ready_order(ready_order, also={PRIORITY: "each device runs its ready op of highest priority first"})
     by_priority = ready_order == PRIORITY
     if by_priority:
-        if options.priority is None or len(options.priority) != n:
-            raise ValueError(f"ready_order='priority' needs SimOptions.priority, one number per node ({n})")
+        if options.priority is None or len(options.priority) != n or not all(map(math.isfinite, options.priority)):
+            raise ValueError(f"ready_order='priority' needs SimOptions.priority, one finite number per node ({n})")
         if options.acknowledged or options.transfer_cpu_s is not None or options.shared:
             raise ValueError("ready_order='priority' is simulated without shared processors, transfer CPU costs "
                              "or acknowledgements only; simulate those in an executor's order ('fifo' or 'lifo')")

@@ -110,8 +110,10 @@ def test_priority_runs_the_most_urgent_ready_op_first_and_needs_plain_simulation
     assert [v for v, *_ in by_priority.timeline] == [0, 2, 1]
     assert [v for v, *_ in simulate(d, es, [0, 0, 0], link(), options=SimOptions(
         ready_order="priority", priority=[3, 9, 2])).timeline] == [1, 0, 2]  # b outranks a: both ready at 0
-    with pytest.raises(ValueError, match="one number per node"):
+    with pytest.raises(ValueError, match="one finite number per node"):
         simulate(d, es, [0, 0, 0], link(), options=SimOptions(ready_order="priority"))
+    with pytest.raises(ValueError, match="one finite number per node"):
+        simulate(d, es, [0, 0, 0], link(), options=SimOptions(ready_order="priority", priority=[1, float("nan"), 2]))
     with pytest.raises(ValueError, match="without shared processors"):
         simulate(np.ones((3, 2)), es, [0, 1, 0], link(), options=SimOptions(ready_order="priority", priority=[1] * 3,
                                                                           shared=(((0, 1), 1.0),)))
