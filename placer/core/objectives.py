@@ -199,9 +199,10 @@ def _heads_tails(problem: PlacementProblem) -> tuple[list[float], list[float], l
         group = sched.group.tolist() if delay is not None else None
         head = [0.0] * sched.m  # earliest start
         tail = [0.0] * sched.m  # time needed after v ends
-        nodes = delay is not None and _NodeAncestors.fits(sched.group)
+        shared = _shared_nodes(sched.group) if delay is not None else []
+        in_bits = 0 < sched.m * sum(ops.size for ops in shared) <= NODE_ANCESTOR_BITS
         for times, edges, walk in ((head, preds, order.tolist()), (tail, succs, order[::-1].tolist())):
-            within = _NodeAncestors(sched.group, best) if nodes else None
+            within = _NodeAncestors(shared, sched.group, best) if in_bits else None
             for v in walk:
                 t = _earliest(edges[v], times, fastest, delays, group, -1 if group is None else group[v])
                 times[v] = t if within is None else max(t, within(v, edges[v], times))
@@ -210,35 +211,40 @@ def _heads_tails(problem: PlacementProblem) -> tuple[list[float], list[float], l
     return problem.memo("bound/heads_tails", compute)
 
 
+def _shared_nodes(group: np.ndarray) -> list[np.ndarray]:
+    """The fine ops of each problem node of two or more (``group``: each op's node), by node, each in index
+    order.
+
+    Examples
+    --------
+    >>> [ops.tolist() for ops in _shared_nodes(np.array([1, 0, 1, 2, 1]))]
+    [[0, 2, 4]]
+    """
+    order = np.argsort(group, kind="stable")
+    starts = np.flatnonzero(np.r_[True, np.diff(group[order]) != 0]) if group.size else np.zeros(0, dtype=int)
+    sizes = np.diff(np.r_[starts, group.size])
+    return [order[first:first + size] for first, size in zip(starts[sizes > 1], sizes[sizes > 1])]
+
+
 class _NodeAncestors:
     """The one-device bound of an op's node's ops before it in a walk of the DAG (its ancestors there, or
     with the edges and walk reversed its descendants): they share its device and run one after another, so
     it starts no earlier than ``t`` + the work of those whose time is at least ``t``, for every ``t``
-    (Carlier's bound). The sets are bits of Python ints over the ops of nodes of two or more, each node's
-    ops at consecutive bits."""
+    (Carlier's bound). The sets are bits of Python ints over the ops of ``shared`` (:func:`_shared_nodes`),
+    each node's ops at consecutive bits."""
 
-    def __init__(self, group: np.ndarray, best: np.ndarray) -> None:
-        size = np.bincount(group) if group.size else np.zeros(0, dtype=int)
-        grouped = np.flatnonzero(size[group] > 1) if group.size else np.zeros(0, dtype=int)
-        grouped = grouped[np.argsort(group[grouped], kind="stable")]  # by node: a node's bits are consecutive
+    def __init__(self, shared: list[np.ndarray], group: np.ndarray, best: np.ndarray) -> None:
         self.best = best
         self.node = group.tolist()
         self.bit = [0] * group.size
         self.span: dict[int, tuple[int, np.ndarray]] = {}  # node -> (its first bit, its ops in bit order)
-        starts = np.flatnonzero(np.r_[True, np.diff(group[grouped]) != 0]) if grouped.size else []
-        for first, ops in zip(starts, np.split(grouped, starts[1:]) if grouped.size else []):
-            self.span[int(group[ops[0]])] = (int(first), ops)
-        for i, v in enumerate(grouped.tolist()):
-            self.bit[v] = 1 << i
+        first = 0
+        for ops in shared:
+            self.span[self.node[int(ops[0])]] = (first, ops)
+            for i, v in enumerate(ops.tolist(), start=first):
+                self.bit[v] = 1 << i
+            first += ops.size
         self.before = [0] * group.size  # per op: the grouped ops before it in the walk (as bits)
-
-    @staticmethod
-    def fits(group: np.ndarray) -> bool:
-        """Whether the sets of ``group``'s ops fit :data:`NODE_ANCESTOR_BITS` (and some node has two ops)."""
-        if group.size == 0:
-            return False
-        grouped = int((np.bincount(group)[group] > 1).sum())
-        return 0 < group.size * grouped <= NODE_ANCESTOR_BITS
 
     def __call__(self, v: int, edges, times: list[float]) -> float:
         """Op ``v``'s bound, its neighbours before it (``edges``) walked already, ``times`` theirs."""
@@ -435,18 +441,12 @@ def _node_bound(head: np.ndarray, tail: np.ndarray, work: np.ndarray, group: np.
     >>> _node_bound(np.array([0.0, 3.0]), np.array([2.0, 2.0]), np.ones(2), np.array([0, 0]), 1.0, 8)
     6.0
     """
-    if group.size == 0:
-        return 0.0
-    order = np.argsort(group, kind="stable")
-    starts = np.flatnonzero(np.r_[True, np.diff(group[order]) != 0])
-    sizes = np.diff(np.r_[starts, group.size])
     bound = 0.0
-    for first, size in zip(starts[sizes > 1], sizes[sizes > 1]):  # a single op's bound is its critical path
-        idx = order[first:first + size]
+    for idx in _shared_nodes(group):  # a single op's bound is its critical path
         h, t, w = head[idx], tail[idx], work[idx]
         by_tail = np.argsort(-t, kind="stable")
         h, t, w = h[by_tail], t[by_tail], w[by_tail]
-        cuts = np.unique(h) if size <= grid else np.unique(np.quantile(h, np.linspace(0, 1, grid)))
+        cuts = np.unique(h) if idx.size <= grid else np.unique(np.quantile(h, np.linspace(0, 1, grid)))
         for a in cuts:
             sel = h >= a  # by decreasing tail: the ops with tail >= t[j] among them are a prefix
             if sel.any():
