@@ -59,16 +59,18 @@ def order_edges(order: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for ops in order for a, b in zip(ops, ops[1:])]
 
 
-def timed_only(order: Sequence[Sequence[int]], seconds: np.ndarray, min_s: float = MIN_ORDERED_OP_S
-               ) -> tuple[tuple[int, ...], ...]:
-    """``order`` without the ops that take less than ``min_s`` (``seconds``: per fine op, its time on its
-    device); a device left with one op or none has no order.
+def timed_only(order: Sequence[Sequence[int]], durations_s: np.ndarray, fine_assignment: np.ndarray,
+               min_s: float = MIN_ORDERED_OP_S) -> tuple[tuple[int, ...], ...]:
+    """``order`` without the ops that take less than ``min_s`` on their device (``durations_s``: ``(ops,
+    devices)`` seconds; ``fine_assignment``: each op's device); a device left with one op or none has no order.
 
     Examples
     --------
-    >>> timed_only(((0, 1, 2), (3, 4)), np.array([1e-3, 0.0, 2e-3, 1e-3, 1e-6]))
+    >>> timed_only(((0, 1, 2), (3, 4)), np.array([1e-3, 0.0, 2e-3, 1e-3, 1e-6])[:, None], np.zeros(5, dtype=int))
     ((0, 2), ())
     """
+    fine = np.asarray(fine_assignment, dtype=int)
+    seconds = durations_s[np.arange(fine.size), fine] if fine.size else np.zeros(0)
     out = []
     for ops in order:
         kept = tuple(int(v) for v in ops if seconds[v] >= min_s)
@@ -76,21 +78,22 @@ def timed_only(order: Sequence[Sequence[int]], seconds: np.ndarray, min_s: float
     return tuple(out)
 
 
-def simulated_order(timeline: Sequence[tuple[int, int, float, float]], k: int, seconds: np.ndarray
-                    ) -> tuple[tuple[int, ...], ...]:
+def simulated_order(timeline: Sequence[tuple[int, int, float, float]], durations_s: np.ndarray,
+                    fine_assignment: np.ndarray) -> tuple[tuple[int, ...], ...]:
     """Each device's ops in the order a simulation ran them (``timeline``: ``(op, device, start, end)`` in
     start order, :class:`cost_models.SimResult`), less those too short to order (:func:`timed_only`). Every
     op starts after its inputs end, so the order's edges keep the graph acyclic.
 
     Examples
     --------
-    >>> simulated_order([(0, 0, 0.0, 1.0), (2, 1, 0.0, 1.0), (1, 0, 1.0, 2.0), (3, 1, 1.0, 2.0)], 2, np.ones(4))
+    >>> simulated_order([(0, 0, 0.0, 1.0), (2, 1, 0.0, 1.0), (1, 0, 1.0, 2.0), (3, 1, 1.0, 2.0)], np.ones((4, 2)),
+    ...                 np.array([0, 0, 1, 1]))
     ((0, 1), (2, 3))
     """
-    order: list[list[int]] = [[] for _ in range(k)]
+    order: list[list[int]] = [[] for _ in range(durations_s.shape[1])]
     for v, d, *_ in timeline:
         order[d].append(int(v))
-    return timed_only(order, seconds)
+    return timed_only(order, durations_s, fine_assignment)
 
 
 def check_order(order: Sequence[Sequence[int]], fine_assignment: np.ndarray) -> None:

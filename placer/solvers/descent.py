@@ -301,9 +301,7 @@ def descend_ordered(problem: PlacementProblem, assignment: np.ndarray, simulatio
 def _order_of(problem: PlacementProblem, assignment: np.ndarray, result: SimResult) -> tuple[tuple[int, ...], ...]:
     """The order a plan fixes from its simulation ``result`` (:func:`placer.core.order.simulated_order`)."""
     sched = problem.schedule_view()
-    fine = np.asarray(assignment)[sched.group]
-    seconds = sched.durations_s[np.arange(sched.m), fine] if sched.m else np.zeros(0)
-    return simulated_order(result.timeline, problem.k, seconds)
+    return simulated_order(result.timeline, sched.durations_s, np.asarray(assignment)[sched.group])
 
 
 def _descend(problem: PlacementProblem, assignment: np.ndarray, simulations: float,

@@ -259,13 +259,7 @@ def cp_heft(problem: PlacementProblem, options: SolveOptions) -> Solution | None
             waiting[w] -= 1
             if waiting[w] == 0:
                 heapq.heappush(ready, (-float(rank[w]), int(pos[w]), int(w)))
-    return finish(problem, _groups(st), "cp_heft", t0, options, order=_timed_order(st, order))
-
-
-def _timed_order(st: _State, order: list[list[int]]) -> tuple[tuple[int, ...], ...]:
-    """Each device's scheduled ops, less those too short to order (:func:`placer.core.order.timed_only`)."""
-    seconds = st.s.durations_s[np.arange(st.s.m), st.dev] if st.s.m else np.zeros(0)
-    return timed_only(order, seconds)
+    return finish(problem, _groups(st), "cp_heft", t0, options, order=timed_only(order, st.s.durations_s, st.dev))
 
 
 def _critical_ranks(st: _State) -> np.ndarray:
@@ -355,7 +349,7 @@ def cp_etf(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
             waiting[w] -= 1
             if waiting[w] == 0:
                 release(w)
-    return finish(problem, _groups(st), "cp_etf", t0, options, order=_timed_order(st, order))
+    return finish(problem, _groups(st), "cp_etf", t0, options, order=timed_only(order, st.s.durations_s, st.dev))
 
 
 def _groups(st: _State) -> np.ndarray:
