@@ -601,6 +601,10 @@ def test_measure_times_the_training_step_and_restores_every_variable(trained, de
     m = placed.measure(repeats=3, warmup=1, min_time_s=0)
     assert m.step == "train" and m.batch_size == BATCH and len(m.placed_s) == len(m.original_s) == 3
     assert m.predicted_step_s == placed.plan.predicted_step_time_s and m.prediction_error is not None
+    # the prediction is the simulated step plus the measured fixed cost of a call, as for inference
+    assert placed.plan.call_overhead_s > 0
+    assert placed.report_data["simulation"]["predicted_step_time_s"] == pytest.approx(
+        placed.plan.predicted_step_time_s - placed.plan.call_overhead_s)
     assert all(np.array_equal(v.numpy(), b) for v, b in zip(state, before))
     assert "training step measured at batch 8" in placed.summary()
     entries = {e["what"]: e for e in validate_report(placed.report_data)["measurements"]}

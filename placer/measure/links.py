@@ -265,20 +265,29 @@ class CallInterface:
 
 def call_interface(traced: TracedModel, op_devices: Mapping[str, str]) -> CallInterface:
     """The :class:`CallInterface` of ``traced`` placed by ``op_devices`` (fixed-batch op name → device).
+    A step traced for any batch (Keras' training step) is sized at ``traced.batch_size``.
 
     Raises
     ------
     CostError
-        If ``op_devices`` lacks an op of the fixed-batch trace.
+        If ``op_devices`` lacks an op of the fixed-batch trace, or an input or output has an unknown size
+        other than the batch.
     """
     fixed = traced.fixed.graph
     missing = [op.name for op in fixed.get_operations() if op.name not in op_devices]
     if missing:
         raise CostError(f"op_devices names no device for {len(missing)} ops of the traced graph, e.g. "
                         f"{missing[:3]}; pass a device for every op (a plan's assignment has them all)")
-    inputs = tuple(TensorAt(op_devices[n.rsplit(":", 1)[0]], tuple(fixed.get_tensor_by_name(n).shape),
+    def shape(t: tf.Tensor) -> tuple[int, ...]:  # a training step is traced for any batch: sized at the plan's
+        dims = t.shape.as_list() if t.shape.rank is not None else []
+        if any(d is None for d in dims[1:]) or (dims and dims[0] is None and not traced.batch_size):
+            raise CostError(f"tensor {t.name} of the traced graph has an unknown shape {t.shape}: the fixed "
+                            "cost of a call needs every input's and output's size; trace with a fixed batch size")
+        return tuple(traced.batch_size if d is None else d for d in dims)
+
+    inputs = tuple(TensorAt(op_devices[n.rsplit(":", 1)[0]], shape(fixed.get_tensor_by_name(n)),
                             fixed.get_tensor_by_name(n).dtype.name) for n in traced.input_names)
-    outputs = tuple(TensorAt(op_devices[t.op.name], tuple(t.shape), t.dtype.name)
+    outputs = tuple(TensorAt(op_devices[t.op.name], shape(t), t.dtype.name)
                     for t in (fixed.get_tensor_by_name(n) for n in traced.output_names))
     per_device: dict[str, int] = {}
     for ph in traced.variables:

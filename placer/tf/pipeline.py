@@ -534,9 +534,7 @@ def _emit(shell: PlacedModel, traced: Any, plan: Plan, op_graph: Any, devset: An
 def _call_overhead(traced: Any, plan: Plan) -> Plan:
     """The calls stage: the plan's fixed cost per call, measured (a stand-in with the placement's inputs,
     outputs, captured variables and devices and no compute: :func:`placer.measure.links.measure_call`),
-    added to its predicted step. Inference plans only: a training step's call runs Keras' own loop."""
-    if traced.step != "predict":
-        return plan
+    added to its predicted step."""
     from ..measure.links import plan_call_seconds
 
     call_s = plan_call_seconds(traced, plan.assignment)
