@@ -36,7 +36,7 @@ sys.path.insert(0, str(HERE))
 
 from isolation import isolated  # noqa: E402
 from markdown import MarkdownOut  # noqa: E402
-from speedup import interleaved_times, median_spread  # noqa: E402
+from speedup import ROUNDS_TEXT, interleaved_times, median_spread  # noqa: E402
 
 #: name -> (workloads builder, its kwargs, batch, training)
 CASES = {
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         out("## Measured: planned execution order against the executor's (2 TF gRPC workers, one core each)")
         out()
         out(f"{time.strftime('%Y-%m-%d')}; objective latency; {args.repeats} interleaved rounds per placement after "
-            "2 warm-up calls; medians ± half the interquartile range; predicted = the plan's predicted step "
+            f"2 warm-up calls ({ROUNDS_TEXT}); medians ± half the interquartile range; predicted = the plan's predicted step "
             "(simulated); error = (predicted - measured) / measured; `ordered ops`: ops the plan orders.")
         out()
         out("| workload | placement | plan | ordered ops | measured ms | ± | predicted ms | error |")

@@ -45,7 +45,7 @@ sys.path.insert(0, str(HERE))
 
 from isolation import isolated  # noqa: E402
 from markdown import MarkdownOut  # noqa: E402
-from speedup import interleaved_times, median_spread  # noqa: E402
+from speedup import ROUNDS_TEXT, interleaved_times, median_spread  # noqa: E402
 
 
 def chain(width: int, depth: int):
@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
     out()
     out(f"{time.strftime('%Y-%m-%d')}; a chain of {args.depth} dense layers of width {args.width} (+ a 16-wide head, "
         f"SGD, MSE), batch {args.batch}, split by hand after layer {args.depth // 2 - 1}; {args.repeats} "
-        "interleaved rounds of `train_on_batch` after 2 warm-up calls; predicted = the plan's predicted step; "
+        f"interleaved rounds of `train_on_batch` after 2 warm-up calls ({ROUNDS_TEXT}); predicted = the plan's predicted step; "
         "peak = the busiest device's simulated peak memory" + (
             f"; step memory per worker (0 / 1): measured = the most bytes its allocator had in use while the "
             f"step ran in a loop for {args.trace_ms} ms less the least (`--memory`: allocator statistics on, "

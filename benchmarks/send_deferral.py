@@ -37,7 +37,7 @@ sys.path.insert(0, str(HERE))
 
 from isolation import isolated  # noqa: E402
 from markdown import MarkdownOut  # noqa: E402
-from speedup import interleaved_times, median_spread  # noqa: E402
+from speedup import ROUNDS_TEXT, interleaved_times, median_spread  # noqa: E402
 
 MODES = ("independent", "early", "last", "acknowledged")
 
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     out(f"{time.strftime('%Y-%m-%d')}; worker 1: `first = x @ w1`, then {args.chain} more matmuls; worker 0: "
         f"{args.chain} matmuls from the input (independent), from `first` (early) or from worker 1's last result "
         f"(last), or from `first` with worker 1's chain waiting until worker 0 has it (acknowledged, what "
-        f"`placer.tf.sends` adds); batch {args.batch}, width {args.width}; {args.repeats} interleaved rounds; "
+        f"`placer.tf.sends` adds); batch {args.batch}, width {args.width}; {args.repeats} interleaved rounds ({ROUNDS_TEXT}); "
         "median ± half the interquartile range. early ≈ independent: the tensor left when it was computed; early ≈ last: it "
         "left when worker 1 had nothing else to run.")
     out()

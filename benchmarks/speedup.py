@@ -66,12 +66,24 @@ def median_spread(xs) -> tuple[float, float]:
     return float(q2), float((q3 - q1) / 2)
 
 
+#: Per round, each placement runs this many untimed calls, then :data:`TIMED_PER_ROUND` timed ones: a call
+#: right after another placement's ran slower (a one-worker Transformer training step, two gRPC workers:
+#: 10.42 and 10.12 ms called in turn with a two-worker plan, 9.74 and 9.45 ms in runs of its own, 2026-12-05),
+#: and a user runs one placement over and over.
+SETTLE_PER_ROUND = 1
+TIMED_PER_ROUND = 2
+#: How the benchmarks' headers say it.
+ROUNDS_TEXT = (f"each round runs each placement {SETTLE_PER_ROUND} untimed call then {TIMED_PER_ROUND} timed ones "
+               "(a call right after another placement's runs slower), rounds in alternating order")
+
+
 def interleaved_times(steps, repeats: int, warmup: int = 2) -> list[list[float]]:
     """Seconds of each of ``steps`` (callables) over ``repeats`` rounds, after ``warmup`` calls of each; the
-    rounds alternate the order (forward, then backward) so that a drifting machine weighs on all alike.
+    rounds alternate the order (forward, then backward) so that a drifting machine weighs on all alike, and
+    in each a step runs :data:`SETTLE_PER_ROUND` untimed calls before its :data:`TIMED_PER_ROUND` timed ones.
 
     >>> [len(ts) for ts in interleaved_times([lambda: None, lambda: None], 3)]
-    [3, 3]
+    [6, 6]
     """
     for s in steps:
         for _ in range(warmup):
@@ -79,9 +91,12 @@ def interleaved_times(steps, repeats: int, warmup: int = 2) -> list[list[float]]
     times: list[list[float]] = [[] for _ in steps]
     for r in range(repeats):
         for i in (range(len(steps)) if r % 2 == 0 else reversed(range(len(steps)))):
-            t = time.perf_counter()
-            steps[i]()
-            times[i].append(time.perf_counter() - t)
+            for _ in range(SETTLE_PER_ROUND):
+                steps[i]()
+            for _ in range(TIMED_PER_ROUND):
+                t = time.perf_counter()
+                steps[i]()
+                times[i].append(time.perf_counter() - t)
     return times
 
 
@@ -131,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
             order = f"'detect' ({executor_ready_order(resolve_devices(devices))[0]})"
         out("## Measured speedups: 2 TF gRPC workers, one pinned core and one thread each")
         out()
-        out(f"{time.strftime('%Y-%m-%d')}; {args.repeats} interleaved rounds per placement after 2 warm-up calls; "
+        out(f"{time.strftime('%Y-%m-%d')}; {args.repeats} interleaved rounds per placement after 2 warm-up calls ({ROUNDS_TEXT}); "
             "speedup = best single-worker step / step (throughput at the same batch); predicted = the plan's "
             "predicted step (simulated with ops profiled on worker 0, the calibrated link and its transfer CPU "
             "cost, plus the plan's measured fixed cost per call); predicted speedup = the best single-worker "
