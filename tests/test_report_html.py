@@ -118,3 +118,18 @@ def test_calibrated_links_show_their_fit(report_paths):
         validate_report({**data, "links": [{**first, "fit": "good"}]})
     with pytest.raises(placer.ReportError):  # a fit must say how many sizes it stands on
         validate_report({**data, "links": [{**first, "fit": {"r2": 0.95, "max_rel_error": 0.18}}]})
+
+
+def test_the_predicted_speedup_compares_simulated_steps(report_paths):
+    """The baselines' steps are simulated; the plan's adds its measured fixed cost per call, which the
+    "vs. one device" card leaves out of the comparison (else one device would read slower than itself)."""
+    from placer.reporting.html import render_html
+
+    _, data, _ = report_paths
+    single = data["plan"]["baselines"]["single"]
+    plan = {**data["plan"], "predicted_step_time_s": 0.010, "call_overhead_s": 0.004,
+            "baselines": {**data["plan"]["baselines"], "single": {**single, "predicted_step_time_s": 0.012}}}
+    page = render_html(validate_report({**data, "plan": plan}))
+    card = re.search(r"([\d.]+)×</[^>]+>\s*<[^>]+>vs\. one device", page)
+    assert card and card.group(1) == "2.00", card
+

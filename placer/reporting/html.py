@@ -325,7 +325,10 @@ def _overview(data: Mapping[str, Any]) -> str:
     plan = data["plan"]
     single = plan["baselines"].get("single")
     step = plan["predicted_step_time_s"]
-    speedup = (single["predicted_step_time_s"] / step) if single and step and single["predicted_step_time_s"] else None
+    # like with like: the baselines are simulated steps, the plan's step adds its measured fixed cost per call
+    simulated = step - plan.get("call_overhead_s", 0.0)
+    speedup = (single["predicted_step_time_s"] / simulated) if single and simulated > 0 and \
+        single["predicted_step_time_s"] else None
     gap = plan.get("gap")
     cut = [e for e in data.get("edges", []) if e["cut"]]
     cards = [
