@@ -132,4 +132,8 @@ def test_the_predicted_speedup_compares_simulated_steps(report_paths):
     page = render_html(validate_report({**data, "plan": plan}))
     card = re.search(r"([\d.]+)×</[^>]+>\s*<[^>]+>vs\. one device", page)
     assert card and card.group(1) == "2.00", card
+    # the table of baselines sets the plan's simulated step beside theirs, and says what the fixed cost is
+    row = re.search(r"<tr><td>autoplace \(.*?</tr>", page)
+    assert row and "6.000 ms" in row.group(0), row
+    assert "4.000 ms of measured fixed cost per call" in page
 
