@@ -278,6 +278,7 @@ def call_interface(traced: TracedModel, op_devices: Mapping[str, str]) -> CallIn
     if missing:
         raise CostError(f"op_devices names no device for {len(missing)} ops of the traced graph, e.g. "
                         f"{missing[:3]}; pass a device for every op (a plan's assignment has them all)")
+
     def shape(t: tf.Tensor) -> tuple[int, ...]:  # a training step is traced for any batch: sized at the plan's
         dims = t.shape.as_list() if t.shape.rank is not None else []
         if any(d is None for d in dims[1:]) or (dims and dims[0] is None and not traced.batch_size):
