@@ -170,13 +170,20 @@ def test_call_interface_and_stand_in_of_a_split_model(small_traced, devices):
     with pytest.raises(CostError, match="no device for 1 ops"):
         call_interface(small_traced, {op: d for op, d in list(placement.items())[1:]})
     # a step traced for any batch (Keras' training step) is sized at its batch, and refused without one
-    from dataclasses import replace
-
     anybatch = replace(small_traced, fixed=small_traced.dynamic, batch_size=4)
     whole = {op.name: devices[0] for op in anybatch.fixed.graph.get_operations()}
     assert call_interface(anybatch, whole).inputs == (TensorAt(devices[0], (4, 32), "float32"),)
     with pytest.raises(CostError, match="unknown shape"):
         call_interface(replace(anybatch, batch_size=0), whole)
+    # an output of unknown rank (a numpy_function) has no size to feed back: refused, not taken as a scalar
+    import tensorflow as tf
+
+    opaque = tf.function(lambda x: tf.numpy_function(lambda a: a, [x], tf.float32)).get_concrete_function(
+        tf.TensorSpec((16, 32), tf.float32))
+    unknown = replace(small_traced, fixed=opaque, input_names=(opaque.inputs[0].name,),
+                      output_names=(opaque.outputs[0].name,), variables=())
+    with pytest.raises(CostError, match="unknown shape"):
+        call_interface(unknown, {op.name: devices[0] for op in opaque.graph.get_operations()})
 
 
 def test_link_fit_rejects_bad_measurements():

@@ -279,17 +279,18 @@ def call_interface(traced: TracedModel, op_devices: Mapping[str, str]) -> CallIn
         raise CostError(f"op_devices names no device for {len(missing)} ops of the traced graph, e.g. "
                         f"{missing[:3]}; pass a device for every op (a plan's assignment has them all)")
 
-    def shape(t: tf.Tensor) -> tuple[int, ...]:  # a training step is traced for any batch: sized at the plan's
-        dims = t.shape.as_list() if t.shape.rank is not None else []
-        if any(d is None for d in dims[1:]) or (dims and dims[0] is None and not traced.batch_size):
-            raise CostError(f"tensor {t.name} of the traced graph has an unknown shape {t.shape}: the fixed "
-                            "cost of a call needs every input's and output's size; trace with a fixed batch size")
-        return tuple(traced.batch_size if d is None else d for d in dims)
+    def at(name: str) -> TensorAt:  # a training step is traced for any batch: sized at the plan's batch
+        t = fixed.get_tensor_by_name(name)
+        dims = t.shape.as_list() if t.shape.rank is not None else None
+        if dims is None or None in dims[1:] or (dims and dims[0] is None and not traced.batch_size):
+            raise CostError(f"tensor {t.name} of the traced graph has an unknown shape {t.shape}: the fixed cost "
+                            "of a call needs every input's and output's size; pass batch_size and an "
+                            "input_signature whose other dimensions are known, and outputs of a known shape")
+        return TensorAt(op_devices[t.op.name], tuple(traced.batch_size if d is None else d for d in dims),
+                        t.dtype.name)
 
-    inputs = tuple(TensorAt(op_devices[n.rsplit(":", 1)[0]], shape(fixed.get_tensor_by_name(n)),
-                            fixed.get_tensor_by_name(n).dtype.name) for n in traced.input_names)
-    outputs = tuple(TensorAt(op_devices[t.op.name], shape(t), t.dtype.name)
-                    for t in (fixed.get_tensor_by_name(n) for n in traced.output_names))
+    inputs = tuple(at(n) for n in traced.input_names)
+    outputs = tuple(at(n) for n in traced.output_names)
     per_device: dict[str, int] = {}
     for ph in traced.variables:
         per_device[op_devices[ph]] = per_device.get(op_devices[ph], 0) + 1
