@@ -700,6 +700,31 @@ def test_coarsening_merges_whole_keys_only_when_asked():
     assert whole.coarse.memory_bytes[whole.coarse_of[11]] == 50.0  # the memory cap still holds: alone
 
 
+def test_a_coarse_problem_simulates_as_the_fine_one():
+    """The coarse problem keeps the devices' simulation settings (a shared processor, transfer CPU, the ready
+    order): a coarse plan's simulated step is its expansion's on the fine problem. Before 2026-12-05 the
+    coarse problem dropped them, and warm starts scored on it ignored the processor both devices share."""
+    from placer.core.objectives import makespan
+    from placer.solvers.multilevel import coarsen_problem
+
+    n = 12
+    p = PlacementProblem.build(names=[f"n{i}" for i in range(n)], compute_s=np.ones((n, 2)),
+                               memory_bytes=np.zeros(n), capacity_bytes=np.full(2, np.inf),
+                               tensors=[TensorEdge(0, tuple(range(1, n)), 10.0)],
+                               bandwidth=np.full((2, 2), 100.0), latency=np.full((2, 2), 0.01),
+                               shared=[((0, 1), 1.0)], transfer_cpu=np.array([[0.0, 0.2], [0.2, 0.0]]),
+                               ready_order="lifo")
+    c = coarsen_problem(p, 4)
+    assert (c.coarse.shared, c.coarse.ready_order) == (p.shared, p.ready_order)
+    assert np.array_equal(c.coarse.transfer_cpu, p.transfer_cpu)
+    split = np.arange(c.coarse.n) % 2
+    fine = split[c.coarse_of]
+    assert len(set(fine.tolist())) == 2
+    # one processor for both devices: 12 s of work however it is split, plus the transfers' CPU
+    assert makespan(c.coarse, split) == pytest.approx(makespan(p, fine))
+    assert makespan(p, fine) >= n
+
+
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 25), k=st.integers(2, 4),
        capacity=st.sampled_from([np.inf, 900.0]), forbid=st.sampled_from([0.0, 0.3]), comm=st.sampled_from([0.1, 3.0]))
