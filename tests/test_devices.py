@@ -49,6 +49,19 @@ def test_remote_links_default_slower_than_local():
     assert ds.link(0, 1).seconds(1e6) > same_host.link(0, 1).seconds(1e6)
 
 
+def test_transfers_between_processes_cost_cpu_by_default():
+    """Uncalibrated links between processes carry the default CPU cost per transfer (so a simulation of gRPC
+    workers has transfer ops, and a busy one-thread worker's sends queue); links within one process none."""
+    from placer.core.devices import DEFAULT_REMOTE_TRANSFER_CPU_S
+
+    ds = resolve_devices(["/job:worker/task:0/device:CPU:0", "/job:worker/task:1/device:CPU:0",
+                          "/job:worker/task:1/device:CPU:1"])
+    cpu = ds.transfer_cpu()
+    assert cpu[0, 1] == cpu[1, 0] == cpu[0, 2] == DEFAULT_REMOTE_TRANSFER_CPU_S > 0
+    assert cpu[1, 2] == cpu[2, 1] == 0.0
+    assert resolve_devices(["/CPU:0", "/CPU:1"]).transfer_cpu() is None
+
+
 @pytest.mark.parametrize("kwargs", [{"memory_bytes": -1}, {"memory_bytes": 1.5}, {"speed": 0},
                                     {"speed": float("nan")}, {"bandwidth_bytes_per_s": -3.0}])
 def test_device_spec_validation(kwargs):

@@ -41,6 +41,12 @@ DEFAULT_LATENCY_S = 20e-6
 #: ``../shared/notes/tf-facts.md``: ~1 ms per call, ~1.6 GB/s.
 DEFAULT_REMOTE_BANDWIDTH_BYTES_PER_S = 1.6e9
 DEFAULT_REMOTE_LATENCY_S = 1e-3
+#: ... and each transfer between processes costs CPU on both ends (serialisation, RPC handling), which on a
+#: one-thread worker queues with its ops: 28–92 µs measured between two pinned one-thread gRPC workers
+#: (:func:`placer.measure.links.measure_transfer_cpu`). With it the simulator knows that a busy one-thread
+#: worker defers its sends (a pipeline on gRPC workers planned with ``calibrate_links=False`` was predicted
+#: 13–40% too fast without it, ``docs/costs.md``).
+DEFAULT_REMOTE_TRANSFER_CPU_S = 50e-6
 
 _FULL = re.compile(
     r"^/?(?:job:(?P<job>[A-Za-z0-9_]+))?/?(?:replica:(?P<replica>\d+))?/?"
@@ -299,7 +305,7 @@ def _default_link(a: DeviceSpec, b: DeviceSpec) -> Link:
     lats = [x.latency_s for x in (a, b) if x.latency_s is not None]
     bw = min(bws) if bws else (DEFAULT_REMOTE_BANDWIDTH_BYTES_PER_S if remote else DEFAULT_BANDWIDTH_BYTES_PER_S)
     lat = max(lats) if lats else (DEFAULT_REMOTE_LATENCY_S if remote else DEFAULT_LATENCY_S)
-    return Link(bw, lat)
+    return Link(bw, lat, DEFAULT_REMOTE_TRANSFER_CPU_S if remote else 0.0)
 
 
 def resolve_devices(

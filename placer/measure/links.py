@@ -216,7 +216,8 @@ def calibrate_links(devset: DeviceSet, sizes: Sequence[int] = DEFAULT_SIZES, rep
     marks those links calibrated (``DeviceSet.calibrated``).
     ``cross_process_only``: only pairs on different processes (gRPC tasks); the others keep their links.
     ``transfer_cpu``: also measure each pair's CPU cost per transfer (:func:`measure_transfer_cpu`,
-    the mean of both directions) into ``Link.cpu_s``.
+    the mean of both directions) into ``Link.cpu_s``; else each link keeps the ``cpu_s`` it had (between
+    processes, :data:`placer.core.devices.DEFAULT_REMOTE_TRANSFER_CPU_S`).
     """
     fits = {}
     cpu: dict[tuple[int, int], float] = {}
@@ -227,7 +228,8 @@ def calibrate_links(devset: DeviceSet, sizes: Sequence[int] = DEFAULT_SIZES, rep
                 if transfer_cpu:
                     cpu[(i, j)] = cpu[(j, i)] = float(np.mean([measure_transfer_cpu(a.name, b.name),
                                                                measure_transfer_cpu(b.name, a.name)]))
-    links = {**devset.links, **{ij: Link(f.link.bandwidth_bytes_per_s, f.link.latency_s, cpu.get(ij, 0.0))
+    links = {**devset.links, **{ij: Link(f.link.bandwidth_bytes_per_s, f.link.latency_s,
+                                         cpu[ij] if ij in cpu else devset.links[ij].cpu_s if ij in devset.links else 0.0)
                                 for ij, f in fits.items()}}
     return replace(devset, links=links, fits={**devset.fits, **fits}), fits
 
