@@ -837,6 +837,40 @@ def test_critical_moves_follow_the_chain_through_devices_and_links():
     assert critical_moves(p2, a, result) == [(0, 1), (1, 0)]
 
 
+def _gradients_summed(steps: int = 6) -> PlacementProblem:
+    """A chain of ``steps`` 1 s ops on which per-step 1 s "gradients" hang, each sending a large tensor to one
+    sum (an unrolled recurrent layer's weight gradients): links of 10 bytes/s, 100 bytes along the chain and
+    per gradient, 1 byte into each gradient."""
+    chain, grads, total = list(range(steps)), list(range(steps, 2 * steps)), 2 * steps
+    tensors = [TensorEdge(c, (c + 1,), 100.0) for c in chain[:-1]]
+    tensors += [TensorEdge(c, (steps + c,), 1.0) for c in chain]
+    tensors += [TensorEdge(g, (total,), 100.0) for g in grads]
+    compute = np.ones((total + 1, 2))
+    compute[total] = 0.1
+    return PlacementProblem.build(names=[f"n{i}" for i in range(total + 1)], compute_s=compute,
+                                  memory_bytes=np.zeros(total + 1), capacity_bytes=np.full(2, np.inf),
+                                  tensors=tensors, bandwidth=np.full((2, 2), 10.0), latency=np.zeros((2, 2)))
+
+
+def test_descent_moves_gradients_and_their_sum_as_one(monkeypatch):
+    """No single move pays where each gradient would send its large tensor back to the sum; the gradients and
+    their sum moved together (:func:`~placer.solvers.descent.gathering_sets`) run beside the chain."""
+    import placer.solvers.descent as descent_module
+    from placer.core.objectives import makespan
+    from placer.solvers.descent import descend, descend_ordered, gathering_sets
+
+    p = _gradients_summed()
+    assert [s.tolist() for s in gathering_sets(p)] == [list(range(6, 13))]
+    start = np.zeros(p.n, dtype=int)
+    moved = descend(p, start, simulations=20)
+    assert moved[:6].tolist() == [0] * 6 and moved[6:].tolist() == [1] * 7
+    assert makespan(p, moved) < 7.5 < 12.1 == pytest.approx(makespan(p, start))
+    a, order = descend_ordered(p, start, simulations=20)
+    assert makespan(p, a, order=order) < 7.5
+    monkeypatch.setattr(descent_module, "MIN_GATHERED_SHARE", np.inf)  # single moves only
+    assert makespan(p, descend(p, start, simulations=20)) > 10.0
+
+
 def test_descent_spends_its_budget_where_simulations_cannot_resume(monkeypatch):
     """Devices sharing a processor are simulated from the start each time: every trial counts whole."""
     import placer.solvers.descent as descent_module
