@@ -399,10 +399,10 @@ def _descend(problem: PlacementProblem, assignment: np.ndarray, simulations: flo
         def gathering() -> Iterator[tuple[tuple[int, int], np.ndarray, int]]:
             """The gathering sets (:func:`gathering_sets`) that hold enough work, each to the least busy
             device it may go to and has not been tried on."""
-            for members in gathered:
+            for i, members in enumerate(gathered):
                 if weight[members].sum() < MIN_GATHERED_SHARE * step:
                     break
-                key = -1 - int(members[-1])  # apart from the single nodes'
+                key = -1 - i  # apart from the single nodes'
                 d = next((d for d in least_busy if (key, d) not in tried and allowed[members, d].all()
                           and not (a[members] == d).all()
                           and memory[d] + problem.memory_bytes[members][a[members] != d].sum() <= capacity[d]), -1)
@@ -411,9 +411,10 @@ def _descend(problem: PlacementProblem, assignment: np.ndarray, simulations: flo
 
         def moves() -> Iterator[tuple[tuple[int, int], np.ndarray, int]]:
             """Candidate moves ``(key, nodes, device)``: the gathering sets (first where the budget affords
-            :data:`SET_TRIALS` trials of each, else after the critical chain's), those of the step's realized
-            critical chain (:func:`critical_moves`), then single nodes whose added transfers fit their slack, heaviest
-            first, then (once those are spent) the rest, each to the least busy device it may go to."""
+            :data:`SET_TRIALS` trials of each, else after the critical chain's), those of the step's
+            realized critical chain (:func:`critical_moves`), then single nodes whose added transfers fit
+            their slack, heaviest first, then (once those are spent) the rest, each to the least busy device
+            it may go to."""
             if sets_first:
                 yield from gathering()
             for v, d in critical:
