@@ -94,6 +94,17 @@ def test_a_stage_boundary_is_acknowledged_and_its_siblings_wait():
     assert waiting == ["n4", "n5"]
 
 
+def test_work_that_needs_only_variables_does_not_hide_a_stage_boundary():
+    """The receiving stage starts with a batch normalisation whose scale (``Rsqrt`` of a variable) is computed
+    there from the variable alone: the work after the boundary counts it as ready, so the boundary is
+    acknowledged (none of a ResNet50 pipeline's boundaries was, 2026-12-05)."""
+    spec = [(0, "Placeholder", []), (0, "Relu", [(0, False)]), (0, "Relu", [(1, False)]),
+            (1, "ReadVariableOp", []), (1, "Rsqrt", [(3, False)]), (1, "MatMul", [(2, False), (3, False)]),
+            (1, "Mul", [(5, False), (4, False)]), (1, "Relu", [(6, False)])]
+    gd, done = rewrite(spec, [0, 1e-3, 1e-3, 0, 1e-5, 0.5e-3, 0.6e-3, 1e-5])
+    assert done.acknowledged == 1 and done.transfers[0][0] == "n2"
+
+
 def test_a_tensor_whose_receiver_waits_for_more_from_the_sender_is_not_acknowledged():
     # labels (n1) go to worker 1 early, but the loss there (n4) also needs the activation (n2 -> n3):
     # only the activation's transfer is acknowledged, not the labels'
