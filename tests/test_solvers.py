@@ -852,6 +852,22 @@ def _gradients_summed(steps: int = 6) -> PlacementProblem:
                                   tensors=tensors, bandwidth=np.full((2, 2), 10.0), latency=np.zeros((2, 2)))
 
 
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 30))
+def test_gathering_sets_are_a_sum_and_what_feeds_it_alone(seed, n):
+    from placer.solvers.descent import MIN_FAN_IN, gathering_sets
+
+    p = random_problem(seed, n, 2)
+    preds, succs = dependencies(p.n, p.tensors)
+    sets = gathering_sets(p)
+    weights = [p.compute_s.min(axis=1)[members].sum() for members in sets]
+    assert weights == sorted(weights, reverse=True)
+    for members in sets:
+        roots = [r for r in members if len({u for _, u in preds[r]} - {r}) >= MIN_FAN_IN
+                 and all({w for _, w in succs[u]} == {r} for u in members if u != r)]
+        assert len(roots) == 1 and len(members) >= 2 and len(set(members.tolist())) == len(members)
+
+
 def test_descent_moves_gradients_and_their_sum_as_one(monkeypatch):
     """No single move pays where each gradient would send its large tensor back to the sum; the gradients and
     their sum moved together (:func:`~placer.solvers.descent.gathering_sets`) run beside the chain."""
