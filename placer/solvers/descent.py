@@ -381,8 +381,8 @@ def _descend(problem: PlacementProblem, assignment: np.ndarray, simulations: flo
     sched = problem.schedule_view()
     fine_preds = dependencies(sched.m, sched.tensors, sched.control)[0]  # for critical_moves
     gathered = gathering_sets(problem)
-    heavy_sets = sum(problem.compute_s.min(axis=1)[members].sum() >= MIN_GATHERED_SHARE * result.step_time_s
-                     for members in gathered)
+    set_work = np.array([weight[members].sum() for members in gathered])  # decreasing
+    heavy_sets = int(np.sum(set_work >= MIN_GATHERED_SHARE * result.step_time_s))
     sets_first = simulations >= SET_TRIALS * (problem.k - 1) * heavy_sets
     while spent < simulations:
         free = slack(problem, a, result)
@@ -400,7 +400,7 @@ def _descend(problem: PlacementProblem, assignment: np.ndarray, simulations: flo
             """The gathering sets (:func:`gathering_sets`) that hold enough work, each to the least busy
             device it may go to and has not been tried on."""
             for i, members in enumerate(gathered):
-                if weight[members].sum() < MIN_GATHERED_SHARE * step:
+                if set_work[i] < MIN_GATHERED_SHARE * step:
                     break
                 key = -1 - i  # apart from the single nodes'
                 d = next((d for d in least_busy if (key, d) not in tried and allowed[members, d].all()
@@ -437,7 +437,7 @@ def _descend(problem: PlacementProblem, assignment: np.ndarray, simulations: flo
             yield from later
 
         for key, nodes, dest in moves():
-            src = a[nodes].copy()
+            src = a[nodes]  # a copy (fancy indexing)
             tried.add(key)
             a[nodes] = dest
             # a trial that will not end before the current step stops as soon as that shows (inf)

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import AbstractSet, Any, Callable, Mapping
 
 import tensorflow as tf
 
@@ -193,7 +193,7 @@ def prompt_sends(gd: tf.compat.v1.GraphDef, dtype_of: Callable[[str, int], Any],
         here = nodes[src].device
         before = nx.ancestors(g, src)
         if _unblocked_s(receivers[tensor, device], device, nodes, local_consumers, rule.seconds, rule.min_work_s,
-                        ready=before | added | {src} | parameters) < rule.min_work_s:
+                        ready=before | added | {src}, always=parameters) < rule.min_work_s:
             continue  # its consumers wait for more (a micro-batch's labels wait for its activations)
         ack = gd.node.add(name=f"{ACK_SCOPE}/{src}/{len(added)}", op="Identity", input=[tensor], device=device)
         ack.attr["T"].type = tf.as_dtype(dtype).as_datatype_enum
@@ -250,16 +250,18 @@ def parameter_nodes(gd: tf.compat.v1.GraphDef, order: list[str] | None = None) -
 
 
 def _unblocked_s(names: list[str], device: str, nodes: Mapping[str, Any], local_consumers: Mapping[str, list[Any]],
-                 seconds: Callable[[str], float], enough: float, ready: set[str] | None = None) -> float:
+                 seconds: Callable[[str], float], enough: float, ready: set[str] | None = None,
+                 always: AbstractSet[str] = frozenset()) -> float:
     """Seconds of work on ``device`` that depend on the ops ``names`` there through ops on that device, counted
     until ``enough``. Given ``ready`` (what has run when the tensor arrives), only ops whose every data input
-    is ready, structural or counted: the work the tensor lets start."""
+    is ready, in ``always`` (ready in any case: :func:`parameter_nodes`), structural or counted: the work the
+    tensor lets start."""
     counted: set[str] = set()
     queued, todo, total = set(names), list(names), 0.0
     while todo and total < enough:
         v = todo.pop()
         queued.discard(v)  # an op not ready yet is queued again by its next counted input
-        if ready is not None and not all(_available(x, counted, ready, nodes) for x in nodes[v].input):
+        if ready is not None and not all(_available(x, counted, ready, always, nodes) for x in nodes[v].input):
             continue
         counted.add(v)
         total += float(seconds(v))
@@ -270,12 +272,13 @@ def _unblocked_s(names: list[str], device: str, nodes: Mapping[str, Any], local_
     return total
 
 
-def _available(x: str, counted: set[str], ready: set[str], nodes: Mapping[str, Any]) -> bool:
-    """Whether input ``x`` of an op is there: a control input (ordering only), or a tensor ready, structural or
-    counted."""
+def _available(x: str, counted: set[str], ready: set[str], always: AbstractSet[str], nodes: Mapping[str, Any]) -> bool:
+    """Whether input ``x`` of an op is there: a control input (ordering only), or a tensor ready (in ``ready``
+    or ``always``), structural or counted."""
     src, suffix = _source(x)
     node = nodes.get(src)
-    return suffix == "^" or node is None or node.op in STRUCTURAL or src in ready or src in counted
+    return (suffix == "^" or node is None or node.op in STRUCTURAL or src in ready or src in always
+            or src in counted)
 
 
 def acknowledged_nodes(built: Any, sends: PromptSends | None) -> tuple[tuple[int, int, tuple[int, ...]], ...]:
