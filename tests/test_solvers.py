@@ -748,6 +748,34 @@ def test_descent_keeps_every_constraint_never_worsens_and_is_deterministic(seed,
 
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 25), k=st.integers(2, 4),
+       capacity=st.sampled_from([np.inf, 900.0]), forbid=st.sampled_from([0.0, 0.3]), comm=st.sampled_from([0.1, 3.0]),
+       simulations=st.sampled_from([4, 30]))
+def test_descent_from_several_starts_is_feasible_no_worse_than_any_and_deterministic(seed, n, k, capacity, forbid,
+                                                                                    comm, simulations):
+    """From HEFT's plan and the one-device plan (where feasible): every node placed once on a device it may
+    use, within capacity, no worse than the better start, the same plan and start index again."""
+    from placer.core.objectives import makespan
+    from placer.solvers.descent import descend_starts
+
+    p = random_problem(seed, n, k, capacity=capacity, forbid=forbid, comm=comm)
+    starts = []
+    for name in ("heft", "single"):
+        try:
+            starts.append(solve_problem(p, name, SolveOptions(objective="latency")).assignment)
+        except NoFeasiblePlanError:
+            pass
+    if not starts:
+        return  # nothing feasible to start from
+    moved, which = descend_starts(p, starts, simulations)
+    assert moved.shape == (n,) and 0 <= which < len(starts)
+    assert evaluate(p, moved).feasible  # allowed devices and capacity kept
+    assert makespan(p, moved) <= min(makespan(p, s) for s in starts) * (1 + 1e-12)
+    again, which_again = descend_starts(p, starts, simulations)
+    assert np.array_equal(again, moved) and which_again == which
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 25), k=st.integers(2, 4),
        capacity=st.sampled_from([np.inf, 900.0]), forbid=st.sampled_from([0.0, 0.3]), comm=st.sampled_from([0.1, 3.0]))
 def test_ordered_descent_keeps_every_constraint_and_its_order_runs_as_simulated(seed, n, k, capacity, forbid, comm):
     """Moves scored with each device running its most urgent ready op: feasible, never worse than the start
@@ -907,6 +935,7 @@ def test_auto_for_latency_on_more_than_two_devices_descends_instead_of_a_full_cp
     p = random_problem(3, 30, 4, comm=0.2)
     sol = solve_problem(p, "auto", SolveOptions(objective="latency", time_limit_s=2))
     assert any(line.startswith("descent ") for line in sol.log), sol.log
+    assert any(line.startswith("descent ") and " / single (" in line for line in sol.log), sol.log  # both starts
     assert any(line.startswith("cpsat on 4 devices: skipped") for line in sol.log), sol.log
     assert any(line.startswith("ordered descent ") for line in sol.log), sol.log  # plans may fix their order
     executor = solve_problem(p, "auto", SolveOptions(objective="latency", time_limit_s=2, ordered=False))

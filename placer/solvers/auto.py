@@ -16,8 +16,9 @@
    then CP-SAT warm-started from the best plan, on a coarsened problem above
    ``max_nodes`` nodes (:mod:`placer.solvers.multilevel`);
 4. a short refinement of CP-SAT's plan when it is the best and not proven;
-5. for ``latency``, moves scored by the simulator on the best plan
-   (:mod:`placer.solvers.descent`), on what is left (at least
+5. for ``latency``, moves scored by the simulator on the best plan and on
+   the one-device plan, the one that descends further going on
+   (:func:`~placer.solvers.descent.descend_starts`), on what is left (at least
    :data:`MIN_DESCENT_S`); on more than :data:`FEWER_DEVICES` devices
    step 3's CP-SAT on all devices gives way to it. Where plans may fix
    their order (``execution_order="auto"``, a simulation without shared
@@ -49,7 +50,7 @@ from .base import Solution, SolveOptions, finish
 from .cpsat import solve_cpsat
 from .descent import ORDERED_US_PER_OP
 from .descent import US_PER_OP as DESCENT_US_PER_OP
-from .descent import descend, descend_ordered
+from .descent import descend_ordered, descend_starts
 from .multilevel import coarsen_problem
 from .refine import VISITS_PER_S, refine
 from .registry import SOLVERS
@@ -382,9 +383,13 @@ def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
         if sims < MIN_DESCENT_SIMULATIONS:
             tried.append(f"descent: skipped (time limit: {sims} simulations of {sched.m} ops)")
         else:
-            moved = finish(problem, descend(problem, best.assignment, sims), f"{best.solver}+descent", t0,
-                           options, "feasible")
-            tried.append(_describe(f"descent {best.solver} ({sims} simulations)", moved))
+            # from the best plan and from one device (descend_starts keeps the one that descends further)
+            single = next((s for s in found if s.solver == "single"), None)
+            starts = [best] + ([single] if single is not None and not np.array_equal(single.assignment,
+                                                                                    best.assignment) else [])
+            a, which = descend_starts(problem, [s.assignment for s in starts], sims)
+            moved = finish(problem, a, f"{starts[which].solver}+descent", t0, options, "feasible")
+            tried.append(_describe(f"descent {' / '.join(s.solver for s in starts)} ({sims} simulations)", moved))
             if moved is not None and moved.objective < best.objective:
                 found.append(moved)
                 best = moved
