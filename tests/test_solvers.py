@@ -772,6 +772,8 @@ def test_descent_from_several_starts_is_feasible_no_worse_than_any_and_determini
     assert makespan(p, moved) <= min(makespan(p, s) for s in starts) * (1 + 1e-12)
     again, which_again = descend_starts(p, starts, simulations)
     assert np.array_equal(again, moved) and which_again == which
+    known = descend_starts(p, starts, simulations, steps=[makespan(p, s) for s in starts])[0]  # none simulated
+    assert evaluate(p, known).feasible and makespan(p, known) <= min(makespan(p, s) for s in starts) * (1 + 1e-12)
 
 
 @settings(max_examples=40, deadline=None)

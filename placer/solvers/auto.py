@@ -387,7 +387,8 @@ def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
             single = next((s for s in found if s.solver == "single"), None)
             starts = [best] + ([single] if single is not None and not np.array_equal(single.assignment,
                                                                                     best.assignment) else [])
-            a, which = descend_starts(problem, [s.assignment for s in starts], sims)
+            a, which = descend_starts(problem, [s.assignment for s in starts], sims,
+                                      steps=[s.objective for s in starts])
             moved = finish(problem, a, f"{starts[which].solver}+descent", t0, options, "feasible")
             tried.append(_describe(f"descent {' / '.join(s.solver for s in starts)} ({sims} simulations)", moved))
             if moved is not None and moved.objective < best.objective:

@@ -323,12 +323,14 @@ def descend(problem: PlacementProblem, assignment: np.ndarray, simulations: floa
     return _descend(problem, assignment, simulations, None)[0]
 
 
-def descend_starts(problem: PlacementProblem, starts: Sequence[np.ndarray], simulations: float
-                   ) -> tuple[np.ndarray, int]:
+def descend_starts(problem: PlacementProblem, starts: Sequence[np.ndarray], simulations: float,
+                   steps: Sequence[float] | None = None) -> tuple[np.ndarray, int]:
     """:func:`descend` from the best of several feasible ``starts``: each is descended on an equal part of
     :data:`PROBE_SHARE` of the budget, and the one that got shortest goes on with what is left (what a probe
-    did not spend, stopping where no move helped, included). Returns the assignment and the index of the
-    start it came from.
+    did not spend, stopping where no move helped, included). Where each probe would get fewer than
+    :data:`MIN_PROBE` simulations, only the shortest start is descended (``steps``: the starts' simulated
+    steps where the caller knows them, else they are simulated). Returns the assignment and the index of
+    the start it came from.
 
     Which start descends further is not known beforehand: on the densely connected CNN's training step (4
     devices, op groups, links of 100 µs + 250 bytes/µs) 20 simulations took the best heuristic plan (refined
@@ -356,8 +358,11 @@ def descend_starts(problem: PlacementProblem, starts: Sequence[np.ndarray], simu
         return descend(problem, starts[0], simulations), 0
     share = simulations * PROBE_SHARE / len(starts)
     if share < MIN_PROBE:  # too little to probe: the shortest start, descended on what is left
-        which = int(np.argmin([simulate_step(problem, np.asarray(s)).step_time_s for s in starts]))
-        return descend(problem, starts[which], simulations - len(starts)), which
+        if steps is None:
+            steps, simulations = [simulate_step(problem, np.asarray(s)).step_time_s for s in starts], \
+                simulations - len(starts)
+        which = int(np.argmin(steps))
+        return descend(problem, starts[which], simulations), which
     probes = [_descend(problem, s, share, None) for s in starts]
     left = simulations - sum(spent for _, _, spent, _ in probes)
     scored = [(np.inf if r is None else r.step_time_s, i) for i, (_, r, _, _) in enumerate(probes)]
