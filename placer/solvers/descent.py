@@ -72,6 +72,7 @@ from cost_models import SimResult
 from ..core.objectives import simulate_step, step_dependencies, step_priority
 from ..core.order import simulated_order
 from ..core.problem import Edge, PlacementProblem, dependencies
+from ..errors import SolverError
 
 #: Estimated µs per fine op of one simulation (and the slack pass after a kept move) on the 2-core
 #: reference machine: 100 simulations from a one-device plan took 3.7 µs per op on the densely connected
@@ -353,7 +354,10 @@ def descend_starts(problem: PlacementProblem, starts: Sequence[np.ndarray], simu
     ([1, 1, 0], 0)
     """
     if not starts:
-        raise ValueError("descend_starts needs at least one start")
+        raise SolverError("descend_starts needs at least one start plan")
+    if steps is not None and len(steps) != len(starts):
+        raise SolverError(f"descend_starts got {len(steps)} steps for {len(starts)} starts; pass one per start "
+                          "(or none, to simulate them)")
     if len(starts) == 1:
         return descend(problem, starts[0], simulations), 0
     share = simulations * PROBE_SHARE / len(starts)
