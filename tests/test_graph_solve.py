@@ -463,6 +463,54 @@ def test_latency_bound_of_grouped_ops_never_exceeds_the_best_schedule(seed, m, n
     assert critical_path_bound(p) <= best * (1 + 1e-9) + 1e-12
 
 
+def _grouped_problem(seed: int, m: int, n: int, k: int, latency: float, whole: bool = False):
+    """``m`` ops in up to ``n`` problem nodes, random tensors (0-2 bytes) over links of 1 byte/s."""
+    from cost_models import TensorEdge
+    from placer.core.problem import PlacementProblem, Schedule
+
+    rng = np.random.default_rng(seed)
+    group = np.unique(rng.integers(0, n, m), return_inverse=True)[1]  # nodes numbered 0..n-1, none empty
+    n = int(group.max()) + 1
+    size = (lambda: float(rng.integers(0, 3))) if whole else (lambda: float(rng.uniform(0, 2)))
+    tensors = [TensorEdge(u, tuple(sorted(w for w in range(u + 1, m) if rng.random() < 0.4)), size())
+               for u in range(m)]
+    durations = (rng.integers(1, 4, (m, 1)) if whole else rng.uniform(0.1, 1.0, (m, 1))) * np.ones((1, k))
+    compute = np.zeros((n, k))
+    np.add.at(compute, group, durations)
+    return PlacementProblem.build(names=[f"g{i}" for i in range(n)], compute_s=compute, memory_bytes=np.zeros(n),
+                                  capacity_bytes=np.full(k, np.inf), tensors=[], bandwidth=np.ones((k, k)),
+                                  latency=np.full((k, k), latency),
+                                  schedule=Schedule(durations, tuple(t for t in tensors if t.dsts), (), group))
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), m=st.integers(2, 9), n=st.integers(1, 4), k=st.integers(2, 3),
+       latency=st.sampled_from([0.0, 0.3]), whole=st.booleans())
+def test_path_runs_bound_never_exceeds_the_best_schedule(seed, m, n, k, latency, whole):
+    """The bound from splitting the heaviest path into runs on devices (each run's nodes' work after the
+    run's start, the path's transfers between runs) stays below every simulated plan."""
+    from placer.core.objectives import _heads_tails, _path_runs_bound, makespan
+
+    p = _grouped_problem(seed, m, n, k, latency, whole)
+    head, tail, best = map(np.array, _heads_tails(p))
+    fastest = min(makespan(p, np.array(a)) for a in itertools.product(range(k), repeat=p.n))
+    assert _path_runs_bound(p, head, tail, best, 0.0) <= fastest * (1 + 1e-9) + 1e-12
+
+
+def test_path_runs_bound_sees_work_that_the_critical_path_does_not(monkeypatch):
+    """Ops a, c, d of one node and b of another (3, 3, 2, 3 s): a feeds b and c, b sends d 2 bytes. The
+    critical path a -> b -> d and the node's own bound see 9 s; every split of the path into runs needs 11
+    (one device runs all four in 11 s; b on another device delays d by its 2 s transfer: 3 + 3 + 2 + 3),
+    which the best plan takes."""
+    import placer.core.objectives as objectives
+
+    p = _grouped_problem(234, 4, 2, 2, 0.0, whole=True)
+    fastest = min(objectives.makespan(p, np.array(a)) for a in itertools.product(range(2), repeat=p.n))
+    assert fastest == 11.0 and objectives.critical_path_bound(p) == pytest.approx(11.0)
+    monkeypatch.setattr(objectives, "RUNS_MAX_PATH", 0)  # the bound without the runs
+    assert objectives.critical_path_bound(_grouped_problem(234, 4, 2, 2, 0.0, whole=True)) == pytest.approx(9.0)
+
+
 def test_layer_dp_splits_a_training_step_between_layers():
     """A training step whose gradient ops share their layer (as Keras' do): the layer-order DP cuts it
     between layers, each layer with its gradients and update, and moves far fewer bytes than a contiguous

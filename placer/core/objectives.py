@@ -163,6 +163,12 @@ def orders_by_priority(problem: PlacementProblem) -> bool:
 NODE_ANCESTOR_BITS = 400_000_000
 #: ... and for an op with at most this many of them (each takes a sort).
 NODE_ANCESTORS_MAX = 4096
+#: The path-runs bound (:func:`_path_runs_bound`) takes paths of at most this many ops ...
+RUNS_MAX_PATH = 1000
+#: ... whose nodes hold at most this many ops times the path's ops (a matrix of booleans) ...
+RUNS_MAX_CELLS = 4_000_000
+#: ... and bisects its makespan this many times.
+RUNS_STEPS = 30
 
 
 def _heads_tails(problem: PlacementProblem) -> tuple[list[float], list[float], list[float]]:
@@ -383,7 +389,11 @@ def critical_path_bound(problem: PlacementProblem, grid: int = 48) -> float:
       (longest path to them ≥ ``t``) and must end ``τ`` before the end
       (longest path after them ≥ ``τ``) fit between, so
       ``makespan ≥ t + τ + their work / devices``, over a grid of quantiles
-      of ``t`` and ``τ``.
+      of ``t`` and ``τ``;
+    * where no device overlaps its own ops, the runs of the heaviest path
+      (:func:`_path_runs_bound`): however the path splits into stretches on
+      devices, each stretch's nodes' work after its start and the path's
+      transfers between stretches.
 
     Examples
     --------
@@ -423,7 +433,161 @@ def critical_path_bound(problem: PlacementProblem, grid: int = 48) -> float:
         valid = n_ge > 0  # an empty set of ops constrains nothing
         if valid.any():
             bound = max(bound, float((t + taus[valid] + work[valid] / k).max()))
+    pooled = any(alone > 1 for _, _, alone in problem.shared)  # a device may overlap its own ops
+    if problem.k > 1 and not pooled:
+        bound = _path_runs_bound(problem, head, tail, best, bound)
     return bound
+
+
+def _heaviest_path(preds: list, succs: list, total: list[float]) -> list[int]:
+    """A path of the DAG through its op of largest ``total``, extended both ways through the neighbour of
+    largest ``total``."""
+    v = max(range(len(total)), key=total.__getitem__)
+    path = [v]
+    while preds[v]:
+        v = max((u for _, u in preds[v]), key=total.__getitem__)
+        path.append(v)
+    path.reverse()
+    v = path[-1]
+    while succs[v]:
+        v = max((w for _, w in succs[v]), key=total.__getitem__)
+        path.append(v)
+    return path
+
+
+def _path_runs_bound(problem: PlacementProblem, head: np.ndarray, tail: np.ndarray, best: np.ndarray,
+                     lower: float) -> float:
+    """A lower bound of the makespan (at least ``lower``, a valid one) from how a path's ops split into runs
+    on devices. ``head``, ``tail``, ``best``: per fine op, as :func:`_heads_tails` gives them; devices run
+    one op at a time.
+
+    Take the heaviest path ``p_0 .. p_{L-1}``. In any plan it splits into *runs*: maximal stretches of
+    consecutive path ops on one device. For a run ``p_a .. p_b`` on device ``D``:
+
+    * every op of the problem nodes of ``p_a .. p_b`` runs on ``D``, and those that descend from
+      ``p_{a-1}`` start after it ends (``E``), so the step lasts at least ``E`` + their work + the least
+      tail among them (for ``a = 0``: ``p_0``'s descendants, from its head);
+    * ``p_b`` ends at least ``p_a``'s start + the path's work from ``a`` to ``b``;
+    * the next run starts after the tensor from ``p_b`` to ``p_{b+1}`` crossed devices (its least
+      transfer time); it cannot start at an op of the run's nodes (that op is on ``D``).
+
+    A bisection over the makespan ``B`` keeps the least end of ``p_{a-1}`` over the splits whose runs so
+    far all fit in ``B`` (the least end is what every later condition is monotone in); when no split fits,
+    the step exceeds ``B``. Only for paths of up to :data:`RUNS_MAX_PATH` ops whose nodes' ops fit
+    :data:`RUNS_MAX_CELLS`; ``lower`` otherwise.
+
+    Examples
+    --------
+    Nodes ``{a, d}`` and ``{b, c}``: ``a`` (3 s) sends 1 byte to ``b``, ``c`` and ``d``, ``c`` sends 2 bytes to
+    ``d``, the others take 2 s, links of 1 byte/s. The critical path ``a -> c -> d`` takes 7 s, but every
+    split of it into runs needs 9 s: one device runs all four ops in 9 s; ``c`` apart from ``a`` and ``d``
+    waits 1 s for ``a``'s tensor, and ``d`` 2 s for ``c``'s (3 + 1 + 2 + 2 + 2 = 10 s); ``c`` and ``d``
+    apart from ``a`` run ``b``, ``c`` and ``d`` after ``a`` ends (3 + 6 s).
+
+    >>> from cost_models import TensorEdge
+    >>> from placer.core.problem import Schedule
+    >>> sched = Schedule(np.array([[3.0] * 2, [2.0] * 2, [2.0] * 2, [2.0] * 2]),
+    ...     (TensorEdge(0, (1, 2, 3), 1.0), TensorEdge(2, (3,), 2.0)), (), np.array([1, 0, 0, 1]))
+    >>> p = PlacementProblem.build(names=["bc", "ad"], compute_s=np.array([[4.0] * 2, [5.0] * 2]),
+    ...     memory_bytes=np.zeros(2), capacity_bytes=np.full(2, np.inf), tensors=[], bandwidth=np.ones((2, 2)),
+    ...     latency=np.zeros((2, 2)), schedule=sched)
+    >>> head, tail, best = map(np.array, _heads_tails(p))
+    >>> round(_path_runs_bound(p, head, tail, best, 7.0), 6)
+    9.0
+    """
+    sched = problem.schedule_view()
+    preds, succs = dependencies(sched.m, sched.tensors, sched.control)
+    total = (head + best + tail).tolist()
+    path = _heaviest_path(preds, succs, total)
+    length = len(path)
+    node = sched.group
+    on_path = np.unique(node[path])
+    rows = np.flatnonzero(np.isin(node, on_path))  # the ops of the path's nodes
+    if length < 2 or length > RUNS_MAX_PATH or length * rows.size > RUNS_MAX_CELLS \
+            or sched.m * rows.size > NODE_ANCESTOR_BITS:
+        return lower
+    delay = _least_transfer_s(problem, sched.tensors)
+    # descendants among `rows` (bits of Python ints), from the last op of a topological order back
+    bit = np.zeros(sched.m, dtype=object)
+    bit[rows] = [1 << i for i in range(rows.size)]
+    desc = [0] * sched.m
+    for v in problem.schedule_order()[::-1].tolist():
+        d = int(bit[v]) if bit[v] else 0
+        for _, w in succs[v]:
+            d |= desc[w]
+        desc[v] = d
+    nbytes = (rows.size + 7) // 8
+
+    def flags(x: int) -> np.ndarray:
+        return np.unpackbits(np.frombuffer(x.to_bytes(nbytes, "little"), dtype=np.uint8), bitorder="little")[
+            :rows.size].astype(bool)
+
+    # the ops each run start a must count: p_0's descendants (itself included) or p_{a-1}'s (not itself)
+    own = {int(v): i for i, v in enumerate(rows.tolist())}
+    after = np.stack([flags(desc[path[0]])] + [flags(desc[u] & ~(1 << own[u]) if u in own else desc[u])
+                                               for u in path[:-1]])
+    col = np.searchsorted(on_path, node[rows])  # each row's node among the path's
+    work = after * best[rows]  # (runs starts, rows): the work each start counts
+    node_work = np.zeros((length, on_path.size))
+    np.add.at(node_work.T, col, work.T)
+    node_tail = np.full((length, on_path.size), np.inf)
+    for j in range(on_path.size):
+        cols = np.flatnonzero(col == j)
+        node_tail[:, j] = np.where(after[:, cols], tail[rows][cols], np.inf).min(axis=1)
+    path_node = np.searchsorted(on_path, node[path])
+    last_seen: dict[int, int] = {}
+    prev = np.full(length, -1)  # per path position: the last earlier position in the same node
+    for i, j in enumerate(path_node.tolist()):
+        prev[i] = last_seen.get(j, -1)
+        last_seen[j] = i
+    runs = []  # per start a, over b >= a: what the run a..b needs after p_{a-1} ends (nondecreasing)
+    for a in range(length):
+        first = prev[a:] < a  # the node appears for the first time in the run
+        nodes = path_node[a:]
+        w = np.cumsum(np.where(first, node_work[a, nodes], 0.0))
+        t = np.minimum.accumulate(np.where(first, node_tail[a, nodes], np.inf))
+        runs.append(np.maximum.accumulate(w + np.where(np.isfinite(t), t, 0.0)))
+    chain = np.concatenate([[0.0], np.cumsum(best[path])])
+    cross = np.zeros(length)
+    for i in range(length - 1):
+        c = [float(delay[ti]) for ti, w in succs[path[i]] if w == path[i + 1] and ti >= 0]
+        cross[i] = max(c, default=0.0)
+    ends = head[path] + best[path]
+    last_tail = float(tail[path[-1]])
+
+    def fits(limit: float) -> bool:
+        end = np.full(length + 1, np.inf)  # least end of p_{a-1} over the splits that fit so far
+        for a in range(length):
+            if a == 0:
+                start = anchor = float(head[path[0]])
+            elif np.isfinite(end[a]):
+                anchor = float(end[a])
+                start = max(float(head[path[a]]), anchor + cross[a - 1])
+            else:
+                continue
+            count = int(np.searchsorted(anchor + runs[a], limit, side="right"))
+            if count == 0:
+                continue
+            b = np.arange(a, a + count)
+            finish = np.maximum(start + chain[b + 1] - chain[a], ends[b])
+            if b[-1] == length - 1 and finish[-1] + last_tail <= limit:
+                return True
+            cut = b < length - 1
+            cut[cut] = prev[b[cut] + 1] < a  # the next op's node is not on this run's device
+            nxt = b[cut] + 1
+            end[nxt] = np.minimum(end[nxt], finish[cut])
+        return False
+
+    if fits(lower):
+        return lower
+    low, high = lower, lower + float(best.sum() + head.max() + tail.max())
+    for _ in range(RUNS_STEPS):
+        mid = 0.5 * (low + high)
+        if fits(mid):
+            high = mid
+        else:
+            low = mid
+    return low
 
 
 def _node_bound(head: np.ndarray, tail: np.ndarray, work: np.ndarray, group: np.ndarray, overlap: float,
