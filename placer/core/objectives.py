@@ -232,6 +232,16 @@ def _shared_nodes(group: np.ndarray) -> list[np.ndarray]:
     return [order[first:first + size] for first, size in zip(starts[sizes > 1], sizes[sizes > 1])]
 
 
+def _bit_flags(bits: int, size: int) -> np.ndarray:
+    """The ``size`` lowest bits of a Python int as booleans, lowest first.
+
+    >>> _bit_flags(0b101, 4).tolist()
+    [True, False, True, False]
+    """
+    return np.unpackbits(np.frombuffer(bits.to_bytes((size + 7) // 8, "little"), dtype=np.uint8),
+                         bitorder="little")[:size].astype(bool)
+
+
 class _NodeAncestors:
     """The one-device bound of an op's node's ops before it in a walk of the DAG (its ancestors there, or
     with the edges and walk reversed its descendants): they share its device and run one after another, so
@@ -264,9 +274,7 @@ class _NodeAncestors:
         same = (bits >> first) & ((1 << ops.size) - 1)
         if not same or same.bit_count() > NODE_ANCESTORS_MAX:
             return 0.0
-        flags = np.unpackbits(np.frombuffer(same.to_bytes((ops.size + 7) // 8, "little"), dtype=np.uint8),
-                              bitorder="little")
-        ops = ops[np.flatnonzero(flags[:ops.size])]
+        ops = ops[_bit_flags(same, ops.size)]
         t = np.fromiter((times[u] for u in ops.tolist()), dtype=float, count=ops.size)
         by = np.argsort(-t, kind="stable")
         return float((t[by] + np.cumsum(self.best[ops][by])).max())
@@ -508,24 +516,18 @@ def _path_runs_bound(problem: PlacementProblem, head: np.ndarray, tail: np.ndarr
         return lower
     delay = _least_transfer_s(problem, sched.tensors)
     # descendants among `rows` (bits of Python ints), from the last op of a topological order back
-    bit = np.zeros(sched.m, dtype=object)
-    bit[rows] = [1 << i for i in range(rows.size)]
+    bit = [0] * sched.m
+    for i, v in enumerate(rows.tolist()):
+        bit[v] = 1 << i
     desc = [0] * sched.m
     for v in problem.schedule_order()[::-1].tolist():
-        d = int(bit[v]) if bit[v] else 0
+        d = bit[v]
         for _, w in succs[v]:
             d |= desc[w]
         desc[v] = d
-    nbytes = (rows.size + 7) // 8
-
-    def flags(x: int) -> np.ndarray:
-        return np.unpackbits(np.frombuffer(x.to_bytes(nbytes, "little"), dtype=np.uint8), bitorder="little")[
-            :rows.size].astype(bool)
-
     # the ops each run start a must count: p_0's descendants (itself included) or p_{a-1}'s (not itself)
-    own = {int(v): i for i, v in enumerate(rows.tolist())}
-    after = np.stack([flags(desc[path[0]])] + [flags(desc[u] & ~(1 << own[u]) if u in own else desc[u])
-                                               for u in path[:-1]])
+    after = np.stack([_bit_flags(desc[path[0]], rows.size)]
+                     + [_bit_flags(desc[u] & ~bit[u], rows.size) for u in path[:-1]])
     col = np.searchsorted(on_path, node[rows])  # each row's node among the path's
     work = after * best[rows]  # (runs starts, rows): the work each start counts
     node_work = np.zeros((length, on_path.size))

@@ -228,9 +228,9 @@ def calibrate_links(devset: DeviceSet, sizes: Sequence[int] = DEFAULT_SIZES, rep
                 if transfer_cpu:
                     cpu[(i, j)] = cpu[(j, i)] = float(np.mean([measure_transfer_cpu(a.name, b.name),
                                                                measure_transfer_cpu(b.name, a.name)]))
-    kept = {ij: link.cpu_s for ij, link in devset.links.items()}  # where the CPU cost is not measured
-    links = {**devset.links, **{ij: Link(f.link.bandwidth_bytes_per_s, f.link.latency_s, cpu.get(ij, kept.get(ij, 0.0)))
-                                for ij, f in fits.items()}}
+    old = devset.links  # a link whose CPU cost is not measured keeps the one it had
+    links = {**old, **{ij: Link(f.link.bandwidth_bytes_per_s, f.link.latency_s,
+                                cpu.get(ij, old[ij].cpu_s if ij in old else 0.0)) for ij, f in fits.items()}}
     return replace(devset, links=links, fits={**devset.fits, **fits}), fits
 
 

@@ -421,17 +421,15 @@ def _order_of(problem: PlacementProblem, assignment: np.ndarray, result: SimResu
 def _descend(problem: PlacementProblem, assignment: np.ndarray, simulations: float,
              priority: list[float] | None,
              realized: Callable[[np.ndarray, SimResult], float] | None = None,
-             first: SimResult | None = None, tried: set[tuple[int, int]] | None = None,
-             planned: float | None = None) -> tuple[np.ndarray, SimResult | None, float, set[tuple[int, int]]]:
+             first: SimResult | None = None, tried: set[tuple[int, int]] | None = None
+             ) -> tuple[np.ndarray, SimResult | None, float, set[tuple[int, int]]]:
     """:func:`descend`'s moves, each plan simulated in the executor's order or (``priority``) by priority:
     the assignment, its simulation (``None`` where there was nothing to descend), the simulations spent and
     the moves tried (``(node, device)``; ``(-1 - set index, device)`` for gathering sets).
     With ``realized`` (the step a plan and its simulation give when run as they would be emitted; one
     simulation's worth each), a move that shortens the simulated step is kept only if it shortens that step
     too. To go on with a descent: ``first``, the assignment's own simulation (with snapshots, in the same
-    order), ``tried``, the moves it tried (not tried again; updated in place), and ``planned``, the budget
-    of the whole descent (where the gathering sets go in the order of moves reads it; ``simulations``
-    otherwise)."""
+    order), and ``tried``, the moves it tried (not tried again; updated in place)."""
     a = np.array(assignment, dtype=int)
     if problem.k < 2 or problem.n == 0 or simulations < 2:
         return a, None, 0.0, set() if tried is None else tried
@@ -453,7 +451,7 @@ def _descend(problem: PlacementProblem, assignment: np.ndarray, simulations: flo
     gathered = gathering_sets(problem)
     set_work = np.array([weight[members].sum() for members in gathered])  # decreasing
     heavy_sets = int(np.sum(set_work >= MIN_GATHERED_SHARE * result.step_time_s))
-    sets_first = (simulations if planned is None else planned) >= SET_TRIALS * (problem.k - 1) * heavy_sets
+    sets_first = simulations >= SET_TRIALS * (problem.k - 1) * heavy_sets
     while spent < simulations:
         free = slack(problem, a, result)
         critical = critical_moves(problem, a, result, fine_preds)
