@@ -775,6 +775,8 @@ def test_descent_from_several_starts_is_feasible_no_worse_than_any_and_determini
     known = descend_starts(p, starts, simulations, steps=[makespan(p, s) for s in starts])[0]  # none simulated
     with pytest.raises(SolverError, match="one per start"):
         descend_starts(p, starts, simulations, steps=[1.0] * (len(starts) + 1))
+    with pytest.raises(SolverError, match="at least one start plan"):
+        descend_starts(p, [], simulations)
     assert evaluate(p, known).feasible and makespan(p, known) <= min(makespan(p, s) for s in starts) * (1 + 1e-12)
 
 
