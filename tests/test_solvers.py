@@ -567,69 +567,6 @@ def test_max_load_of_a_shared_machine_and_of_a_shared_pool():
     assert problem(1.0).shared == (((0, 1), 1.7, 1.0),)
 
 
-@settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 10_000), n=st.integers(1, 20), k=st.integers(2, 5), data=st.data())
-def test_a_plan_on_some_devices_scores_the_same_on_all(seed, n, k, data):
-    """``on_devices`` keeps every cost: a plan of the sub-problem, mapped back, has the same max load,
-    simulated step and memory per device (shared processors included)."""
-    from placer.core.objectives import makespan
-
-    base = random_problem(seed, n, k, hetero=True, capacity=400.0)
-    shared = data.draw(st.sampled_from([(), (tuple(range(k)), 1.5, 1.0), (tuple(range(k)), 1.5, 1.5)]))
-    p = PlacementProblem.build(names=base.names, compute_s=base.compute_s, memory_bytes=base.memory_bytes,
-                               capacity_bytes=base.capacity_bytes, tensors=base.tensors, bandwidth=base.bandwidth,
-                               latency=base.latency, shared=[shared] if shared else ())
-    devices = data.draw(st.lists(st.integers(0, k - 1), min_size=1, max_size=k, unique=True))
-    sub = p.on_devices(devices)
-    assert sub.k == len(devices)
-    a = np.random.default_rng(seed).integers(0, sub.k, n)
-    full = np.asarray(devices)[a]
-    assert evaluate(sub, a).objective == pytest.approx(evaluate(p, full).objective, rel=1e-12)
-    assert np.array_equal(evaluate(sub, a).memory_bytes, evaluate(p, full).memory_bytes[devices])
-    if len(devices) > 1 or not shared:  # one device keeps a shared processor's one-device share
-        assert makespan(sub, a) == pytest.approx(makespan(p, full), rel=1e-12)
-
-
-def test_on_devices_rejects_bad_subsets():
-    p = random_problem(1, 4, 3, forbid=0.6)
-    with pytest.raises(GraphError, match="distinct"):
-        p.on_devices([0, 0])
-    with pytest.raises(GraphError, match="distinct"):
-        p.on_devices([3])
-    lonely = int(np.flatnonzero(np.isfinite(p.compute_s).sum(axis=1) == 1)[0])
-    only = int(np.flatnonzero(np.isfinite(p.compute_s[lonely]))[0])
-    with pytest.raises(GraphError, match="allowed on no device"):
-        p.on_devices([d for d in range(3) if d != only])
-
-
-def test_the_search_on_two_devices_spreads_its_plan_over_all():
-    """Two independent chains joined at the end, on 4 devices: the best plan on 2 devices (a chain
-    each, max load 7) is spread by refinement over the 4 (max load ~4)."""
-    from placer.solvers.auto import FEWER_DEVICES, _start_on_fewer, fewer_devices
-
-    n = 13
-    tensors = [TensorEdge(i, (i + 2,), 10.0) for i in range(10)] + [TensorEdge(10, (12,), 10.0),
-                                                                      TensorEdge(11, (12,), 10.0)]
-    p = PlacementProblem.build(names=[f"n{i}" for i in range(n)], compute_s=np.ones((n, 4)),
-                               memory_bytes=np.zeros(n), capacity_bytes=np.full(4, np.inf), tensors=tensors,
-                               bandwidth=np.full((4, 4), 1e6), latency=np.full((4, 4), 1e-4))
-    assert fewer_devices(p, FEWER_DEVICES) == [0, 1]
-    log = []
-    a = _start_on_fewer(p, np.zeros(n, dtype=int), SolveOptions(objective="throughput", time_limit_s=1), log)
-    assert log == ["cpsat on 2 devices: 7.00011 (optimal)"]
-    assert evaluate(p, a).objective < 4.01 and len(set(a.tolist())) == 4
-
-
-def test_auto_searches_two_devices_first_for_latency_only():
-    p = random_problem(0, 30, 4, comm=3.0)
-    s = solve_problem(p, "auto", SolveOptions(objective="latency", time_limit_s=1))
-    assert any(x.startswith("cpsat on 2 devices: ") for x in s.log)
-    spread = next(x for x in s.log if x.startswith("cpsat@2+refine: "))
-    assert s.objective <= float(spread.split(": ")[1]) * (1 + 1e-6)  # auto keeps what it found
-    t = solve_problem(p, "auto", SolveOptions(objective="throughput", time_limit_s=1))
-    assert not any(x.startswith("cpsat on ") for x in t.log)
-
-
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 8), back=st.sampled_from([0.0, 0.5]))
 def test_stage_costs_are_what_a_stage_sends_and_receives(seed, n, back):
@@ -937,17 +874,42 @@ def test_descent_spends_its_budget_where_simulations_cannot_resume(monkeypatch):
     assert 1 < len(calls) <= 6
 
 
-def test_auto_for_latency_on_more_than_two_devices_descends_instead_of_a_full_cpsat():
-    p = random_problem(3, 30, 4, comm=0.2)
+@pytest.mark.parametrize("k", [2, 4])
+def test_auto_for_latency_descends_instead_of_refining_and_cpsat(k):
+    p = random_problem(3, 30, k, comm=0.2)
     sol = solve_problem(p, "auto", SolveOptions(objective="latency", time_limit_s=2))
     assert any(line.startswith("descent ") for line in sol.log), sol.log
     assert any(line.startswith("descent ") and " / single (" in line for line in sol.log), sol.log  # both starts
-    assert any(line.startswith("cpsat on 4 devices: skipped") for line in sol.log), sol.log
+    assert any(line.startswith("refine, cpsat: skipped") for line in sol.log), sol.log
+    assert not any(line.startswith(("cpsat", "refine ")) for line in sol.log), sol.log
     assert any(line.startswith("ordered descent ") for line in sol.log), sol.log  # plans may fix their order
     executor = solve_problem(p, "auto", SolveOptions(objective="latency", time_limit_s=2, ordered=False))
     assert not any(line.startswith("ordered descent ") for line in executor.log) and not executor.order
     throughput = solve_problem(p, "auto", SolveOptions(objective="throughput", time_limit_s=2))
     assert not any(line.startswith("descent ") for line in throughput.log)  # loads need no simulation
+    assert any(line.startswith("cpsat") for line in throughput.log), throughput.log
+
+
+def test_auto_for_latency_still_runs_cpsat_where_no_heuristic_plan_fits():
+    """Three devices of 20 bytes and nine nodes of 60 bytes in all (packed as 9+11, 2+8+2+8, 4+9+7): no
+    heuristic finds a plan that fits, so CP-SAT (a feasibility search too) runs for latency as well, and
+    its plan is descended."""
+    from placer.solvers.auto import HEURISTICS
+
+    memory = np.array([9.0, 2.0, 4.0, 8.0, 11.0, 9.0, 2.0, 8.0, 7.0])
+    n = memory.size
+    p = PlacementProblem.build(names=[f"n{i}" for i in range(n)], compute_s=np.ones((n, 3)), memory_bytes=memory,
+                               capacity_bytes=np.full(3, 20.0), tensors=[TensorEdge(i, (i + 1,), 1.0) for i in range(n - 1)],
+                               bandwidth=np.full((3, 3), 1e3), latency=np.full((3, 3), 1e-3))
+    options = SolveOptions(objective="latency", time_limit_s=2)
+    for name in HEURISTICS:
+        if name == "mincut":  # two devices only
+            continue
+        with pytest.raises(NoFeasiblePlanError):
+            solve_problem(p, name, options)
+    sol = solve_problem(p, "auto", options)
+    assert sol.solver.startswith("auto/cpsat") and evaluate(p, sol.assignment).feasible, sol.log
+    assert any(line.startswith("descent cpsat") for line in sol.log), sol.log
 
 
 @settings(max_examples=40, deadline=None)

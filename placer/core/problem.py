@@ -336,46 +336,6 @@ class PlacementProblem:
         return replace(self, memory_bytes=_frozen(mem), capacity_bytes=_frozen(cap),
                        symmetric=self.symmetric and bool(np.allclose(cap, cap[0])))
 
-    def on_devices(self, devices: Sequence[int]) -> "PlacementProblem":
-        """The same nodes on some of the devices: ``devices[i]`` becomes device ``i``.
-
-        A shared processor keeps the devices of it that remain, its capacity
-        capped at what they can use. A plan of the result is a plan of this
-        problem once mapped back (``np.asarray(devices)[assignment]``).
-
-        Raises
-        ------
-        GraphError
-            A device index out of range or repeated, or a node that may use none of ``devices``.
-
-        Examples
-        --------
-        >>> p = PlacementProblem.build(names=["a", "b"], compute_s=np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]),
-        ...     memory_bytes=np.zeros(2), capacity_bytes=np.full(3, np.inf), tensors=[TensorEdge(0, (1,), 8.0)],
-        ...     bandwidth=np.full((3, 3), 1e9), latency=np.zeros((3, 3)))
-        >>> p.on_devices([2, 0]).compute_s.tolist()
-        [[3.0, 1.0], [6.0, 4.0]]
-        """
-        idx = [int(d) for d in devices]
-        if not idx or len(set(idx)) != len(idx) or any(not 0 <= d < self.k for d in idx):
-            raise GraphError(f"devices must be distinct indices in 0..{self.k - 1}, got {list(devices)!r}")
-        new = {d: i for i, d in enumerate(idx)}
-        shared = []
-        for devs, cap, alone in self.shared:
-            kept = tuple(new[d] for d in devs if d in new)
-            if kept:
-                c = min(cap, len(kept) * alone)
-                shared.append((kept, max(1.0, c), max(1.0, min(alone, c))))
-        sched = self.schedule
-        if sched is not None:
-            sched = Schedule(sched.durations_s[:, idx], sched.tensors, sched.control, sched.group)
-        cols = np.ix_(idx, idx)
-        return PlacementProblem.build(
-            names=self.names, compute_s=self.compute_s[:, idx], memory_bytes=self.memory_bytes,
-            capacity_bytes=self.capacity_bytes[idx], tensors=self.tensors, bandwidth=self.bandwidth[cols],
-            latency=self.latency[cols], order=self.order, control=self.control, schedule=sched, shared=shared,
-            transfer_cpu=None if self.transfer_cpu is None else self.transfer_cpu[cols], ready_order=self.ready_order)
-
     def sim_options(self, options: "SimOptions | None" = None) -> "SimOptions":
         """``options`` (default: the step only) with what this problem knows of its devices: shared
         processors, transfer CPU costs and the order their executors run ready ops."""

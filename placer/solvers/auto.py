@@ -1,4 +1,5 @@
-"""The ``auto`` policy: every heuristic, refinement, CP-SAT, refinement; the best plan (no TensorFlow).
+"""The ``auto`` policy: every heuristic, then refinement and CP-SAT (load objectives) or simulated descent
+(``latency``); the best plan (no TensorFlow).
 
 1. every heuristic of :data:`HEURISTICS` whose preconditions hold, on the
    full problem (stopping early when one reaches the lower bound; once a
@@ -6,25 +7,21 @@
    the time limit by more than :data:`OVERSHOOT` times the limit;
    ``contiguous_dp``, quadratic in nodes, only for load-based objectives and
    within :data:`MAX_SHARE` of the limit);
-2. greedy refinement of the best (:mod:`placer.solvers.refine`), and of a
-   runner-up within :data:`RUNNER_UP` of it (another algorithm's plan; each
-   on half the share);
-3. for ``latency`` on more than :data:`FEWER_DEVICES` devices, CP-SAT on
-   that many of them first (:func:`fewer_devices`; the problem coarsened to
-   :data:`FEWER_MAX_NODES` nodes), its plan spread over all by refinement,
-   scored, and a warm start when it is the better one;
-   then CP-SAT warm-started from the best plan, on a coarsened problem above
+2. for ``throughput`` and ``memory``, greedy refinement of the best
+   (:mod:`placer.solvers.refine`), and of a runner-up within
+   :data:`RUNNER_UP` of it (another algorithm's plan; each on half the share);
+3. CP-SAT warm-started from the best plan, on a coarsened problem above
    ``max_nodes`` nodes (:mod:`placer.solvers.multilevel`);
 4. a short refinement of CP-SAT's plan when it is the best and not proven;
-5. for ``latency``, moves scored by the simulator on the best plan and on
-   the one-device plan, the one that descends further going on
-   (:func:`~placer.solvers.descent.descend_starts`), on what is left (at least
-   :data:`MIN_DESCENT_S`); on more than :data:`FEWER_DEVICES` devices
-   step 3's CP-SAT on all devices gives way to it. Where plans may fix
-   their order (``execution_order="auto"``, a simulation without shared
-   processors), half of it goes to moves scored in the order each plan
-   would fix (:func:`~placer.solvers.descent.descend_ordered`), from the
-   best plan of all, ordered or not.
+5. for ``latency``, instead of 2-4 (whose load model only stands in for a
+   step; CP-SAT still runs where no heuristic found a feasible plan), moves scored by the simulator on the best plan and on the
+   one-device plan, the one that descends further going on
+   (:func:`~placer.solvers.descent.descend_starts`), on what is left (at
+   least :data:`MIN_DESCENT_S`). Where plans may fix their order
+   (``execution_order="auto"``, a simulation without shared processors),
+   half of it goes to moves scored in the order each plan would fix
+   (:func:`~placer.solvers.descent.descend_ordered`), from the best plan of
+   all, ordered or not.
 
 **Determinism.** Every decision reads the *estimated* work spent (sizes ×
 the per-op rates measured on the 2-core reference machine), never the
@@ -34,7 +31,6 @@ a loaded machine.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import time
 from dataclasses import replace
@@ -43,7 +39,7 @@ from typing import Callable
 import numpy as np
 
 from ..core.objectives import get_objective, orders_by_priority
-from ..core.problem import PlacementProblem, evaluate
+from ..core.problem import PlacementProblem
 from ..errors import NoFeasiblePlanError
 from . import heavy
 from .base import Solution, SolveOptions, finish
@@ -103,29 +99,17 @@ RUNNER_UP = 1.05
 #: Heuristics that run only when their estimate is at most this share of the time limit (so that a large
 #: problem's refinement and CP-SAT keep their budget).
 MAX_SHARE: dict[str, float] = {"contiguous_dp": 0.25}
-#: Where CP-SAT's load model is only a proxy (``latency``) and there are more devices than this, the search
-#: first places the problem on this many of them (half of CP-SAT's budget), spreads that plan over all by
-#: refinement, scores it, and starts the full search from it when it is the better start. A plan on fewer
-#: devices pays fewer transfers, and CP-SAT finds good plans of the smaller model far sooner: the two-branch
-#: CNN's training step on 4 devices (layer groups) reached a max load of 111 ms on 2 devices in the budget
-#: where the 4-device model stayed at 167 ms (it needed 4x the budget to pass 111 ms). For ``throughput``
-#: it did not pay: no plan of the solver suite improved, and on the NeurIPS'20 workloads the halved budget
-#: lost two proven optima (OperatorGraphs/bert_l-3, 21.91 -> 22.10 and 54.21 -> 54.62 ms).
-FEWER_DEVICES = 2
-#: ... on a problem coarsened to at most this many nodes, each key (layer) merged whole first: CP-SAT found
-#: nothing better than its hint on 1,500 coarse nodes of the LSTM seq2seq training step within the budget,
-#: and with keys merged under the work cap (a layer split into pieces) it found 41.03 ms where the layer
-#: view gave 36.85 ms.
-FEWER_MAX_NODES = 500
 #: The least simulated descent (estimated seconds) ``auto`` does for ``latency`` (:mod:`placer.solvers.descent`),
-#: reserved before CP-SAT. On more than :data:`FEWER_DEVICES` devices descent also takes the half of
-#: CP-SAT's budget that CP-SAT on all devices had: in the solver suite's recorded runs that stage never gave
-#: the best latency plan there. On the same graphs before and after (``benchmarks/results/solvers_descent_ab.md``):
-#: 25 of 48 latency plans better, none worse; the colocation benchmark's training steps under op grouping
-#: 205.9 -> 169.8 ms (densely connected CNN), 148.7 -> 126.6 (two-branch CNN), 62.3 -> 59.6 (LSTM seq2seq).
-#: 1 s since its trials resume simulations (2026-12-04; 0.5 before, ``benchmarks/results/solvers_ab_2026-12-04.md``):
-#: 26 of 48 latency plans better, none worse (the two-branch CNN's training step under layer groups 156.7 ->
-#: 139.3 ms), the largest wall time of the suite 6.4 -> 7.0 s.
+#: which otherwise has what the heuristics leave of the time limit: refinement and CP-SAT do not run for
+#: ``latency`` once a heuristic plan fits (their model is the devices' loads). On more than 2 devices CP-SAT
+#: on all devices gave way to descent first (2026-12-03, ``benchmarks/results/solvers_descent_ab.md``: 25 of
+#: 48 latency plans better, none worse), then (2026-12-05,
+#: ``benchmarks/results/solvers_ab_latency_budget_2026-12-05.md``, with the priority of
+#: :func:`~placer.core.objectives.step_priority` from the same day) refinement and CP-SAT on every device
+#: count: 17 of the solver suite's 36 latency plans better, 5 worse (multi-tower MLP training on 8 devices
+#: +2.1%), the colocation benchmark's geometric-mean gap 7.8% -> 6.3% (the densely connected CNN's training
+#: step under layer groups 436.7 -> 335.6 ms: its ordered descent had 15 simulations, then 75). 1 s since
+#: its trials resume simulations (2026-12-04).
 MIN_DESCENT_S = 1.0
 #: ... and the fewest simulations worth starting it for (one is the plan it starts from).
 MIN_DESCENT_SIMULATIONS = 3
@@ -156,71 +140,6 @@ def no_plan_error(problem: PlacementProblem, options: SolveOptions, tried: list[
         "add devices, or raise time_limit_s.")
 
 
-def fewer_devices(problem: PlacementProblem, count: int) -> list[int] | None:
-    """The ``count`` devices a search on fewer devices uses (sorted), or ``None`` when no such set lets
-    every node run.
-
-    Devices rank fastest first (least time on the nodes every device may run; on all
-    they may run where none is common), then by memory (most first), then by index;
-    the first set in that ranking's order that lets every node run is taken.
-
-    Examples
-    --------
-    >>> from cost_models import TensorEdge
-    >>> p = PlacementProblem.build(names=["a", "b"], compute_s=np.array([[3.0, 1.0, 2.0], [3.0, np.inf, 2.0]]),
-    ...     memory_bytes=np.zeros(2), capacity_bytes=np.full(3, np.inf), tensors=[], bandwidth=np.ones((3, 3)),
-    ...     latency=np.zeros((3, 3)))
-    >>> fewer_devices(p, 2)   # device 1 is fastest; 2 runs node b, which 1 cannot
-    [1, 2]
-    >>> fewer_devices(p, 1)   # the fastest device that runs both
-    [2]
-    """
-    allowed = np.isfinite(problem.compute_s)
-    common = allowed.all(axis=1)
-    rows = common if common.any() else np.ones(problem.n, dtype=bool)
-    speed = np.where(allowed, problem.compute_s, 0.0)[rows].sum(axis=0)
-    ranked = sorted(range(problem.k), key=lambda d: (speed[d], -problem.capacity_bytes[d], d))
-    for picked in itertools.combinations(ranked, min(count, problem.k)):
-        if allowed[:, list(picked)].any(axis=1).all():
-            return sorted(picked)
-    return None
-
-
-def _start_on_fewer(problem: PlacementProblem, warm: np.ndarray | None, options: SolveOptions,
-                    tried: list[str]) -> np.ndarray | None:
-    """CP-SAT on :data:`FEWER_DEVICES` of the devices (the problem coarsened to at most
-    :data:`FEWER_MAX_NODES` nodes first, each of ``options.coarsen_keys`` merged whole), its plan spread over all
-    by refinement (see :data:`FEWER_DEVICES`); ``None`` when that search finds nothing (or no such subset
-    can run every node)."""
-    devices = fewer_devices(problem, FEWER_DEVICES)
-    if devices is None:
-        tried.append(f"cpsat on {FEWER_DEVICES} devices: skipped (no {FEWER_DEVICES} of them run every node)")
-        return None
-    contraction = None
-    search = problem
-    if problem.n > FEWER_MAX_NODES:
-        contraction = coarsen_problem(problem, FEWER_MAX_NODES, keys=options.coarsen_keys, seed=options.seed,
-                                      whole_keys=True)
-        search = contraction.coarse
-    sub = search.on_devices(devices)
-    hint = None
-    if warm is not None:  # nodes on the other devices start on the first of these
-        where = {d: i for i, d in enumerate(devices)}
-        full_hint = np.array([where.get(int(d), 0) for d in warm])
-        hint = full_hint if contraction is None else contraction.restrict(full_hint)
-    result = solve_cpsat(sub, replace(options, warm_start=hint, coarsen_keys=None, layer_positions=None,
-                                      bounded=False))
-    where = f"{FEWER_DEVICES} devices" + ("" if contraction is None else f", {problem.n} -> {search.n} nodes")
-    if result.solution is None:
-        tried.append(f"cpsat on {where}: {result.status.value}")
-        return None
-    tried.append(f"cpsat on {where}: {result.solution.objective:.6g} ({result.solution.status})")
-    spread = np.asarray(devices)[result.solution.assignment]
-    if contraction is not None:
-        spread = contraction.expand(spread)
-    return refine(problem, spread, "throughput", work=int(MIN_REFINE_S * VISITS_PER_S))
-
-
 def _cpsat(problem: PlacementProblem, warm: np.ndarray | None, options: SolveOptions, t0: float,
            tried: list[str]) -> tuple[Solution | None, float]:
     """CP-SAT on the whole problem (coarsened above ``options.max_nodes`` nodes), warm-started from ``warm``
@@ -249,7 +168,8 @@ def _cpsat(problem: PlacementProblem, warm: np.ndarray | None, options: SolveOpt
     return finish(problem, contraction.expand(exact.assignment), "cpsat", t0, options, "feasible"), 0.0
 
 def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
-    """The default policy: heuristics, refinement, CP-SAT, refinement; the best plan and bound.
+    """The default policy: heuristics, then refinement and CP-SAT, or simulated descent for ``latency``; the
+    best plan and bound.
 
     ``Solution.log`` lists what was tried with each outcome.
 
@@ -316,7 +236,13 @@ def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
         if sol is not None and sol.objective < start.objective:
             found.append(sol)
 
-    if search_on and best is not None:
+    # the searches by load (2-4): for ``latency`` the simulated descent (5) has their budget instead, once a
+    # heuristic found a feasible plan (else CP-SAT may still find one where memory is tight)
+    by_load = search_on and not (simulated and found)
+    if search_on and not by_load:
+        tried.append("refine, cpsat: skipped (their load model only stands in for latency; simulated descent "
+                     "instead)")
+    if by_load and best is not None:
         # 2. local refinement of the best heuristic plan (a third of what is left)
         # (all of it when too little would be left for CP-SAT anyway)
         share = left / 3 if 2 * left / 3 >= cpsat_min_left else left
@@ -334,41 +260,25 @@ def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
             best = min(starts(), key=lambda s: s.objective)
         else:
             tried.append(f"refine {best.solver}: skipped (time limit)")
-    if search_on and found and left < cpsat_min_left:
+    if by_load and found and left < cpsat_min_left:
         # building a CP-SAT model of a large problem alone takes seconds: keep the time limit
         tried.append("cpsat: skipped (the heuristics used the time limit)")
         log.info("%s (%.1f s)", tried[-1], time.perf_counter() - t0)
-    elif search_on:
-        # CP-SAT's budget is deterministic time (reproducible plans). On the 2-core reference machine
-        # one deterministic second took 1.5-4 wall seconds (overshoot included), so it gets a third
-        # of what is left to keep the wall budget (less the least descent, step 5, for latency).
-        budget = max(0.3, (left - (MIN_DESCENT_S if simulated else 0.0)) / 3)
+    elif by_load:
+        # 3. CP-SAT, warm-started from the best plan so far. Its budget is deterministic time (reproducible
+        # plans); on the 2-core reference machine one deterministic second took 1.5-4 wall seconds (overshoot
+        # included), so it gets a third of what is left to keep the wall budget.
+        budget = max(0.3, left / 3)
         warm = best.assignment if best is not None else None
-        if simulated and problem.k > FEWER_DEVICES:
-            # 3a. CP-SAT on fewer devices with half of that; the other half goes to simulated descent (5)
-            # instead of CP-SAT on all devices, whose load model never gave the best latency plan there
-            start = _start_on_fewer(problem, warm, replace(options, time_limit_s=budget / 2), tried)
-            if start is not None:
-                fewer = finish(problem, start, f"cpsat@{FEWER_DEVICES}", t0, options, "feasible")
-                if fewer is not None:
-                    tried.append(_describe(f"cpsat@{FEWER_DEVICES}+refine", fewer))
-                    found.append(fewer)
-            log.info("%s (%.1f s)", tried[-1], time.perf_counter() - t0)
-            tried.append(f"cpsat on {problem.k} devices: skipped (its load model only stands in for latency; "
-                         "simulated descent instead)")
-            left -= 1.5 * budget + MIN_REFINE_S
-        else:
-            # 3b. CP-SAT, warm-started from the best plan so far, with the rest of the budget
-            exact, proven = _cpsat(problem, warm, replace(options, time_limit_s=budget), t0, tried)
-            bound = max(bound, proven)
-            left -= 3 * budget
-            if exact is not None:
-                found.append(exact)
-                # 4. a short refinement of CP-SAT's plan when it is the best and not proven optimal
-                if exact.status != "optimal" and exact.objective <= min(s.objective for s in starts()):
-                    share = left - (MIN_DESCENT_S if simulated else 0.0)
-                    polish(exact, share)
-                    left -= max(share, MIN_REFINE_S)
+        exact, proven = _cpsat(problem, warm, replace(options, time_limit_s=budget), t0, tried)
+        bound = max(bound, proven)
+        left -= 3 * budget
+        if exact is not None:
+            found.append(exact)
+            # 4. a short refinement of CP-SAT's plan when it is the best and not proven optimal
+            if exact.status != "optimal" and exact.objective <= min(s.objective for s in starts()):
+                polish(exact, left)
+                left -= max(left, MIN_REFINE_S)
         # equal values: prefer a plan proven optimal
         best = min(starts(), key=lambda s: (s.objective, s.status != "optimal"), default=None)
     if not found:

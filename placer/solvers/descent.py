@@ -43,8 +43,8 @@ always the one that descends furthest (a scattered plan's transfers take many mo
 one-device plan's weight gradients pay from the first move off it).
 
 :func:`descend_ordered` makes the same moves with each plan simulated in the order it would fix: each
-device runs its ready op of highest priority (the least time any plan needs from its start to the step's
-end) where the executor would run the one that became ready first; the plan carries the order the
+device runs its ready op of highest priority (the least time any plan needs after it ends:
+:func:`~placer.core.objectives.step_priority`) where the executor would run the one that became ready first; the plan carries the order the
 simulation ran (:mod:`placer.core.order`), and a move is kept only if the plan also runs faster with that
 order emitted as control edges (ops under 20 µs are left out of it, so the two can differ: on the LSTM
 seq2seq's training step, whose ops take ~10 µs, the priority simulation kept moves the emitted order did
@@ -380,21 +380,20 @@ def descend_starts(problem: PlacementProblem, starts: Sequence[np.ndarray], simu
 def descend_ordered(problem: PlacementProblem, assignment: np.ndarray, simulations: float
                     ) -> tuple[np.ndarray, tuple[tuple[int, ...], ...]]:
     """:func:`descend` with each plan simulated in the order it would fix: every device runs its ready op
-    of highest :func:`~placer.core.objectives.step_priority` first (the least time left to the step's end
-    in any plan), where the executor would take them as they became ready. Returns the assignment and
+    of highest :func:`~placer.core.objectives.step_priority` first (the least time any plan needs after it
+    ends), where the executor would take them as they became ready. Returns the assignment and
     that order (:func:`placer.core.order.simulated_order`), to be emitted with it. Only where
     :func:`~placer.core.objectives.orders_by_priority`.
 
     The executor's order can hide what a move is worth: on the densely connected CNN's training step
     (4 devices, layer groups, links of 100 µs + 250 bytes/µs) moving one convolution's layer to another
     device simulated 577.7 ms in ready order, its weight gradient (61 ms) holding up the input gradient
-    the step waits for, against 535.5 ms on one device; by priority it is 488.4 ms.
+    the step waits for, against 535.5 ms on one device; by priority it is 487.7 ms.
 
     Examples
     --------
-    A 2 s op ``a`` feeding a 2 s ``c``, and a 3 s ``b`` with no successor, on one device: ready order runs
-    ``b`` before ``c`` (7 s); by priority (``a`` then ``c``: 4 s left at their start) ``c`` before ``b``,
-    and moving ``b`` to device 1 ends the step at 4 s.
+    A 2 s op ``a`` feeding a 2 s ``c``, and a 3 s ``b`` with no successor, on one device (7 s): moving ``b``
+    to device 1 ends the step at 4 s, ``a`` (2 s after it) then ``c`` on device 0.
 
     >>> from cost_models import TensorEdge
     >>> p = PlacementProblem.build(names=list("abc"), compute_s=np.array([[2.0, 2.0], [3.0, 3.0], [2.0, 2.0]]),
