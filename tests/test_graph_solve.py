@@ -497,6 +497,25 @@ def test_path_runs_bound_never_exceeds_the_best_schedule(seed, m, n, k, latency,
     assert _path_runs_bound(p, head, tail, best, 0.0) <= fastest * (1 + 1e-9) + 1e-12
 
 
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), m=st.integers(2, 8), n=st.integers(1, 4), k=st.integers(2, 3),
+       latency=st.sampled_from([0.0, 0.3]), whole=st.booleans(), slack=st.sampled_from([1.0, 1.05, 2.0]))
+def test_forced_merge_bound_never_exceeds_the_best_schedule(seed, m, n, k, latency, whole, slack):
+    """Given any plan's step as the incumbent (the best, or 5% or 100% above it), the bound from merging
+    the pairs that no better plan puts apart stays at most the best plan, in the executor's order or by
+    priority (every assignment tried), and at least the critical path bound."""
+    from placer.core.objectives import critical_path_bound, makespan, simulate_step, step_priority
+    from placer.solvers.forced import forced_merge_bound
+
+    p = _grouped_problem(seed, m, n, k, latency, whole)
+    priority = step_priority(p)
+    fastest = min(min(makespan(p, np.array(a)), simulate_step(p, np.array(a), priority=priority).step_time_s)
+                  for a in itertools.product(range(k), repeat=p.n))
+    bound, _ = forced_merge_bound(p, fastest * slack)
+    assert bound <= fastest * (1 + 1e-9) + 1e-12
+    assert bound >= min(critical_path_bound(p), fastest * slack) * (1 - 1e-9)
+
+
 def test_path_runs_bound_sees_work_that_the_critical_path_does_not(monkeypatch):
     """Ops a, c, d of one node and b of another (3, 3, 2, 3 s): a feeds b and c, b sends d 2 bytes. The
     critical path a -> b -> d and the node's own bound see 9 s; every split of the path into runs needs 11

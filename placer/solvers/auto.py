@@ -21,7 +21,8 @@
    (``execution_order="auto"``, a simulation without shared processors),
    half of it goes to moves scored in the order each plan would fix
    (:func:`~placer.solvers.descent.descend_ordered`), from the best plan of
-   all, ordered or not.
+   all, ordered or not; then the bound from the merges that plan forces
+   (:func:`~placer.solvers.forced.forced_merge_bound`).
 
 **Determinism.** Every decision reads the *estimated* work spent (sizes ×
 the per-op rates measured on the 2-core reference machine), never the
@@ -47,6 +48,7 @@ from .cpsat import solve_cpsat
 from .descent import ORDERED_US_PER_OP
 from .descent import US_PER_OP as DESCENT_US_PER_OP
 from .descent import descend_ordered, descend_starts
+from .forced import forced_merge_bound
 from .multilevel import coarsen_problem
 from .refine import VISITS_PER_S, refine
 from .registry import SOLVERS
@@ -315,6 +317,12 @@ def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
     # equal values: prefer a plan proven optimal, then one in the executor's order
     best = min(found, key=lambda s: (s.objective, s.status != "optimal", bool(s.order)))
     lb = min(max(bound, best.lower_bound), best.objective)
+    if simulated and not _proven(best.objective, lb):
+        # the pairs of nodes no plan better than this one puts apart, merged: a stronger bound
+        forced, pairs = forced_merge_bound(problem, best.objective)
+        if pairs:
+            tried.append(f"bound with {pairs} forced merges: {forced:.6g}")
+        lb = max(lb, forced)
     status = "optimal" if _proven(best.objective, lb) else best.status
     scored = {**dict.fromkeys(out_of_time), **{s.solver: float(s.objective) for s in found if s.solver in HEURISTICS}}
     return Solution(best.assignment, best.objective, lb, f"auto/{best.solver}", time.perf_counter() - t0,
