@@ -29,8 +29,13 @@ COLOCATION = ["lstm_seq2seq", "two_branch_cnn", "dense_cnn"]
 
 
 def run(tree: str, out: str, objective: str = "latency") -> None:
-    sys.path[:0] = [str(Path(tree).resolve())]
+    root = Path(tree).resolve()
+    if not (root / "placer" / "__init__.py").is_file():
+        raise SystemExit(f"{tree} has no placer/ package: give the root of a checkout (e.g. a git worktree)")
+    sys.path[:0] = [str(root)]
     import placer
+    if not Path(placer.__file__).resolve().is_relative_to(root):  # another placer was imported first
+        raise SystemExit(f"imported {placer.__file__}, not {tree}'s placer: run this script in a fresh process")
     from placer import DeviceSpec
     from placer.core.devices import resolve_devices
 
