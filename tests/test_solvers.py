@@ -899,7 +899,8 @@ def test_auto_for_latency_still_runs_cpsat_where_no_heuristic_plan_fits():
     memory = np.array([9.0, 2.0, 4.0, 8.0, 11.0, 9.0, 2.0, 8.0, 7.0])
     n = memory.size
     p = PlacementProblem.build(names=[f"n{i}" for i in range(n)], compute_s=np.ones((n, 3)), memory_bytes=memory,
-                               capacity_bytes=np.full(3, 20.0), tensors=[TensorEdge(i, (i + 1,), 1.0) for i in range(n - 1)],
+                               capacity_bytes=np.full(3, 20.0),
+                               tensors=[TensorEdge(i, (i + 1,), 1.0) for i in range(n - 1)],
                                bandwidth=np.full((3, 3), 1e3), latency=np.full((3, 3), 1e-3))
     options = SolveOptions(objective="latency", time_limit_s=2)
     for name in HEURISTICS:

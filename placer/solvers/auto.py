@@ -14,8 +14,9 @@
    ``max_nodes`` nodes (:mod:`placer.solvers.multilevel`);
 4. a short refinement of CP-SAT's plan when it is the best and not proven;
 5. for ``latency``, instead of 2-4 (whose load model only stands in for a
-   step; CP-SAT still runs where no heuristic found a feasible plan), moves scored by the simulator on the best plan and on the
-   one-device plan, the one that descends further going on
+   step; CP-SAT still runs where no heuristic found a feasible plan), moves
+   scored by the simulator on the best plan and on the one-device plan, the
+   one that descends further going on
    (:func:`~placer.solvers.descent.descend_starts`), on what is left (at
    least :data:`MIN_DESCENT_S`). Where plans may fix their order
    (``execution_order="auto"``, a simulation without shared processors),
@@ -297,12 +298,12 @@ def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
         else:
             # from the best plan and from one device (descend_starts keeps the one that descends further)
             single = next((s for s in found if s.solver == "single"), None)
-            starts = [best] + ([single] if single is not None and not np.array_equal(single.assignment,
-                                                                                    best.assignment) else [])
-            a, which = descend_starts(problem, [s.assignment for s in starts], sims,
-                                      steps=[s.objective for s in starts])
-            moved = finish(problem, a, f"{starts[which].solver}+descent", t0, options, "feasible")
-            tried.append(_describe(f"descent {' / '.join(s.solver for s in starts)} ({sims} simulations)", moved))
+            origins = [best] + ([single] if single is not None and not np.array_equal(single.assignment,
+                                                                                     best.assignment) else [])
+            a, which = descend_starts(problem, [s.assignment for s in origins], sims,
+                                      steps=[s.objective for s in origins])
+            moved = finish(problem, a, f"{origins[which].solver}+descent", t0, options, "feasible")
+            tried.append(_describe(f"descent {' / '.join(s.solver for s in origins)} ({sims} simulations)", moved))
             if moved is not None and moved.objective < best.objective:
                 found.append(moved)
                 best = moved

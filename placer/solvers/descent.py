@@ -44,11 +44,12 @@ one-device plan's weight gradients pay from the first move off it).
 
 :func:`descend_ordered` makes the same moves with each plan simulated in the order it would fix: each
 device runs its ready op of highest priority (the least time any plan needs after it ends:
-:func:`~placer.core.objectives.step_priority`) where the executor would run the one that became ready first; the plan carries the order the
-simulation ran (:mod:`placer.core.order`), and a move is kept only if the plan also runs faster with that
-order emitted as control edges (ops under 20 µs are left out of it, so the two can differ: on the LSTM
-seq2seq's training step, whose ops take ~10 µs, the priority simulation kept moves the emitted order did
-not repeat). ``auto`` gives it half of the descent where plans may fix their order.
+:func:`~placer.core.objectives.step_priority`) where the executor would run the one that became ready
+first; the plan carries the order the simulation ran (:mod:`placer.core.order`), and a move is kept
+only if the plan also runs faster with that order emitted as control edges (ops under 20 µs are left out
+of it, so the two can differ: on the LSTM seq2seq's training step, whose ops take ~10 µs, the priority
+simulation kept moves the emitted order did not repeat). ``auto`` gives it half of the descent where
+plans may fix their order.
 
 Each trial continues the current plan's simulation from the last state
 the move leaves intact (:func:`cost_models.simulate`'s ``resume``, with

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import networkx as nx
 import numpy as np
 
-from ..core.objectives import _heads_tails, _node_bound, critical_path_bound, orders_by_priority
+from ..core.objectives import _heads_tails, _node_bound, critical_path_bound, get_objective, orders_by_priority
 from ..core.problem import PlacementProblem
 from .multilevel import _contract
 
@@ -104,25 +105,18 @@ def forced_merge_bound(problem: PlacementProblem, incumbent: float) -> tuple[flo
     """
     if problem.k < 2 or not orders_by_priority(problem) or problem.schedule_view().m > MAX_OPS:
         return 0.0, 0
-    bound, merged, current = critical_path_bound(problem), 0, problem
+    # the problem's own critical_path_bound, computed once per problem (auto's search read it already)
+    bound, merged, current = get_objective("latency").bound(problem), 0, problem
     for _ in range(ROUNDS):
         if bound >= incumbent:
             break
         forced = [pair for pair, apart in apart_bounds(current).items() if apart >= incumbent]
         if not forced:
             break
-        parent = np.arange(current.n)
-
-        def find(x: int) -> int:
-            while parent[x] != x:
-                parent[x] = parent[parent[x]]
-                x = int(parent[x])
-            return x
-
-        for u, v in forced:
-            a, b = find(u), find(v)
-            parent[max(a, b)] = min(a, b)
+        clusters = nx.utils.UnionFind(range(current.n))
+        for pair in forced:
+            clusters.union(*pair)
         merged += len(forced)
-        current = _contract(current, np.array([find(x) for x in range(current.n)])).coarse
+        current = _contract(current, np.array([clusters[x] for x in range(current.n)])).coarse
         bound = max(bound, critical_path_bound(current))
     return min(bound, incumbent), merged
