@@ -25,7 +25,7 @@ from placer.errors import (
 from placer.core.build import build_problem
 from placer.core.graph_io import as_device_set, devices_from_json, devices_to_json
 from placer.core.objectives import OBJECTIVES
-from placer.core.problem import PlacementProblem
+from placer.core.problem import PlacementProblem, dependencies
 from placer.core.synthetic import training_graph
 
 HEURISTICS = ["single", "round_robin", "contiguous", "partition", "heft", "etf"]
@@ -488,13 +488,58 @@ def _grouped_problem(seed: int, m: int, n: int, k: int, latency: float, whole: b
        latency=st.sampled_from([0.0, 0.3]), whole=st.booleans())
 def test_path_runs_bound_never_exceeds_the_best_schedule(seed, m, n, k, latency, whole):
     """The bound from splitting the heaviest path into runs on devices (each run's nodes' work after the
-    run's start, the path's transfers between runs) stays below every simulated plan."""
-    from placer.core.objectives import _heads_tails, _path_runs_bound, makespan
+    run's start and in all, two heavy nodes one device cannot hold kept in different runs, the path's
+    transfers between runs) stays below every simulated plan; the split it returns cuts the path into
+    consecutive runs, the next run's first op in a node the run before does not hold."""
+    from placer.core.objectives import _heads_tails, _heaviest_path, _path_runs, makespan
 
     p = _grouped_problem(seed, m, n, k, latency, whole)
     head, tail, best = map(np.array, _heads_tails(p))
     fastest = min(makespan(p, np.array(a)) for a in itertools.product(range(k), repeat=p.n))
-    assert _path_runs_bound(p, head, tail, best, 0.0) <= fastest * (1 + 1e-9) + 1e-12
+    bound, split = _path_runs(p, head, tail, best, 0.0)
+    assert bound <= fastest * (1 + 1e-9) + 1e-12
+    sched = p.schedule_view()
+    preds, succs = dependencies(sched.m, sched.tensors, sched.control)
+    path = _heaviest_path(preds, succs, (head + best + tail).tolist(), head.tolist())
+    if split:
+        assert [v for run in split for v in run] == path
+        for run, nxt in zip(split, split[1:]):
+            assert sched.group[nxt[0]] not in set(sched.group[list(run)].tolist())
+
+
+def test_heaviest_path_follows_a_chain_past_its_shortcut():
+    """a -> b -> c -> d with a shortcut a -> d (a concatenation reading an early layer): every op ties on
+    the critical path's length, and the path goes through the chain, not over the shortcut."""
+    from cost_models import TensorEdge
+    from placer.core.objectives import _heads_tails, _heaviest_path
+    from placer.core.problem import PlacementProblem
+
+    p = PlacementProblem.build(names=list("abcd"), compute_s=np.ones((4, 2)), memory_bytes=np.zeros(4),
+                               capacity_bytes=np.full(2, np.inf),
+                               tensors=[TensorEdge(0, (1, 3), 1.0), TensorEdge(1, (2,), 1.0), TensorEdge(2, (3,), 1.0)],
+                               bandwidth=np.full((2, 2), 1e9), latency=np.zeros((2, 2)))
+    head, tail, best = _heads_tails(p)
+    total = [h + b + t for h, b, t in zip(head, best, tail)]
+    assert total == [4.0] * 4
+    preds, succs = dependencies(4, p.tensors)
+    assert _heaviest_path(preds, succs, total, head) == [0, 1, 2, 3]
+
+
+def test_path_runs_bound_counts_ops_that_descend_from_nothing():
+    """Node A = {s} (1 s) sends 10 bytes (10 s) to c (1 s) of node B, whose other op r (2 s) reads nothing
+    (as a variable's read): one device takes 4 s, which is the best plan; without counting r in the run
+    that holds c the bound would stop at B's own 3 s."""
+    from cost_models import TensorEdge
+    from placer.core.objectives import critical_path_bound, makespan
+    from placer.core.problem import PlacementProblem, Schedule
+
+    sched = Schedule(np.array([[1.0] * 2, [1.0] * 2, [2.0] * 2]), (TensorEdge(0, (1,), 10.0),), (),
+                     np.array([0, 1, 1]))
+    p = PlacementProblem.build(names=["A", "B"], compute_s=np.array([[1.0] * 2, [3.0] * 2]), memory_bytes=np.zeros(2),
+                               capacity_bytes=np.full(2, np.inf), tensors=[], bandwidth=np.ones((2, 2)),
+                               latency=np.zeros((2, 2)), schedule=sched)
+    fastest = min(makespan(p, np.array(a)) for a in itertools.product(range(2), repeat=2))
+    assert fastest == 4.0 and critical_path_bound(p) == pytest.approx(4.0)
 
 
 @settings(max_examples=60, deadline=None)

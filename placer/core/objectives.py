@@ -168,12 +168,18 @@ def orders_by_priority(problem: PlacementProblem) -> bool:
 NODE_ANCESTOR_BITS = 400_000_000
 #: ... and for an op with at most this many of them (each takes a sort).
 NODE_ANCESTORS_MAX = 4096
-#: The path-runs bound (:func:`_path_runs_bound`) takes paths of at most this many ops ...
+#: The path-runs bound (:func:`_path_runs`) takes paths of at most this many ops ...
 RUNS_MAX_PATH = 1000
 #: ... whose nodes hold at most this many ops times the path's ops (a matrix of booleans) ...
 RUNS_MAX_CELLS = 4_000_000
 #: ... and bisects its makespan this many times.
 RUNS_STEPS = 30
+#: The path-runs bound keeps apart, within a run, any two of the path's this many heaviest nodes whose ops on
+#: one device (Carlier's bound over both, with up to this many heads) exceed the step it tests.
+RUNS_PAIR_NODES = 24
+RUNS_PAIR_GRID = 48
+#: Relative difference of ``total`` within which :func:`_heaviest_path` counts neighbours as tied.
+PATH_TIE = 1e-9
 
 
 def _heads_tails(problem: PlacementProblem) -> tuple[list[float], list[float], list[float]]:
@@ -404,7 +410,7 @@ def critical_path_bound(problem: PlacementProblem, grid: int = 48) -> float:
       ``makespan ≥ t + τ + their work / devices``, over a grid of quantiles
       of ``t`` and ``τ``;
     * where no device overlaps its own ops, the runs of the heaviest path
-      (:func:`_path_runs_bound`): however the path splits into stretches on
+      (:func:`_path_runs`): however the path splits into stretches on
       devices, each stretch's nodes' work after its start and the path's
       transfers between stretches.
 
@@ -421,9 +427,34 @@ def critical_path_bound(problem: PlacementProblem, grid: int = 48) -> float:
     >>> critical_path_bound(p)
     2.0
     """
+    return problem.memo(f"bound/critical_path/{grid}", lambda: _critical_path(problem, grid))[0]
+
+
+def critical_path_split(problem: PlacementProblem) -> tuple[tuple[int, ...], ...]:
+    """The split of the heaviest path into runs (its ops per run, in order) under which
+    :func:`critical_path_bound` found the step could reach its bound: each run's problem nodes on one device,
+    the next run's on another. Empty where that bound was not computed (one device, shared processors, a
+    path too long). A placement heuristic's start (:mod:`placer.solvers.runs`).
+
+    Examples
+    --------
+    A two-op path ``a -> b`` of two nodes: one run holds both.
+
+    >>> from cost_models import TensorEdge
+    >>> p = PlacementProblem.build(names=list("ab"), compute_s=np.ones((2, 2)), memory_bytes=np.zeros(2),
+    ...     capacity_bytes=np.full(2, np.inf), tensors=[TensorEdge(0, (1,), 1.0)], bandwidth=np.ones((2, 2)),
+    ...     latency=np.zeros((2, 2)))
+    >>> critical_path_split(p)
+    ((0, 1),)
+    """
+    return problem.memo("bound/critical_path/48", lambda: _critical_path(problem, 48))[1]
+
+
+def _critical_path(problem: PlacementProblem, grid: int) -> tuple[float, tuple[tuple[int, ...], ...]]:
+    """:func:`critical_path_bound` and :func:`critical_path_split`."""
     sched = problem.schedule_view()
     if sched.m == 0:
-        return 0.0
+        return 0.0, ()
     head_l, tail_l, fastest = _heads_tails(problem)
     head, tail, best = np.array(head_l), np.array(tail_l), np.array(fastest)
     k = problem.parallel_devices()
@@ -448,38 +479,47 @@ def critical_path_bound(problem: PlacementProblem, grid: int = 48) -> float:
             bound = max(bound, float((t + taus[valid] + work[valid] / k).max()))
     pooled = any(alone > 1 for _, _, alone in problem.shared)  # a device may overlap its own ops
     if problem.k > 1 and not pooled:
-        bound = _path_runs_bound(problem, head, tail, best, bound)
-    return bound
+        return _path_runs(problem, head, tail, best, bound)
+    return bound, ()
 
 
-def _heaviest_path(preds: list, succs: list, total: list[float]) -> list[int]:
+def _heaviest_path(preds: list, succs: list, total: list[float], head: list[float]) -> list[int]:
     """A path of the DAG through its op of largest ``total``, extended both ways through the neighbour of
-    largest ``total``."""
+    largest ``total``; among neighbours within :data:`PATH_TIE` of it, the latest-starting predecessor and
+    the earliest-starting successor (on a critical path every op ties: a shortcut edge past a chain, such
+    as a concatenation reading an early layer, would skip the chain's ops)."""
+    def pick(options: list[int], later: bool) -> int:
+        top = max(total[u] for u in options)
+        tied = [u for u in options if total[u] >= top * (1 - PATH_TIE)]
+        return max(tied, key=head.__getitem__) if later else min(tied, key=head.__getitem__)
+
     v = max(range(len(total)), key=total.__getitem__)
     path = [v]
     while preds[v]:
-        v = max((u for _, u in preds[v]), key=total.__getitem__)
+        v = pick([u for _, u in preds[v]], True)
         path.append(v)
     path.reverse()
     v = path[-1]
     while succs[v]:
-        v = max((w for _, w in succs[v]), key=total.__getitem__)
+        v = pick([w for _, w in succs[v]], False)
         path.append(v)
     return path
 
 
-def _path_runs_bound(problem: PlacementProblem, head: np.ndarray, tail: np.ndarray, best: np.ndarray,
-                     lower: float) -> float:
+def _path_runs(problem: PlacementProblem, head: np.ndarray, tail: np.ndarray, best: np.ndarray,
+               lower: float) -> tuple[float, tuple[tuple[int, ...], ...]]:
     """A lower bound of the makespan (at least ``lower``, a valid one) from how a path's ops split into runs
-    on devices. ``head``, ``tail``, ``best``: per fine op, as :func:`_heads_tails` gives them; devices run
-    one op at a time.
+    on devices, and a split that reaches it (:func:`_split`; empty where the path is not taken). ``head``,
+    ``tail``, ``best``: per fine op, as :func:`_heads_tails` gives them; devices run one op at a time.
 
     Take the heaviest path ``p_0 .. p_{L-1}``. In any plan it splits into *runs*: maximal stretches of
     consecutive path ops on one device. For a run ``p_a .. p_b`` on device ``D``:
 
     * every op of the problem nodes of ``p_a .. p_b`` runs on ``D``, and those that descend from
       ``p_{a-1}`` start after it ends (``E``), so the step lasts at least ``E`` + their work + the least
-      tail among them (for ``a = 0``: ``p_0``'s descendants, from its head);
+      tail among them (for ``a = 0``: ``p_0``'s descendants, from its head); and, whenever they start,
+      all of those nodes' ops (a variable's read descends from nothing) take the least head among them +
+      their work + the least tail;
     * ``p_b`` ends at least ``p_a``'s start + the path's work from ``a`` to ``b``;
     * the next run starts after the tensor from ``p_b`` to ``p_{b+1}`` crossed devices (its least
       transfer time); it cannot start at an op of the run's nodes (that op is on ``D``).
@@ -505,20 +545,21 @@ def _path_runs_bound(problem: PlacementProblem, head: np.ndarray, tail: np.ndarr
     ...     memory_bytes=np.zeros(2), capacity_bytes=np.full(2, np.inf), tensors=[], bandwidth=np.ones((2, 2)),
     ...     latency=np.zeros((2, 2)), schedule=sched)
     >>> head, tail, best = map(np.array, _heads_tails(p))
-    >>> round(_path_runs_bound(p, head, tail, best, 7.0), 6)
-    9.0
+    >>> bound, split = _path_runs(p, head, tail, best, 7.0)
+    >>> round(bound, 6), split
+    (9.0, ((0, 2, 3),))
     """
     sched = problem.schedule_view()
     preds, succs = dependencies(sched.m, sched.tensors, sched.control)
     total = (head + best + tail).tolist()
-    path = _heaviest_path(preds, succs, total)
+    path = _heaviest_path(preds, succs, total, head.tolist())
     length = len(path)
     node = sched.group
     on_path = np.unique(node[path])
     rows = np.flatnonzero(np.isin(node, on_path))  # the ops of the path's nodes
     if length < 2 or length > RUNS_MAX_PATH or length * rows.size > RUNS_MAX_CELLS \
             or sched.m * rows.size > NODE_ANCESTOR_BITS:
-        return lower
+        return lower, ()
     delay = _least_transfer_s(problem, sched.tensors)
     # descendants among `rows` (bits of Python ints), from the last op of a topological order back
     bit = [0] * sched.m
@@ -547,6 +588,12 @@ def _path_runs_bound(problem: PlacementProblem, head: np.ndarray, tail: np.ndarr
     for i, j in enumerate(path_node.tolist()):
         prev[i] = last_seen.get(j, -1)
         last_seen[j] = i
+    node_all = np.bincount(col, weights=best[rows], minlength=on_path.size)
+    node_head = np.full(on_path.size, np.inf)
+    np.minimum.at(node_head, col, head[rows])
+    node_low = np.full(on_path.size, np.inf)
+    np.minimum.at(node_low, col, tail[rows])
+    whole = []  # per start a, over b >= a: the least step that runs all of a..b's nodes' ops (nondecreasing)
     runs = []  # per start a, over b >= a: what the run a..b needs after p_{a-1} ends (nondecreasing)
     for a in range(length):
         first = prev[a:] < a  # the node appears for the first time in the run
@@ -554,6 +601,10 @@ def _path_runs_bound(problem: PlacementProblem, head: np.ndarray, tail: np.ndarr
         w = np.cumsum(np.where(first, node_work[a, nodes], 0.0))
         t = np.minimum.accumulate(np.where(first, node_tail[a, nodes], np.inf))
         runs.append(np.maximum.accumulate(w + np.where(np.isfinite(t), t, 0.0)))
+        # every op of the run's nodes, whenever it may start: least head + their work + least tail
+        whole.append(np.minimum.accumulate(np.where(first, node_head[nodes], np.inf))
+                     + np.cumsum(np.where(first, node_all[nodes], 0.0))
+                     + np.minimum.accumulate(np.where(first, node_low[nodes], np.inf)))
     chain = np.concatenate([[0.0], np.cumsum(best[path])])
     cross = np.zeros(length)
     for i in range(length - 1):
@@ -561,9 +612,24 @@ def _path_runs_bound(problem: PlacementProblem, head: np.ndarray, tail: np.ndarr
         cross[i] = max(c, default=0.0)
     ends = head[path] + best[path]
     last_tail = float(tail[path[-1]])
+    # pairs of the heaviest path nodes: one device's bound over both nodes' ops, and per path position a,
+    # the first position >= a of each node (a run from a that reaches both puts them on one device)
+    heavy = np.argsort(-node_all, kind="stable")[:RUNS_PAIR_NODES]
+    pairs = [(i, j) for x, i in enumerate(heavy.tolist()) for j in heavy[x + 1:].tolist()]
+    pair_bound = np.array([_one_device(head[rows][(col == i) | (col == j)], tail[rows][(col == i) | (col == j)],
+                                       best[rows][(col == i) | (col == j)], 1.0, RUNS_PAIR_GRID)
+                           for i, j in pairs])
+    at = np.full((on_path.size, length + 1), length)
+    for i, j in enumerate(path_node.tolist()):
+        at[j, i] = i
+    at = np.minimum.accumulate(at[:, ::-1], axis=1)[:, ::-1]
+    both = np.array([np.maximum(at[i], at[j]) for i, j in pairs]).reshape(len(pairs), length + 1)
 
     def fits(limit: float) -> bool:
         end = np.full(length + 1, np.inf)  # least end of p_{a-1} over the splits that fit so far
+        came[:] = -1  # per path position a, the start of the run before it in the split that gave end[a]
+        apart = pair_bound > limit
+        stop = both[apart].min(axis=0) if apart.any() else np.full(length + 1, length)
         for a in range(length):
             if a == 0:
                 start = anchor = float(head[path[0]])
@@ -572,21 +638,26 @@ def _path_runs_bound(problem: PlacementProblem, head: np.ndarray, tail: np.ndarr
                 start = max(float(head[path[a]]), anchor + cross[a - 1])
             else:
                 continue
-            count = int(np.searchsorted(anchor + runs[a], limit, side="right"))
+            count = min(int(np.searchsorted(anchor + runs[a], limit, side="right")),
+                        int(np.searchsorted(whole[a], limit, side="right")), int(stop[a]) - a)
             if count == 0:
                 continue
             b = np.arange(a, a + count)
             finish = np.maximum(start + chain[b + 1] - chain[a], ends[b])
             if b[-1] == length - 1 and finish[-1] + last_tail <= limit:
+                came[length] = a
                 return True
             cut = b < length - 1
             cut[cut] = prev[b[cut] + 1] < a  # the next op's node is not on this run's device
             nxt = b[cut] + 1
-            end[nxt] = np.minimum(end[nxt], finish[cut])
+            better = finish[cut] < end[nxt]
+            came[nxt[better]] = a
+            end[nxt] = np.where(better, finish[cut], end[nxt])
         return False
 
+    came = np.full(length + 1, -1)
     if fits(lower):
-        return lower
+        return lower, _split(path, came)
     low, high = lower, lower + float(best.sum() + head.max() + tail.max())
     for _ in range(RUNS_STEPS):
         mid = 0.5 * (low + high)
@@ -594,7 +665,22 @@ def _path_runs_bound(problem: PlacementProblem, head: np.ndarray, tail: np.ndarr
             high = mid
         else:
             low = mid
-    return low
+    fits(high)
+    return low, _split(path, came)
+
+
+def _split(path: list[int], came: np.ndarray) -> tuple[tuple[int, ...], ...]:
+    """The runs (ops of ``path``, in order) of the split :func:`_path_runs` found: ``came[a]`` is the start
+    of the run that ends before position ``a`` (``came[len(path)]``: the last run's)."""
+    runs = []
+    b = len(path)
+    if came[b] < 0:
+        return ()
+    while b > 0:
+        a = int(came[b])
+        runs.append(tuple(path[a:b]))
+        b = a
+    return tuple(runs[::-1])
 
 
 def _node_bound(head: np.ndarray, tail: np.ndarray, work: np.ndarray, group: np.ndarray, overlap: float,
@@ -612,16 +698,23 @@ def _node_bound(head: np.ndarray, tail: np.ndarray, work: np.ndarray, group: np.
     >>> _node_bound(np.array([0.0, 3.0]), np.array([2.0, 2.0]), np.ones(2), np.array([0, 0]), 1.0, 8)
     6.0
     """
+    # a single op's bound is its critical path
+    return max([_one_device(head[idx], tail[idx], work[idx], overlap, grid) for idx in _shared_nodes(group)],
+               default=0.0)
+
+
+def _one_device(h: np.ndarray, t: np.ndarray, w: np.ndarray, overlap: float, grid: int) -> float:
+    """Carlier's head-body-tail bound of ops that share one device: ``t + work / overlap + τ`` over the set
+    with ``head ≥ t`` and ``tail ≥ τ``, for every ``t`` of up to ``grid`` ops (else ``grid`` quantiles) and
+    every ``τ``."""
     bound = 0.0
-    for idx in _shared_nodes(group):  # a single op's bound is its critical path
-        h, t, w = head[idx], tail[idx], work[idx]
-        by_tail = np.argsort(-t, kind="stable")
-        h, t, w = h[by_tail], t[by_tail], w[by_tail]
-        cuts = np.unique(h) if idx.size <= grid else np.unique(np.quantile(h, np.linspace(0, 1, grid)))
-        for a in cuts:
-            sel = h >= a  # by decreasing tail: the ops with tail >= t[j] among them are a prefix
-            if sel.any():
-                bound = max(bound, float(a + (np.cumsum(w[sel]) / overlap + t[sel]).max()))
+    by_tail = np.argsort(-t, kind="stable")
+    h, t, w = h[by_tail], t[by_tail], w[by_tail]
+    cuts = np.unique(h) if h.size <= grid else np.unique(np.quantile(h, np.linspace(0, 1, grid)))
+    for a in cuts:
+        sel = h >= a  # by decreasing tail: the ops with tail >= t[j] among them are a prefix
+        if sel.any():
+            bound = max(bound, float(a + (np.cumsum(w[sel]) / overlap + t[sel]).max()))
     return bound
 
 
