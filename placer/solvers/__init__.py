@@ -29,6 +29,8 @@ layer_dp      the same DP over the layers' order (a training step's
               forward, gradient and update ops of a layer together)
 heavy_enum    every placement of the few heaviest nodes, the others
               following the nearest (where a few hold 80% of the work)
+path_runs     the latency bound's split of the heaviest path into runs,
+              each run's nodes on a device in turn (simulated objectives)
 round_robin   nodes dealt to devices in turn
 single        everything on the best single device that fits
 ============  =======================================================
@@ -61,6 +63,7 @@ from . import heuristics as _heuristics  # noqa: F401
 from . import listsched as _listsched  # noqa: F401
 from . import mincut as _mincut  # noqa: F401
 from . import partition as _partition  # noqa: F401
+from . import runs as _runs  # noqa: F401
 from . import stages as _stages  # noqa: F401
 from .auto import DEFAULT_SOLVER, auto, no_plan_error
 from .base import DEFAULT_MAX_NODES, DEFAULT_TIME_LIMIT_S, Solution, SolveOptions

@@ -64,12 +64,14 @@ DEFAULT_SOLVER = "auto"
 #: different plans: MobileNetV2's forward pass on 4 devices, memory, 0.31 MB from partition's start,
 #: 0.38 from layer_dp's equal plan).
 HEURISTICS = ("single", "round_robin", "contiguous", "contiguous_dp", "partition", "heft", "group_heft", "etf",
-              "layer_dp", "heavy_enum", "mincut", "cp_heft", "cp_etf")
+              "layer_dp", "heavy_enum", "mincut", "cp_heft", "cp_etf", "path_runs")
 #: Heuristics whose plans carry each device's order of its ops (:mod:`placer.core.order`): they run for
 #: simulated objectives only (the order is what they add), and the search (refinement, CP-SAT, descent)
 #: starts from the best plan without an order, whose moves the executor's order scores; the best of all
 #: is kept.
 ORDERED = frozenset({"cp_heft", "cp_etf"})
+#: Heuristics made from the latency bound's analysis (:mod:`placer.solvers.runs`): for simulated objectives.
+FROM_LATENCY_BOUND = frozenset({"path_runs"})
 #: The least refinement ``auto`` does (estimated seconds) when some budget is left.
 MIN_REFINE_S = 0.5
 #: Tensor receivers per fine op of the graphs the rates were measured on (NN graphs: 1-2); a graph with
@@ -85,7 +87,7 @@ OVERSHOOT = 1.0
 HEURISTIC_US_PER_OP: dict[str, tuple[float, float]] = {
     "single": (1.0, 0.0), "round_robin": (1.0, 0.0), "contiguous": (2.0, 0.0), "partition": (8.0, 0.0),
     "heft": (25.0, 10.0), "etf": (5.0, 15.0), "mincut": (250.0, 0.0), "contiguous_dp": (2.0, 0.0),
-    "group_heft": (20.0, 5.0), "layer_dp": (4.0, 0.0),
+    "group_heft": (20.0, 5.0), "layer_dp": (4.0, 0.0), "path_runs": (2.0, 0.0),
     # 2026-12-04, four training steps: cp_heft 20-30 µs per op on 2 devices, 26-32 on 4, 36-43 on 8; cp_etf
     # 25-37, 30-36, 54-56 (77 on the LSTM seq2seq's forward pass on 8)
     "cp_heft": (15.0, 3.5), "cp_etf": (15.0, 5.0),
@@ -199,6 +201,8 @@ def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
             reason = "identical devices"
         if reason is None and name in ORDERED and not simulated:
             reason = f"its order of each device's ops counts for a simulated objective only, not {options.objective}"
+        if reason is None and name in FROM_LATENCY_BOUND and not simulated:
+            reason = f"it splits the path of the step's bound, for a simulated objective only, not {options.objective}"
         if reason is None and name in ORDERED and not options.ordered:
             reason = "execution_order='executor': every plan runs in the executor's order"
         cost = (HEURISTIC_ESTIMATES[name](problem, options) if name in HEURISTIC_ESTIMATES

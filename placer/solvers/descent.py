@@ -17,10 +17,11 @@ simulated step gets shorter:
    plan pays: a backward pass over the DAG from the step's end);
 2. candidates, first the gathering sets holding at least :data:`MIN_GATHERED_SHARE` of the step where
    the budget affords :data:`SET_TRIALS` trials of each on every other device (else right after the
-   critical chain's), then those of the step's *realized* critical chain
-   (:func:`critical_moves`: the ops that kept a device busy while the chain
-   waited for it, most held-up time first, and the transfers on the chain,
-   as moves to the other end's device); then nodes whose every op has slack,
+   critical chain's), then those of the step's *realized* critical chain, most held-up time first:
+   its *detours* (:func:`detours`: the nodes of a stretch of the chain that left a device and came
+   back to it, moved back as one) and (:func:`critical_moves`) the ops that kept a device busy while
+   the chain waited for it and the transfers on the chain, as moves to the other end's device; then
+   nodes whose every op has slack,
    heaviest first (a node on the critical path only moves the step's end
    with it);
 3. try the next candidate on its device, or the least busy device it may
@@ -163,7 +164,8 @@ def slack(problem: PlacementProblem, assignment: np.ndarray, result: SimResult) 
 
 
 def critical_moves(problem: PlacementProblem, assignment: np.ndarray, result: SimResult,
-                   preds: list[list[Edge]] | None = None) -> list[tuple[int, int]]:
+                   preds: list[list[Edge]] | None = None,
+                   chain: list[tuple[int, int, float, bool]] | None = None) -> list[tuple[int, int]]:
     """Moves that may shorten the step ``result`` simulated, most promising first: ``(node, device)``,
     device ``-1`` where any other device may do.
 
@@ -176,7 +178,8 @@ def critical_moves(problem: PlacementProblem, assignment: np.ndarray, result: Si
     ranked by how long they held up the chain. With ops overlapping on one device (a shared processor's
     pool) it stays a ranking, no more.
 
-    ``preds``: :func:`placer.core.problem.dependencies` of the fine DAG, when asked for many plans.
+    ``preds``: :func:`placer.core.problem.dependencies` of the fine DAG, when asked for many plans;
+    ``chain``: the walk (:func:`critical_chain`) where the caller has it.
 
     Examples
     --------
@@ -191,6 +194,49 @@ def critical_moves(problem: PlacementProblem, assignment: np.ndarray, result: Si
     >>> critical_moves(p, a, simulate_step(p, a))
     [(0, -1)]
     """
+    chain = critical_chain(problem, assignment, result, preds) if chain is None else chain
+    return [key for key, _ in _critical_weights(problem, assignment, result, chain)]
+
+
+def _critical_weights(problem: PlacementProblem, assignment: np.ndarray, result: SimResult,
+                      chain: list[tuple[int, int, float, bool]]) -> list[tuple[tuple[int, int], float]]:
+    """:func:`critical_moves` with how long each held the step up."""
+    weight: dict[tuple[int, int], float] = {}
+    group = problem.schedule_view().group
+    fine = np.asarray(assignment, dtype=int)[group]
+    for u, v, held, crossed in chain:
+        keys = [(int(group[u]), -1)] if not crossed else [(int(group[v]), int(fine[u])), (int(group[u]), int(fine[v]))]
+        for key in keys:
+            weight[key] = weight.get(key, 0.0) + held
+    return _ranked(weight, result)
+
+
+def _ranked(weight: dict, result: SimResult) -> list[tuple]:
+    """``(key, held)`` of ``weight`` that held the step up, most first (ties by key)."""
+    tol = 1e-9 * max(result.step_time_s, 1e-12)
+    return [(key, held) for key, held in sorted(weight.items(), key=lambda kv: (-kv[1], kv[0])) if held > tol]
+
+
+def critical_chain(problem: PlacementProblem, assignment: np.ndarray, result: SimResult,
+                   preds: list[list[Edge]] | None = None) -> list[tuple[int, int, float, bool]]:
+    """The step's realized critical chain, walked back from the op that ends last (see
+    :func:`critical_moves`): per step ``(u, v, held, crossed)``, fine op ``u`` before ``v``, where ``u``
+    either ran on ``v``'s device while ``v`` waited for it (``crossed`` false; ``held``: how long it ran
+    meanwhile) or sent ``v``'s last input (``held``: the transfer's time where it ``crossed`` devices, else
+    0). ``preds``: :func:`placer.core.problem.dependencies` of the fine DAG, when asked for many plans.
+
+    Examples
+    --------
+    ``a`` (1 s) feeds ``b`` (1 s) over a 2 s transfer: the chain is ``b`` reached from ``a`` over it.
+
+    >>> from cost_models import TensorEdge
+    >>> p = PlacementProblem.build(names=["a", "b"], compute_s=np.ones((2, 2)), memory_bytes=np.zeros(2),
+    ...     capacity_bytes=np.full(2, np.inf), tensors=[TensorEdge(0, (1,), 2000.0)],
+    ...     bandwidth=np.full((2, 2), 1000.0), latency=np.zeros((2, 2)))
+    >>> a = np.array([0, 1])
+    >>> critical_chain(p, a, simulate_step(p, a))
+    [(0, 1, 2.0, True)]
+    """
     sched = problem.schedule_view()
     m = sched.m
     if m == 0:
@@ -198,7 +244,6 @@ def critical_moves(problem: PlacementProblem, assignment: np.ndarray, result: Si
     if preds is None:
         preds = dependencies(m, sched.tensors, sched.control)[0]
     fine = np.asarray(assignment, dtype=int)[sched.group].tolist()
-    group = sched.group.tolist()
     start, end = [0.0] * m, [0.0] * m
     on_device: list[list[int]] = [[] for _ in range(problem.k)]  # ops per device in start order
     where = [0] * m  # each op's index in its device's list
@@ -208,7 +253,7 @@ def critical_moves(problem: PlacementProblem, assignment: np.ndarray, result: Si
         on_device[d].append(v)
     arrival = {(ti, dst): e for ti, _, dst, _, e in result.transfers}
     tol = 1e-9 * max(result.step_time_s, 1e-12)
-    weight: dict[tuple[int, int], float] = {}
+    steps = []
     v = max(range(m), key=end.__getitem__)
     for _ in range(m):  # each step goes to an op that started earlier: at most m steps
         ready, via, crossed = 0.0, -1, False
@@ -222,19 +267,62 @@ def critical_moves(problem: PlacementProblem, assignment: np.ndarray, result: Si
             if i == 0:
                 break
             u = ops[i - 1]
-            key = (group[u], -1)
-            weight[key] = weight.get(key, 0.0) + min(end[u], start[v]) - max(start[u], ready)
+            steps.append((u, v, min(end[u], start[v]) - max(start[u], ready), False))
             v = u
         elif via >= 0:
-            if crossed:
-                held = ready - end[via]
-                for key in ((group[v], fine[via]), (group[via], fine[v])):
-                    weight[key] = weight.get(key, 0.0) + held
+            steps.append((via, v, ready - end[via] if crossed else 0.0, crossed))
             v = via
         else:
             break
-    ranked = sorted(weight.items(), key=lambda kv: (-kv[1], kv[0]))
-    return [key for key, held in ranked if held > tol]
+    return steps
+
+
+def detours(problem: PlacementProblem, assignment: np.ndarray, result: SimResult,
+            chain: list[tuple[int, int, float, bool]]) -> list[tuple[np.ndarray, int, float]]:
+    """Stretches of the realized critical ``chain`` (:func:`critical_chain`) that leave a device and come
+    back to it: the problem nodes of the stretch's ops, the device it left and the transfers' time both
+    ways, most first; only those whose nodes may all run on that device and whose other work there (beyond
+    the stretch's own ops) is at most those transfers (a stretch through a layer whose weight gradient runs
+    beside it would bring that along).
+    Moved back as one, they save both transfers; moved one at a time, no single move does (the LSTM
+    seq2seq's training step under layer groups, 4 devices: an Adam update of the encoder's kernel on another
+    device sent 1 MB each way, 4.3 ms each, on the chain's way to its end).
+
+    Examples
+    --------
+    ``a -> b -> c -> d``, 1 s each, 1 byte between, links of 1 byte/s; ``b`` and ``c`` on device 1: they are
+    a detour of 2 s from device 0.
+
+    >>> from cost_models import TensorEdge
+    >>> p = PlacementProblem.build(names=list("abcd"), compute_s=np.ones((4, 2)), memory_bytes=np.zeros(4),
+    ...     capacity_bytes=np.full(2, np.inf), tensors=[TensorEdge(i, (i + 1,), 1.0) for i in range(3)],
+    ...     bandwidth=np.ones((2, 2)), latency=np.zeros((2, 2)))
+    >>> a = np.array([0, 1, 1, 0])
+    >>> r = simulate_step(p, a)
+    >>> [(nodes.tolist(), d, held) for nodes, d, held in detours(p, a, r, critical_chain(p, a, r))]
+    [([1, 2], 0, 2.0)]
+    """
+    sched = problem.schedule_view()
+    group = sched.group
+    fine = np.asarray(assignment, dtype=int)[group]
+    found: dict[tuple[tuple[int, ...], int], float] = {}
+    # the device the chain came back to, the transfer's time, the stretch's ops since
+    back: tuple[int, float, list[int]] | None = None
+    for u, v, held, crossed in chain:  # backwards in time
+        if back is not None:
+            back[2].append(u)
+        if not crossed:
+            continue
+        if back is not None and fine[u] == back[0]:  # it had left the device it came back to
+            ops, d = back[2][:-1], back[0]
+            nodes = tuple(sorted({int(x) for x in group[ops]}))
+            # the work the move adds beside the stretch itself must not outweigh the transfers it saves
+            # (nor may a node be unable to run there)
+            there = problem.compute_s[list(nodes), d]
+            if np.isfinite(there).all() and there.sum() - sched.durations_s[ops, d].sum() <= back[1] + held:
+                found[(nodes, d)] = max(found.get((nodes, d), 0.0), back[1] + held)
+        back = (int(fine[v]), held, [u])
+    return [(np.array(nodes, dtype=int), d, held) for (nodes, d), held in _ranked(found, result)]
 
 
 def gathering_sets(problem: PlacementProblem) -> list[np.ndarray]:
@@ -421,11 +509,12 @@ def _order_of(problem: PlacementProblem, assignment: np.ndarray, result: SimResu
 def _descend(problem: PlacementProblem, assignment: np.ndarray, simulations: float,
              priority: list[float] | None,
              realized: Callable[[np.ndarray, SimResult], float] | None = None,
-             first: SimResult | None = None, tried: set[tuple[int, int]] | None = None
-             ) -> tuple[np.ndarray, SimResult | None, float, set[tuple[int, int]]]:
+             first: SimResult | None = None, tried: set[tuple] | None = None
+             ) -> tuple[np.ndarray, SimResult | None, float, set[tuple]]:
     """:func:`descend`'s moves, each plan simulated in the executor's order or (``priority``) by priority:
     the assignment, its simulation (``None`` where there was nothing to descend), the simulations spent and
-    the moves tried (``(node, device)``; ``(-1 - set index, device)`` for gathering sets).
+    the moves tried (``(node, device)``; ``(-1 - set index, device)`` for gathering sets, ``(nodes, device)`` for
+    detours).
     With ``realized`` (the step a plan and its simulation give when run as they would be emitted; one
     simulation's worth each), a move that shortens the simulated step is kept only if it shortens that step
     too. To go on with a descent: ``first``, the assignment's own simulation (with snapshots, in the same
@@ -454,7 +543,12 @@ def _descend(problem: PlacementProblem, assignment: np.ndarray, simulations: flo
     sets_first = simulations >= SET_TRIALS * (problem.k - 1) * heavy_sets
     while spent < simulations:
         free = slack(problem, a, result)
-        critical = critical_moves(problem, a, result, fine_preds)
+        chain = critical_chain(problem, a, result, fine_preds)
+        # the chain's moves, most held-up time first: single nodes (critical_moves) and detours
+        critical = sorted([(-held, 0, (key, np.array([key[0]]), key[1]))
+                           for key, held in _critical_weights(problem, a, result, chain)]
+                          + [(-held, 1, ((tuple(nodes.tolist()), d), nodes, d))
+                             for nodes, d, held in detours(problem, a, result, chain)], key=lambda c: c[:2])
         spent += CRITICAL_PASS
         step = result.step_time_s
         moved = False
@@ -480,18 +574,26 @@ def _descend(problem: PlacementProblem, assignment: np.ndarray, simulations: flo
         def moves() -> Iterator[tuple[tuple[int, int], np.ndarray, int]]:
             """Candidate moves ``(key, nodes, device)``: the gathering sets (first where the budget affords
             :data:`SET_TRIALS` trials of each, else after the critical chain's), those of the step's
-            realized critical chain (:func:`critical_moves`), then single nodes whose added transfers fit
+            realized critical chain (:func:`detours` and :func:`critical_moves`, most held-up time first),
+            then single nodes whose added transfers fit
             their slack, heaviest first, then (once those are spent) the rest, each to the least busy device
             it may go to."""
             if sets_first:
                 yield from gathering()
-            for v, d in critical:
+            for _, is_detour, (key, nodes, d) in critical:
+                if is_detour:
+                    moving = nodes[a[nodes] != d]
+                    if key not in tried and allowed[nodes, d].all() and \
+                            memory[d] + problem.memory_bytes[moving].sum() <= capacity[d]:
+                        yield key, nodes, d
+                    continue
+                v = key[0]
                 dests = open_dests(v)
                 if d < 0:
                     d = next((e for e in dests if added_transfer_s(problem, a, v, e, edges) <= free[v]),
                              dests[0] if dests else -1)
                 if d in dests:
-                    yield (v, d), np.array([v]), d
+                    yield (v, d), nodes, d
             if not sets_first:
                 yield from gathering()
             later = []
