@@ -507,6 +507,52 @@ def test_path_runs_bound_never_exceeds_the_best_schedule(seed, m, n, k, latency,
             assert sched.group[nxt[0]] not in set(sched.group[list(run)].tolist())
 
 
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), m=st.integers(2, 12), n=st.integers(1, 5), k=st.integers(2, 4),
+       latency=st.sampled_from([0.0, 0.3]), whole=st.booleans(), tight=st.booleans())
+def test_path_runs_keeps_every_constraint_and_is_deterministic(seed, m, n, k, latency, whole, tight):
+    """The latency bound's split of the heaviest path as a plan (grouped ops, where the bound splits about
+    half of these paths): a run's new nodes on one device, other than the previous run's, memory kept (``tight``: devices that hold
+    60% of it each), at least the bound, the same plan twice; refused, saying why, exactly where the bound
+    kept the path in one run."""
+    from placer.core.objectives import critical_path_split
+    from placer.core.problem import evaluate
+    from placer.solvers import SolveOptions, solve_problem
+    from placer.solvers.runs import runs_plan
+
+    p = _grouped_problem(seed, m, n, k, latency, whole)
+    if tight:
+        memory = np.random.default_rng(seed).integers(1, 10, p.n).astype(float)
+        p = p.with_memory(memory_bytes=memory, capacity_bytes=np.full(k, 0.6 * memory.sum()))
+    split = critical_path_split(p)
+    options = SolveOptions(objective="latency")
+    if len(split) < 2:
+        with pytest.raises(SolverError, match="path_runs cannot place this problem: the latency bound"):
+            solve_problem(p, "path_runs", options)
+        return
+    a = runs_plan(p, split)
+    group = p.schedule_view().group
+    assert a.shape == (p.n,) and ((0 <= a) & (a < k)).all()
+    seen: set[int] = set()
+    prev = -1  # the previous run's device, where its nodes were all new
+    for run in split:
+        nodes = set(group[list(run)].tolist())
+        new = nodes - seen
+        assert len({int(a[v]) for v in new}) <= 1  # a run's new nodes share a device ...
+        if new == nodes:  # ... other than the previous run's (a node seen before keeps its device)
+            assert int(a[next(iter(new))]) != prev
+        prev = int(a[next(iter(new))]) if new == nodes else -1
+        seen |= nodes
+    try:
+        s = solve_problem(p, "path_runs", options)
+    except NoFeasiblePlanError:
+        assert not evaluate(p, a).feasible
+        return
+    assert np.array_equal(s.assignment, a) and evaluate(p, a).feasible
+    assert s.objective >= s.lower_bound * (1 - 1e-9)
+    assert np.array_equal(solve_problem(p, "path_runs", options).assignment, a)
+
+
 def test_heaviest_path_follows_a_chain_past_its_shortcut():
     """a -> b -> c -> d with a shortcut a -> d (a concatenation reading an early layer): every op ties on
     the critical path's length, and the path goes through the chain, not over the shortcut."""

@@ -990,35 +990,6 @@ def test_heavy_enum_refuses_work_spread_over_many_nodes_saying_what_to_use():
         solve_problem(one, "heavy_enum", SolveOptions(objective="latency"))
 
 
-@settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 10_000), n=st.integers(1, 30), k=st.integers(2, 4), forbid=st.sampled_from([0.0, 0.3]),
-       capacity=st.sampled_from([np.inf, 900.0]), comm=st.sampled_from([0.1, 1.0, 30.0]))
-def test_path_runs_keeps_every_constraint_and_is_deterministic(seed, n, k, forbid, capacity, comm):
-    """The latency bound's split of the heaviest path as a plan: each node on one device it may use, memory
-    kept, at least the bound, the same plan twice; ``None`` only where the bound kept the path in one run."""
-    from placer.core.objectives import critical_path_split
-    from placer.solvers.runs import runs_plan
-
-    p = random_problem(seed, n, k, forbid=forbid, capacity=capacity, comm=comm)
-    split = critical_path_split(p)
-    if len(split) > 1:
-        a = runs_plan(p, split)
-        assert a.shape == (n,) and np.isfinite(p.compute_s[np.arange(n), a]).all()
-        group = p.schedule_view().group
-        for run, nxt in zip(split, split[1:]):  # consecutive runs on different devices
-            assert a[group[run[-1]]] != a[group[nxt[0]]] or not np.isfinite(p.compute_s[group[nxt[0]]]).all()
-    options = SolveOptions(objective="latency")
-    try:
-        s = solve_problem(p, "path_runs", options)
-    except NoFeasiblePlanError:
-        assert len(split) < 2 or not evaluate(p, runs_plan(p, split)).feasible
-        return
-    assert len(split) > 1
-    assert evaluate(p, s.assignment).feasible  # kernels and memory kept
-    assert s.objective >= s.lower_bound * (1 - 1e-9)
-    assert np.array_equal(solve_problem(p, "path_runs", options).assignment, s.assignment)
-
-
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 25), k=st.integers(2, 4), comm=st.sampled_from([0.1, 3.0]))
 def test_detours_leave_a_device_and_come_back_to_it(seed, n, k, comm):

@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from ..core.objectives import critical_path_split
+from ..core.objectives import RUNS_MAX_PATH, critical_path_split
 from ..core.problem import PlacementProblem
 from .base import Solution, SolveOptions, finish
 from .heavy import followers
@@ -67,25 +67,48 @@ def runs_plan(problem: PlacementProblem, split: tuple[tuple[int, ...], ...]) -> 
     return np.where(allowed[np.arange(problem.n), a], a, np.argmax(allowed, axis=1))
 
 
-@solver("path_runs")
-def path_runs(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
-    """The latency bound's split of the heaviest path, its runs on devices in turn (see the module
-    docstring); ``None`` where the bound did not split the path (one run, or no split computed) or the
-    plan does not fit the devices' memory.
+def split_path(problem: PlacementProblem) -> str | None:
+    """Precondition: the latency bound split the heaviest path into two runs or more.
 
     Examples
     --------
-    A two-op chain: the bound keeps it on one device (one run), which is the one-device plan, not this one's.
+    A two-op chain: the bound keeps it on one device (that plan is ``single``'s).
 
     >>> from cost_models import TensorEdge
     >>> p = PlacementProblem.build(names=list("ab"), compute_s=np.ones((2, 2)), memory_bytes=np.zeros(2),
     ...     capacity_bytes=np.full(2, np.inf), tensors=[TensorEdge(0, (1,), 1.0)], bandwidth=np.ones((2, 2)),
     ...     latency=np.zeros((2, 2)))
-    >>> path_runs(p, SolveOptions(objective="latency")) is None
-    True
+    >>> split_path(p)
+    'the latency bound keeps its heaviest path on one device'
+    """
+    split = critical_path_split(problem)
+    if not split:
+        return (f"the latency bound did not split a path (one device, devices sharing a processor, or a path "
+                f"of more than {RUNS_MAX_PATH} ops)")
+    return "the latency bound keeps its heaviest path on one device" if len(split) < 2 else None
+
+
+@solver("path_runs", requires=(split_path,))
+def path_runs(problem: PlacementProblem, options: SolveOptions) -> Solution | None:
+    """The latency bound's split of the heaviest path, its runs on devices in turn (see the module
+    docstring); ``None`` where the plan does not fit the devices' memory.
+
+    Examples
+    --------
+    Node X holds ``x1`` (2 s), which feeds ``y1`` (2 s) of node Y, and ``x2`` (1.5 s), which feeds nothing:
+    one device takes 5.5 s; the bound's split of the path ``x1 -> y1`` puts Y on the other device, and ``x2``
+    runs beside ``y1``: 4 s, the critical path.
+
+    >>> from cost_models import TensorEdge
+    >>> from placer.core.problem import Schedule
+    >>> sched = Schedule(np.array([[2.0] * 2, [1.5] * 2, [2.0] * 2]), (TensorEdge(0, (2,), 0.0),), (),
+    ...     np.array([0, 0, 1]))
+    >>> p = PlacementProblem.build(names=["X", "Y"], compute_s=np.array([[3.5] * 2, [2.0] * 2]),
+    ...     memory_bytes=np.zeros(2), capacity_bytes=np.full(2, np.inf), tensors=[], bandwidth=np.ones((2, 2)),
+    ...     latency=np.zeros((2, 2)), schedule=sched)
+    >>> s = path_runs(p, SolveOptions(objective="latency"))
+    >>> s.assignment.tolist(), s.objective
+    ([0, 1], 4.0)
     """
     t0 = time.perf_counter()
-    split = critical_path_split(problem)
-    if len(split) < 2:
-        return None
-    return finish(problem, runs_plan(problem, split), "path_runs", t0, options)
+    return finish(problem, runs_plan(problem, critical_path_split(problem)), "path_runs", t0, options)
