@@ -196,7 +196,11 @@ def test_a_planned_order_is_emitted_as_control_edges_and_applied_again_at_load(t
         assert np.array_equal(got, e)
     remapped = placer.load(path, devices[2:4], time_limit_s=1)  # re-planned as autoplace plans: no order
     assert remapped.remapped and remapped.plan.op_order == {} and remapped.order_edges == ()
-    assert any("cp_etf: skipped (execution_order='executor'" in line for line in remapped.plan.log)
+    # no ordering heuristic ran (they are skipped for the executor's order, unless auto stopped earlier at a
+    # plan proven optimal: the measured costs decide; tests/test_graph_solve.py checks the skip itself)
+    ordered = [line for line in remapped.plan.log if line.startswith(("cp_heft:", "cp_etf:"))]
+    assert all("skipped (execution_order='executor'" in line for line in ordered), remapped.plan.log
+    assert ordered or any(line.startswith("stopped:") for line in remapped.plan.log), remapped.plan.log
     for got, e in zip(tf_flat(remapped(x)), expected):
         assert np.array_equal(got, e)
 

@@ -895,6 +895,7 @@ def test_auto_for_latency_still_runs_cpsat_where_no_heuristic_plan_fits():
     heuristic finds a plan that fits, so CP-SAT (a feasibility search too) runs for latency as well, and
     its plan is descended."""
     from placer.solvers.auto import HEURISTICS
+    from placer.solvers.registry import SOLVERS
 
     memory = np.array([9.0, 2.0, 4.0, 8.0, 11.0, 9.0, 2.0, 8.0, 7.0])
     n = memory.size
@@ -904,7 +905,7 @@ def test_auto_for_latency_still_runs_cpsat_where_no_heuristic_plan_fits():
                                bandwidth=np.full((3, 3), 1e3), latency=np.full((3, 3), 1e-3))
     options = SolveOptions(objective="latency", time_limit_s=2)
     for name in HEURISTICS:
-        if name == "mincut":  # two devices only
+        if SOLVERS[name].unmet(p) is not None:  # mincut: two devices only; path_runs: a path in one run
             continue
         with pytest.raises(NoFeasiblePlanError):
             solve_problem(p, name, options)
