@@ -593,10 +593,11 @@ def test_path_runs_bound_counts_ops_that_descend_from_nothing():
        latency=st.sampled_from([0.0, 0.3]), whole=st.booleans(), slack=st.sampled_from([1.0, 1.05, 2.0]))
 def test_forced_merge_bound_never_exceeds_the_best_schedule(seed, m, n, k, latency, whole, slack):
     """Given any plan's step as the incumbent (the best, or 5% or 100% above it), the bound from merging
-    the pairs that no better plan puts apart stays at most the best plan, in the executor's order or by
+    the pairs that no better plan puts apart (and from pairs either apart or together) stays at most the
+    best plan, in the executor's order or by
     priority (every assignment tried), and at least the critical path bound."""
     from placer.core.objectives import critical_path_bound, makespan, simulate_step, step_priority
-    from placer.solvers.forced import forced_merge_bound
+    from placer.solvers.forced import apart_bounds, either_bound, forced_merge_bound
 
     p = _grouped_problem(seed, m, n, k, latency, whole)
     priority = step_priority(p)
@@ -604,6 +605,7 @@ def test_forced_merge_bound_never_exceeds_the_best_schedule(seed, m, n, k, laten
                   for a in itertools.product(range(k), repeat=p.n))
     bound, _ = forced_merge_bound(p, fastest * slack)
     assert bound <= fastest * (1 + 1e-9) + 1e-12
+    assert either_bound(p, apart_bounds(p), 0.0) <= fastest * (1 + 1e-9) + 1e-12  # no incumbent needed
     assert bound >= min(critical_path_bound(p), fastest * slack) * (1 - 1e-9)
 
 

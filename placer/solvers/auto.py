@@ -22,8 +22,8 @@
    (``execution_order="auto"``, a simulation without shared processors),
    half of it goes to moves scored in the order each plan would fix
    (:func:`~placer.solvers.descent.descend_ordered`), from the best plan of
-   all, ordered or not; then the bound from the merges that plan forces
-   (:func:`~placer.solvers.forced.forced_merge_bound`).
+   all, ordered or not; then the bound from the merges that plan forces and from pairs of nodes apart or
+   together (:func:`~placer.solvers.forced.forced_merge_bound`).
 
 **Determinism.** Every decision reads the *estimated* work spent (sizes ×
 the per-op rates measured on the 2-core reference machine), never the
