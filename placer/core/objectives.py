@@ -616,9 +616,11 @@ def _path_runs(problem: PlacementProblem, head: np.ndarray, tail: np.ndarray, be
     # the first position >= a of each node (a run from a that reaches both puts them on one device)
     heavy = np.argsort(-node_all, kind="stable")[:RUNS_PAIR_NODES]
     pairs = [(i, j) for x, i in enumerate(heavy.tolist()) for j in heavy[x + 1:].tolist()]
-    pair_bound = np.array([_one_device(head[rows][(col == i) | (col == j)], tail[rows][(col == i) | (col == j)],
-                                       best[rows][(col == i) | (col == j)], 1.0, RUNS_PAIR_GRID)
-                           for i, j in pairs])
+    def together(i: int, j: int) -> float:
+        ops = rows[(col == i) | (col == j)]
+        return _one_device(head[ops], tail[ops], best[ops], 1.0, RUNS_PAIR_GRID)
+
+    pair_bound = np.array([together(i, j) for i, j in pairs])
     at = np.full((on_path.size, length + 1), length)
     for i, j in enumerate(path_node.tolist()):
         at[j, i] = i

@@ -70,8 +70,10 @@ HEURISTICS = ("single", "round_robin", "contiguous", "contiguous_dp", "partition
 #: starts from the best plan without an order, whose moves the executor's order scores; the best of all
 #: is kept.
 ORDERED = frozenset({"cp_heft", "cp_etf"})
-#: Heuristics made from the latency bound's analysis (:mod:`placer.solvers.runs`): for simulated objectives.
-FROM_LATENCY_BOUND = frozenset({"path_runs"})
+#: Heuristics that run for simulated objectives only, and why (what they add only a simulation scores):
+#: the ordering ones, and the plan made from the latency bound's analysis (:mod:`placer.solvers.runs`).
+SIMULATED_ONLY: dict[str, str] = {**dict.fromkeys(ORDERED, "its order of each device's ops counts"),
+                                  "path_runs": "it splits the path of the step's bound,"}
 #: The least refinement ``auto`` does (estimated seconds) when some budget is left.
 MIN_REFINE_S = 0.5
 #: Tensor receivers per fine op of the graphs the rates were measured on (NN graphs: 1-2); a graph with
@@ -199,10 +201,8 @@ def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
         if reason is None and name == "mincut" and np.array_equal(problem.compute_s[:, 0], problem.compute_s[:, 1]):
             # min total busy time on two identical devices is one device (or infeasible): nothing new
             reason = "identical devices"
-        if reason is None and name in ORDERED and not simulated:
-            reason = f"its order of each device's ops counts for a simulated objective only, not {options.objective}"
-        if reason is None and name in FROM_LATENCY_BOUND and not simulated:
-            reason = f"it splits the path of the step's bound, for a simulated objective only, not {options.objective}"
+        if reason is None and name in SIMULATED_ONLY and not simulated:
+            reason = f"{SIMULATED_ONLY[name]} for a simulated objective only, not {options.objective}"
         if reason is None and name in ORDERED and not options.ordered:
             reason = "execution_order='executor': every plan runs in the executor's order"
         cost = (HEURISTIC_ESTIMATES[name](problem, options) if name in HEURISTIC_ESTIMATES

@@ -558,6 +558,11 @@ def _descend(problem: PlacementProblem, assignment: np.ndarray, simulations: flo
             return [d for d in least_busy if d != a[v] and allowed[v, d] and (v, d) not in tried
                     and memory[d] + problem.memory_bytes[v] <= capacity[d]]
 
+        def set_fits(nodes: np.ndarray, d: int) -> bool:
+            """Whether ``nodes`` may all run on device ``d`` and its memory holds those not there yet."""
+            return bool(allowed[nodes, d].all()) and \
+                memory[d] + problem.memory_bytes[nodes][a[nodes] != d].sum() <= capacity[d]
+
         def gathering() -> Iterator[tuple[tuple[int, int], np.ndarray, int]]:
             """The gathering sets (:func:`gathering_sets`) that hold enough work, each to the least busy
             device it may go to and has not been tried on."""
@@ -565,9 +570,8 @@ def _descend(problem: PlacementProblem, assignment: np.ndarray, simulations: flo
                 if set_work[i] < MIN_GATHERED_SHARE * step:
                     break
                 key = -1 - i  # apart from the single nodes'
-                d = next((d for d in least_busy if (key, d) not in tried and allowed[members, d].all()
-                          and not (a[members] == d).all()
-                          and memory[d] + problem.memory_bytes[members][a[members] != d].sum() <= capacity[d]), -1)
+                d = next((d for d in least_busy if (key, d) not in tried and not (a[members] == d).all()
+                          and set_fits(members, d)), -1)
                 if d >= 0:
                     yield (key, d), members, d
 
@@ -582,9 +586,7 @@ def _descend(problem: PlacementProblem, assignment: np.ndarray, simulations: flo
                 yield from gathering()
             for _, is_detour, (key, nodes, d) in critical:
                 if is_detour:
-                    moving = nodes[a[nodes] != d]
-                    if key not in tried and allowed[nodes, d].all() and \
-                            memory[d] + problem.memory_bytes[moving].sum() <= capacity[d]:
+                    if key not in tried and set_fits(nodes, d):
                         yield key, nodes, d
                     continue
                 v = key[0]

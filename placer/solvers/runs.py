@@ -42,7 +42,7 @@ def runs_plan(problem: PlacementProblem, split: tuple[tuple[int, ...], ...]) -> 
     [0, 0, 1, 1]
     """
     group = problem.schedule_view().group
-    cost = np.where(np.isfinite(problem.compute_s), problem.compute_s, np.inf)
+    cost = problem.compute_s  # inf where a node may not run
     device: dict[int, int] = {}
     load = np.zeros(problem.k)
     prev = -1
@@ -54,12 +54,12 @@ def runs_plan(problem: PlacementProblem, split: tuple[tuple[int, ...], ...]) -> 
             d = placed[0]
         else:
             total = load + cost[new].sum(axis=0)
-            if prev >= 0 and problem.k > 1:
+            if prev >= 0:
                 total[prev] = np.inf
             d = int(np.argmin(total))
         for v in new:
             device[v] = d
-        load[d] += float(cost[new, d].sum()) if new else 0.0
+        load[d] += cost[new, d].sum()
         prev = d
     anchors = np.array(sorted(device), dtype=int)
     a = np.array([device[v] for v in anchors.tolist()])[followers(problem, anchors)]
