@@ -616,6 +616,7 @@ def _path_runs(problem: PlacementProblem, head: np.ndarray, tail: np.ndarray, be
     # the first position >= a of each node (a run from a that reaches both puts them on one device)
     heavy = np.argsort(-node_all, kind="stable")[:RUNS_PAIR_NODES]
     pairs = [(i, j) for x, i in enumerate(heavy.tolist()) for j in heavy[x + 1:].tolist()]
+
     def together(i: int, j: int) -> float:
         ops = rows[(col == i) | (col == j)]
         return _one_device(head[ops], tail[ops], best[ops], 1.0, RUNS_PAIR_GRID)
