@@ -89,8 +89,9 @@ def run(args: argparse.Namespace) -> int:
     import workloads
     from cost_models.comm import Link
     from placer.core.build import build_problem
-    from placer.measure.links import call_interface, stand_in
-    from placer.tf.emit import complete_assignment, layer_devices_of
+    from placer.measure.links import stand_in
+    from placer.tf.graphdef import complete_assignment, layer_devices_of
+    from placer.tf.timing import call_interface
     from placer.tf.trace import trace_model
 
     out = MarkdownOut()
@@ -168,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
         for latency in LATENCIES_S:
             cells = []
             for p in placed.values():
-                ps = p._placed
+                ps = p.placement
                 links = {ij: Link(link.bandwidth_bytes_per_s, latency, link.cpu_s) for ij, link in ps.devices.links.items()}
                 devset = replace(ps.devices, links=links)
                 built = build_problem(ps.op_graph.graph, devset, group_by=p.plan.group_by)

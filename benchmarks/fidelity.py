@@ -147,11 +147,12 @@ def run(args: argparse.Namespace) -> int:
     from placer.measure.cluster import LocalCluster
     from placer.tf.costs import sample_inputs
     from placer.core.attrs import COMPUTE_US
-    from placer.tf.emit import emit
-    from placer.tf.sends import SendRule, acknowledged_nodes
+    from placer.tf.emit import emit, rewrite_context
+    from placer.tf.rewrites import SendRule
+    from placer.tf.rewrites.sends import acknowledged_nodes
+    from placer.tf.timing import call_interface
     from placer.measure.links import (
         calibrate_links,
-        call_interface,
         call_seconds,
         stand_in,
     )
@@ -231,8 +232,8 @@ def run(args: argparse.Namespace) -> int:
                     op_devices = built.node_devices(sol.assignment)
                     for sends in args.sends:
                         rule = SendRule(seconds=lambda v: seconds.get(v, 0.0)) if sends == "prompt" else None
-                        emitted = emit(traced, op_devices, placed_variables(traced, op_devices, names[0]),
-                                       sends=rule)
+                        emitted = emit(traced, placed_variables(traced, op_devices, names[0]),
+                                       rewrite_context(traced, op_devices, sends=rule))
                         fn = emitted.function
                         call = stand_in(call_interface(traced, op_devices))
                         step = lambda fn=fn: fn(*inputs)  # noqa: E731
@@ -352,7 +353,7 @@ def main() -> int:
                     help="which ready op a simulated device runs next (cost_models.simulate); the workers "
                     "have one inter-op thread, which runs depth first (lifo)")
     ap.add_argument("--sends", nargs="+", default=["executor"], choices=["executor", "prompt"],
-                    help="each placement with TensorFlow's send order and/or prompt sends (placer.tf.sends)")
+                    help="each placement with TensorFlow's send order and/or prompt sends (placer.tf.rewrites.sends)")
     ap.add_argument("--dump", help="also write the profiles, placements and raw timings to this JSON file")
     ap.add_argument("--out", default=str(HERE / "results" / "fidelity.md"))
     args = ap.parse_args()

@@ -7,7 +7,7 @@ layers on worker 0, the rest and the loss on worker 1: a split made by
 layers, so that the comparison does not depend on what the solver picks),
 then placed by ``placer.autoplace(..., plan=...)`` at each micro-batch count,
 once per pipeline order and ``--sends`` value (acknowledged transfers or TensorFlow's order,
-:mod:`placer.tf.sends`). Each placement's ``train_on_batch`` is timed,
+:mod:`placer.tf.rewrites.sends`). Each placement's ``train_on_batch`` is timed,
 interleaved with the others, and set beside the plan's predicted step (ops
 profiled on the workers, the link calibrated) and the simulated peak memory
 of the busiest device, which is what 1F1B is for. Runs itself inside a
@@ -65,7 +65,7 @@ def hand_split(model, devices, batch: int, m: int, depth: int):
 
     first = placer.autoplace(model, devices, training=True, batch_size=batch, microbatches=m,
                              algorithm="contiguous", pipeline="gpipe", profile_cache=False)
-    graph = first._placed.op_graph.graph  # noqa: SLF001
+    graph = first.placement.op_graph.graph
     late = tuple(f"/d{i}" for i in range(depth // 2, depth)) + ("/head", "compile_loss")
     stage0, stage1 = first.plan.devices
     split = {op: stage1 if any(k in str(graph.nodes[op].get("layer", op)) for k in late) else stage0
@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
             if args.single and m == args.microbatches[0]:  # the reference: every op on worker 0
                 one = placer.autoplace(model, devices, training=True, batch_size=args.batch, microbatches=m,
                                        plan=one_worker, profile_cache=False)
-                built = build_problem(graph, one._placed.devices, group_by=one.plan.group_by)  # noqa: SLF001
+                built = build_problem(graph, one.placement.devices, group_by=one.plan.group_by)
                 groups = built.group_assignment(one.plan.assignment)
                 sim = simulate_pipeline(built, groups, m, SimOptions())
                 configs.append((m, "one worker", one, float(np.max(sim.peak_memory_bytes)),
@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
                 for sends in args.sends:
                     p = placer.autoplace(model, devices, training=True, batch_size=args.batch, microbatches=m,
                                          pipeline=order, plan=plan, profile_cache=False, sends=sends)
-                    built = build_problem(graph, p._placed.devices, group_by=p.plan.group_by)  # noqa: SLF001
+                    built = build_problem(graph, p.placement.devices, group_by=p.plan.group_by)
                     groups = built.group_assignment(p.plan.assignment)
                     sim = simulate_pipeline(built, groups, m, SimOptions(), order=order)
                     configs.append((m, f"{order} / {sends}", p, float(np.max(sim.peak_memory_bytes)),
@@ -180,7 +180,7 @@ def main() -> int:
                     help="also every op on worker 0, at the first micro-batch count (the split's reference)")
     ap.add_argument("--repeats", type=int, default=9, help="interleaved measured rounds per placement")
     ap.add_argument("--sends", nargs="+", default=["prompt", "executor"], choices=["prompt", "executor", "auto"],
-                    help="placer.autoplace(sends=...) values placed side by side (placer.tf.sends)")
+                    help="placer.autoplace(sends=...) values placed side by side (placer.tf.rewrites.sends)")
     ap.add_argument("--memory", action="store_true",
                     help="also measure each worker's step memory from its allocator (profiler on: slower steps)")
     ap.add_argument("--trace-ms", type=int, default=1000, help="with --memory: how long each placement is traced")

@@ -8,7 +8,7 @@ input (``independent``: no transfer) or from worker 1's *last* result
 computed, ``early`` would take about as long as ``independent``; if it
 leaves only when worker 1's executor runs out of work, as long as ``last``.
 ``acknowledged`` is ``early`` with worker 1's chain waiting until worker 0
-has the tensor (an ``Identity`` there, what ``placer.tf.sends`` adds to a
+has the tensor (an ``Identity`` there, what ``placer.tf.rewrites.sends`` adds to a
 placed graph): the send is then the only op worker 1 can run.
 Run with the workers pinned to one core each (``LocalCluster``'s default, the
 setting of every two-worker benchmark here) and unpinned. Each configuration
@@ -57,7 +57,7 @@ def _functions(cluster, chain: int, width: int):
             with tf.device(w1):
                 first = tf.matmul(x, v1)
             got = first
-            if mode == "acknowledged":  # placer.tf.sends: worker 1 goes on once worker 0 has the tensor
+            if mode == "acknowledged":  # placer.tf.rewrites.sends: worker 1 goes on once worker 0 has the tensor
                 with tf.device(w0):
                     got = tf.identity(first)
                 with tf.device(w1), tf.control_dependencies([got]):
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     out(f"{time.strftime('%Y-%m-%d')}; worker 1: `first = x @ w1`, then {args.chain} more matmuls; worker 0: "
         f"{args.chain} matmuls from the input (independent), from `first` (early) or from worker 1's last result "
         f"(last), or from `first` with worker 1's chain waiting until worker 0 has it (acknowledged, what "
-        f"`placer.tf.sends` adds); batch {args.batch}, width {args.width}; {args.repeats} interleaved rounds ({ROUNDS_TEXT}); "
+        f"`placer.tf.rewrites.sends` adds); batch {args.batch}, width {args.width}; {args.repeats} interleaved rounds ({ROUNDS_TEXT}); "
         "median ± half the interquartile range. early ≈ independent: the tensor left when it was computed; early ≈ last: it "
         "left when worker 1 had nothing else to run.")
     out()

@@ -12,7 +12,7 @@ them (run those first). ``OBJECTIVE`` is ``latency`` (the default), ``throughput
 cases: 2, 4 and 8 devices, default links (for ``memory``, each device holding ``solvers.capacity``: 1.25x
 an even share); colocation cases (``latency`` only): 4 devices, links of 100 µs + 250 bytes/µs,
 ``group_by`` op and layer. Values in ms, or MB crossing devices for ``memory``. Results of 2026-12-03:
-``benchmarks/results/solvers_descent_ab.md``.
+``benchmarks/results/ab/solvers_descent_ab.md``.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ workers calibrated) and measured, interleaved, on the same batch:
   keeps one worker);
 * with ``--sends-ab``, each split plan again with ``sends="executor"``
   (TensorFlow's own send order; the others use the default, prompt sends on
-  these one-thread workers, :mod:`placer.tf.sends`).
+  these one-thread workers, :mod:`placer.tf.rewrites.sends`).
 
 Each measured step fetches its outputs (inference) or runs Keras'
 ``train_on_batch`` (training). Prints and writes a table: measured
@@ -298,7 +298,7 @@ def main() -> int:
     ap.add_argument("--contiguous-microbatches", type=int, nargs="*", default=[],
                     help="also run the contiguous split at these micro-batch counts (pipelined splits' predictions)")
     ap.add_argument("--sends-ab", action="store_true",
-                    help="also measure each split plan with sends='executor' (placer.tf.sends)")
+                    help="also measure each split plan with sends='executor' (placer.tf.rewrites.sends)")
     ap.add_argument("--out", default=str(HERE / "results" / "speedup.md"))
     args = ap.parse_args()
     return isolated(lambda: run(args))

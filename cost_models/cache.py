@@ -29,6 +29,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Collection, Mapping
 
+from .files import write_atomic
+
 log = logging.getLogger(__name__)
 
 #: Bumped when the entry layout changes; older entries are ignored.
@@ -141,16 +143,13 @@ class ProfileCache:
 
     def put(self, key: CacheKey, median_us: Mapping[str, float], spread_us: Mapping[str, float]) -> bool:
         """Write the entry atomically (``0600``, in a ``0700`` directory); False (and a warning) if it failed."""
-        from placer.core.outputs import write_text  # the atomic writer; placer's TensorFlow-free core
-        from placer.errors import OutputError
-
         try:
             if not self.directory.exists():
                 self.directory.mkdir(parents=True, mode=0o700)
-            write_text(self.directory / key.filename(),
-                       json.dumps({"format": CACHE_FORMAT, "key": asdict(key), "median_us": dict(median_us),
-                                   "spread_us": dict(spread_us)}), mode=0o600)
-        except (OSError, OutputError) as e:
+            write_atomic(self.directory / key.filename(),
+                         json.dumps({"format": CACHE_FORMAT, "key": asdict(key), "median_us": dict(median_us),
+                                     "spread_us": dict(spread_us)}), mode=0o600)
+        except OSError as e:
             log.warning("could not write the profile cache entry in %s (%s); going on without caching it",
                         self.directory, e)
             return False

@@ -222,12 +222,12 @@ class SimOptions:
     shared : tuple of (tuple of int, float) or (tuple of int, float, float)
         Groups of devices that share one processor, each with its capacity:
         how many ops' worth of work the group does at once (measured by
-        :func:`placer.measure.hosts.measure_shared_capacity`; at least 1),
+        :func:`placer.tf.timing.measure_shared_capacity`; at least 1),
         and optionally how much of it one device can use alone (default: all
         of it, as logical devices of one process's thread pool; 1 for worker
         processes that each run one op at a time).
     acknowledged : tuple of (int, int, tuple of int)
-        Transfers the step acknowledges (``placer.tf.sends``): ``(producer,
+        Transfers the step acknowledges (``placer.tf.rewrites.sends``): ``(producer,
         receiving device, waiting nodes)``. Each gets a zero-time node on the
         receiving device that consumes the producer's output there (the
         tensor still crosses once) and sends a zero-byte tensor back to the

@@ -42,8 +42,8 @@ from .errors import (
 __version__ = "0.1.0"
 
 _LAZY = {
-    "autoplace": ("placer.tf.pipeline", "autoplace"),
-    "PlacementOptions": ("placer.tf.pipeline", "PlacementOptions"),
+    "autoplace": ("placer.tf.runner", "autoplace"),
+    "PlacementOptions": ("placer.tf.options", "PlacementOptions"),
     "PlacedModel": ("placer.tf.placed_model", "PlacedModel"),
     "Plan": ("placer.core.plan", "Plan"),
     "solvers": ("placer.solvers", None),

@@ -34,6 +34,25 @@ import sys
 import traceback
 from typing import Any, Callable, Mapping, NoReturn, Sequence
 
+from cost_models.cache import default_cache_dir
+
+from .core.build import GROUPINGS, MODEL_GROUP_BY
+from .core.compression import COMPRESSION_CHOICES
+from .core.devices import DeviceSpec
+from .core.graph_io import load_graph
+from .core.objectives import OBJECTIVES
+from .core.order import EXECUTION_ORDERS, MODEL_EXECUTION_ORDER
+from .core.outputs import REPORT_SUFFIXES, check_output
+from .core.plan import Plan
+from .core.validate import MAX_BATCH_SIZE, MAX_BYTES, MAX_SEED, MAX_TIME_LIMIT_S, integer, real
+from .errors import AutoplaceError, DeviceError, ModelError, OutputError
+from .planner import MEMORY_MODELS, MODEL_MEMORY, PlanOptions, solve
+from .reporting import load_report, write_report
+from .solvers import available_solvers
+
+#: Why the model commands import the TensorFlow back end inside their functions.
+_LAZY_TF = "TensorFlow must not start before --logical-cpus is applied, and plan-graph and report never need it"
+
 
 class _UsageError(Exception):
     """A bad command line (argparse's complaint), reported in one line with exit code 2."""
@@ -47,7 +66,6 @@ class _Parser(argparse.ArgumentParser):
 def _checked(convert: Callable[[str], Any], check: Callable[[str, Any], Any], what: str) -> Callable[[str], Any]:
     """An argparse ``type``: ``convert`` the text, then validate it with :mod:`placer.core.validate`."""
     def parse(text: str) -> Any:
-        from .errors import AutoplaceError
 
         try:
             value = convert(text)
@@ -68,15 +86,7 @@ def _float(text: str) -> float:
 
 
 def _parser() -> argparse.ArgumentParser:
-    # Choices and defaults come from the registries and option dataclasses (TensorFlow-free modules:
-    # ``plan-graph`` never imports TensorFlow, and ``plan`` must not before --logical-cpus is applied).
-    from .core.build import GROUPINGS, MODEL_GROUP_BY
-    from .core.compression import COMPRESSION_CHOICES
-    from .core.objectives import OBJECTIVES
-    from .core.order import EXECUTION_ORDERS, MODEL_EXECUTION_ORDER
-    from .planner import MEMORY_MODELS, MODEL_MEMORY, PlanOptions
-    from .core.validate import MAX_BATCH_SIZE, MAX_BYTES, MAX_SEED, MAX_TIME_LIMIT_S, integer, real
-    from .solvers import available_solvers
+    # Choices and defaults come from the registries and option dataclasses (TensorFlow-free modules).
 
     seconds = _checked(_float, lambda t, v: real(t, v, strict=True, maximum=MAX_TIME_LIMIT_S),
                        "a finite number of seconds")
@@ -179,7 +189,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``autoplace`` console script; returns the exit code (see the module docstring)."""
-    from .errors import AutoplaceError
 
     parser = _parser()
     try:
@@ -255,11 +264,6 @@ class _Progress:
 
 
 def _plan_graph(args: argparse.Namespace, bar: _Progress | None = None) -> int:
-    from .core.devices import DeviceSpec
-    from .core.graph_io import load_graph
-    from .core.outputs import check_output
-    from .errors import DeviceError
-    from .planner import solve
 
     if args.out:
         check_output(args.out, inputs=[args.graph])
@@ -293,8 +297,6 @@ _OUTPUT_NAMES = {"report": "report", "plan": "plan", "graph": "op graph", "expor
 
 def _check_outputs(outputs: Sequence[tuple[str, str | None]], inputs: Sequence[str]) -> list[tuple[str, str]]:
     """``(kind, path)`` of every output given, each validated, none an input or another output."""
-    from .core.outputs import REPORT_SUFFIXES, check_output
-    from .errors import OutputError
 
     given = [(kind, path) for kind, path in outputs if path]
     seen: dict[str, str] = {}
@@ -311,7 +313,6 @@ def _check_outputs(outputs: Sequence[tuple[str, str | None]], inputs: Sequence[s
 
 def _load_model(args: argparse.Namespace) -> Any:
     """Import TensorFlow (after ``--logical-cpus`` is applied) and load ``args.model`` in Keras' safe mode."""
-    from .errors import ModelError
 
     path = args.model
     if os.path.isdir(path):
@@ -377,10 +378,9 @@ def _plan_model(args: argparse.Namespace, bar: _Progress | None = None) -> int:
     outputs = _check_outputs([("report", args.report), ("plan", args.plan_json), ("graph", args.graph_json),
                               ("export", args.export)], [args.model])  # before any work: fail now, not after
     model = _load_model(args)
-    import placer
-    from placer.tf.pipeline import STAGES
+    from .tf.runner import STAGES, autoplace  # lazy: see _LAZY_TF
 
-    placed = placer.autoplace(model, args.devices, **_placement_options(args, bar, len(STAGES)))
+    placed = autoplace(model, args.devices, **_placement_options(args, bar, len(STAGES)))
     if bar is not None:
         bar.close()
     if args.measure:
@@ -395,24 +395,21 @@ def _plan_model(args: argparse.Namespace, bar: _Progress | None = None) -> int:
 
 
 def _export(args: argparse.Namespace, bar: _Progress | None = None) -> int:
-    from .errors import AutoplaceError
 
     if args.out is None and len(args.devices) > 1 and ":" not in args.devices[-1]:  # `--devices A B OUT`
         args.out = args.devices.pop()
     if args.out is None:
         raise AutoplaceError("give the SavedModel directory to write: autoplace export MODEL OUT --devices …")
     _check_outputs([("export", args.out)], [args.model, args.plan])
-    from .core.plan import Plan
 
     given = Plan.load(args.plan) if args.plan else None  # a bad plan file fails before the model loads
     model = _load_model(args)
-    import placer
-    from placer.tf.pipeline import STAGES
+    from .tf.runner import STAGES, autoplace  # lazy: see _LAZY_TF
 
     kw = _placement_options(args, bar, len(STAGES))
     if given is not None:
         kw = {k: v for k, v in kw.items() if k not in ("objective", "group_by")}  # the plan's own
-    placed = placer.autoplace(model, args.devices, plan=given, **kw)
+    placed = autoplace(model, args.devices, plan=given, **kw)
     if bar is not None:
         bar.close()
     placed.export(args.out)
@@ -423,8 +420,7 @@ def _export(args: argparse.Namespace, bar: _Progress | None = None) -> int:
 
 def _profile(args: argparse.Namespace, bar: _Progress | None = None) -> int:
     model = _load_model(args)
-    from cost_models.cache import default_cache_dir
-    from placer.tf.pipeline import PROFILE_STAGES, profile
+    from .tf.runner import PROFILE_STAGES, profile  # lazy: see _LAZY_TF
 
     kw = _placement_options(args, bar, len(PROFILE_STAGES))
     if args.repeats is not None:
@@ -445,7 +441,6 @@ def _profile(args: argparse.Namespace, bar: _Progress | None = None) -> int:
 
 
 def _report(args: argparse.Namespace, bar: _Progress | None = None) -> int:
-    from .reporting import load_report, write_report
 
     _check_outputs([("report", args.out)], [args.input])
     data = load_report(args.input)

@@ -52,7 +52,7 @@ def chain() -> keras.Model:
 
 def by_layers(placed, late: tuple[str, ...]) -> placer.Plan:
     """``placed.plan`` with the ops of the ``late`` layers on its second device, the rest on its first."""
-    graph = placed._placed.op_graph.graph  # noqa: SLF001
+    graph = placed.placement.op_graph.graph
     first, second = placed.plan.devices
     def layer(op: str) -> str:  # "chain_1/c2_1" -> "c2"
         return re.sub(r"_\d+$", "", str(graph.nodes[op].get("layer", op)).split("/")[-1])
@@ -62,10 +62,10 @@ def by_layers(placed, late: tuple[str, ...]) -> placer.Plan:
 
 
 def ack_count(placed) -> int:
-    """The acknowledgements (``placer.tf.sends``) in the placed model's training step."""
-    from placer.tf.sends import ACK_SCOPE
+    """The acknowledgements (``placer.tf.rewrites.sends``) in the placed model's training step."""
+    from placer.tf.graphdef import ACK_SCOPE
 
-    functions = placed._placed.functions.values()  # noqa: SLF001
+    functions = placed.placement.functions.emitted()
     return sum(n.name.startswith(ACK_SCOPE) for e in functions if e.step == "train" for n in e.graph_def.node)
 
 

@@ -197,6 +197,6 @@ def test_progress_must_be_callable(devices):
         placer.autoplace(m, devices[:1], batch_size=2, progress=42)
     heard = []
     placer.autoplace(m, devices[:1], batch_size=2, time_limit_s=1, progress=lambda s, t: heard.append((s, t is None)))
-    from placer.tf.pipeline import STAGES
+    from placer.tf.runner import STAGES
 
     assert [s for s, start in heard if start] == list(STAGES) == [s for s, start in heard if not start]

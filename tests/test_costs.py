@@ -20,7 +20,7 @@ from cost_models.analytic import (
     op_flops_bytes,
 )
 from cost_models.cache import CacheKey, ProfileCache
-from placer.measure.hosts import runtime_factor
+from placer.tf.timing import runtime_factor
 from placer.tf.costs import ProfileOptions, compute_costs, op_shapes
 from placer.errors import CostError
 from placer.tf.trace import trace_model
@@ -156,7 +156,8 @@ def test_link_calibration_on_logical_devices(devices):
 
 
 def test_call_interface_and_stand_in_of_a_split_model(small_traced, devices):
-    from placer.measure.links import TensorAt, call_interface, measure_call
+    from placer.measure.links import TensorAt, measure_call
+    from placer.tf.timing import call_interface
 
     ops = [op.name for op in small_traced.fixed.graph.get_operations()]
     second = ops.index(small_traced.fixed.graph.get_operations()[-1].name) // 2  # the second Dense onwards

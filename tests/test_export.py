@@ -209,10 +209,10 @@ def test_emit_refuses_an_order_for_a_pipeline():
     import keras
 
     from placer.errors import GraphError
-    from placer.tf.emit import emit
+    from placer.tf.emit import rewrite_context
     from placer.tf.trace import trace_model
 
     traced = trace_model(keras.Sequential([keras.Input((4,)), keras.layers.ReLU()]), batch_size=2)
     ops = {op.name: "/CPU:0" for op in traced.dynamic.graph.get_operations()}
     with pytest.raises(GraphError, match="pipeline of micro-batches"):
-        emit(traced, ops, {}, order={"/CPU:0": tuple(ops)}, microbatches=2)
+        rewrite_context(traced, ops, order={"/CPU:0": tuple(ops)}, microbatches=2)

@@ -19,7 +19,9 @@ from placer.core.microbatch import (candidate_microbatches, device_chains, pipel
                                     pipelined_schedule, simulate_pipeline)
 from placer.core.problem import Schedule
 from placer.planner import SPLIT_MARGIN, PlanOptions, pipeline_plan, plan_problem
-from placer.tf.microbatch import GATE_PREFIX, add_gates, microbatch_sizes
+from placer.tf.graphdef import GATE_PREFIX
+from placer.tf.rewrites.copies import microbatch_sizes
+from placer.tf.rewrites.gates import add_gates
 from tests.models import MODELS, sample
 
 
@@ -334,7 +336,7 @@ def test_a_spread_plan_predicted_within_the_margin_of_one_device_falls_back_to_i
 def test_the_split_margin_is_an_option():
     """``split_margin=0`` keeps the fork's 4% predicted gain on two devices; a margin above the gain or a bad
     value is refused where it is given (``autoplace``'s options)."""
-    from placer.tf.pipeline import PlacementOptions
+    from placer.tf.options import PlacementOptions
 
     built = _fork_problem(7.2e6)
     opts = PlanOptions(objective="latency", time_limit_s=1)
@@ -439,7 +441,7 @@ def test_gates_leave_nodes_computed_from_constants_alone_to_run_free():
     # Found on two gRPC workers: a replicated training step's gradient seed (a Const) and its scaling by the
     # replica's share sat on device A while the loss's backward pass ran on B; gated on A, B's backward pass of
     # micro-batch i+1 waited for A's of micro-batch i, and a two-stage pipeline overlapped nothing.
-    from placer.tf.microbatch import dependency_graph
+    from placer.tf.graphdef import dependency_graph
 
     a, b, m = "/device:CPU:0", "/device:CPU:1", 3
     gd = tf.compat.v1.GraphDef()

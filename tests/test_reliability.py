@@ -409,7 +409,7 @@ def test_the_problem_does_not_depend_on_node_insertion_order(seed, n):
 def test_validated_integers_are_stored_as_ints():
     from placer.measure.cluster import LocalCluster
     from placer.planner import PlanOptions
-    from placer.tf.pipeline import PlacementOptions
+    from placer.tf.options import PlacementOptions
 
     opts = PlacementOptions(batch_size=8.0, replicas=1.0, profile_repeats=3.0)
     assert (opts.batch_size, opts.replicas, opts.profile_repeats) == (8, 1, 3)

@@ -1,4 +1,4 @@
-"""Prompt sends (``placer.tf.sends``): acknowledgements on random placed graphs, and which transfers get one.
+"""Prompt sends (``placer.tf.rewrites.sends``): acknowledgements on random placed graphs, and which transfers get one.
 
 Pure GraphDef rewrites; nothing runs. The two-worker run (losses equal to ``model.fit``, acknowledgements
 present with ``sends="prompt"`` and absent with ``"executor"``) is in ``tests/cluster_check.py``.
@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import placer
-from placer.tf.microbatch import _source, dependency_graph
-from placer.tf.sends import ACK_SCOPE, SendRule, prompt_sends
+from placer.tf.graphdef import ACK_SCOPE, dependency_graph
+from placer.tf.graphdef import source as _source
+from placer.tf.rewrites.sends import SendRule, prompt_sends
 
 DEVICES = [f"/job:worker/replica:0/task:{i}/device:CPU:0" for i in range(3)]
 

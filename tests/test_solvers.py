@@ -194,7 +194,7 @@ def _monotone_brute_force(problem, edges=None, objective="throughput"):
 
 
 def _check_dp(p, best, stages_follow_order, order=None, objective="throughput"):
-    from placer.solvers.stages import contiguous_dp, split_edges
+    from placer.solvers.pipeline_stages import contiguous_dp, split_edges
 
     options = SolveOptions(objective=objective)
     sol = contiguous_dp(p, options)
@@ -224,7 +224,7 @@ def test_layer_dp_is_the_best_split_of_its_chunks(seed, n, k, levels, max_chunks
     """``layer_dp`` = the best split of the order by position at chunk boundaries (brute force); chunks keep
     equal positions together, follow the order and number at most ``max_chunks + 1``; every node placed once,
     capacity and allowed devices kept, the same plan twice."""
-    import placer.solvers.stages as stages
+    import placer.solvers.pipeline_stages as stages
 
     p = random_problem(seed, n, k, capacity=capacity, forbid=forbid, back=back)
     positions = np.random.default_rng(seed).integers(0, levels, n).astype(float)
@@ -249,7 +249,7 @@ def test_layer_dp_is_the_best_split_of_its_chunks(seed, n, k, levels, max_chunks
 
 
 def test_layer_dp_declines_without_positions_and_refuses_the_wrong_count():
-    from placer.solvers.stages import layer_dp
+    from placer.solvers.pipeline_stages import layer_dp
 
     p = random_problem(3, 6, 2)
     assert layer_dp(p, SolveOptions(objective="memory")) is None
@@ -271,7 +271,7 @@ def test_contiguous_dp_over_ideals_is_the_best_contiguous_split(seed, n, k, capa
        capacity=st.sampled_from([np.inf, 400.0, 150.0]), forbid=st.sampled_from([0.0, 0.3]),
        objective=st.sampled_from(sorted(DP_OBJECTIVES)))
 def test_contiguous_dp_over_one_order_is_its_best_split(seed, n, k, capacity, forbid, objective):
-    import placer.solvers.stages as stages
+    import placer.solvers.pipeline_stages as stages
 
     p = random_problem(seed, n, k, capacity=capacity, forbid=forbid)
     with pytest.MonkeyPatch.context() as mp:
@@ -287,7 +287,7 @@ def test_contiguous_dp_over_one_order_is_its_best_split(seed, n, k, capacity, fo
 def test_contiguous_dp_where_groups_form_cycles(seed, n, k, capacity, one_order, objective):
     """Cycles between nodes: the DP is the best split contiguous along :func:`split_edges` (every
     tensor still charged), over its ideals or over one topological order of it."""
-    import placer.solvers.stages as stages
+    import placer.solvers.pipeline_stages as stages
 
     p = random_problem(seed, n, k, capacity=capacity, back=0.5)
     edges = stages.split_edges(p)
@@ -303,7 +303,7 @@ def test_contiguous_dp_where_groups_form_cycles(seed, n, k, capacity, one_order,
 
 
 def test_split_edges_mirror_what_runs_against_the_order():
-    from placer.solvers.stages import split_edges
+    from placer.solvers.pipeline_stages import split_edges
 
     # a -> b -> c forward; c -> b and b -> a backward (a training graph's gradients); d hangs off c
     p = PlacementProblem.build(names=list("abcd"), compute_s=np.ones((4, 1)), memory_bytes=np.zeros(4),
@@ -316,7 +316,7 @@ def test_split_edges_mirror_what_runs_against_the_order():
 
 
 def test_ideals_of_a_diamond_and_of_a_cycle():
-    from placer.solvers.stages import ideals
+    from placer.solvers.pipeline_stages import ideals
 
     diamond = PlacementProblem.build(names=list("abcd"), compute_s=np.ones((4, 1)), memory_bytes=np.zeros(4),
                                      capacity_bytes=np.full(1, np.inf), bandwidth=np.ones((1, 1)),
@@ -572,7 +572,7 @@ def test_max_load_of_a_shared_machine_and_of_a_shared_pool():
 def test_stage_costs_are_what_a_stage_sends_and_receives(seed, n, back):
     """Every stage's cost in the DP's matrices, against a count over the tensors: seconds received and
     sent (max load), or bytes received (traffic), over one order and over the ideals."""
-    from placer.solvers.stages import _split_order, _tensor_costs, boundary_costs, ideal_costs, ideals, split_edges
+    from placer.solvers.pipeline_stages import _split_order, _tensor_costs, boundary_costs, ideal_costs, ideals, split_edges
 
     p = random_problem(seed, n, 3, back=back)
     edges = split_edges(p)

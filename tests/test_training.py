@@ -19,7 +19,7 @@ import pytest
 import tensorflow as tf
 
 import placer
-from placer.tf.microbatch import replica_keys
+from placer.tf.rewrites.gates import replica_keys
 from tests.models import multi_input
 from placer.reporting import validate_report
 
@@ -185,7 +185,7 @@ def test_variable_updates_wait_for_every_reader_of_their_variable(trained):
     # held twice its simulated step memory before: the SGD update's copy of a kernel)
     import networkx as nx
 
-    from placer.tf.microbatch import VARIABLE_WRITES, dependency_graph
+    from placer.tf.graphdef import VARIABLE_WRITES, dependency_graph
 
     gd = trained["transformer"]["placed"].emitted.graph_def
     g = dependency_graph(gd)
@@ -440,12 +440,12 @@ def test_pipelined_training_in_micro_batches_equals_full_batch_training(trained,
     for r in range(4):
         mine = {op: d for op, d in observed.items() if op.startswith(f"replica_{r}/")}
         assert len(mine) > 20 and set(mine.values()) <= set(devices_full(devices)[:2])
-    step = placed._step_function("train", tf.nest.map_structure(  # noqa: SLF001
+    step = placed.placement.functions.step("train", tf.nest.map_structure(
         lambda a: tf.TensorSpec((None, *a.shape[1:]), tf.as_dtype(a.dtype)), (t["x"][:BATCH], t["y"][:BATCH])))
     gates = [n.name for n in step.graph_def.node if n.name.startswith("autoplace_gate/")]
     assert any("/forward/" in g for g in gates) and any("/backward/" in g for g in gates)
     # the prediction simulates that step: the optimizer's update once, after the 4 micro-batches' gradients
-    graph = placed._placed.op_graph.graph  # noqa: SLF001
+    graph = placed.placement.op_graph.graph
     phase = {v: graph.nodes[v]["phase"] for v in graph}
     assert {"forward", "backward", "update"} == set(phase.values())
     assert all(phase[v] == "backward" for v in graph if v.startswith("gradient_tape/"))
@@ -467,7 +467,7 @@ def assert_stages_backward_passes_overlap(gd: tf.compat.v1.GraphDef, m: int) -> 
     the loss depends on a backward op of micro-batch ``i`` on the first stage (the one holding ``d0``)."""
     import networkx as nx
 
-    from placer.tf.microbatch import dependency_graph
+    from placer.tf.graphdef import dependency_graph
 
     g = dependency_graph(gd)
     device = {n.name: n.device for n in gd.node}
@@ -508,7 +508,7 @@ def test_pipelined_training_in_the_1f1b_order_equals_full_batch_training(devices
     model, ref, t = mlp_case(2)
     first = placer.autoplace(model, devices[:2], training=True, batch_size=BATCH, microbatches=4, time_limit_s=1,
                              algorithm="contiguous", pipeline="gpipe", shared_capacity=None)
-    graph = first._placed.op_graph.graph  # noqa: SLF001
+    graph = first.placement.op_graph.graph
     stage0, stage1 = first.plan.devices
     late = ("/d2", "/d3", "/head", "compile_loss")
     split = {op: stage1 if any(k in str(graph.nodes[op].get("layer", op)) for k in late) else stage0
@@ -519,7 +519,7 @@ def test_pipelined_training_in_the_1f1b_order_equals_full_batch_training(devices
     assert plan.pipeline == "1f1b" and plan.stages == (stage0, stage1) and "1F1B" in plan.summary()
     assert placed.report_data["plan"]["pipeline"] == "1f1b"
     fit_one_epoch_like(placed, ref, t)
-    step = placed._step_function("train", tf.nest.map_structure(  # noqa: SLF001
+    step = placed.placement.functions.step("train", tf.nest.map_structure(
         lambda a: tf.TensorSpec((None, *a.shape[1:]), tf.as_dtype(a.dtype)), (t["x"][:BATCH], t["y"][:BATCH])))
     # the first stage's warm-up is 2 forward micro-batches: its gate after forward micro-batch 1 opens
     # backward micro-batch 0, which GPipe never does (its forward gates only open forward micro-batches)
@@ -563,7 +563,7 @@ def test_micro_batches_of_two_replicas_equal_full_batch_training(devices, pipeli
     total = {op: d for op, d in observed.items() if op.startswith("autoplace_gradient_total_1/")}
     assert len(total) == 10 and set(total.values()) <= set(full[:2]), total
     # every device orders its own group's two micro-batches
-    step = placed._step_function("train", tf.nest.map_structure(  # noqa: SLF001
+    step = placed.placement.functions.step("train", tf.nest.map_structure(
         lambda a: tf.TensorSpec((None, *a.shape[1:]), tf.as_dtype(a.dtype)), (t["x"][:BATCH], t["y"][:BATCH])))
     gated = {n.device for n in step.graph_def.node if n.name.startswith("autoplace_gate/")}
     assert gated == set(full), gated
@@ -665,7 +665,7 @@ def test_bad_calls_on_a_placed_model_are_typed_errors(trained, tmp_path, devices
     t = trained["transformer"]
     placed = t["placed"]
     with pytest.raises(placer.UnsupportedError, match="placed already"):
-        placed.place(None, placed.plan, None, None, (), None)
+        placed.attach(placed.placement)
     with pytest.raises(placer.UnsupportedError, match="unknown step"):
         placed.observed_placement(t["x"][:BATCH], step="backward")
     with pytest.raises(placer.InputSignatureError, match="by name"):

@@ -1,6 +1,6 @@
 """The predicted step of a plan run as a pipeline of micro-batches (no TensorFlow).
 
-:mod:`placer.tf.microbatch` runs ``m`` copies of the placed graph, one per
+:mod:`placer.tf.rewrites.copies` runs ``m`` copies of the placed graph, one per
 micro-batch, and orders each device's work with gates: a device finishes
 micro-batch ``i`` (every op of it there) before it starts ``i + 1``; in a
 training step the forward and the backward copies are ordered apart (GPipe)
@@ -146,7 +146,7 @@ def device_chains(order: str, m: int, position: int, stages: int) -> list[list[t
 def _ungated(schedule: Schedule, fine: np.ndarray, once: np.ndarray) -> np.ndarray:
     """Per fine node: whether no gate waits for it or holds it back: ops run once, and sources that take no
     time on their device (the fed inputs, constants: the placed graph splits inputs outside the gated
-    micro-batches, :func:`placer.tf.microbatch.add_gates`)."""
+    micro-batches, :func:`placer.tf.rewrites.gates.add_gates`)."""
     fed = np.zeros(len(fine), dtype=bool)
     for t in schedule.tensors:
         fed[list(t.dsts)] = True
@@ -197,7 +197,7 @@ def _stage_order(schedule: Schedule, fine: np.ndarray, phases: Sequence[str] | N
 
 def _check_acyclic(total: int, tensors: Sequence[TensorEdge], control: Sequence[tuple[int, int]], order: str) -> None:
     """Raise ``PlanError`` where the gated copies wait on each other in a cycle (TensorFlow would hang; the
-    emitted graph is checked the same way, :func:`placer.tf.microbatch.add_gates`)."""
+    emitted graph is checked the same way, :func:`placer.tf.rewrites.gates.add_gates`)."""
     import networkx as nx
 
     g = nx.DiGraph()
@@ -242,7 +242,7 @@ def pipelined_schedule(schedule: Schedule, group_assignment: np.ndarray, m: int,
     ``micro_durations_s``: each op's seconds on a micro-batch (default: the schedule's divided by ``m``).
 
     ``phases`` (per fine node, :data:`placer.core.attrs.PHASES`; default all ``"forward"``), as the
-    placed training step runs them (:mod:`placer.tf.microbatch`): each device orders its forward copies
+    placed training step runs them (:mod:`placer.tf.rewrites.gates`): each device orders its forward copies
     and, apart, its backward copies (GPipe: a device need not finish micro-batch ``i``'s backward pass
     before it starts ``i + 1``'s forward pass), and the ops that run once (:func:`_run_once`: the update
     and what depends on it) run in the last copy at their full time, fed by every copy, with full bytes for tensors into them
@@ -257,7 +257,7 @@ def pipelined_schedule(schedule: Schedule, group_assignment: np.ndarray, m: int,
     next copy's tensor to the running sum (so at most two of them are live) and taking
     ``sum_s_per_byte[device] × bytes`` (default 0). A running sum that feeds the next one is waited for by
     the gate after its micro-batch's backward pass on that device, as in the placed step
-    (:func:`placer.tf.microbatch.hold_gradient_sums`: it keeps Grappler from merging the sums).
+    (:func:`placer.tf.rewrites.gates.hold_gradient_sums`: it keeps Grappler from merging the sums).
 
     Raises
     ------

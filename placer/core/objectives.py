@@ -139,7 +139,7 @@ def step_priority(problem: PlacementProblem) -> list[float]:
     CNN's training step (4 devices, layer groups, links of 100 µs + 250 bytes/µs) a plan with its four
     heaviest layers on three devices simulated 432.2 ms with the bottom level, whose order ran two 61-63 ms
     weight gradients before the input gradients behind them, and 322.1 ms with this priority (2026-12-05;
-    ``benchmarks/results/solvers_ab_latency_budget_2026-12-05.md``: neither rule wins on every graph).
+    ``benchmarks/results/ab/solvers_ab_latency_budget_2026-12-05.md``: neither rule wins on every graph).
 
     Examples
     --------

@@ -32,6 +32,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
+from cost_models.files import write_atomic
+
 from ..errors import OutputError
 
 #: The report formats ``placed.report(path)`` writes, by the path's suffix.
@@ -104,19 +106,11 @@ def write_text(path: str | os.PathLike, text: str, *, mode: int = 0o644) -> None
     p = check_output(path)
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
     except OSError as e:
         raise OutputError(f"cannot write {os.fspath(path)!r}: {_reason(e)}") from e
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-            os.fchmod(f.fileno(), mode)
-        os.replace(tmp, p)
+        write_atomic(p, text, mode=mode)
     except OSError as e:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
         raise OutputError(f"cannot write {os.fspath(path)!r}: {_reason(e)}; the previous file (if any) is "
                           "unchanged") from e
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -33,7 +33,6 @@ from cost_models.comm import CalibrationError, Link, LinkFit, fit_link
 
 from ..core.devices import DeviceSet
 from ..errors import CostError
-from ..tf.trace import TracedModel
 
 log = logging.getLogger(__name__)
 
@@ -265,41 +264,6 @@ class CallInterface:
     devices: tuple[str, ...]
 
 
-def call_interface(traced: TracedModel, op_devices: Mapping[str, str]) -> CallInterface:
-    """The :class:`CallInterface` of ``traced`` placed by ``op_devices`` (fixed-batch op name → device).
-    A step traced for any batch (Keras' training step) is sized at ``traced.batch_size``.
-
-    Raises
-    ------
-    CostError
-        If ``op_devices`` lacks an op of the fixed-batch trace, or an input or output has an unknown size
-        other than the batch.
-    """
-    fixed = traced.fixed.graph
-    missing = [op.name for op in fixed.get_operations() if op.name not in op_devices]
-    if missing:
-        raise CostError(f"op_devices names no device for {len(missing)} ops of the traced graph, e.g. "
-                        f"{missing[:3]}; pass a device for every op (a plan's assignment has them all)")
-
-    def at(name: str) -> TensorAt:  # a training step is traced for any batch: sized at the plan's batch
-        t = fixed.get_tensor_by_name(name)
-        dims = t.shape.as_list() if t.shape.rank is not None else None
-        if dims is None or None in dims[1:] or (dims and dims[0] is None and not traced.batch_size):
-            raise CostError(f"tensor {t.name} of the traced graph has an unknown shape {t.shape}: the fixed cost "
-                            "of a call needs every input's and output's size; pass batch_size and an "
-                            "input_signature whose other dimensions are known, and outputs of a known shape")
-        return TensorAt(op_devices[t.op.name], tuple(traced.batch_size if d is None else d for d in dims),
-                        t.dtype.name)
-
-    inputs = tuple(at(n) for n in traced.input_names)
-    outputs = tuple(at(n) for n in traced.output_names)
-    per_device: dict[str, int] = {}
-    for ph in traced.variables:
-        per_device[op_devices[ph]] = per_device.get(op_devices[ph], 0) + 1
-    return CallInterface(inputs, outputs, tuple(sorted(per_device.items())),
-                         tuple(sorted(set(op_devices[op.name] for op in fixed.get_operations()))))
-
-
 def stand_in(interface: CallInterface) -> Callable[[], list[tf.Tensor]]:
     """A call of a function with ``interface``'s inputs, outputs, captures and devices, and next to no compute.
 
@@ -361,10 +325,3 @@ def measure_call(interface: CallInterface, repeats: int = 15) -> float:
     return _median_seconds(stand_in(interface), repeats)
 
 
-def plan_call_seconds(traced: TracedModel, assignment: Mapping[str, str], repeats: int = 9) -> float:
-    """:func:`measure_call` of ``traced`` placed by ``assignment`` (a plan's op → device; the fixed-batch
-    trace's other ops take their layer's or a neighbour's device: :func:`placer.tf.emit.complete_assignment`)."""
-    from ..tf.emit import complete_assignment, layer_devices_of
-
-    op_devices = complete_assignment(traced.fixed.graph, assignment, layer_devices_of(assignment))
-    return measure_call(call_interface(traced, op_devices), repeats=repeats)

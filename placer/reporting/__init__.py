@@ -41,11 +41,11 @@ def write_report(data: Mapping[str, Any], path: str | os.PathLike) -> str:
     validate_report(data)
     name = os.fspath(path)
     if name.endswith(".trace.json"):
-        from .trace import chrome_trace
+        from .trace import chrome_trace  # lazy: the trace format is read only for .trace.json
 
         text = json.dumps(chrome_trace(data))
     elif name.endswith(".html"):
-        from .html import render_html
+        from .html import render_html  # lazy: matplotlib (the page's charts) loads only for .html
 
         text = render_html(data)
     else:

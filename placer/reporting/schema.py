@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..core.outputs import json_ready
+from ..core.plan import Plan
 from ..errors import PlanError, ReportError
 
 #: Identifies a report file, and the version of its layout this code writes and reads.
@@ -69,8 +70,6 @@ def report_from_plan(plan: Mapping[str, Any]) -> dict[str, Any]:
     PlanError
         ``plan`` is not a plan (:meth:`placer.core.plan.Plan.from_dict`).
     """
-    from ..core.plan import Plan
-
     p = Plan.from_dict(plan)
     counts = Counter(p.assignment.values())
     peaks = list(p.predicted_peak_memory_bytes) or [None] * len(p.devices)

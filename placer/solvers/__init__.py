@@ -64,7 +64,7 @@ from . import listsched as _listsched  # noqa: F401
 from . import mincut as _mincut  # noqa: F401
 from . import partition as _partition  # noqa: F401
 from . import runs as _runs  # noqa: F401
-from . import stages as _stages  # noqa: F401
+from . import pipeline_stages as _pipeline_stages  # noqa: F401
 from .auto import DEFAULT_SOLVER, auto, no_plan_error
 from .base import DEFAULT_MAX_NODES, DEFAULT_TIME_LIMIT_S, Solution, SolveOptions
 from .registry import SOLVERS

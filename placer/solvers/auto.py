@@ -109,9 +109,9 @@ MAX_SHARE: dict[str, float] = {"contiguous_dp": 0.25}
 #: The least simulated descent (estimated seconds) ``auto`` does for ``latency`` (:mod:`placer.solvers.descent`),
 #: which otherwise has what the heuristics leave of the time limit: refinement and CP-SAT do not run for
 #: ``latency`` once a heuristic plan fits (their model is the devices' loads). On more than 2 devices CP-SAT
-#: on all devices gave way to descent first (2026-12-03, ``benchmarks/results/solvers_descent_ab.md``: 25 of
+#: on all devices gave way to descent first (2026-12-03, ``benchmarks/results/ab/solvers_descent_ab.md``: 25 of
 #: 48 latency plans better, none worse), then (2026-12-05,
-#: ``benchmarks/results/solvers_ab_latency_budget_2026-12-05.md``, with the priority of
+#: ``benchmarks/results/ab/solvers_ab_latency_budget_2026-12-05.md``, with the priority of
 #: :func:`~placer.core.objectives.step_priority` from the same day) refinement and CP-SAT on every device
 #: count: 17 of the solver suite's 36 latency plans better, 5 worse (multi-tower MLP training on 8 devices
 #: +2.1%), the colocation benchmark's geometric-mean gap 7.8% -> 6.3% (the densely connected CNN's training

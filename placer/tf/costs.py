@@ -32,8 +32,13 @@ from cost_models.cache import CacheKey, ProfileCache, default_cache_dir, fingerp
 from cost_models.profile import GraphProfiler
 
 from ..core.devices import device_host, device_kind
+from ..core.validate import integer
 from ..errors import CostError, WorkerError
-from .trace import TracedModel
+from ..measure.health import probe_worker
+from ..measure.hosts import clip_runtime_factor, enough_rounds
+from .remote import worker_addresses
+from .timing import runtime_factor
+from .trace import TracedModel, random_batch
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +72,7 @@ class ProfileOptions:
         off, its weights copied to the device) against a block of untraced
         steps of the profiling session, the runtime's timed once the session
         is closed, and scale every op of the kind by the ratio
-        (:func:`placer.measure.hosts.runtime_factor`): ops are profiled in a
+        (:func:`placer.tf.timing.runtime_factor`): ops are profiled in a
         TF1 session, which ran the demo's model 10–20% faster than the eager
         runtime that runs the plan on one VM and 35–45% slower on another. A cached profile is also
         scaled by the session's step now over the cached ops' sum (the
@@ -84,8 +89,11 @@ class ProfileOptions:
     runtime: bool = True
 
     def __post_init__(self) -> None:
-        if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats < 1:
-            raise CostError(f"profile_repeats must be a positive integer, got {self.repeats!r}")
+        object.__setattr__(self, "repeats", integer("profile_repeats", self.repeats, minimum=1, maximum=10**6,
+                                                    error=CostError))
+        for flag, value in (("profile_grappler", self.grappler), ("profile_runtime", self.runtime)):
+            if not isinstance(value, bool):
+                raise CostError(f"{flag} must be True or False, got {value!r}")
 
     def profile_cache(self) -> ProfileCache | None:
         """The cache these options name, or ``None`` for none."""
@@ -105,19 +113,6 @@ class ComputeCosts:
     unknown_op_types: Mapping[str, tuple[str, ...]]
     #: Kind → the factor its measured op times were scaled by (:attr:`ProfileOptions.runtime`).
     runtime_factor: Mapping[str, float] = field(default_factory=dict)
-
-
-def random_batch(specs: Sequence[tf.TensorSpec], batch_size: int, seed: int) -> list[np.ndarray]:
-    """One random batch for ``specs`` (standard normal floats; zeros for integer inputs: valid indices)."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for spec in specs:
-        shape = (batch_size, *spec.shape[1:])
-        if spec.dtype.is_floating:
-            out.append(rng.standard_normal(shape).astype(spec.dtype.as_numpy_dtype))
-        else:
-            out.append(np.zeros(shape, dtype=spec.dtype.as_numpy_dtype))
-    return out
 
 
 def sample_inputs(traced: TracedModel, seed: int) -> dict[str, np.ndarray]:
@@ -204,8 +199,6 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
     shapes = None
     gd = traced.fixed.graph.as_graph_def()
     fp = fingerprint(gd.SerializeToString(deterministic=True))
-    from .remote import worker_addresses
-
     remote_of: dict[str, tuple[str, str]] = {}  # kind -> (device, grpc address) of its first device on a worker
     addresses = worker_addresses(devices)
     for name in devices:
@@ -260,16 +253,12 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
                         log.info("%s ops profiled on %s (%s)", kind, device, target)
                     us[kind], source[kind], unknown[kind] = calibrated, "measured", ()
                 if runtime:  # the session's step, timed in one block while it is open
-                    from ..measure.hosts import enough_rounds
-
                     started, done = time.perf_counter(), 0
                     while not enough_rounds(done, started):
                         prof.step_round()
                         done += 1
                     reference_s = prof.step_compute_s(last=done)
             if runtime:  # and the runtime's, with the session closed (see runtime_factor)
-                from ..measure.hosts import clip_runtime_factor, runtime_factor
-
                 run_on = device if target else _local_device(kind, devices)
                 factor = runtime_factor(traced, run_on, reference_s, seed=seed)
                 if hit is not None:  # and how much slower the session runs now than when it was cached
@@ -297,8 +286,6 @@ def worker_identity(address: str) -> str:
     WorkerError
         The worker does not answer.
     """
-    from ..measure.health import probe_worker
-
     status = probe_worker(address)
     if not status.alive:
         raise WorkerError(f"worker {address} is {status.state.value} ({status.detail}); check the cluster")

@@ -1,4 +1,4 @@
-"""Stage 5b — SavedModel export of a placed model, and re-mapping it onto other devices.
+"""SavedModel export of a placed model, and re-mapping it onto other devices.
 
 An export is a plain SavedModel: per-op devices live in the saved
 FunctionDefs, variable devices are kept with ``SAVE_VARIABLE_DEVICES``, and
@@ -10,15 +10,22 @@ It also carries what re-mapping needs, in ``assets.extra/autoplace/`` (a
 folder TensorFlow ignores; TF Serving's convention for extra files):
 
 * ``manifest.json`` — format, inputs, outputs, which saved variable feeds
-  which placeholder of the graph;
-* ``graph_def.pb`` — the placed forward GraphDef (captured constants
-  folded in as ``Const`` nodes);
+  which placeholder of the graph, the micro-batches and whether awaited
+  transfers were acknowledged (``sends``);
+* ``graph_def.pb`` — the placed forward GraphDef, before the schedule's
+  rewrites (:data:`placer.tf.rewrites.REWRITES`: the planned order,
+  micro-batch copies, acknowledgements), captured constants folded in as
+  ``Const`` nodes;
 * ``plan.json`` and ``ops.json`` — the plan and the cost-annotated op graph
   with its devices (``docs/graph-format.md``).
 
 :func:`load` rebuilds the placed function from these alone (no model code)
 on the saved devices, or on a **different** device list — fewer, more or
-renamed — by re-solving the saved op graph and costs. TensorFlow itself
+renamed — by re-solving the saved op graph and costs, and runs the same
+rewrites on it as :func:`placer.tf.emit.emit` (:func:`~placer.tf.emit.rewrite_graph_def`:
+its devices, the plan's order, the manifest's micro-batches and
+acknowledged sends) before importing
+it the same way (:func:`~placer.tf.emit.import_function`). TensorFlow itself
 would silently run everything on the devices that exist (soft placement);
 asking for devices this process does not have is a :class:`DeviceError`.
 """
@@ -34,13 +41,18 @@ from typing import Any, Mapping, Sequence
 
 import tensorflow as tf
 
+from ..core.build import build_problem
 from ..core.devices import DeviceSet, resolve_devices
 from ..core.graph_io import load_graph, save_graph
+from ..core.order import MODEL_EXECUTION_ORDER
 from ..core.outputs import new_directory
 from ..core.plan import Plan
 from ..errors import AutoplaceError, DeviceError, ExportError, OutputError
-from .emit import (EmittedModel, add_order, complete_assignment, import_function, layer_devices_of, observed_devices,
-                   remove_edges, tf_variable)
+from ..planner import MODEL_MEMORY, PlanOptions, plan_problem
+from .emit import EmittedModel, import_function, observed_devices, rewrite_graph_def
+from .graphdef import complete_assignment, layer_devices_of, tf_variable
+from .rewrites import RewriteContext
+from .rewrites.sends import send_rule
 
 log = logging.getLogger(__name__)
 
@@ -135,8 +147,7 @@ def export_saved_model(emitted: EmittedModel, path: str | os.PathLike, *, plan: 
     module.forward = function
     module.serve = tf.function(serve, input_signature=specs, autograph=False)
     gd = tf.compat.v1.GraphDef()
-    gd.CopyFrom(emitted.graph_def)
-    remove_edges(gd, emitted.order_edges)  # the plan's order (plan.json) is applied again at load, or re-planned
+    gd.CopyFrom(emitted.placed_graph_def)  # the schedule (plan.json's order, the micro-batches) is applied at load
     not_remappable = _fold_constants(gd, emitted.constants)
     manifest = {
         "format": EXPORT_FORMAT, "version": EXPORT_VERSION,
@@ -147,6 +158,7 @@ def export_saved_model(emitted: EmittedModel, path: str | os.PathLike, *, plan: 
                       for i, (ph, v) in enumerate(zip(emitted.variable_placeholders, variables))],
         "remappable": not_remappable is None, "not_remappable_because": not_remappable,
         "microbatches": emitted.microbatches,
+        "sends": "executor" if emitted.sends is None else "prompt",
     }
     with new_directory(path) as tmp:
         try:
@@ -212,10 +224,6 @@ def _read_export(path: str) -> _Export:
 
 
 def _replan(export: _Export, devset: DeviceSet, time_limit_s: float | None, seed: int) -> Plan:
-    from ..core.build import build_problem
-    from ..core.order import MODEL_EXECUTION_ORDER
-    from ..planner import MODEL_MEMORY, PlanOptions, plan_problem
-
     kw = {} if time_limit_s is None else {"time_limit_s": time_limit_s}
     options = PlanOptions(objective=export.plan.objective, group_by=export.plan.group_by, memory=MODEL_MEMORY,
                           execution_order=MODEL_EXECUTION_ORDER, seed=seed, **kw)
@@ -233,7 +241,11 @@ class LoadedModel(tf.Module):
     devices : tuple of str
         Its devices.
     op_devices : Mapping[str, str]
-        Every node of its GraphDef → device.
+        Every node of its stored GraphDef → device.
+    graph_def : GraphDef
+        The graph it runs (the stored graph placed, ordered, copied per micro-batch).
+    records : tuple of RewriteRecord
+        What each rewrite did to the stored graph (:data:`placer.tf.rewrites.REWRITES`).
     remapped : bool
         Whether the plan was re-solved for other devices.
     order_edges : tuple of (str, str)
@@ -244,16 +256,22 @@ class LoadedModel(tf.Module):
     def __init__(self, export: _Export, plan: Plan, devices: DeviceSet, remapped: bool) -> None:
         super().__init__(name="autoplace_loaded")
         m = export.manifest
+        microbatches = int(m.get("microbatches", 1))
         graph = tf.Graph()
         with graph.as_default():
             tf.graph_util.import_graph_def(export.graph_def, name="")
-        self.op_devices = complete_assignment(graph, plan.assignment, layer_devices_of(plan.assignment))
+        context = RewriteContext(graph=graph, step="predict",
+                                 devices=complete_assignment(graph, plan.assignment, layer_devices_of(plan.assignment)),
+                                 inputs=tuple(i["tensor"] for i in m["inputs"]),
+                                 captured=tuple(v["placeholder"] for v in m["variables"]),
+                                 order=plan.op_order if microbatches == 1 else {}, microbatches=microbatches,
+                                 sends=send_rule(plan, export.op_graph) if m.get("sends") == "prompt" else None)
         gd = tf.compat.v1.GraphDef()
         gd.CopyFrom(export.graph_def)
-        for node in gd.node:
-            node.device = self.op_devices[node.name]
-        self.order_edges = tuple(add_order(gd, plan.op_order)) if int(m.get("microbatches", 1)) == 1 else ()
-        self.graph_def = gd
+        self.placed_graph_def, self.graph_def, records = rewrite_graph_def(gd, context)
+        self.op_devices = dict(context.devices)
+        self.order_edges = next((r.detail for r in records if r.rewrite == "order"), ())
+        self.records = records
         reader = tf.train.load_checkpoint(os.path.join(export.path, "variables", "variables"))
         placed = []
         for v in m["variables"]:
@@ -264,10 +282,9 @@ class LoadedModel(tf.Module):
         self._device_set = devices
         specs = [tf.TensorSpec([None if d is None else d for d in i["shape"]], i["dtype"], name=i["name"])
                  for i in m["inputs"]]
-        self.forward = import_function(gd, [i["tensor"] for i in m["inputs"]], m["outputs"],
+        self.forward = import_function(self.graph_def, [i["tensor"] for i in m["inputs"]], m["outputs"],
                                        [(v["placeholder"], var) for v, var in zip(m["variables"], placed)],
-                                       _unstructure(m["output_structure"]), specs,
-                                       microbatches=int(m.get("microbatches", 1)))
+                                       _unstructure(m["output_structure"]), specs, microbatches=microbatches)
         self._export = export
 
     def __call__(self, *xs: Any) -> Any:
@@ -281,12 +298,12 @@ class LoadedModel(tf.Module):
     def export(self, path: str | os.PathLike) -> str:
         """Save this (re-mapped) placement as an export of its own."""
         m = self._export.manifest
-        emitted = EmittedModel(self.forward, self.graph_def, (), _unstructure(m["output_structure"]), "predict",
+        emitted = EmittedModel(self.forward, self.graph_def, self.placed_graph_def, self.records,
+                               _unstructure(m["output_structure"]), "predict",
                                tuple(i["tensor"] for i in m["inputs"]), tuple(m["outputs"]),
                                tuple(v["placeholder"] for v in m["variables"]), tuple(self.placed_variables), {},
                                tuple(tf.TensorSpec(s.shape, s.dtype, name=s.name)
-                                     for s in self.forward.input_signature), int(m.get("microbatches", 1)),
-                               order_edges=self.order_edges)
+                                     for s in self.forward.input_signature), int(m.get("microbatches", 1)))
         return export_saved_model(emitted, path, plan=self.plan, op_graph=self._export.op_graph,
                                   devices=self._device_set)
 

@@ -48,6 +48,7 @@ from ..core.attrs import (
     VARIABLE,
 )
 from ..errors import GraphError
+from .graphdef import GRADIENT_SCOPE, PASS_THROUGH_OP_TYPES, bypassable, layer_of, tensor_bytes
 from .trace import TracedModel
 
 log = logging.getLogger(__name__)
@@ -74,31 +75,6 @@ class OpGraph:
     variables: Mapping[str, str]
     batch_size: int
     kinds: tuple[str, ...]
-
-
-def tensor_bytes(t: tf.Tensor, batch: int | None = None) -> int:
-    """Bytes of a tensor with a static shape; 0 for resources, strings, variants.
-
-    With ``batch``, unknown dimensions count as ``batch`` (a trace with an
-    unknown batch dimension, sized at the planning batch); without it, a
-    tensor of unknown shape has 0 bytes.
-
-    Examples
-    --------
-    >>> import tensorflow as tf
-    >>> tensor_bytes(tf.zeros((2, 3)))
-    24
-    >>> tensor_bytes(tf.TensorSpec((None, 3)), batch=8)
-    96
-    """
-    if t.dtype in (tf.resource, tf.variant, tf.string) or t.shape.rank is None:
-        return 0
-    dims = t.shape.as_list()
-    if any(d is None for d in dims):
-        if batch is None:
-            return 0
-        dims = [batch if d is None else d for d in dims]
-    return int(np.prod(dims, dtype=np.int64)) * t.dtype.size
 
 
 # --- colocation registry -----------------------------------------------------
@@ -147,39 +123,13 @@ def _kernel_kinds(op_type: str, unchecked: frozenset[str],
     return cache[op_type]
 
 
-#: Name scope TensorFlow gives the ops of ``GradientTape.gradient``.
-GRADIENT_SCOPE = "gradient_tape"
-
-
-def layer_of(op_name: str) -> str:
-    """The Keras layer scope of an op (``model/layer``), or the op name itself.
-
-    A gradient op belongs to the layer of the forward op it differentiates
-    (TensorFlow names it ``gradient_tape/<forward op>/...``), so grouping by
-    layer keeps a layer's backward pass on the layer's device.
-
-    Examples
-    --------
-    >>> layer_of("resnet50_1/conv1_conv_1/convolution")
-    'resnet50_1/conv1_conv_1'
-    >>> layer_of("gradient_tape/resnet50_1/conv1_conv_1/convolution/Conv2DBackpropFilter")
-    'resnet50_1/conv1_conv_1'
-    >>> layer_of("Identity")
-    'Identity'
-    """
-    parts = op_name.split("/")
-    if parts[0] == GRADIENT_SCOPE and len(parts) > 1:
-        parts = parts[1:]
-    return "/".join(parts[:2]) if len(parts) >= 3 else "/".join(parts)
-
-
 def phase_of(op_name: str, optimizer_scope: str | None) -> str:
     """The part of a training step an op belongs to by its name (:data:`placer.core.attrs.PHASES`):
     ``"backward"`` under the tape's scope, ``"update"`` under the optimizer's, else ``"forward"``
     (:func:`build_op_graph` then moves the forward ops the backward pass does not need, the metrics and
     the loss tracker, to ``"update"``).
 
-    The placed training step in micro-batches (:func:`placer.tf.placed_model.replicated_train_step`) copies
+    The placed training step in micro-batches (:func:`placer.tf.replicas.replicated_train_step`) copies
     the first two per micro-batch and runs the optimizer once.
 
     Examples
@@ -220,7 +170,7 @@ def optimizer_owners(graph: tf.Graph, scope: str, trainable: Iterable[str]) -> d
                 seen.add(cur.name)
                 reached.setdefault(cur.name, set()).add(var)
                 for t in cur.inputs:
-                    while _bypassable(t.op):  # IdentityN's output k is its input k
+                    while bypassable(t.op):  # IdentityN's output k is its input k
                         t = t.op.inputs[t.value_index]
                     if t.op.name.startswith(prefix):
                         stack.append(t.op)
@@ -232,47 +182,14 @@ def optimizer_owners(graph: tf.Graph, scope: str, trainable: Iterable[str]) -> d
                    for t in ops[name].inputs if t.dtype == tf.resource)}
 
 
-#: Op types that only pass tensors through (``IdentityN`` gathers *every* gradient in Keras' optimizer:
-#: kept, it would pull them all onto one device). Planned and emitted as if each consumer read the input.
-PASS_THROUGH_OP_TYPES = frozenset({"IdentityN"})
-
-
-def _bypassable(op: tf.Operation) -> bool:
-    return op.type in PASS_THROUGH_OP_TYPES and not op.control_inputs
-
-
 def passed_through(graph: tf.Graph) -> dict[str, list[tf.Tensor]]:
     """Tensor name → the outputs of pass-through ops that forward it (see :data:`PASS_THROUGH_OP_TYPES`)."""
     out: dict[str, list[tf.Tensor]] = {}
     for op in graph.get_operations():
-        if _bypassable(op):
+        if bypassable(op):
             for inp, outp in zip(op.inputs, op.outputs):
                 out.setdefault(inp.name, []).append(outp)
     return out
-
-
-def bypass_pass_through(gd: Any, graph: tf.Graph) -> None:
-    """Rewire a GraphDef so that consumers of a pass-through op read its inputs, and drop the op."""
-    bypassed = {op.name for op in graph.get_operations() if _bypassable(op)}
-    if not bypassed:
-        return
-    alias: dict[str, str] = {}  # input reference as written in the GraphDef → what the op forwards there
-    for node in gd.node:
-        if node.name in bypassed:
-            for k, src in enumerate(i for i in node.input if not i.startswith("^")):
-                alias[f"{node.name}:{k}"] = src
-                if k == 0:
-                    alias[node.name] = src
-    for node in gd.node:
-        for i, inp in enumerate(node.input):
-            if inp in alias:
-                node.input[i] = alias[inp]
-    # Drop the bypassed ops (unless a control edge names them): left in, each would still pull every
-    # tensor it forwards onto its own device before TensorFlow prunes it.
-    held = {i[1:] for n in gd.node for i in n.input if i.startswith("^")}
-    keep = [n for n in gd.node if n.name not in bypassed or n.name in held]
-    del gd.node[:]
-    gd.node.extend(keep)
 
 
 def build_op_graph(traced: TracedModel, compute_us: Mapping[str, Mapping[str, float]]) -> OpGraph:
@@ -339,9 +256,9 @@ def build_op_graph(traced: TracedModel, compute_us: Mapping[str, Mapping[str, fl
     tensors: list[TensorInfo] = []
     bypass = passed_through(g)
     for op in ops:
-        for t in ([] if _bypassable(op) else op.outputs):
+        for t in ([] if bypassable(op) else op.outputs):
             consumers = tuple(dict.fromkeys(c.name for u in [t, *bypass.get(t.name, ())] for c in u.consumers()
-                                            if c.type not in PASS_THROUGH_OP_TYPES or not _bypassable(c)))
+                                            if c.type not in PASS_THROUGH_OP_TYPES or not bypassable(c)))
             if not consumers:
                 continue
             nb = tensor_bytes(t, batch)

@@ -1,4 +1,4 @@
-"""Stage 5a — the placement report, built from what the stages did.
+"""Stage report — the placement report, built from what the stages did.
 
 :func:`build_report` takes the stages' own results (the plan, the op graph,
 the built problem, where each device kind's costs came from, the emitted
@@ -25,9 +25,8 @@ from ..core.outputs import json_ready
 from ..reporting import REPORT_FORMAT, REPORT_VERSION, write_report
 from .costs import ComputeCosts
 from .emit import EmittedModel
-from .microbatch import copy_name
-from .opgraph import OpGraph, graph_summary, layer_of
-
+from .graphdef import copy_name, layer_of
+from .opgraph import OpGraph, graph_summary
 
 
 @dataclass(frozen=True)
@@ -75,7 +74,7 @@ class Report:
     pipeline_simulation: SimResult | None = None
     #: The order the simulated executors ran ready ops in (``cost_models.SimOptions.ready_order``).
     ready_order: str = "fifo"
-    #: The placed step's acknowledged transfers (``placer.tf.sends``): ``None`` where TensorFlow's executor
+    #: The placed step's acknowledged transfers (:mod:`placer.tf.rewrites.sends`): ``None`` where TensorFlow's executor
     #: orders the sends.
     prompt_sends: tuple[Mapping[str, str], ...] | None = None
 

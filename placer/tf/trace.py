@@ -75,6 +75,19 @@ class TracedModel:
         return len(self.input_specs) == 1
 
 
+def random_batch(specs: Sequence[tf.TensorSpec], batch_size: int, seed: int) -> list[np.ndarray]:
+    """One random batch for ``specs`` (standard normal floats; zeros for integer inputs: valid indices)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for spec in specs:
+        shape = (batch_size, *spec.shape[1:])
+        if spec.dtype.is_floating:
+            out.append(rng.standard_normal(shape).astype(spec.dtype.as_numpy_dtype))
+        else:
+            out.append(np.zeros(shape, dtype=spec.dtype.as_numpy_dtype))
+    return out
+
+
 def _specs_from_model(model: Any) -> list[tf.TensorSpec]:
     try:
         symbolic = model.inputs  # functional and Sequential models; subclassed ones lack it

@@ -1,4 +1,4 @@
-"""Stage 1 for training: the compile settings and the traced training step of a placed model.
+"""Stage trace, for training: the compile settings and the traced training step of a placed model.
 
 The training step placed is Keras' own ``train_step`` on a shell
 :class:`~placer.tf.placed_model.PlacedModel` that calls the user's model,
@@ -18,8 +18,14 @@ import numpy as np
 import tensorflow as tf
 
 from ..errors import InputSignatureError, TrainingError, UnsupportedError
-from .placed_model import PlacedModel, fresh_copy
 from .trace import TracedModel, _normalise_specs, as_spec, check_model, is_shape, model_inputs, with_batch
+
+def fresh_copy(obj: Any) -> Any:
+    """A fresh Keras object with ``obj``'s configuration (strings and callables are kept)."""
+    if isinstance(obj, (str, type(None))) or not hasattr(obj, "get_config"):
+        return obj
+    return keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(obj))
+
 
 #: Compile settings a placed step cannot honour, and what they become.
 _PLACED_COMPILE = {"jit_compile": False, "run_eagerly": False, "steps_per_execution": 1}
@@ -105,14 +111,15 @@ def _target_specs(model: Any, x_specs: Sequence[tf.TensorSpec], batch: int, targ
     return tf.nest.map_structure(lambda t: tf.TensorSpec((None, *t.shape[1:]), t.dtype), out)
 
 
-def trace_training(model: Any, *, batch_size: int | None, input_signature: Sequence[Any] | None,
+def trace_training(shell: Any, model: Any, *, batch_size: int | None, input_signature: Sequence[Any] | None,
                    targets: Any, optimizer: Any, loss: Any, metrics: Any, loss_weights: Any,
-                   replicas: int = 1) -> tuple[PlacedModel, TracedModel, tuple[tf.TensorSpec, ...]]:
-    """A shell :class:`PlacedModel` compiled like ``model``, its training step traced at the planning batch size.
+                   replicas: int = 1) -> tuple[TracedModel, tuple[tf.TensorSpec, ...]]:
+    """Compile ``shell`` (a new :class:`~placer.tf.placed_model.PlacedModel` of ``model``) like ``model`` and
+    trace its training step at the planning batch size.
 
-    Returns the shell (placed later by the emit stage), the traced step and
-    the model's input specs (unknown batch). With ``replicas``, the
-    planning trace is one replica's step: ``batch_size / replicas`` rows.
+    Returns the traced step and the model's input specs (unknown batch); the
+    shell is placed later (the emit stage). With ``replicas``, the planning
+    trace is one replica's step: ``batch_size / replicas`` rows.
 
     Raises
     ------
@@ -130,7 +137,6 @@ def trace_training(model: Any, *, batch_size: int | None, input_signature: Seque
     def zeros(s: tf.TensorSpec) -> np.ndarray:
         return np.zeros((batch, *s.shape[1:]), s.dtype.as_numpy_dtype)
 
-    shell = PlacedModel(model)
     try:
         shell.prepare_training(kwargs, config, tf.nest.map_structure(zeros, (x_struct, y_struct)))
     except (TypeError, ValueError) as e:
@@ -143,4 +149,4 @@ def trace_training(model: Any, *, batch_size: int | None, input_signature: Seque
     # fixed-batch trace of the same step has other ops where gradients broadcast (Reshape pairs that carry
     # each gradient twice across a cut), so a plan made on it would under-count the real traffic.
     traced = replace(shell.trace("train", (x_struct, y_struct), None), batch_size=batch)
-    return shell, traced, x_specs
+    return traced, x_specs

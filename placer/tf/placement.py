@@ -1,0 +1,198 @@
+"""A placement: the model's variables on their planned devices, and the functions emitted from its plan.
+
+The emit stage of :func:`placer.autoplace` builds it, then hands the placed
+model one frozen :class:`Placement` record (plan, devices, report, the
+placed variables, the functions); nothing is set on the placed model after.
+
+* :func:`place_variables` gives every variable a traced step may capture a
+  home on its planned device: each of the user's variables gets a **copy**
+  (a ``keras.Variable`` created under ``tf.device``; the user's model is
+  never written); the shell's own optimizer and metric variables (slots,
+  iteration count, learning rate, metric totals) are **moved**: the
+  ``tf.Variable`` behind each ``keras.Variable`` is re-created on its device
+  with the same value, so ``placed.optimizer.learning_rate = …`` (a
+  learning-rate callback) and ``reset_metrics`` act on what the placed step
+  reads.
+* :class:`PlacedFunctions` emits the placed functions, one per step and
+  batch structure (as ``tf.function`` retraces), all from the one plan: ops
+  the plan names get its device, the others their layer's
+  (:func:`placer.tf.graphdef.complete_assignment`). It is the one mutable
+  part of a placement (functions are added as new batch structures arrive).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Protocol, Sequence
+
+import keras
+import tensorflow as tf
+
+from ..core.attrs import PHASE
+from ..core.compression import CompressionPolicy
+from ..core.devices import DeviceSet
+from ..core.plan import Plan
+from .emit import EmittedModel, emit, rewrite_context
+from .graphdef import layer_devices_of
+from .opgraph import OpGraph
+from .remote import Watchdog
+from .replicas import replica_assignment
+from .report import Report
+from .rewrites.sends import send_rule
+from .trace import TracedModel
+
+
+class StepTracer(Protocol):
+    """What traces the functions a placement emits: the placed model's shell (:class:`~placer.tf.placed_model.PlacedModel`)."""
+
+    def trace_forward(self, input_specs: Sequence[tf.TensorSpec], batch_size: int, training: bool) -> TracedModel:
+        """The user's model's forward pass, traced for any batch."""
+
+    def trace_step(self, step: str, data_structure: Any,
+                   replica_groups: Sequence[Sequence[str]] = ()) -> TracedModel:
+        """Keras' ``train_step``/``test_step`` on one batch structure (replicated over ``replica_groups``)."""
+
+
+def place_variables(traced: TracedModel, plan: Plan, devices: DeviceSet, variables: Sequence[Any],
+                    user_variables: Sequence[Any]) -> dict[int, Any]:
+    """``id(variable)`` → the variable on its planned device, for each of ``variables`` (module docstring).
+
+    A variable's device is the plan's for the trace's placeholder that captures it, else the first device.
+    ``user_variables`` (the user's model's) are copied; the others (the shell's optimizer and metric
+    variables) are moved.
+    """
+    home: dict[int, str] = {}
+    for ph, var in traced.variables.items():
+        home.setdefault(id(var), plan.assignment.get(ph, devices.names[0]))
+    user = {id(v) for v in user_variables}
+    placed: dict[int, Any] = {}
+    for var in variables:
+        device = home.get(id(var), devices.names[0])
+        with tf.device(device):
+            if id(var) in user:
+                placed[id(var)] = keras.Variable(var.value.read_value(), dtype=var.dtype, trainable=var.trainable,
+                                                 name=var.name)
+            else:  # the shell's own optimizer/metric state: moved, so Keras' objects keep working
+                var._value = tf.Variable(var.value.read_value(), trainable=var.trainable,  # noqa: SLF001
+                                         name=var.name)
+                placed[id(var)] = var
+    return placed
+
+
+class PlacedFunctions:
+    """The functions emitted from one plan: the planned forward pass and Keras' steps, per batch structure.
+
+    Parameters
+    ----------
+    plan : Plan
+        The placement (op → device, order, micro-batches, pipeline).
+    op_graph : OpGraph
+        The op graph it was made on (op times for acknowledged sends; the update phase of a training step).
+    compression : CompressionPolicy
+        Which codec each cut edge gets.
+    replica_groups : tuple of tuple of str
+        Each replica's devices, for a replicated training step (:func:`placer.tf.replicas.replica_groups`).
+    prompt_sends : bool
+        Acknowledge awaited cross-process transfers (:mod:`placer.tf.rewrites.sends`).
+    variables : Mapping[int, Any]
+        ``id(variable)`` → the variable on its device (:func:`place_variables`).
+    tracer : StepTracer
+        What traces the model's forward pass and Keras' steps.
+    input_specs : tuple of tf.TensorSpec
+        The model's inputs (unknown batch).
+    """
+
+    def __init__(self, *, plan: Plan, op_graph: OpGraph, compression: CompressionPolicy,
+                 replica_groups: tuple[tuple[str, ...], ...], prompt_sends: bool, variables: Mapping[int, Any],
+                 tracer: StepTracer, input_specs: tuple[tf.TensorSpec, ...]) -> None:
+        self.plan, self.op_graph, self.compression = plan, op_graph, compression
+        self.replica_groups, self.variables, self.input_specs = replica_groups, variables, input_specs
+        self._tracer = tracer
+        self._layer_devices = layer_devices_of(plan.assignment)
+        self._sends = send_rule(plan, op_graph.graph, len(replica_groups)) if prompt_sends else None
+        self._functions: dict[Any, EmittedModel] = {}
+
+    def forward(self, training: bool = False) -> EmittedModel:
+        """The placed forward pass (``training=True``: dropout on, batch statistics)."""
+        key = ("call", bool(training))
+        if key not in self._functions:
+            traced = self._tracer.trace_forward(self.input_specs, max(self.plan.batch_size or 1, 1), training)
+            self._functions[key] = self.emit(traced)
+        return self._functions[key]
+
+    def step(self, step: str, data_structure: Any) -> EmittedModel:
+        """The placed ``train_step``/``test_step`` for one batch structure (``(x, y)`` specs)."""
+        key = (step, repr(tf.nest.map_structure(lambda s: (tuple(s.shape), s.dtype.name), data_structure)))
+        if key not in self._functions:
+            groups = self.replica_groups if step == "train" and len(self.replica_groups) > 1 else ()
+            self._functions[key] = self.emit(self._tracer.trace_step(step, data_structure, groups))
+        return self._functions[key]
+
+    def emitted(self) -> tuple[EmittedModel, ...]:
+        """Every function emitted so far."""
+        return tuple(self._functions.values())
+
+    def emit(self, traced: TracedModel) -> EmittedModel:
+        """The placed function of ``traced`` (a trace of this model: its forward pass or one of its steps)."""
+        plan = self.plan
+        by_var = {ph: self.variables[id(var)] for ph, var in traced.variables.items()}
+        assignment = plan.assignment
+        if self.replica_groups and traced.step == "train":
+            g = self.op_graph.graph
+            once = {v for v in g if g.nodes[v].get(PHASE) == "update"}
+            assignment = replica_assignment(traced.dynamic.graph, assignment, self._layer_devices,
+                                            self.replica_groups, once)
+        pipelined_training = traced.step == "train" and plan.microbatches > 1
+        context = rewrite_context(
+            traced, assignment, layer_devices=self._layer_devices, compression=self.compression,
+            batch_size=plan.batch_size or 1, microbatches=plan.microbatches if traced.step == "predict" else 1,
+            replica_groups=self.replica_groups if pipelined_training else (),
+            pipeline=plan.pipeline, pipeline_devices=tuple(plan.stages), sends=self._sends,
+            order=plan.op_order if plan.microbatches == 1 and not self.replica_groups else {})
+        return emit(traced, by_var, context)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Placement:
+    """What :func:`placer.autoplace` hands the placed model, once.
+
+    Attributes
+    ----------
+    plan : Plan
+        The placement, its predicted step that of the step as emitted.
+    op_graph : OpGraph
+        The cost-annotated op graph it was made on.
+    devices : DeviceSet
+        The devices planned on (with their links and shared processors).
+    input_specs : tuple of tf.TensorSpec
+        The model's inputs (unknown batch).
+    training : bool
+        Whether the training step was placed (``fit``/``evaluate`` run placed).
+    data_structure : nested tf.TensorSpec or None
+        A training placement's planned ``(x, y)`` batch structure.
+    replica_groups : tuple of tuple of str
+        Each replica's devices (data-parallel groups × micro-batches); ``()``: not replicated.
+    variables : Mapping[int, Any]
+        ``id(variable)`` of the user's model, optimizer and metrics → the variable on its device.
+    functions : PlacedFunctions
+        The placed functions (emitted as batch structures arrive).
+    planned : EmittedModel
+        The function of the planned trace.
+    report : Report
+        The placement report (predicted figures).
+    watchdog : Watchdog
+        Watches calls that use remote workers.
+    """
+
+    plan: Plan
+    op_graph: OpGraph
+    devices: DeviceSet
+    input_specs: tuple[tf.TensorSpec, ...]
+    training: bool
+    data_structure: Any
+    replica_groups: tuple[tuple[str, ...], ...]
+    variables: Mapping[int, Any]
+    functions: PlacedFunctions
+    planned: EmittedModel
+    report: Report
+    watchdog: Watchdog

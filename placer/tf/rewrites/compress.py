@@ -1,0 +1,128 @@
+"""Rewrite: each cut float edge gets its codec (encode on the sender, decode once per receiving device).
+
+The codecs' ops live in :mod:`placer.tf.codecs`; the policy
+(``context.compression``) picks one per edge. Record: the compressed edges
+(detail: :class:`~placer.tf.codecs.CompressedEdge`, bytes at the planning
+batch).
+
+The placed graph is already differentiated (a training step is traced
+whole), so no gradient ever flows through a codec: compressing a forward
+activation changes what the consumers on the receiving device read,
+backward ops included; backward tensors are compressed only by codecs that
+allow it.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping, Sequence
+
+import tensorflow as tf
+
+from ...core.compression import CODECS, CompressionPolicy
+from ..codecs import TF_CODECS, CompressedEdge
+from ..graphdef import GRADIENT_SCOPE, tensor_bytes
+from .base import Rewrite, RewriteContext, RewriteRecord
+
+
+def _template(fn: Callable[..., list[tf.Tensor] | tf.Tensor],
+              specs: Sequence[tf.TensorSpec]) -> tuple[list, list[str], list[str]]:
+    """Trace ``fn`` on placeholders: (nodes, placeholder names, output tensor names)."""
+    g = tf.Graph()
+    with g.as_default():
+        phs = [tf.compat.v1.placeholder(s.dtype, s.shape, name=f"in{i}") for i, s in enumerate(specs)]
+        outs = fn(*phs)
+        outs = outs if isinstance(outs, list) else [outs]
+    return list(g.as_graph_def().node), [p.op.name for p in phs], [o.name for o in outs]
+
+
+def _splice(gd: tf.compat.v1.GraphDef, nodes: list, placeholders: list[str], inputs: Sequence[str],
+            outputs: list[str], prefix: str, device: str) -> list[str]:
+    """Copy template ``nodes`` into ``gd`` under ``prefix`` on ``device``; returns the new output refs."""
+    bound = dict(zip(placeholders, inputs))
+
+    def ref(name: str) -> str:
+        ctrl = name.startswith("^")
+        op, _, idx = name.lstrip("^").partition(":")
+        if op in bound:
+            return bound[op] if not idx or idx == "0" else f"{bound[op]}:{idx}"
+        new = f"{prefix}/{op}" + (f":{idx}" if idx and idx != "0" else "")
+        return ("^" if ctrl else "") + new
+
+    for n in nodes:
+        if n.name in bound:
+            continue
+        c = gd.node.add()
+        c.CopyFrom(n)
+        c.name, c.device = f"{prefix}/{n.name}", device
+        del c.input[:]
+        c.input.extend(ref(i) for i in n.input)
+    return [ref(o) for o in outputs]
+
+
+def _backward(op_name: str, optimizer_scope: str | None) -> bool:
+    return op_name.startswith(GRADIENT_SCOPE + "/") or bool(optimizer_scope and op_name.startswith(optimizer_scope + "/"))
+
+
+def insert_codecs(gd: tf.compat.v1.GraphDef, graph: tf.Graph, devices: Mapping[str, str], policy: CompressionPolicy,
+                  *, batch_size: int, optimizer_scope: str | None = None) -> list[CompressedEdge]:
+    """Put the policy's codec on every cut edge of ``gd`` (a copy of ``graph``'s GraphDef, devices set).
+
+    Each tensor is encoded once on its producer's device and decoded once
+    per receiving device; consumers there read the decoded tensor.
+    """
+    edges: list[CompressedEdge] = []
+    encoded: dict[tuple[str, str], list[str]] = {}   # (tensor, codec) → wire refs
+    decoded: dict[tuple[str, str], str] = {}         # (tensor, device) → decoded ref
+    for node in list(gd.node):
+        dst_dev = devices.get(node.name)
+        if dst_dev is None:
+            continue
+        for i, inp in enumerate(node.input):
+            if inp.startswith("^"):
+                continue
+            op_name, _, idx = inp.partition(":")
+            tname = f"{op_name}:{idx or '0'}"
+            src_dev = devices.get(op_name)
+            if src_dev is None or src_dev == dst_dev:
+                continue
+            if (tname, dst_dev) in decoded:
+                node.input[i] = decoded[(tname, dst_dev)]
+                continue
+            t = graph.get_tensor_by_name(tname)
+            shape, rank = t.shape, t.shape.rank
+            nbytes = tensor_bytes(t, batch_size)
+            codec = policy.codec_for(nbytes=nbytes, dtype=t.dtype.name, rank=rank,
+                                     backward=_backward(op_name, optimizer_scope), src=src_dev, dst=dst_dev)
+            if codec == "none":
+                continue
+            encode, decode = TF_CODECS[codec]
+            safe = tname.replace(":", "_")
+            if (tname, codec) not in encoded:
+                nodes, phs, outs = _template(encode, [tf.TensorSpec(shape, t.dtype)])
+                encoded[(tname, codec)] = _splice(gd, nodes, phs, [inp], outs, f"{safe}/autoplace_{codec}_enc",
+                                                  src_dev)
+            wire = encoded[(tname, codec)]
+            nodes, phs, outs = _template(decode, _wire_specs(encode, shape, t.dtype))
+            out = _splice(gd, nodes, phs, wire, outs, f"{safe}/autoplace_{codec}_dec_{len(decoded)}", dst_dev)[0]
+            decoded[(tname, dst_dev)] = out
+            node.input[i] = out
+            edges.append(CompressedEdge(tname, src_dev, dst_dev, codec, nbytes,
+                                        int(CODECS[codec].wire_bytes(nbytes))))
+    return edges
+
+
+def _wire_specs(encode: Callable, shape: tf.TensorShape, dtype: tf.DType) -> list[tf.TensorSpec]:
+    g = tf.Graph()
+    with g.as_default():
+        outs = encode(tf.compat.v1.placeholder(dtype, shape))
+    return [tf.TensorSpec(o.shape, o.dtype) for o in outs]
+
+
+def compress_cut_edges(gd: tf.compat.v1.GraphDef, context: RewriteContext) -> RewriteRecord:
+    """:func:`insert_codecs` with the context's policy; detail: the compressed edges."""
+    edges = tuple(insert_codecs(gd, context.graph, context.devices, context.compression,
+                                batch_size=context.batch_size, optimizer_scope=context.optimizer_scope))
+    return RewriteRecord("codecs", changes=len(edges), detail=edges)
+
+
+REWRITE = Rewrite("codecs", compress_cut_edges)

@@ -1,0 +1,121 @@
+"""Rewrite (schedule): a forward pass as ``m`` micro-batch copies of the placed graph, each device's in order.
+
+A plan that cuts a chain of layers into pipeline stages cannot speed up one
+batch: every stage waits for the one before. Split the batch into ``m``
+micro-batches and the stages work on different micro-batches at once
+(GPipe's forward schedule). :func:`copy_microbatches` builds that graph from
+the placed ``GraphDef`` (devices already on its nodes):
+
+* every node is copied once per micro-batch (``mb{i}/…``), except the
+  captured placeholders (variables, constants), which the copies share;
+* each device's work is ordered by gates
+  (:func:`placer.tf.rewrites.gates.add_gates`): a device finishes
+  micro-batch ``i`` before it starts ``i + 1``.
+
+The placed function (:func:`placer.tf.emit.import_function`) then splits
+each input along the batch (sizes as even as the batch allows:
+:func:`microbatch_sizes`, so a short last batch of ``predict`` works too),
+feeds copy ``i`` its part and concatenates each output. Each micro-batch runs
+the very kernels the unsplit model runs on a batch of that size, so the
+outputs are bit-exact against the original model run on the same
+micro-batches; against the whole batch they agree to rounding (a kernel may
+sum in another order at another batch size). Applies to forward passes with
+``context.microbatches > 1``. Record: the nodes and gates added.
+
+Examples
+--------
+>>> microbatch_sizes(10, 4)
+[3, 3, 2, 2]
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import tensorflow as tf
+
+from ...errors import GraphError
+from ..graphdef import copy_name, source
+from .base import Rewrite, RewriteContext, RewriteRecord
+from .gates import add_gates
+
+
+def microbatch_sizes(batch: int, m: int) -> list[int]:
+    """``m`` sizes summing to ``batch``, the first ``batch % m`` one larger."""
+    base, extra = divmod(batch, m)
+    return [base + (i < extra) for i in range(m)]
+
+
+def _renamed(name: str, shared: set[str], i: int) -> str:
+    node, suffix = source(name)
+    new = node if node in shared else copy_name(i, node)
+    return "^" + new if suffix == "^" else new + suffix
+
+
+def pipeline_graph_def(gd: tf.compat.v1.GraphDef, m: int, shared: Sequence[str],
+                       inputs: Sequence[str] = ()) -> int:
+    """Replace the placed ``gd`` (in place) by ``m`` copies of it (``mb{i}/…``), gated per device between
+    consecutive copies; returns the gates added.
+
+    Parameters
+    ----------
+    gd : GraphDef
+        The placed graph (every node has its device).
+    m : int
+        Micro-batches (≥ 1).
+    shared : sequence of str
+        Nodes kept once and shared by the copies (the captured placeholders).
+    inputs : sequence of str
+        The input placeholders (copied, and fed per micro-batch): an op that
+        reads one starts a stage on its device, so it waits for the gate.
+
+    Raises
+    ------
+    GraphError
+        A node without a device, or ``m`` below 1.
+
+    Examples
+    --------
+    >>> gd = tf.compat.v1.GraphDef()
+    >>> for name, inputs, device in [("x", [], "/CPU:0"), ("w", [], "/CPU:0"), ("a", ["x", "w"], "/CPU:0"),
+    ...                              ("b", ["a"], "/CPU:1")]:
+    ...     _ = gd.node.add(name=name, op="Placeholder" if not inputs else "MatMul", input=inputs, device=device)
+    >>> pipeline_graph_def(gd, 2, shared=["w"], inputs=["x"])
+    2
+    >>> [n.name for n in gd.node if not n.name.startswith("autoplace_gate")]
+    ['w', 'mb0/x', 'mb0/a', 'mb0/b', 'mb1/x', 'mb1/a', 'mb1/b']
+    """
+    if m < 1:
+        raise GraphError(f"microbatches must be at least 1, got {m}")
+    shared_set = set(shared)
+    out = tf.compat.v1.GraphDef()
+    key_of: dict[str, tuple[int, str]] = {}
+    for n in gd.node:
+        if n.name in shared_set:
+            out.node.add().CopyFrom(n)
+    for i in range(m):
+        for n in gd.node:
+            if n.name in shared_set:
+                continue
+            c = out.node.add()
+            c.CopyFrom(n)
+            c.name = copy_name(i, n.name)
+            del c.input[:]
+            c.input.extend(_renamed(x, shared_set, i) for x in n.input)
+            key_of[c.name] = (i, "forward")
+    del gd.node[:]
+    gd.node.extend(out.node)
+    return add_gates(gd, key_of, fed=[copy_name(i, x) for i in range(m) for x in inputs])
+
+
+def copy_microbatches(gd: tf.compat.v1.GraphDef, context: RewriteContext) -> RewriteRecord:
+    """:func:`pipeline_graph_def` with the context's micro-batches, captures and inputs."""
+    before = len(gd.node)
+    gates = pipeline_graph_def(gd, context.microbatches, context.captured,
+                               inputs=[source(x)[0] for x in context.inputs])
+    return RewriteRecord("copies", changes=len(gd.node) - before,
+                         summary=f"{context.microbatches} micro-batch copies, {gates} gates")
+
+
+REWRITE = Rewrite("copies", copy_microbatches,
+                  applies=lambda context: context.step == "predict" and context.microbatches > 1, schedule=True)

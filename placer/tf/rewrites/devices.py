@@ -1,0 +1,39 @@
+"""Rewrite: every node gets its planned device (``context.devices``, the plan completed for this trace).
+
+Record: how many nodes were placed.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from ...errors import GraphError
+from .base import Rewrite, RewriteContext, RewriteRecord
+
+
+def assign_devices(gd: tf.compat.v1.GraphDef, context: RewriteContext) -> RewriteRecord:
+    """Set each node's device to ``context.devices[node]`` (in place).
+
+    Raises
+    ------
+    GraphError
+        A node without a device in the context.
+
+    Examples
+    --------
+    >>> gd = tf.compat.v1.GraphDef()
+    >>> _ = gd.node.add(name="x", op="Placeholder")
+    >>> assign_devices(gd, RewriteContext(graph=tf.Graph(), step="predict", devices={"x": "/CPU:1"})).changes
+    1
+    >>> gd.node[0].device
+    '/CPU:1'
+    """
+    missing = [n.name for n in gd.node if n.name not in context.devices]
+    if missing:
+        raise GraphError(f"{len(missing)} nodes have no planned device, e.g. {missing[:5]}")
+    for node in gd.node:
+        node.device = context.devices[node.name]
+    return RewriteRecord("devices", changes=len(gd.node))
+
+
+REWRITE = Rewrite("devices", assign_devices)

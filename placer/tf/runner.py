@@ -1,0 +1,509 @@
+"""``autoplace(model, devices)``: the stage runner, one declared list of stages on top of the back end.
+
+============  ==========================================  ==============================  ============================
+stage         function                                    takes                           returns (frozen)
+============  ==========================================  ==============================  ============================
+devices       :func:`~placer.core.devices.resolve_devices` the user's device list          ``DeviceSet``
+trace         :func:`~placer.tf.trace.trace_model`         the Keras model                 ``TracedModel``
+              (training: :func:`~placer.tf.training.
+              trace_training`)
+costs         :func:`~placer.tf.costs.compute_costs`       traced model, device kinds      ``ComputeCosts``
+hosts         :func:`_hosts` (:mod:`placer.tf.timing`,     traced model, devices           ``DeviceSet`` with links and
+              :mod:`placer.measure`)                                                       shared processors
+graph         :func:`~placer.tf.opgraph.build_op_graph`    traced model, costs             ``OpGraph``
+problem       :func:`~placer.core.build.build_problem`     op graph, devices, grouping     ``BuiltProblem``
+solve         :func:`~placer.planner.plan_problem`         built problem, ``PlanOptions``  ``Plan``
+                                                           (or a saved plan)
+microbatches  :func:`_microbatches`                        plan, model                     ``Plan`` with its
+              (:mod:`placer.core.microbatch`)                                              micro-batches
+calls         :func:`_call_overhead`                       plan, traced model              ``Plan`` + the measured
+                                                                                           fixed cost per call
+codecs        :func:`compression_policy`                   compression options, devices    ``CompressionPolicy``
+emit          :func:`_emit` (:mod:`placer.tf.placement`,   traced model, plan              ``EmittedModel`` (and the
+              :mod:`placer.tf.emit`)                                                       placed functions)
+report        :func:`~placer.tf.report.build_report`       what the stages returned        ``Report``
+============  ==========================================  ==============================  ============================
+
+:data:`STAGES` declares them once: :class:`StageTimer` runs each (in that
+order) as ``with timer.stage(name):``, times it, logs it, reports it to
+``progress`` and puts its name on any error it raises
+(``AutoplaceError.stage``: the message starts with ``[solve stage]``, say);
+the CLI sizes its progress bar from it. The problem and solve stages are the
+same code :func:`placer.solve` runs on a saved op graph. At the end the
+shell gets one frozen :class:`~placer.tf.placement.Placement`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+import warnings
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import keras
+import tensorflow as tf
+
+from cost_models import SimResult
+from cost_models.simulate import SimOptions
+
+from ..core.build import BuiltProblem, build_problem
+from ..core.compression import CODECS, CompressionPolicy
+from ..core.devices import DeviceSet, resolve_devices
+from ..core.microbatch import SmallBatchCosts, candidate_microbatches, simulate_pipeline
+from ..core.plan import Plan
+from ..errors import AutoplaceError, InputSignatureError, PlanError, TrainingError
+from ..measure.hosts import executor_ready_order, sharing_groups
+from ..measure.links import calibrate_links
+from ..planner import DEFAULT_SOLVER, PlanOptions, pipeline_plan, plan_problem
+from .codecs import measure_codec_costs
+from .costs import ComputeCosts, compute_costs
+from .emit import EmittedModel
+from .opgraph import OpGraph, build_op_graph
+from .options import PlacementOptions
+from .placed_model import PlacedModel
+from .placement import PlacedFunctions, Placement, place_variables
+from .remote import Watchdog, worker_addresses
+from .replicas import replica_groups
+from .report import Report, build_report
+from .rewrites.sends import acknowledged_nodes
+from .timing import plan_call_seconds, shared_processors
+from .trace import TracedModel, check_model, trace_model
+from .training import check_replicable, trace_training
+
+log = logging.getLogger(__name__)
+
+#: The stages of :func:`autoplace`, in order; :func:`profile` runs :data:`PROFILE_STAGES`.
+STAGES = ("devices", "trace", "costs", "hosts", "graph", "problem", "solve", "microbatches", "calls", "codecs", "emit",
+          "report")
+PROFILE_STAGES = STAGES[:3]
+
+
+@dataclass
+class StageTimer:
+    """Runs the stages of :data:`STAGES` in order: one timer, one log line each, the stage's name on its errors.
+
+    ``progress(stage, seconds)`` (optional) hears each stage start (``None``) and end.
+
+    Examples
+    --------
+    >>> timer = StageTimer()
+    >>> with timer.stage("devices"):
+    ...     pass
+    >>> list(timer.seconds)
+    ['devices']
+    """
+
+    progress: Callable[[str, float | None], None] | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        """Run the body as stage ``name``.
+
+        Raises
+        ------
+        AutoplaceError
+            Whatever the stage raised, its message starting with the stage's name;
+            other exceptions get a note naming the stage.
+        ValueError
+            A stage that is not in :data:`STAGES`, or not after the stages run so far (a bug of the runner).
+        """
+        done = [STAGES.index(s) for s in self.seconds]
+        if name not in STAGES or (done and STAGES.index(name) <= max(done)):
+            raise ValueError(f"stage {name!r} is not in STAGES after {list(self.seconds)}")
+        if self.progress is not None:
+            self.progress(name, None)
+        t = time.perf_counter()
+        try:
+            yield
+        except AutoplaceError as e:
+            raise e.in_stage(name)
+        except Exception as e:
+            if hasattr(e, "add_note"):  # Python 3.11+
+                e.add_note(f"raised in autoplace's {name!r} stage")
+            raise
+        self.seconds[name] = time.perf_counter() - t
+        log.info("%s: %.2f s", name, self.seconds[name])
+        if self.progress is not None:
+            self.progress(name, self.seconds[name])
+
+
+def _data_parallel_groups(devices: DeviceSet, opts: PlacementOptions) -> list[tuple[str, ...]]:
+    """The device groups of ``replicas=`` (one group: all devices)."""
+    replicas = opts.train.replicas
+    if replicas == 1:
+        return [devices.names]
+    if not opts.train.training:
+        raise TrainingError(f"replicas={replicas} applies to training; pass training=True (inference "
+                            "places one copy of the model)")
+    if len(devices) % replicas:
+        raise TrainingError(f"replicas={replicas} does not divide the {len(devices)} devices; give a multiple "
+                            f"of {replicas} devices (the replicas split them into equal groups, in order)")
+    size = len(devices) // replicas
+    return [devices.names[r * size:(r + 1) * size] for r in range(replicas)]
+
+
+def compression_policy(compression: str, error_budget: float, devices: DeviceSet) -> CompressionPolicy:
+    """The codec choice of one placement; ``auto`` measures each codec's cost on each device here."""
+    if compression != "auto":
+        return CompressionPolicy(compression, error_budget)
+    names = devices.names
+    links = {(names[i], names[j]): (link.bandwidth_bytes_per_s, link.latency_s)
+             for (i, j), link in devices.links.items()}
+    return CompressionPolicy(compression, error_budget, links, measure_codec_costs(names))
+
+
+def say_what_compression_did(policy: CompressionPolicy, emitted: EmittedModel) -> None:
+    """Warn when compression was asked for and nothing was compressed, saying why."""
+    if policy.compression == "none" or emitted.compressed:
+        return
+    if policy.budget_excludes_all:
+        why = (f"no codec meets the error budget compression_error={policy.error_budget:g} "
+               f"(smallest error: {min(c.max_error for n, c in CODECS.items() if n != 'none'):.2g})")
+    elif policy.compression == "auto":
+        why = "no codec saves time on these links (or no cut edge carries a float tensor of rank >= 1)"
+    else:
+        why = ("no cut edge carries a tensor the codec may take (float32 of rank >= 1"
+               + (", forward pass only" if CODECS[policy.compression].forward_only else "") + ")")
+    warnings.warn(f"compression={policy.compression!r}: nothing compressed, every edge is sent as it is: {why}",
+                  stacklevel=3)
+
+
+def _as_plan(plan: Plan | str | os.PathLike | None) -> Plan | None:
+    if plan is None or isinstance(plan, Plan):
+        return plan
+    if isinstance(plan, (str, os.PathLike)):
+        return Plan.load(plan)
+    raise PlanError(f"plan must be a Plan or the path of a saved plan, got {type(plan).__name__}")
+
+
+def _solve(built: BuiltProblem, options: PlanOptions, given: Plan | None, batch_size: int, compression: str) -> Plan:
+    """The solve stage: search, or re-apply ``given`` (on the devices it was made for)."""
+    if given is not None and tuple(given.devices) != built.devices.names:
+        raise PlanError(f"the plan was made for devices {list(given.devices)}, not {list(built.devices.names)}; "
+                        "pass the devices it was made for, or solve again")
+    plan = plan_problem(built, options, given=None if given is None else given.assignment,
+                        given_order=None if given is None else given.op_order)
+    return replace(plan, batch_size=batch_size, compression=compression)
+
+
+def _trace(shell: PlacedModel, model: keras.Model, opts: PlacementOptions, batch_size: int | None,
+           replicas: int = 1) -> tuple[TracedModel, tuple[tf.TensorSpec, ...]]:
+    """The trace stage: the planned trace (the training step on ``shell``, or the forward pass) and the
+    model's input specs."""
+    t = opts.train
+    if t.training:
+        return trace_training(shell, model, batch_size=batch_size, input_signature=opts.trace.input_signature,
+                              targets=t.targets, optimizer=t.optimizer, loss=t.loss, metrics=t.metrics,
+                              loss_weights=t.loss_weights, replicas=replicas)
+    traced = trace_model(model, batch_size=batch_size, input_signature=opts.trace.input_signature)
+    return traced, traced.input_specs
+
+
+def _microbatches(model: keras.Model, built: BuiltProblem, plan: Plan, devset: DeviceSet, opts: PlacementOptions,
+                  microbatches: int | str, fallback: bool, order: str = "auto") -> tuple[Plan, SmallBatchCosts | None]:
+    """The microbatches stage: how many micro-batches the plan runs as, and its pipelined predicted step.
+
+    Op times on a micro-batch are not the batch's divided by ``m``: the ops are profiled again at the
+    smallest micro-batch tried (:class:`placer.core.microbatch.SmallBatchCosts`). With ``fallback``, one
+    device at its best count replaces the plan where it is predicted faster
+    (:func:`placer.planner.pipeline_plan`). Returns the plan and those costs (``None`` without micro-batches).
+    """
+    batch = int(plan.batch_size or 1)
+    split_margin = opts.microbatch.split_margin
+    if microbatches == 1:
+        return pipeline_plan(built, plan, opts.solve, batch, [1], fallback=fallback,
+                             split_margin=split_margin), None
+    replicas = opts.train.replicas
+    if microbatches != "auto" and batch % int(microbatches):
+        rows = (f"each replica's {batch} rows (batch size {batch * replicas} over replicas={replicas})"
+                if replicas > 1 else f"the batch size {batch}")
+        raise InputSignatureError(f"microbatches={microbatches} does not divide {rows}; pick a divisor of {batch} "
+                                  "or microbatches='auto'")
+    candidates = candidate_microbatches(batch) if microbatches == "auto" else [int(microbatches)]
+    if opts.train.training:  # the micro-batches must give the full-batch step
+        allowed = []
+        for m in candidates:
+            try:
+                check_replicable(model, m, batch, what="microbatches")
+                allowed.append(m)
+            except TrainingError:
+                if microbatches != "auto":
+                    raise
+        candidates = allowed
+    small = None
+    smallest = batch // max(candidates)
+    if smallest < batch:
+        traced, _ = _trace(PlacedModel(model), model, opts, smallest)
+        costs = compute_costs(traced, sorted({d.kind for d in devset.devices}), opts.costs, devset.names)
+        other = build_problem(build_op_graph(traced, costs.us).graph, devset, group_by=opts.solve.group_by)
+        row = {name: i for i, name in enumerate(other.nodes)}
+        durations = built.schedule.durations_s * (smallest / batch)  # ops this trace lacks: scaled
+        for i, name in enumerate(built.nodes):
+            if name in row:
+                durations[i] = other.schedule.durations_s[row[name]]
+        small = SmallBatchCosts(smallest, durations)
+    out = pipeline_plan(built, plan, opts.solve, batch, candidates, small=small, fallback=fallback,
+                        split_margin=split_margin, order=order)
+    log.info("%d micro-batches per batch%s: predicted step %.3f ms (%.3f ms without; ops profiled again at "
+             "batch %d)", out.microbatches, " (1F1B)" if out.pipeline == "1f1b" else "",
+             1e3 * out.predicted_step_time_s, 1e3 * plan.predicted_step_time_s, smallest)
+    return out, small
+
+
+@dataclass(frozen=True)
+class _FirstStages:
+    """What :data:`PROFILE_STAGES` give :func:`autoplace` and :func:`profile`."""
+
+    devices: DeviceSet                       # the devices planned on (the first data-parallel group's)
+    groups: tuple[tuple[str, ...], ...]      # the data-parallel groups of devices (one: all of them)
+    shell: PlacedModel
+    traced: TracedModel
+    input_specs: tuple[tf.TensorSpec, ...]
+    costs: ComputeCosts
+
+
+def _first_stages(model: Any, devices: Sequence[Any], opts: PlacementOptions, timer: StageTimer) -> _FirstStages:
+    """The stages :data:`PROFILE_STAGES` (devices, trace, costs) that :func:`autoplace` and :func:`profile`
+    share."""
+    available = [d.name for d in tf.config.list_logical_devices()]
+    with timer.stage("devices"):
+        all_devices = resolve_devices(devices, available=available)
+    groups = _data_parallel_groups(all_devices, opts)
+    devset = all_devices if len(groups) == 1 else resolve_devices(list(devices)[:len(groups[0])], available)
+    with timer.stage("trace"):
+        check_model(model)  # before the shell wraps it
+        shell = PlacedModel(model)
+        traced, input_specs = _trace(shell, model, opts, opts.trace.batch_size, opts.train.replicas)
+    with timer.stage("costs"):
+        costs = compute_costs(traced, sorted({d.kind for d in devset.devices}), opts.costs, devset.names)
+    return _FirstStages(devset, tuple(groups), shell, traced, tuple(input_specs), costs)
+
+
+def _hosts(model: keras.Model, traced: TracedModel, devset: DeviceSet, opts: PlacementOptions,
+           costs: ComputeCosts | None = None) -> DeviceSet:
+    """The hosts stage: the links between processes, calibrated (``calibrate_links``), and the processors
+    ``devset``'s devices share (``shared_capacity``), and their executors' ready order (``ready_order``)."""
+    hosts = opts.hosts
+    order = hosts.ready_order
+    if order == "detect":
+        order, why = executor_ready_order(devset)
+        log.info("executors' ready order: %s (%s)", order, why)
+    devset = replace(devset, ready_order=order)
+    if hosts.calibrate_links and len({d.host for d in devset.devices}) > 1:
+        devset = calibrate_links(devset, cross_process_only=True, transfer_cpu=True)[0]
+    if hosts.shared_capacity is None:
+        return devset
+    groups = sharing_groups(devset)
+    if not groups:
+        return devset
+
+    given = None if hosts.shared_capacity == "measure" else float(hosts.shared_capacity)
+    forward = traced
+    if given is None and traced.step != "predict":  # a training step's copies would update the variables
+        forward = trace_model(model, batch_size=traced.batch_size, input_signature=opts.trace.input_signature)
+    work_s = None
+    if costs is not None and forward is traced and "CPU" in costs.us:
+        work_s = sum(costs.us["CPU"].values()) * 1e-6
+    out = shared_processors(forward, devset, groups, given=given, seed=hosts.seed, work_s=work_s)
+    for sp in out.shared:
+        log.info("devices %s share one %s: capacity %.2f (%s)", [devset.names[i] for i in sp.devices],
+                 "processor" if sp.pooled else "machine", sp.capacity, sp.source)
+    return out
+
+
+def _call_overhead(traced: TracedModel, plan: Plan) -> Plan:
+    """The calls stage: the plan's fixed cost per call, measured (a stand-in with the placement's inputs,
+    outputs, captured variables and devices and no compute: :func:`placer.tf.timing.plan_call_seconds`),
+    added to its predicted step."""
+    call_s = plan_call_seconds(traced, plan.assignment)
+    log.info("fixed cost of one call of the plan: %.3f ms (measured)", call_s * 1e3)
+    return replace(plan, call_overhead_s=call_s, predicted_step_time_s=plan.predicted_step_time_s + call_s)
+
+
+@dataclass(frozen=True)
+class _Emitted:
+    """What the emit stage gives the report stage and the placement record."""
+
+    plan: Plan                     # its predicted step that of the step as emitted
+    functions: PlacedFunctions
+    planned: EmittedModel
+    variables: Mapping[int, Any]
+    simulation: SimResult          # the step as emitted, simulated once
+
+
+def _emit(first: _FirstStages, plan: Plan, op_graph: OpGraph, devset: DeviceSet, built: BuiltProblem,
+          policy: CompressionPolicy, groups: tuple[tuple[str, ...], ...], opts: PlacementOptions) -> _Emitted:
+    """The emit stage: every variable on its planned device, the planned function emitted, then the step as
+    emitted simulated once (its acknowledged transfers, :mod:`placer.tf.rewrites.sends`, where it is neither
+    pipelined nor replicated): the plan's predicted step changes by what they change."""
+    shell, traced = first.shell, first.traced
+    prompt = opts.emit.sends == "prompt" or (opts.emit.sends == "auto" and devset.ready_order == "lifo")
+    variables = place_variables(traced, plan, devset, shell.known_variables(), shell.source_model().variables)
+    functions = PlacedFunctions(plan=plan, op_graph=op_graph, compression=policy, replica_groups=groups,
+                                prompt_sends=prompt, variables=variables, tracer=shell, input_specs=first.input_specs)
+    planned = (functions.forward(False) if traced.step == "predict"
+               else functions.step(traced.step, traced.data_structure))
+    say_what_compression_did(policy, planned)
+    acks = acknowledged_nodes(built, planned.sends) if plan.microbatches == 1 and opts.train.replicas == 1 else ()
+    a = built.group_assignment(plan.assignment)
+    order = built.order_of(plan.op_order, a) if plan.microbatches == 1 else ()
+    sim = built.simulate(a, SimOptions(acknowledged=acks), order=order)
+    if acks:  # their round trips, and the sends that no longer wait
+        change = sim.step_time_s - built.simulate(a, order=order).step_time_s
+        log.info("predicted step with %d acknowledged transfers: %+.3f ms", len(acks), change * 1e3)
+        plan = replace(plan, predicted_step_time_s=plan.predicted_step_time_s + change)
+    return _Emitted(plan, functions, planned, variables, sim)
+
+
+def _report(first: _FirstStages, emitted: _Emitted, op_graph: OpGraph, built: BuiltProblem,
+            small: SmallBatchCosts | None, opts: PlacementOptions, seconds: Mapping[str, float],
+            model_name: str) -> Report:
+    """The report stage (:func:`placer.tf.report.build_report`), with the pipelined step simulated where the
+    plan has micro-batches."""
+    plan = emitted.plan
+    piped = None
+    if plan.microbatches > 1:
+        piped = simulate_pipeline(built, built.group_assignment(plan.assignment), plan.microbatches, small=small,
+                                  batch_size=plan.batch_size, order=plan.pipeline)
+    return build_report(plan, op_graph, built, emitted.simulation, first.costs, opts.costs.grappler,
+                        emitted.planned, dict(seconds), model_name, pipeline_sim=piped)
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """What :func:`profile` measured: the op times of one model's trace on each device kind.
+
+    Attributes
+    ----------
+    costs : ComputeCosts
+        µs per op per device kind, and each kind's source (measured, cached or analytic).
+    op_types : Mapping[str, str]
+        Op name → TensorFlow op type.
+    step : str
+        The traced step (``predict`` or ``train``).
+    batch_size : int
+        The batch size the ops were timed at.
+    stage_seconds : Mapping[str, float]
+        Wall seconds of the devices, trace and costs stages.
+    """
+
+    costs: ComputeCosts
+    op_types: Mapping[str, str]
+    step: str
+    batch_size: int
+    stage_seconds: Mapping[str, float]
+
+
+def profile(model: Any, devices: Sequence[Any], **options: Any) -> ModelProfile:
+    """Trace ``model`` and time its ops on each kind of ``devices`` (filling the profile cache), without placing.
+
+    Runs the first stages of :func:`autoplace` with the same options (``batch_size``, ``training``,
+    ``profile_repeats``, ``profile_cache``, ...); a later ``autoplace`` with the same options reads
+    these times from the cache.
+
+    Examples
+    --------
+    >>> import keras, placer
+    >>> from placer.tf.runner import profile
+    >>> m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    >>> prof = profile(m, ["/CPU:0"], batch_size=2, profile_cache=False)
+    >>> prof.costs.source["CPU"], prof.step, prof.batch_size
+    ('measured', 'predict', 2)
+    """
+    opts = PlacementOptions(**options)
+    timer = StageTimer(progress=opts.progress)
+    first = _first_stages(model, devices, opts, timer)
+    types = {op.name: op.type for op in first.traced.fixed.graph.get_operations()}
+    return ModelProfile(first.costs, types, first.traced.step, int(first.traced.batch_size), dict(timer.seconds))
+
+
+def autoplace(model: Any, devices: Sequence[Any], *, plan: Plan | str | os.PathLike | None = None,
+              **options: Any) -> PlacedModel:
+    """Place a Keras model's ops on ``devices`` and return a placed model.
+
+    Parameters
+    ----------
+    model : keras.Model
+        A built Keras 3 model (TensorFlow backend). It is never modified.
+    devices : sequence
+        Device strings (``"/CPU:1"``, ``"/GPU:0"``,
+        ``"/job:worker/replica:0/task:1/device:CPU:0"``),
+        ``tf.config.LogicalDevice`` objects or :class:`placer.DeviceSpec`.
+    plan : Plan or path, optional
+        A plan saved from an earlier placement of the same model
+        (``placed.plan.save(path)``): it is re-applied without solving (and
+        re-scored with this run's costs). It runs as the micro-batches it was
+        made with unless ``microbatches=`` is given; ``group_by=`` or
+        ``objective=`` other than the plan's raise :class:`PlanError`.
+    **options
+        The options of :class:`~placer.tf.options.PlacementOptions`, flat (``batch_size=``, ``objective=``,
+        ``training=``, ``microbatches=``, …; each group's docstring says what they do).
+
+    Returns
+    -------
+    PlacedModel
+
+    Raises
+    ------
+    ModelError, InputSignatureError, DeviceError, InsufficientMemoryError,
+    NoFeasiblePlanError, PlanError, AutoplaceError
+        Each with a message that starts with the stage that raised it and says what to change.
+
+    Examples
+    --------
+    >>> import keras, numpy as np, placer
+    >>> m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    >>> placed = placer.autoplace(m, ["/CPU:0"], batch_size=2, time_limit_s=1)
+    >>> x = np.ones((2, 4), "float32")
+    >>> bool(np.array_equal(placed(x).numpy(), m(x).numpy()))
+    True
+    >>> again = placer.autoplace(m, ["/CPU:0"], batch_size=2, plan=placed.plan)
+    >>> again.plan.assignment == placed.plan.assignment, again.plan.solver
+    (True, 'given')
+    """
+    opts = PlacementOptions(**options)
+    given = _as_plan(plan)
+    if given is not None:  # a re-applied plan is grouped and scored as it was made
+        for name in ("group_by", "objective"):
+            if name in options and options[name] != getattr(given, name):
+                raise PlanError(f"the plan was made with {name}={getattr(given, name)!r}, not "
+                                f"{options[name]!r}; drop {name}= to re-apply it, or solve again without plan=")
+        opts = opts.replace(group_by=given.group_by, objective=given.objective)
+    timer = StageTimer(progress=opts.progress)
+    first = _first_stages(model, devices, opts, timer)
+    traced = first.traced
+    with timer.stage("hosts"):
+        devset = _hosts(model, traced, first.devices, opts, first.costs)
+    with timer.stage("graph"):
+        op_graph = build_op_graph(traced, first.costs.us)
+    with timer.stage("problem"):
+        built = build_problem(op_graph.graph, devset, group_by=opts.solve.group_by)
+    with timer.stage("solve"):
+        placed_plan = _solve(built, opts.solve, given, traced.batch_size, opts.emit.compression)
+    with timer.stage("microbatches"):
+        placed_plan, small = _microbatches(
+            model, built, placed_plan, devset, opts,
+            opts.microbatch.microbatches if given is None or "microbatches" in options else given.microbatches,
+            given is None and opts.solve.algorithm == DEFAULT_SOLVER,
+            opts.microbatch.pipeline if given is None or "pipeline" in options else given.pipeline)
+    if opts.hosts.measure_call:
+        with timer.stage("calls"):
+            placed_plan = _call_overhead(traced, placed_plan)
+    groups = replica_groups(first.groups, placed_plan.microbatches) if opts.train.training else ()
+    with timer.stage("codecs"):
+        policy = compression_policy(opts.emit.compression, opts.emit.compression_error, devset)
+    with timer.stage("emit"):
+        emitted = _emit(first, placed_plan, op_graph, devset, built, policy, groups, opts)
+    with timer.stage("report"):
+        report = _report(first, emitted, op_graph, built, small, opts, timer.seconds, model.name)
+    first.shell.attach(Placement(
+        plan=emitted.plan, op_graph=op_graph, devices=devset, input_specs=first.input_specs,
+        training=traced.step == "train", data_structure=traced.data_structure, replica_groups=groups,
+        variables=emitted.variables, functions=emitted.functions, planned=emitted.planned, report=report,
+        watchdog=Watchdog(worker_addresses(devset.names), opts.emit.worker_timeout_s)))
+    log.info("autoplace %s: %s", model.name, " ".join(f"{k}={v:.2f}s" for k, v in timer.seconds.items()))
+    return first.shell

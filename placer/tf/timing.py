@@ -1,0 +1,313 @@
+"""Timed copies of a traced model: what the devices and the runtime make of the model's own ops.
+
+The measurement tools of :mod:`placer.measure` know nothing of traced models;
+this module runs a :class:`~placer.tf.trace.TracedModel`'s forward graph with
+them, for the stages that need the model's own ops timed:
+
+* the *hosts* stage: how much work devices that share a processor do at once
+  (:func:`measure_shared_capacity`, :func:`shared_processors`; the theory is
+  in :mod:`placer.measure.hosts`);
+* the *costs* stage: how much longer this process's runtime takes than the
+  profiling session (:func:`runtime_factor`);
+* the *calls* stage: the fixed cost of one call of a placement
+  (:func:`call_interface`, :func:`plan_call_seconds`, over
+  :func:`placer.measure.links.measure_call`).
+
+Examples
+--------
+>>> import keras
+>>> from placer.tf.trace import trace_model
+>>> m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+>>> t = trace_model(m, batch_size=2)
+>>> iface = call_interface(t, {op.name: "/CPU:0" for op in t.fixed.graph.get_operations()})
+>>> [(x.shape, x.dtype) for x in iface.inputs], iface.variables
+([((2, 4), 'float32')], (('/CPU:0', 2),))
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from ..core.devices import DeviceSet, SharedProcessor
+from ..errors import CostError, DeviceError
+from ..measure.hosts import (BUDGET_S, DEFAULT_ROUNDS, MAX_REFERENCE_ROUNDS, MAX_WARMUP, REFERENCE_MIN_S,
+                             REFERENCE_ROUNDS, WARMUP, WARMUP_S, capacity_from_times, clip_runtime_factor,
+                             compute_seconds, enough_rounds)
+from ..measure.links import CallInterface, TensorAt, measure_call, stand_in
+from .graphdef import IMPORT_PREFIX, complete_assignment, layer_devices_of, tf_variable
+from .trace import TracedModel, random_batch
+
+log = logging.getLogger(__name__)
+
+
+def _copies_function(traced: TracedModel, devices: Sequence[str],
+                     variables: Mapping[str, Mapping[str, Any]] | None = None) -> Any:
+    """A ``tf.function`` running one copy of ``traced``'s fixed-batch forward graph per device, independently.
+
+    ``variables``: device → (placeholder → the variable its copy reads instead of the model's own: a copy
+    on a worker, so that a step does not fetch every weight from this process)."""
+    base = traced.fixed.graph.as_graph_def()
+    graph_defs = []
+    for device in devices:
+        gd = tf.compat.v1.GraphDef()
+        gd.CopyFrom(base)
+        for node in gd.node:
+            node.device = device
+        graph_defs.append(gd)
+    captures = []
+    for device in devices:
+        own = traced.variables if variables is None or device not in variables else variables[device]
+        captures.append([(ph, tf_variable(v).handle) for ph, v in own.items()] + list(traced.constants.items()))
+
+    def copies(*xs: tf.Tensor) -> list[tf.Tensor]:
+        fg = tf.compat.v1.get_default_graph()
+        outs: list[tf.Tensor] = []
+        for i, gd in enumerate(graph_defs):
+            captured = {f"{ph}:0": fg.capture(value) for ph, value in captures[i]}
+            input_map = {**captured, **dict(zip(traced.input_names, xs))}
+            outs += tf.graph_util.import_graph_def(gd, input_map=input_map, return_elements=list(traced.output_names),
+                                                   name=f"{IMPORT_PREFIX}_copy{i}")
+        return outs
+
+    return tf.function(copies, autograph=False)
+
+
+def measure_shared_capacity(traced: TracedModel, devices: Sequence[str], *, rounds: int = DEFAULT_ROUNDS,
+                            budget_s: float = BUDGET_S, seed: int = 0, work_s: float | None = None,
+                            pooled: bool = True) -> float:
+    """The capacity of ``devices`` (one process's logical CPUs, or with ``pooled=False`` the CPUs of
+    worker processes on one machine) for ``traced``'s ops; see the module docstring.
+
+    Parameters
+    ----------
+    traced : TracedModel
+        A traced forward pass (``step == "predict"``): its variables are read, never written.
+    devices : sequence of str
+        Two or more devices that share a processor.
+    rounds : int
+        Interleaved timing rounds (fewer once ``budget_s`` is spent; at least 3).
+    budget_s : float
+        Seconds after which no further round starts.
+    seed : int
+        Seed of the random input batch.
+    work_s : float, optional
+        The profiled op times of ``traced`` summed (seconds): then the capacity is also at most what one
+        copy realises by itself, ``work_s / (one copy − its fixed call cost)``: the model's own
+        branches overlap on the shared processor no better than they do on one device (pooled only).
+    pooled : bool
+        ``False``: the devices are separate processes; each copy reads a copy of the weights on its
+        own device, and ``work_s`` does not cap the capacity (each process runs its own ops).
+
+    Raises
+    ------
+    DeviceError
+        Fewer than two devices, or a training step (its copies would update the model's variables).
+    """
+    if len(devices) < 2:
+        raise DeviceError(f"measuring a shared processor needs two or more devices, got {list(devices)}")
+    if traced.step != "predict":
+        raise DeviceError("the shared-processor capacity is measured with the forward pass, not a training step")
+    local = None if pooled else weight_copies(traced, devices)
+    placements = [devices[:1], devices]
+    times = _interleaved(traced, placements, rounds, budget_s, seed, local, stand_ins=() if pooled else placements)
+    one_s, all_s = times[:2]
+    capacity = capacity_from_times(one_s, all_s, len(devices))
+    if not pooled:  # calling several processes costs more than one: compare the compute, not the calls
+        one_c, all_c = compute_seconds(one_s, times[2]), compute_seconds(all_s, times[3])
+        if one_c > 0 and all_c > 0:
+            capacity = capacity_from_times([one_c], [all_c], len(devices))
+    log.info("shared processor of %d devices: capacity %.2f (one copy %.2f ms, %d at once %.2f ms, %d rounds)",
+             len(devices), capacity, 1e3 * float(np.median(one_s)), len(devices), 1e3 * float(np.median(all_s)),
+             len(one_s))
+    if pooled and work_s is not None and work_s > 0:
+        compute_s = float(np.median(one_s)) - _call_seconds(traced, devices[0])
+        if compute_s > 0:
+            realised = round(float(min(max(work_s / compute_s, 1.0), len(devices))), 3)
+            log.info("one copy realises %.2f ops' worth at once (ops %.2f ms, step less call %.2f ms)", realised,
+                     work_s * 1e3, compute_s * 1e3)
+            capacity = min(capacity, realised)
+    return capacity
+
+
+def runtime_factor(traced: TracedModel, device: str, reference_s: float, *, rounds: int = REFERENCE_ROUNDS,
+                   min_s: float = REFERENCE_MIN_S, budget_s: float = BUDGET_S, seed: int = 0) -> float:
+    """How much longer this process's runtime takes for ``traced``'s step on ``device`` than the profiling
+    session did: the factor the session's op times are scaled by.
+
+    ``reference_s`` is the session's median untraced step less its fixed cost
+    (:meth:`cost_models.profile.GraphProfiler.step_compute_s`, timed in a block
+    just before). Here one copy of the forward graph runs as a ``tf.function``
+    with every op (and a copy of every weight) on ``device``, ``rounds`` times and more until
+    ``min_s`` has passed (:func:`enough_rounds`);
+    the factor is its median step less its fixed call cost
+    (:func:`placer.tf.timing.plan_call_seconds`, timed after the rounds) over ``reference_s``, clipped
+    to ``1 / MAX_RUNTIME_FACTOR … MAX_RUNTIME_FACTOR``. Below 1 the runtime beat the
+    session (its optimizer fused more, or a device's threads overlapped ops); the
+    simulator runs a device's ops one at a time, so scaling them down is what makes
+    its one-device step right.
+
+    The call cost is timed apart here, not in the rounds as :func:`measure_shared_capacity`
+    does for worker processes: timed in the rounds (on logical devices) it came out larger, and
+    the demo's predictions dropped below its measurements (2.09-2.16 ms predicted in four runs,
+    2.28-2.55 ms in six with the call timed apart; measured 2.35-3.7 ms).
+
+    Call it with the session *closed*: while a TF1 session was open (and had run),
+    this process's ``tf.function`` steps ran 1.3–1.8× slower on a 2-core VM with AMX
+    (oneDNN's ops on), and the factor, timed interleaved with the session's steps,
+    came out 1.3–1.8 where the two timed apart gave 0.57–0.65 (the demo's predicted
+    step was then 13–140% above the measurement).
+
+    Raises
+    ------
+    DeviceError
+        A training step (one copy would update the model's variables).
+
+    Examples
+    --------
+    >>> clip_runtime_factor(10.0), clip_runtime_factor(0.5)
+    (3.0, 0.5)
+    """
+    if traced.step != "predict":
+        raise DeviceError("the runtime factor is measured with the forward pass, not a training step")
+    copies = weight_copies(traced, [device])
+    (one_s,) = _interleaved(traced, [[device]], rounds, budget_s, seed, copies, min_s=min_s)
+    compute_s = float(np.median(one_s)) - _call_seconds(traced, device)
+    factor = clip_runtime_factor(compute_s / reference_s if reference_s > 0 else 1.0)
+    log.info("runtime on %s: one step less its call %.3f ms, the profiling session's %.3f ms: factor %.3f",
+             device, 1e3 * compute_s, 1e3 * reference_s, factor)
+    return factor
+
+
+def weight_copies(traced: TracedModel, devices: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """device → (placeholder → a non-trainable copy of that weight on the device): where a plan puts
+    them, so that a timed copy does not read its weights across processes."""
+    out = {}
+    for device in devices:
+        with tf.device(device):
+            out[device] = {ph: tf.Variable(tf_variable(v).read_value(), trainable=False)
+                           for ph, v in traced.variables.items()}
+    return out
+
+
+def _interleaved(traced: TracedModel, placements: Sequence[Sequence[str]], rounds: int, budget_s: float, seed: int,
+                 variables: Mapping[str, Mapping[str, Any]] | None = None, *,
+                 stand_ins: Sequence[Sequence[str]] = (), min_s: float = 0.0) -> list[list[float]]:
+    """Seconds per call of one copy of ``traced`` per device of each placement, the placements interleaved
+    (warm-up rounds first: :data:`WARMUP`, and more until :data:`WARMUP_S` has passed; at least 3 timed
+    rounds, ``rounds`` and more until ``min_s`` has passed (:func:`enough_rounds`), no new round after
+    ``budget_s``).
+
+    ``stand_ins``: placements whose fixed call cost is timed in the same rounds (a stand-in of their
+    copies' interface, :func:`_copies_stand_in`), listed after the placements' times: a call cost
+    subtracted from a copy's time of the same round cancels the machine's slow spells (see
+    :data:`DEFAULT_ROUNDS`)."""
+    xs = [tf.constant(x) for x in random_batch(traced.input_specs, traced.batch_size, seed)]
+    copies = [_copies_function(traced, devices, variables) for devices in placements]
+    fns = [lambda fn=fn: fn(*xs) for fn in copies] + [_copies_stand_in(traced, devices) for devices in stand_ins]
+    warm = time.perf_counter()
+    for r in range(MAX_WARMUP):
+        if r >= WARMUP and time.perf_counter() - warm >= WARMUP_S:
+            break
+        for fn in fns:
+            _fetch(fn())
+    out: list[list[float]] = [[] for _ in fns]
+    start = time.perf_counter()
+    for r in range(MAX_REFERENCE_ROUNDS):
+        if r >= 3 and (time.perf_counter() - start > budget_s or enough_rounds(r, start, rounds, min_s)):
+            break
+        for fn, times in zip(fns, out):
+            t = time.perf_counter()
+            _fetch(fn())
+            times.append(time.perf_counter() - t)
+    return out
+
+
+def _copies_stand_in(traced: TracedModel, devices: Sequence[str]) -> Callable[[], Any]:
+    """A stand-in (:func:`placer.measure.links.stand_in`) of one call of :func:`_copies_function` over
+    ``devices``: each copy's inputs fed from this process, its outputs fetched, its captured variables and
+    an op on its device, next to no compute."""
+    one = call_interface(traced, {op.name: devices[0] for op in traced.fixed.graph.get_operations()})
+
+    def on_each(tensors: Sequence[Any]) -> tuple[Any, ...]:
+        return tuple(replace(t, device=d) for d in devices for t in tensors)
+
+    return stand_in(CallInterface(inputs=on_each(one.inputs), outputs=on_each(one.outputs),
+                                  variables=tuple((d, n) for d in devices for _, n in one.variables),
+                                  devices=tuple(devices)))
+
+
+def _call_seconds(traced: TracedModel, device: str) -> float:
+    return plan_call_seconds(traced, {op.name: device for op in traced.fixed.graph.get_operations()})
+
+
+def _fetch(outs: Any) -> None:
+    for t in tf.nest.flatten(outs):
+        t.numpy()
+
+
+def shared_processors(traced: TracedModel, devset: DeviceSet, groups: Sequence[tuple[tuple[int, ...], bool]], *,
+                      given: float | None = None, seed: int = 0, work_s: float | None = None) -> DeviceSet:
+    """``devset`` with a :class:`~placer.core.devices.SharedProcessor` per ``(devices, pooled)`` group
+    (:func:`sharing_groups`).
+
+    ``given``: that capacity for every such group instead of measuring (``source == "given"``).
+    ``work_s``: the forward pass's profiled op times summed (see :func:`measure_shared_capacity`).
+    GPUs are separate processors and get none.
+    """
+    shared = []
+    for group, pooled in groups:
+        names = [devset.names[i] for i in group]
+        if given is not None:
+            shared.append(SharedProcessor(group, given, "given", pooled))
+        else:
+            capacity = measure_shared_capacity(traced, names, seed=seed, work_s=work_s, pooled=pooled)
+            shared.append(SharedProcessor(group, capacity, "measured", pooled))
+    return devset.with_shared(shared)
+
+
+def call_interface(traced: TracedModel, op_devices: Mapping[str, str]) -> CallInterface:
+    """The :class:`CallInterface` of ``traced`` placed by ``op_devices`` (fixed-batch op name → device).
+    A step traced for any batch (Keras' training step) is sized at ``traced.batch_size``.
+
+    Raises
+    ------
+    CostError
+        If ``op_devices`` lacks an op of the fixed-batch trace, or an input or output has an unknown size
+        other than the batch.
+    """
+    fixed = traced.fixed.graph
+    missing = [op.name for op in fixed.get_operations() if op.name not in op_devices]
+    if missing:
+        raise CostError(f"op_devices names no device for {len(missing)} ops of the traced graph, e.g. "
+                        f"{missing[:3]}; pass a device for every op (a plan's assignment has them all)")
+
+    def at(name: str) -> TensorAt:  # a training step is traced for any batch: sized at the plan's batch
+        t = fixed.get_tensor_by_name(name)
+        dims = t.shape.as_list() if t.shape.rank is not None else None
+        if dims is None or None in dims[1:] or (dims and dims[0] is None and not traced.batch_size):
+            raise CostError(f"tensor {t.name} of the traced graph has an unknown shape {t.shape}: the fixed cost "
+                            "of a call needs every input's and output's size; pass batch_size and an "
+                            "input_signature whose other dimensions are known, and outputs of a known shape")
+        return TensorAt(op_devices[t.op.name], tuple(traced.batch_size if d is None else d for d in dims),
+                        t.dtype.name)
+
+    inputs = tuple(at(n) for n in traced.input_names)
+    outputs = tuple(at(n) for n in traced.output_names)
+    per_device: dict[str, int] = {}
+    for ph in traced.variables:
+        per_device[op_devices[ph]] = per_device.get(op_devices[ph], 0) + 1
+    return CallInterface(inputs, outputs, tuple(sorted(per_device.items())),
+                         tuple(sorted(set(op_devices[op.name] for op in fixed.get_operations()))))
+
+
+def plan_call_seconds(traced: TracedModel, assignment: Mapping[str, str], repeats: int = 9) -> float:
+    """:func:`measure_call` of ``traced`` placed by ``assignment`` (a plan's op → device; the fixed-batch
+    trace's other ops take their layer's or a neighbour's device: :func:`placer.tf.graphdef.complete_assignment`)."""
+    op_devices = complete_assignment(traced.fixed.graph, assignment, layer_devices_of(assignment))
+    return measure_call(call_interface(traced, op_devices), repeats=repeats)
