@@ -32,6 +32,8 @@ import placer  # noqa: E402
 from cost_models.profile import GraphProfiler  # noqa: E402
 from placer.measure.cluster import LocalCluster  # noqa: E402
 from placer.measure.links import measure_link  # noqa: E402
+from placer.measure.steps import measure_steps  # noqa: E402
+from placer.tf.measuring import one_device_original  # noqa: E402
 
 
 def model() -> keras.Model:
@@ -209,6 +211,25 @@ def main() -> None:
         out["shared"] = placed.report_data.get("shared_processors", [])
         out["used_devices"] = sorted(set(placed.plan.assignment.values()))
         out["variable_devices"] = sorted({v.value.device for v in placed.variables})
+        # placed.measure's baseline: the original with every op and a copy of every weight on worker 0, timed
+        # against a hand-built one-worker copy (the model cloned there, its weights copied), interleaved
+        progress("the measured baseline against a hand-built one-worker copy")
+        traced = placed.trace_forward(placed.input_specs, 8, False)
+        original, copies = one_device_original(traced, devices[0])
+        out["original_variable_devices"] = sorted({v.device for v in copies})
+        with tf.device(devices[0]):
+            hand = keras.models.clone_model(m)
+            hand.set_weights(m.get_weights())
+
+        @tf.function(autograph=False)
+        def hand_step(xs):
+            with tf.device(devices[0]):
+                return hand(xs, training=False)
+
+        xs = tf.constant(x)
+        ours, theirs = measure_steps(original, hand_step, [xs], repeats=30, warmup=5, min_time_s=1.5)
+        out["original_vs_hand"] = float(np.median(ours) / np.median(theirs))
+        out["measure_setup"] = placed.measure(x, repeats=5, min_time_s=0).report_entries()[1]["setup"]
         out["missing_device"] = timed_error(lambda: placer.autoplace(
             m, ["/job:worker/replica:0/task:7/device:CPU:0"], batch_size=8, time_limit_s=1))
         # a two-stage pipeline of 4 micro-batches: bit-exact against the original on the same micro-batches

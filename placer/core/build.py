@@ -65,6 +65,7 @@ from .attrs import (
     LAYER,
     MEMORY_BYTES,
     OP_TYPE,
+    OUTPUT_BYTES,
     PHASE,
     PHASES,
     TENSOR,
@@ -271,6 +272,8 @@ def _check_attributes(graph: nx.DiGraph) -> None:
                              f"(e.g. [\"CPU\", \"GPU\"]), got {allowed!r}")
         if attrs.get(OP_TYPE) is not None and not isinstance(attrs[OP_TYPE], str):
             raise GraphError(f"node {v!r}: {OP_TYPE} must be a string, got {attrs[OP_TYPE]!r}")
+        if attrs.get(OUTPUT_BYTES) is not None:  # not planned with, but reported: a byte count all the same
+            _number(attrs[OUTPUT_BYTES], f"node {v!r}: {OUTPUT_BYTES}")
         us = attrs.get(COMPUTE_US)
         if isinstance(us, Mapping) and not all(isinstance(kind, str) for kind in us):
             raise GraphError(f"node {v!r}: {COMPUTE_US} maps device kinds (strings) to µs, got {us!r}")

@@ -2,8 +2,11 @@
 
 * :func:`check_output` validates a destination *before* tracing, profiling
   and solving: its folder exists (or can be made) and is writable, a file is
-  not going where a folder is (or the reverse), and it is not one of the
-  command's inputs.
+  not going where a folder is (or the reverse), it is not one of the
+  command's inputs, and nothing but a regular file (or an empty folder, for a
+  SavedModel) is there: a symbolic link, a FIFO, a socket or a device is
+  refused, never replaced (an atomic rename would put a regular file in its
+  place, or write through the link).
 * :func:`write_text` writes to a temporary sibling created with ``O_EXCL``
   (``tempfile.mkstemp``: never through a planted symlink), flushes it to
   disk and renames it into place; on any failure (a full disk, say) the old
@@ -28,6 +31,7 @@ import contextlib
 import math
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
@@ -70,6 +74,15 @@ def check_output(path: str | os.PathLike, *, directory: bool = False, suffixes: 
     suffixes = tuple(suffixes)
     if suffixes and p.suffix not in suffixes:
         raise OutputError(f"{os.fspath(path)!r}: the file name must end in {' or '.join(suffixes)}")
+    if os.path.islink(p):
+        raise OutputError(f"{os.fspath(path)!r} is a symbolic link (to {os.readlink(p)!r}); autoplace writes only "
+                          "regular files and new folders: give the real path, or remove the link")
+    if p.exists() and not (p.is_file() or p.is_dir()):
+        kind = ("a FIFO" if stat.S_ISFIFO(p.stat().st_mode) else "a socket" if stat.S_ISSOCK(p.stat().st_mode)
+                else "a device" if stat.S_ISCHR(p.stat().st_mode) or stat.S_ISBLK(p.stat().st_mode)
+                else "not a regular file")
+        raise OutputError(f"{os.fspath(path)!r} is {kind}; autoplace writes only regular files (replacing it "
+                          "would destroy it): give a file path")
     for other in inputs:
         if os.path.realpath(os.fspath(other)) == os.path.realpath(p):
             raise OutputError(f"{os.fspath(path)!r} is also an input of this command; writing it would destroy "

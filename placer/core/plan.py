@@ -26,12 +26,16 @@ import json
 import math
 import os
 from collections import Counter
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Hashable, Mapping
 
 from ..errors import PlanError
 from .outputs import write_text
+from .validate import MAX_BATCH_SIZE, integer, real
+
+#: The pipeline orders a plan may name (``placer.core.microbatch.PIPELINE_ORDERS``).
+_PIPELINES = ("gpipe", "1f1b")
 
 #: Identifies the JSON written by :meth:`Plan.to_dict`.
 PLAN_FORMAT = "autoplace-plan"
@@ -189,8 +193,9 @@ class Plan:
             plan = cls(**values)
         except (KeyError, TypeError, ValueError) as e:
             raise PlanError(f"malformed plan: {e!r}; write plans with Plan.save or Plan.to_dict") from None
+        plan = _checked_fields(plan)
         bad = sorted({d for d in plan.assignment.values() if d not in plan.devices}
-                     | set(plan.op_order) - set(plan.devices))
+                     | set(plan.op_order) - set(plan.devices) | set(plan.stages) - set(plan.devices))
         if bad:
             raise PlanError(f"the plan places nodes on {bad}, which its device list {list(plan.devices)} lacks")
         return plan
@@ -215,8 +220,9 @@ class Plan:
         """
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as e:
-            raise PlanError(f"cannot read plan file {os.fspath(path)!r}: {e}") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+            why = "nested too deeply" if isinstance(e, RecursionError) else e
+            raise PlanError(f"cannot read plan file {os.fspath(path)!r}: {why}") from None
         return cls.from_dict(data)
 
     # -- for people ----------------------------------------------------------
@@ -256,3 +262,34 @@ class Plan:
         if self.compression != "none":
             lines.append(f"  compression of cut float edges: {self.compression} (the report lists each compressed edge)")
         return "\n".join(lines)
+
+
+def _checked_fields(plan: "Plan") -> "Plan":
+    """``plan`` (read from a file) with each field of its type and in range, integers as ``int``.
+
+    Raises
+    ------
+    PlanError
+        Naming the field that is not.
+    """
+    if not plan.devices or not all(isinstance(d, str) and d for d in plan.devices) \
+            or len(set(plan.devices)) != len(plan.devices):
+        raise PlanError(f"malformed plan: devices must be distinct device names, got {list(plan.devices)[:8]}")
+    if not all(isinstance(d, str) for d in plan.assignment.values()):
+        raise PlanError("malformed plan: assignment must map each node to a device name")
+    for name in ("objective", "unit", "solver", "status", "group_by", "compression"):
+        if not isinstance(getattr(plan, name), str):
+            raise PlanError(f"malformed plan: {name} must be a string, got {getattr(plan, name)!r}")
+    if plan.pipeline not in _PIPELINES:
+        raise PlanError(f"malformed plan: pipeline must be one of {list(_PIPELINES)}, got {plan.pipeline!r}")
+    microbatches = integer("plan microbatches", plan.microbatches, minimum=1, maximum=MAX_BATCH_SIZE,
+                           error=PlanError)
+    batch = None if plan.batch_size is None else integer("plan batch_size", plan.batch_size, minimum=1,
+                                                         maximum=MAX_BATCH_SIZE, error=PlanError)
+    for name in ("solve_time_s", "predicted_step_time_s", "predicted_max_load_s", "traffic_bytes",
+                 "call_overhead_s"):
+        real(f"plan {name}", getattr(plan, name), error=PlanError)
+    for name in ("predicted_device_load_s", "device_memory_bytes", "predicted_peak_memory_bytes"):
+        for x in getattr(plan, name):
+            real(f"plan {name} entry", x, error=PlanError)
+    return replace(plan, microbatches=microbatches, batch_size=batch)

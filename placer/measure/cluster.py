@@ -48,6 +48,10 @@ from .worker import READY
 log = logging.getLogger(__name__)
 
 
+#: The most worker processes one LocalCluster starts (each loads TensorFlow: ~0.9 GB and ~4 s).
+MAX_WORKERS = 64
+
+
 def network_isolated() -> bool:
     """True when this process sees no network interface but loopback (``/proc/net/dev``)."""
     try:
@@ -154,7 +158,8 @@ class LocalCluster:
     def __init__(self, workers: int = 2, *, pin_cores: bool = True, threads: int = 1, start_timeout_s: float = 90.0,
                  require_isolated_network: bool = True, env: Mapping[str, str] | None = None,
                  profiler: bool = False, trim_heap: bool = True, ports: Sequence[int] | None = None) -> None:
-        workers = integer("workers (the number of worker processes)", workers, minimum=1, error=DeviceError)
+        workers = integer("workers (the number of worker processes)", workers, minimum=1, maximum=MAX_WORKERS,
+                          error=DeviceError)
         if ports is not None:
             ports = [integer("a worker port", p, minimum=1, maximum=65535, error=DeviceError) for p in ports]
             if len(ports) != workers or len(set(ports)) != workers:

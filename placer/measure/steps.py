@@ -51,6 +51,9 @@ class StepMeasurement:
         The cost model's step for this batch (``None`` when the plan was made at another batch size).
     step : str
         What was timed: ``"predict"`` (the forward pass) or ``"train"`` (one ``train_on_batch``).
+    setup : str
+        What exactly the original side was (where its ops and variables were, what was timed), for the
+        report; empty: not said.
     """
 
     placed_s: tuple[float, ...]
@@ -59,6 +62,7 @@ class StepMeasurement:
     original_device: str
     predicted_step_s: float | None
     step: str = "predict"
+    setup: str = ""
 
     @property
     def placed_step_s(self) -> float:
@@ -107,7 +111,8 @@ class StepMeasurement:
         return ({"what": f"placed model{what}", "step_time_s": placed, "spread_s": placed_spread, **common,
                  "predicted_step_time_s": self.predicted_step_s, "prediction_error": self.prediction_error},
                 {"what": f"original model on {self.original_device}{what}", "step_time_s": original,
-                 "spread_s": original_spread, **common, "speedup_of_placed": self.speedup})
+                 "spread_s": original_spread, **common, "speedup_of_placed": self.speedup,
+                 **({"setup": self.setup} if self.setup else {})})
 
     def summary(self) -> str:
         """Two lines for people (every figure here is measured, except the prediction it is compared with)."""

@@ -55,7 +55,11 @@ def validate_report(data: Any) -> Any:
     if data.get("report_version") != REPORT_VERSION:
         raise ReportError(f"report version {data.get('report_version')!r}: this autoplace reads version "
                           f"{REPORT_VERSION} (re-create the report with it)")
-    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema()).iter_errors(data))
+    try:
+        error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema()).iter_errors(data))
+    except RecursionError:
+        raise ReportError("the report is nested too deeply to be a report; give a report written by "
+                          "placed.report(...) / autoplace plan --report") from None
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "(top level)"
         raise ReportError(f"the report does not match its schema at {where}: {error.message[:300]}")
@@ -95,8 +99,9 @@ def load_report(path: str | os.PathLike) -> dict[str, Any]:
     """
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ReportError(f"cannot read report file {os.fspath(path)!r}: {e}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        why = "nested too deeply" if isinstance(e, RecursionError) else e
+        raise ReportError(f"cannot read report file {os.fspath(path)!r}: {why}") from None
     if isinstance(data, Mapping) and data.get("format") == "autoplace-plan":
         try:
             return report_from_plan(data)

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import tensorflow as tf
+from google.protobuf.message import DecodeError
 
 from ..core.build import build_problem
 from ..core.devices import DeviceSet, resolve_devices
@@ -47,7 +48,7 @@ from ..core.graph_io import load_graph, save_graph
 from ..core.order import MODEL_EXECUTION_ORDER
 from ..core.outputs import new_directory
 from ..core.plan import Plan
-from ..errors import AutoplaceError, DeviceError, ExportError, OutputError
+from ..errors import AutoplaceError, DeviceError, ExportError, OutputError, PlanError
 from ..planner import MODEL_MEMORY, PlanOptions, plan_problem
 from .emit import EmittedModel, import_function, observed_devices, rewrite_graph_def
 from .graphdef import complete_assignment, layer_devices_of, tf_variable
@@ -154,7 +155,8 @@ def export_saved_model(emitted: EmittedModel, path: str | os.PathLike, *, plan: 
         "inputs": [{"name": n, "tensor": t, "shape": s.shape.as_list(), "dtype": s.dtype.name}
                    for n, t, s in zip(names, emitted.input_names, input_specs)],
         "outputs": list(emitted.output_names), "output_structure": _structure(emitted.structured_outputs),
-        "variables": [{"placeholder": ph, "key": _variable_key(i), "device": v.device}
+        "variables": [{"placeholder": ph, "key": _variable_key(i), "device": v.device, "dtype": v.dtype.name,
+                       "shape": v.shape.as_list()}
                       for i, (ph, v) in enumerate(zip(emitted.variable_placeholders, variables))],
         "remappable": not_remappable is None, "not_remappable_because": not_remappable,
         "microbatches": emitted.microbatches,
@@ -186,41 +188,195 @@ def export_saved_model(emitted: EmittedModel, path: str | os.PathLike, *, plan: 
 
 @dataclass(frozen=True)
 class _Export:
-    """What an export directory holds for :func:`load`."""
+    """What an export directory holds for :func:`load`, read and checked (:func:`read_export`)."""
 
     path: str
     manifest: Mapping[str, Any]
     graph_def: tf.compat.v1.GraphDef
     plan: Plan
     op_graph: Any
+    #: The saved value of each manifest variable, in its order.
+    values: tuple[Any, ...]
 
 
-def _read_export(path: str) -> _Export:
+#: A manifest's shape (``manifest.json``): every field's type and range, checked before anything is used.
+_NAME = {"type": "string", "minLength": 1, "maxLength": 4096}
+_TENSOR = {"type": "string", "pattern": r"^[A-Za-z0-9.][A-Za-z0-9_.\-/]*:[0-9]+$", "maxLength": 4096}
+MANIFEST_SCHEMA: Mapping[str, Any] = {
+    "type": "object",
+    "required": ["format", "version", "inputs", "outputs", "variables", "output_structure"],
+    "properties": {
+        "format": {"const": EXPORT_FORMAT},
+        "version": {"const": EXPORT_VERSION},
+        "inputs": {"type": "array", "minItems": 1, "maxItems": 10000, "items": {
+            "type": "object", "required": ["name", "tensor", "shape", "dtype"],
+            "properties": {"name": {"type": "string", "pattern": "^[A-Za-z][A-Za-z0-9_]*$", "maxLength": 256},
+                           "tensor": _TENSOR,
+                           "shape": {"type": "array", "minItems": 1, "maxItems": 64,
+                                     "items": {"type": ["integer", "null"], "minimum": 0, "maximum": 2**40}},
+                           "dtype": {"type": "string", "enum": ["float16", "bfloat16", "float32", "float64", "int8",
+                                                                "int16", "int32", "int64", "uint8", "bool",
+                                                                "string", "complex64", "complex128"]}}}},
+        "outputs": {"type": "array", "minItems": 1, "maxItems": 100000, "items": _TENSOR},
+        "variables": {"type": "array", "maxItems": 1000000, "items": {
+            "type": "object", "required": ["placeholder", "key"],
+            "properties": {"placeholder": _NAME,
+                           "key": {"type": "string", "pattern": r"^placed_variables/[0-9]+/\.ATTRIBUTES/VARIABLE_VALUE$"},
+                           "device": {"type": "string", "maxLength": 4096},
+                           "dtype": {"type": "string", "maxLength": 32},
+                           "shape": {"type": "array", "maxItems": 64,
+                                     "items": {"type": "integer", "minimum": 0, "maximum": 2**40}}}}},
+        "remappable": {"type": "boolean"},
+        "not_remappable_because": {"type": ["string", "null"]},
+        "microbatches": {"type": "integer", "minimum": 1, "maximum": 1 << 20},
+        "sends": {"enum": ["executor", "prompt"]},
+    },
+}
+#: At most this many nodes in the graph that runs (micro-batch copies included): a manifest that asks for more
+#: (``"microbatches": 100000``) is refused instead of building it.
+MAX_LOADED_NODES = 1_000_000
+
+
+def _fail(path: str, file: str, what: str) -> ExportError:
+    return ExportError(f"the export {path!r} is corrupt or was edited: {file}: {what}; export it again")
+
+
+def _json_file(path: str, name: str) -> Any:
+    try:
+        with open(os.path.join(path, EXTRA_DIR, name), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        why = "nested too deeply" if isinstance(e, RecursionError) else f"{type(e).__name__}: {e}"
+        raise _fail(path, f"{EXTRA_DIR}/{name}", f"cannot be read ({why})") from None
+
+
+def _check_manifest(path: str, manifest: Any) -> None:
+    """``manifest.json`` against :data:`MANIFEST_SCHEMA` (:class:`ExportError` naming the field)."""
+    import jsonschema  # lazy: not a project import (the schema library loads only to read exports)
+
+    if isinstance(manifest, Mapping) and (manifest.get("format"), manifest.get("version")) != (EXPORT_FORMAT,
+                                                                                            EXPORT_VERSION):
+        raise ExportError(f"{path!r} is an export of format {manifest.get('format')!r} version "
+                          f"{manifest.get('version')!r} ({EXTRA_DIR}/manifest.json); this autoplace reads "
+                          f"{EXPORT_FORMAT!r} version {EXPORT_VERSION}")
+    try:
+        error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(MANIFEST_SCHEMA).iter_errors(manifest))
+    except RecursionError:
+        raise _fail(path, f"{EXTRA_DIR}/manifest.json", "nested too deeply") from None
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "(top level)"
+        raise _fail(path, f"{EXTRA_DIR}/manifest.json", f"field {where}: {error.message[:200]}")
+
+
+def _check_names(path: str, manifest: Mapping[str, Any], gd: tf.compat.v1.GraphDef) -> None:
+    """Every node the manifest names is in the GraphDef, of the kind it names, and every captured variable of
+    the GraphDef has a saved value."""
+    nodes = {n.name: n for n in gd.node}
+    where = f"{EXTRA_DIR}/manifest.json"
+
+    def node_of(tensor: str, field: str) -> Any:
+        name, _, port = tensor.rpartition(":")
+        node = nodes.get(name)
+        if node is None:
+            raise _fail(path, where, f"{field} {tensor!r} is not a tensor of graph_def.pb")
+        return node, int(port)
+
+    for i, entry in enumerate(manifest["inputs"]):
+        node, port = node_of(entry["tensor"], f"inputs/{i}/tensor")
+        if node.op != "Placeholder" or port != 0:
+            raise _fail(path, where, f"inputs/{i}/tensor {entry['tensor']!r} is not an input placeholder")
+        if tf.dtypes.as_dtype(node.attr["dtype"].type).name != entry["dtype"]:
+            raise _fail(path, where, f"inputs/{i}/dtype {entry['dtype']!r} is not the graph's "
+                        f"{tf.dtypes.as_dtype(node.attr['dtype'].type).name}")
+        shape = tf.TensorShape(node.attr["shape"].shape)
+        if not shape.is_compatible_with(tf.TensorShape(entry["shape"])) or shape.rank != len(entry["shape"]):
+            raise _fail(path, where, f"inputs/{i}/shape {entry['shape']} does not fit the graph's {shape}")
+    for i, tensor in enumerate(manifest["outputs"]):
+        node_of(tensor, f"outputs/{i}")  # its port is checked when the function is built (LoadedModel)
+    placeholders = [v["placeholder"] for v in manifest["variables"]]
+    if len(set(placeholders)) != len(placeholders) or len({v["key"] for v in manifest["variables"]}) != len(placeholders):
+        raise _fail(path, where, "variables name a placeholder or a saved key twice")
+    captured = {n.name for n in nodes.values() if n.op == "Placeholder" and n.attr["dtype"].type == tf.resource}
+    for i, name in enumerate(placeholders):
+        if name not in captured:
+            raise _fail(path, where, f"variables/{i}/placeholder {name!r} is not a variable of graph_def.pb")
+    missing = sorted(captured - set(placeholders))
+    if missing:
+        raise _fail(path, where, f"the graph's variables {missing[:3]} have no saved value")
+    copies = int(manifest.get("microbatches", 1)) * len(gd.node)
+    if copies > MAX_LOADED_NODES:
+        raise _fail(path, where, f"microbatches={manifest.get('microbatches')} would copy the graph's {len(gd.node)} "
+                    f"nodes into {copies:,}, more than {MAX_LOADED_NODES:,}")
+
+
+def _read_values(path: str, manifest: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The saved value of each manifest variable (``variables/``), each of the dtype and shape the manifest says."""
+    where = "variables/"
+    try:
+        reader = tf.train.load_checkpoint(os.path.join(path, "variables", "variables"))
+        shapes, dtypes = reader.get_variable_to_shape_map(), reader.get_variable_to_dtype_map()
+    except (tf.errors.OpError, ValueError, OSError) as e:
+        raise _fail(path, where, f"the checkpoint cannot be read ({type(e).__name__}: "
+                    f"{str(e).splitlines()[0][:200]})") from None
+    values = []
+    for i, v in enumerate(manifest["variables"]):
+        key = v["key"]
+        if key not in shapes:
+            raise _fail(path, where, f"no saved value for manifest variables/{i} ({key!r})")
+        if "dtype" in v and dtypes[key].name != v["dtype"]:
+            raise _fail(path, where, f"{key!r} is {dtypes[key].name}, the manifest says {v['dtype']}")
+        if "shape" in v and list(shapes[key]) != list(v["shape"]):
+            raise _fail(path, where, f"{key!r} has shape {shapes[key]}, the manifest says {v['shape']}")
+        try:
+            values.append(reader.get_tensor(key))
+        except (tf.errors.OpError, ValueError, IndexError, OSError) as e:
+            raise _fail(path, where, f"{key!r} cannot be read ({type(e).__name__})") from None
+    return tuple(values)
+
+
+def read_export(path: str) -> _Export:
+    """Read and check every file of an export (the one place that reads them; :func:`load` calls it).
+
+    Raises
+    ------
+    ExportError
+        Not an autoplace export, or a file that is corrupt, edited or inconsistent with the others (named,
+        with the field).
+    """
     extra = os.path.join(path, EXTRA_DIR)
-    if not os.path.isdir(path) or not os.path.isfile(os.path.join(path, "saved_model.pb")):
+    if os.path.islink(path) or not os.path.isdir(path) or not os.path.isfile(os.path.join(path, "saved_model.pb")):
         raise ExportError(f"{path!r} is not a SavedModel directory (no saved_model.pb); give the directory "
                           "placed.export(...) or `autoplace export` wrote")
     if not os.path.isfile(os.path.join(extra, "manifest.json")):
         raise ExportError(f"{path!r} is a SavedModel but not an autoplace export (no {EXTRA_DIR}/manifest.json); "
                           "load it with tf.saved_model.load, or export it again with this version of autoplace")
+    manifest = _json_file(path, "manifest.json")
+    _check_manifest(path, manifest)
+    gd = tf.compat.v1.GraphDef()
     try:
-        with open(os.path.join(extra, "manifest.json")) as f:
-            manifest = json.load(f)
-        if manifest.get("format") != EXPORT_FORMAT or manifest.get("version") != EXPORT_VERSION:
-            raise ExportError(f"{path!r} is an export of format {manifest.get('format')!r} version "
-                              f"{manifest.get('version')!r}; this autoplace reads {EXPORT_FORMAT!r} version "
-                              f"{EXPORT_VERSION}")
-        gd = tf.compat.v1.GraphDef()
         with open(os.path.join(extra, "graph_def.pb"), "rb") as f:
             gd.ParseFromString(f.read())
+    except (OSError, DecodeError, RuntimeWarning) as e:
+        raise _fail(path, f"{EXTRA_DIR}/graph_def.pb", f"not a GraphDef ({type(e).__name__})") from None
+    _check_names(path, manifest, gd)
+    try:
         plan = Plan.load(os.path.join(extra, "plan.json"))
+    except PlanError as e:
+        raise _fail(path, f"{EXTRA_DIR}/plan.json", str(e)) from None
+    if plan.microbatches != manifest.get("microbatches", 1):
+        raise _fail(path, f"{EXTRA_DIR}/plan.json", f"microbatches={plan.microbatches}, the manifest's "
+                    f"{manifest.get('microbatches', 1)}: the two files are not of one export")
+    for device in plan.devices:
+        try:
+            tf.DeviceSpec.from_string(device)
+        except (ValueError, TypeError):
+            raise _fail(path, f"{EXTRA_DIR}/plan.json", f"devices: {device!r} is not a device name") from None
+    try:
         graph, _ = load_graph(os.path.join(extra, "ops.json"))
-    except AutoplaceError:
-        raise
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ExportError(f"the export {path!r} is incomplete or corrupt ({type(e).__name__}: {e}); export it "
-                          "again") from e
-    return _Export(path, manifest, gd, plan, graph)
+        build_problem(graph, resolve_devices(list(plan.devices)), group_by=plan.group_by)  # every cost checked
+    except AutoplaceError as e:
+        raise _fail(path, f"{EXTRA_DIR}/ops.json", str(e)) from None
+    return _Export(path, manifest, gd, plan, graph, _read_values(path, manifest))
 
 
 def _replan(export: _Export, devset: DeviceSet, time_limit_s: float | None, seed: int) -> Plan:
@@ -272,19 +428,32 @@ class LoadedModel(tf.Module):
         self.op_devices = dict(context.devices)
         self.order_edges = next((r.detail for r in records if r.rewrite == "order"), ())
         self.records = records
-        reader = tf.train.load_checkpoint(os.path.join(export.path, "variables", "variables"))
         placed = []
-        for v in m["variables"]:
+        for v, value in zip(m["variables"], export.values):
             with tf.device(self.op_devices[v["placeholder"]]):
-                placed.append(tf.Variable(reader.get_tensor(v["key"]), name=v["placeholder"].split("/")[-1]))
+                placed.append(tf.Variable(value, name=v["placeholder"].split("/")[-1]))
         self.placed_variables = placed
         self.plan, self.devices, self.remapped = plan, tuple(plan.devices), remapped
         self._device_set = devices
         specs = [tf.TensorSpec([None if d is None else d for d in i["shape"]], i["dtype"], name=i["name"])
                  for i in m["inputs"]]
+        try:
+            structure = _unstructure(m["output_structure"])
+            flat = tf.nest.flatten(structure)
+        except (AttributeError, TypeError, KeyError):
+            raise _fail(export.path, f"{EXTRA_DIR}/manifest.json", "output_structure is not a structure of "
+                        "outputs") from None
+        if len(flat) != len(m["outputs"]):
+            raise _fail(export.path, f"{EXTRA_DIR}/manifest.json", f"output_structure holds {len(flat)} outputs, "
+                        f"outputs names {len(m['outputs'])}")
         self.forward = import_function(self.graph_def, [i["tensor"] for i in m["inputs"]], m["outputs"],
                                        [(v["placeholder"], var) for v, var in zip(m["variables"], placed)],
-                                       _unstructure(m["output_structure"]), specs, microbatches=microbatches)
+                                       structure, specs, microbatches=microbatches)
+        try:  # built now, so that a graph that cannot run fails here and not at the first call
+            self.forward.get_concrete_function()
+        except (AutoplaceError, ValueError, TypeError, KeyError, IndexError, tf.errors.OpError) as e:
+            raise _fail(export.path, f"{EXTRA_DIR}/graph_def.pb", f"the placed graph cannot be built "
+                        f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})") from None
         self._export = export
 
     def __call__(self, *xs: Any) -> Any:
@@ -348,7 +517,7 @@ def load(path: str | os.PathLike, devices: Sequence[Any] | None = None, *, time_
     >>> sorted(set(one.op_devices.values())), bool(np.array_equal(one(x).numpy(), placed(x).numpy()))
     (['/job:localhost/replica:0/task:0/device:CPU:0'], True)
     """
-    export = _read_export(os.fspath(path))
+    export = read_export(os.fspath(path))
     if not export.manifest.get("remappable", False):
         raise ExportError(f"the export {os.fspath(path)!r} cannot be rebuilt: "
                           f"{export.manifest.get('not_remappable_because')}; load it with tf.saved_model.load on "

@@ -1,13 +1,20 @@
 """``placed.measure``: the placed step against what runs on one device, interleaved (measured, not predicted).
 
-For inference, the placed forward pass against the original model run as
-one graph function on the plan's first device; for a placement of the
-training step, one ``train_on_batch`` of the placed model against one of a
-copy of the original (:func:`one_device_twin`: its current weights, the same
-compile settings, every variable on the plan's first device): Keras' own
-step on both sides. Both are timed by
-:func:`placer.measure.steps.measure_steps` (each call's outputs fetched, the
-two alternating which goes first).
+The baseline is what a user would run instead on the plan's first device,
+with its variables *there* (a model whose weights stay in the client
+process reads every weight over the link on every call: on two gRPC
+workers that made the original look 1.5× slower than it is):
+
+* inference: :func:`one_device_original`, the original's forward pass as
+  one graph function with every op and a copy of every weight on the
+  device, imported the way the placed function is (:mod:`placer.tf.emit`);
+* training: :func:`one_device_twin`, a copy of the original (its current
+  weights, the same compile settings, every variable on the device) trained
+  by Keras' own ``train_on_batch``, as the placed model is.
+
+On both sides the inputs are fed from this process and the outputs fetched
+to it; :func:`placer.measure.steps.measure_steps` alternates which goes
+first. The report names each side (``setup``).
 """
 
 from __future__ import annotations
@@ -18,8 +25,39 @@ import keras
 import tensorflow as tf
 
 from ..measure.steps import StepMeasurement, measure_steps
-from .trace import model_inputs
+from .emit import PlacedFunction, emit, rewrite_context
+from .graphdef import tf_variable
+from .trace import TracedModel
 from .training import fresh_copy
+
+#: What the inference baseline is, for the report (the device is filled in).
+FORWARD_SETUP = ("the original model as one graph function, every op and a copy of every weight on {device}; "
+                 "inputs fed from and outputs fetched to this process")
+#: ... and the training baseline.
+TRAINING_SETUP = ("a copy of the original model with every variable on {device}, Keras' train_on_batch; inputs "
+                  "fed from and outputs fetched to this process")
+
+
+def one_device_original(traced: TracedModel, device: str) -> tuple[PlacedFunction, tuple[tf.Variable, ...]]:
+    """The forward pass of ``traced`` as one graph function with every op on ``device``, reading a copy of
+    every weight made there: ``(function, the copies)``. Imported like a placed function (the same
+    rewrites, the same import), so the two differ only in where their ops and variables are.
+
+    Examples
+    --------
+    >>> import keras
+    >>> from placer.tf.trace import trace_model
+    >>> m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    >>> fn, copies = one_device_original(trace_model(m, batch_size=2), "/CPU:0")
+    >>> [v.device.endswith("CPU:0") for v in copies], tuple(fn(tf.ones((2, 4))).shape)
+    ([True, True], (2, 3))
+    """
+    with tf.device(device):
+        copies = {ph: tf.Variable(tf_variable(v).read_value(), trainable=False, name=ph.rpartition("/")[2])
+                  for ph, v in traced.variables.items()}
+    ops = {op.name: device for op in traced.dynamic.graph.get_operations()}
+    emitted = emit(traced, copies, rewrite_context(traced, ops))
+    return emitted.function, tuple(copies.values())
 
 
 def one_device_twin(model: Any, weights: Sequence[Any], compile_kwargs: Mapping[str, Any] | None,
@@ -39,19 +77,15 @@ def one_device_twin(model: Any, weights: Sequence[Any], compile_kwargs: Mapping[
     return twin
 
 
-def measure_forward(run_placed: Callable[[list[tf.Tensor]], Any], model: Any,
-                    input_specs: Sequence[tf.TensorSpec], device: str, args: Sequence[tf.Tensor],
-                    predicted_s: float | None, rounds: Mapping[str, Any]) -> StepMeasurement:
-    """The placed forward pass (``run_placed(inputs)``) against ``model`` run on ``device`` as one graph
-    function, on ``args``; ``rounds``: :func:`~placer.measure.steps.measure_steps`' keywords."""
-
-    def original_step(*xs: tf.Tensor) -> Any:
-        with tf.device(device):
-            return model(model_inputs(model, list(xs)), training=False)
-
-    original = tf.function(original_step, input_signature=list(input_specs), autograph=False)
+def measure_forward(run_placed: Callable[[list[tf.Tensor]], Any], traced: TracedModel, device: str,
+                    args: Sequence[tf.Tensor], predicted_s: float | None,
+                    rounds: Mapping[str, Any]) -> StepMeasurement:
+    """The placed forward pass (``run_placed(inputs)``) against :func:`one_device_original` of ``traced`` on
+    ``device``, on ``args``; ``rounds``: :func:`~placer.measure.steps.measure_steps`' keywords."""
+    original, _copies = one_device_original(traced, device)  # the copies live as long as the timing
     placed_s, original_s = measure_steps(lambda *xs: run_placed(list(xs)), original, args, **rounds)
-    return StepMeasurement(tuple(placed_s), tuple(original_s), int(args[0].shape[0]), device, predicted_s)
+    return StepMeasurement(tuple(placed_s), tuple(original_s), int(args[0].shape[0]), device, predicted_s,
+                           setup=FORWARD_SETUP.format(device=device))
 
 
 def measure_training(placed: Any, model: Any, compile_settings: tuple[Mapping[str, Any] | None,
@@ -77,4 +111,5 @@ def measure_training(placed: Any, model: Any, compile_settings: tuple[Mapping[st
         for v, value in zip(state, saved):
             v.assign(value)
     batch = int(tf.nest.flatten(x)[0].shape[0])
-    return StepMeasurement(tuple(placed_s), tuple(original_s), batch, device, predicted_s, step="train")
+    return StepMeasurement(tuple(placed_s), tuple(original_s), batch, device, predicted_s, step="train",
+                           setup=TRAINING_SETUP.format(device=device))

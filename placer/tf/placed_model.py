@@ -53,7 +53,21 @@ log = logging.getLogger(__name__)
 
 
 def _spec_of(t: Any) -> tf.TensorSpec:
+    if t.shape.rank is None:
+        raise InputSignatureError(f"a batch element of unknown rank ({t.dtype.name}, shape {t.shape}) cannot be "
+                                  "placed: give inputs and labels of known rank (a tf.data pipeline can set them "
+                                  "with dataset.map(lambda x, y: (tf.ensure_shape(x, ...), tf.ensure_shape(y, ...))))")
     return tf.TensorSpec((None, *t.shape[1:]), t.dtype)
+
+
+def _check_callbacks(callbacks: Any) -> None:
+    """Refuse, before any update, a callback that could only fail after the first epoch: a ``ModelCheckpoint``
+    of the whole model to ``.keras`` (a placed model saves its weights, not a ``.keras`` file)."""
+    for cb in callbacks or ():
+        if isinstance(cb, keras.callbacks.ModelCheckpoint) and not cb.save_weights_only:
+            raise UnsupportedError(f"ModelCheckpoint({cb.filepath!r}) saves the whole model as a .keras file, which a "
+                                   "PlacedModel cannot be; use ModelCheckpoint(path ending in '.weights.h5', "
+                                   "save_weights_only=True)")
 
 
 class _Origin:
@@ -369,6 +383,7 @@ class PlacedModel(keras.Model):
         (1, 2)
         """
         self._check_trainable("fit")
+        _check_callbacks(kwargs.get("callbacks"))
         try:
             return self._placed.watchdog.call(super().fit, *args, **kwargs)
         except KeyboardInterrupt:  # fit runs in the watchdog's thread with remote workers: stop it there too
@@ -415,9 +430,12 @@ class PlacedModel(keras.Model):
         Raises
         ------
         ModelError
-            If the file was not saved from a placement of the same model (Keras'
+            If the file does not exist, or was not saved from a placement of the same model (Keras'
             own ``ValueError``, with this model's reason inside, is its cause).
         """
+        if isinstance(filepath, (str, os.PathLike)) and not os.path.exists(filepath):
+            raise ModelError(f"cannot load {os.fspath(filepath)!r} into {self.name!r}: no such file (save it with "
+                             "placed.save_weights(path) first)")
         try:
             super().load_weights(filepath, *args, **kwargs)
         except ValueError as e:
@@ -522,10 +540,10 @@ class PlacedModel(keras.Model):
         """Time the placed step against the original model's, interleaved (measured, not predicted).
 
         The step is the one the plan was made for. For inference, the placed forward pass on ``x``
-        against the original run as one graph function on the plan's first device. For a placement
-        of the training step, one ``train_on_batch(x, y)`` of this model against one of a copy of the
-        original (its current weights, the same compile settings, every variable on the plan's first
-        device): Keras' own step on both sides. Training steps change weights, so every variable of
+        against the original run as one graph function with every op and a copy of every weight on the
+        plan's first device. For a placement of the training step, one ``train_on_batch(x, y)`` of this
+        model against one of a copy of the original (its current weights, the same compile settings,
+        every variable on the plan's first device): Keras' own step on both sides. Training steps change weights, so every variable of
         this model (weights, optimizer slots and iterations, metric totals) is restored afterwards;
         the user's model is never touched (:mod:`placer.tf.measuring`).
 
@@ -582,8 +600,8 @@ class PlacedModel(keras.Model):
             fn = p.functions.forward(False).function
             batch = int(args[0].shape[0])
             predicted = p.plan.predicted_step_time_s if batch == p.plan.batch_size else None
-            result = measure_forward(lambda xs: self._run(fn, xs), self._origin.model, p.input_specs, device, args,
-                                     predicted, rounds)
+            traced = self.trace_forward(p.input_specs, max(p.plan.batch_size or 1, 1), False)
+            result = measure_forward(lambda xs: self._run(fn, xs), traced, device, args, predicted, rounds)
         object.__setattr__(self, "_measurement", result)
         return result
 

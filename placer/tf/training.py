@@ -11,7 +11,7 @@ updates, exactly what ``model.fit`` runs.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import keras
 import numpy as np
@@ -104,6 +104,16 @@ def _target_specs(model: Any, x_specs: Sequence[tf.TensorSpec], batch: int, targ
     if targets is not None:
         if isinstance(targets, tf.TensorSpec) or (isinstance(targets, tuple) and is_shape(targets)):
             return with_batch(as_spec(targets, "targets"), None)
+        if isinstance(targets, Mapping):  # by output name, as a dict-output model takes its labels
+            names = list(getattr(model, "output_names", None) or [])
+            unknown = sorted(set(map(str, targets)) - set(names)) if names else []
+            if unknown:
+                raise InputSignatureError(f"targets names outputs {unknown} that model {model.name!r} does not "
+                                          f"have; its outputs are {names}")
+            return {k: with_batch(as_spec(s, f"targets[{k!r}]"), None) for k, s in targets.items()}
+        if not isinstance(targets, (list, tuple)):
+            raise InputSignatureError(f"targets must be a tf.TensorSpec, a shape tuple, or a list or dict of them "
+                                      f"(one per output), got {type(targets).__name__}")
         return [with_batch(as_spec(s, "targets"), None) for s in targets]
     fn = tf.function(lambda *xs: model(model_inputs(model, xs), training=False), autograph=False)
     out = fn.get_concrete_function(*[with_batch(s, batch) for s in x_specs]).structured_outputs
