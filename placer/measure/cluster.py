@@ -23,6 +23,7 @@ True
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import logging
 import os
@@ -34,6 +35,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections import deque
 from pathlib import Path
 from types import TracebackType
@@ -46,6 +48,24 @@ from .health import probe_worker
 from .worker import READY
 
 log = logging.getLogger(__name__)
+
+
+def on_loopback(host: str) -> bool:
+    """Whether ``host`` (of a ``host:port``) is this machine's loopback.
+
+    >>> on_loopback("127.0.0.1"), on_loopback("localhost"), on_loopback("[::1]"), on_loopback("10.0.0.7")
+    (True, True, True, False)
+    """
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class SecurityWarning(UserWarning):
+    """A set-up that exposes unauthenticated servers beyond this machine (said once per place it happens)."""
 
 
 #: The most worker processes one LocalCluster starts (each loads TensorFlow: ~0.9 GB and ~4 s).
@@ -443,6 +463,13 @@ def connect(cluster: object = None, *, job: str = "worker", timeout_s: float = 1
                           "at the address the spec names, then connect again")
     log.warning("connecting to a TensorFlow cluster of %d %s task(s); its gRPC servers accept unauthenticated "
                 "connections", len(spec[job]), job)
+    remote = sorted({host for addresses in spec.values() for a in addresses
+                     if not on_loopback(host := a.rpartition(":")[0])})
+    if remote:
+        warnings.warn(f"placer.connect: the cluster's tasks run on {remote}. TensorFlow's gRPC servers (theirs, and "
+                      "the one this call starts in this process) listen on every interface and run any graph a "
+                      "client sends, without authentication: keep them on a network only you can reach (a "
+                      "firewall, a private subnet, a VPN)", SecurityWarning, stacklevel=2)
     tf.config.experimental_connect_to_cluster(tf.train.ClusterSpec(spec))
     prefix = f"/job:{job}/"
     return [d.name for d in tf.config.list_logical_devices() if d.name.startswith(prefix)]

@@ -224,7 +224,8 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
         worker = worker_identity(remote_of[kind][1]) if target and cache is not None else ""
         key = CacheKey(fp, kind, int(traced.batch_size), tf.__version__, grappler, worker)
         feeds = sample_inputs(traced, seed)
-        mapped = {n.split(":", 1)[0] for n in (*feeds, *traced.variables, *traced.constants)}
+        fixed_variables, fixed_constants = traced.fixed_captures
+        mapped = {n.split(":", 1)[0] for n in (*feeds, *fixed_variables, *fixed_constants)}
         hit = cache.get(key, {n.name for n in gd.node} - mapped) if cache is not None else None
         runtime = options.runtime and traced.step == "predict"
         if hit is not None:
@@ -233,8 +234,8 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
             us[kind], source[kind], unknown[kind] = dict(hit.median_us), "measured (cached)", ()
             if not runtime:
                 continue
-        resources = {f"{ph}:0": var.value.numpy() for ph, var in traced.variables.items()}
-        constants = {f"{ph}:0": t.numpy() for ph, t in traced.constants.items()}
+        resources = {f"{ph}:0": var.value.numpy() for ph, var in fixed_variables.items()}
+        constants = {f"{ph}:0": t.numpy() for ph, t in fixed_constants.items()}
         reference_s = 0.0
         try:
             with GraphProfiler(gd, feeds, resources, traced.output_names, constants=constants, device=device,

@@ -213,7 +213,8 @@ def build_op_graph(traced: TracedModel, compute_us: Mapping[str, Mapping[str, fl
     local = {d.device_type for d in tf.config.list_physical_devices()}
     unchecked = frozenset(k for k in compute_us if k not in local)
     uf = nx.utils.UnionFind()
-    variables = {ph: var.path for ph, var in traced.variables.items()}
+    fixed_variables = traced.fixed_captures[0]
+    variables = {ph: var.path for ph, var in fixed_variables.items()}
     ops = g.get_operations()
     for op in ops:
         costs = {}
@@ -224,7 +225,7 @@ def build_op_graph(traced: TracedModel, compute_us: Mapping[str, Mapping[str, fl
             costs[kind] = c
         mem = 0
         if op.name in variables:
-            var = traced.variables[op.name]
+            var = fixed_variables[op.name]
             mem = int(np.prod(var.shape, dtype=np.int64)) * tf.as_dtype(var.dtype).size
         dg.add_node(op.name, **{
             OP_TYPE: op.type, COMPUTE_US: costs, OUTPUT_BYTES: sum(tensor_bytes(t, batch) for t in op.outputs),
@@ -247,7 +248,7 @@ def build_op_graph(traced: TracedModel, compute_us: Mapping[str, Mapping[str, fl
                 dg.nodes[op.name][LAYER] = layers.pop()
     if traced.optimizer_scope:
         # The optimizer's update of a variable runs where the variable lives, and its slots live there too.
-        trainable = [ph for ph, var in traced.variables.items() if var.trainable
+        trainable = [ph for ph, var in fixed_variables.items() if var.trainable
                      and not ph.startswith(traced.optimizer_scope + "/")]
         for name, var_ph in optimizer_owners(g, traced.optimizer_scope, trainable).items():
             dg.nodes[name][LAYER] = dg.nodes[var_ph][LAYER]

@@ -64,13 +64,19 @@ class TraceOptions:
     Attributes
     ----------
     batch_size : int or None
-        Planning batch size; required when the model's batch is unknown.
-    input_signature : sequence or None
-        ``tf.TensorSpec``s or shape tuples overriding the model's inputs.
+        Planning batch size; required when the model's batch is unknown (or given by ``sample``).
+    input_signature : sequence, mapping or None
+        ``tf.TensorSpec``s or shape tuples overriding the model's inputs: a list in the model's input order,
+        or a dict by input name for a model that takes a dict.
+    sample : array, list, dict or tuple, optional
+        One batch the model will see: the inputs' shapes (a sequence length the model leaves open, say) and
+        the batch size come from it where ``input_signature`` and ``batch_size`` are not given. For training,
+        ``(x, y)``: the labels' structure, shapes and dtypes too (``targets``). Read for its shapes only.
     """
 
     batch_size: int | None = None
-    input_signature: Sequence[Any] | None = None
+    input_signature: Sequence[Any] | Mapping[str, Any] | None = None
+    sample: Any = None
 
     def __post_init__(self) -> None:
         if self.batch_size is not None:

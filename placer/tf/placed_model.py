@@ -53,11 +53,12 @@ log = logging.getLogger(__name__)
 
 
 def _spec_of(t: Any) -> tf.TensorSpec:
-    if t.shape.rank is None:
-        raise InputSignatureError(f"a batch element of unknown rank ({t.dtype.name}, shape {t.shape}) cannot be "
+    shape = tf.TensorShape(t.shape)
+    if shape.rank is None:
+        raise InputSignatureError(f"a batch element of unknown rank ({t.dtype}, shape {shape}) cannot be "
                                   "placed: give inputs and labels of known rank (a tf.data pipeline can set them "
                                   "with dataset.map(lambda x, y: (tf.ensure_shape(x, ...), tf.ensure_shape(y, ...))))")
-    return tf.TensorSpec((None, *t.shape[1:]), t.dtype)
+    return tf.TensorSpec((None, *shape[1:]), t.dtype)
 
 
 def _check_callbacks(callbacks: Any) -> None:

@@ -57,12 +57,15 @@ def place_variables(traced: TracedModel, plan: Plan, devices: DeviceSet, variabl
                     user_variables: Sequence[Any]) -> dict[int, Any]:
     """``id(variable)`` → the variable on its planned device, for each of ``variables`` (module docstring).
 
-    A variable's device is the plan's for the trace's placeholder that captures it, else the first device.
+    A variable's device is the plan's for the placeholder that captures it in the trace the plan was made on
+    (``traced.fixed``), else the first device.
     ``user_variables`` (the user's model's) are copied; the others (the shell's optimizer and metric
     variables) are moved.
     """
     home: dict[int, str] = {}
-    for ph, var in traced.variables.items():
+    # the plan names the placeholders of the trace it was made on (the fixed-batch one): a capture named by a
+    # counter ("…/1804", a variable a nested function reads) has another name in every other trace
+    for ph, var in traced.fixed_captures[0].items():
         home.setdefault(id(var), plan.assignment.get(ph, devices.names[0]))
     user = {id(v) for v in user_variables}
     placed: dict[int, Any] = {}

@@ -70,7 +70,7 @@ from .replicas import replica_groups
 from .report import Report, build_report
 from .rewrites.sends import acknowledged_nodes
 from .timing import plan_call_seconds, shared_processors
-from .trace import TracedModel, check_model, trace_model
+from .trace import TracedModel, check_model, signature_from_sample, trace_model
 from .training import check_replicable, trace_training
 
 log = logging.getLogger(__name__)
@@ -254,10 +254,33 @@ def _microbatches(model: keras.Model, built: BuiltProblem, plan: Plan, devset: D
     return out, small
 
 
+def _with_sample(model: keras.Model, opts: PlacementOptions) -> PlacementOptions:
+    """``opts`` with the input signature, batch size and (training) targets of ``sample=``, where not given."""
+    sample = opts.trace.sample
+    if sample is None:
+        return opts
+    x, y = sample, None
+    if opts.train.training:
+        if not (isinstance(sample, tuple) and len(sample) == 2):
+            raise InputSignatureError("for training, sample= is one batch (x, y): the inputs and their labels")
+        x, y = sample
+    signature, batch = signature_from_sample(model, x)
+    changes: dict[str, Any] = {}
+    if opts.trace.input_signature is None:
+        changes["input_signature"] = signature
+    if opts.trace.batch_size is None:
+        changes["batch_size"] = batch
+    if y is not None and opts.train.targets is None:
+        changes["targets"] = tf.nest.map_structure(
+            lambda a: tf.TensorSpec((None, *tf.convert_to_tensor(a).shape[1:]), tf.convert_to_tensor(a).dtype), y)
+    return opts.replace(**changes)
+
+
 @dataclass(frozen=True)
 class _FirstStages:
     """What :data:`PROFILE_STAGES` give :func:`autoplace` and :func:`profile`."""
 
+    options: PlacementOptions                # the options, with what ``sample=`` says filled in
     devices: DeviceSet                       # the devices planned on (the first data-parallel group's)
     groups: tuple[tuple[str, ...], ...]      # the data-parallel groups of devices (one: all of them)
     shell: PlacedModel
@@ -276,11 +299,12 @@ def _first_stages(model: Any, devices: Sequence[Any], opts: PlacementOptions, ti
     devset = all_devices if len(groups) == 1 else resolve_devices(list(devices)[:len(groups[0])], available)
     with timer.stage("trace"):
         check_model(model)  # before the shell wraps it
+        opts = _with_sample(model, opts)
         shell = PlacedModel(model)
         traced, input_specs = _trace(shell, model, opts, opts.trace.batch_size, opts.train.replicas)
     with timer.stage("costs"):
         costs = compute_costs(traced, sorted({d.kind for d in devset.devices}), opts.costs, devset.names)
-    return _FirstStages(devset, tuple(groups), shell, traced, tuple(input_specs), costs)
+    return _FirstStages(opts, devset, tuple(groups), shell, traced, tuple(input_specs), costs)
 
 
 def _hosts(model: keras.Model, traced: TracedModel, devset: DeviceSet, opts: PlacementOptions,
@@ -475,7 +499,7 @@ def autoplace(model: Any, devices: Sequence[Any], *, plan: Plan | str | os.PathL
         opts = opts.replace(group_by=given.group_by, objective=given.objective)
     timer = StageTimer(progress=opts.progress)
     first = _first_stages(model, devices, opts, timer)
-    traced = first.traced
+    traced, opts = first.traced, first.options
     with timer.stage("hosts"):
         devset = _hosts(model, traced, first.devices, opts, first.costs)
     with timer.stage("graph"):

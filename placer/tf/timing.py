@@ -62,8 +62,9 @@ def _copies_function(traced: TracedModel, devices: Sequence[str],
         graph_defs.append(gd)
     captures = []
     for device in devices:
-        own = traced.variables if variables is None or device not in variables else variables[device]
-        captures.append([(ph, tf_variable(v).handle) for ph, v in own.items()] + list(traced.constants.items()))
+        fixed_variables, fixed_constants = traced.fixed_captures
+        own = fixed_variables if variables is None or device not in variables else variables[device]
+        captures.append([(ph, tf_variable(v).handle) for ph, v in own.items()] + list(fixed_constants.items()))
 
     def copies(*xs: tf.Tensor) -> list[tf.Tensor]:
         fg = tf.compat.v1.get_default_graph()
@@ -191,7 +192,7 @@ def weight_copies(traced: TracedModel, devices: Sequence[str]) -> dict[str, dict
     for device in devices:
         with tf.device(device):
             out[device] = {ph: tf.Variable(tf_variable(v).read_value(), trainable=False)
-                           for ph, v in traced.variables.items()}
+                           for ph, v in traced.fixed_captures[0].items()}
     return out
 
 
@@ -300,7 +301,7 @@ def call_interface(traced: TracedModel, op_devices: Mapping[str, str]) -> CallIn
     inputs = tuple(at(n) for n in traced.input_names)
     outputs = tuple(at(n) for n in traced.output_names)
     per_device: dict[str, int] = {}
-    for ph in traced.variables:
+    for ph in traced.fixed_captures[0]:
         per_device[op_devices[ph]] = per_device.get(op_devices[ph], 0) + 1
     return CallInterface(inputs, outputs, tuple(sorted(per_device.items())),
                          tuple(sorted(set(op_devices[op.name] for op in fixed.get_operations()))))

@@ -54,6 +54,10 @@ class TracedModel:
         For steps: the batch structure the flat inputs are packed into.
     optimizer_scope : str or None
         For training steps: the name scope of the optimizer's update ops.
+    fixed_variables, fixed_constants : Mapping or None
+        The captures of the ``fixed`` trace, where it is another trace than ``dynamic`` (a captured
+        constant's placeholder is named by a process-wide counter, so the two traces name it differently);
+        ``None``: the same as ``variables``/``constants``. Read them through :attr:`fixed_captures`.
     """
 
     model: Any
@@ -68,6 +72,14 @@ class TracedModel:
     step: str = "predict"
     data_structure: Any = None
     optimizer_scope: str | None = None
+    fixed_variables: Mapping[str, Any] | None = None
+    fixed_constants: Mapping[str, Any] | None = None
+
+    @property
+    def fixed_captures(self) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+        """``(variables, constants)`` captured by the ``fixed`` trace, keyed by its placeholders' names."""
+        return (self.variables if self.fixed_variables is None else self.fixed_variables,
+                self.constants if self.fixed_constants is None else self.fixed_constants)
 
     @property
     def single_input(self) -> bool:
@@ -143,6 +155,16 @@ def _normalise_specs(
     if input_signature is not None:
         if isinstance(input_signature, tf.TensorSpec):
             input_signature = [input_signature]
+        elif isinstance(input_signature, Mapping):  # by input name, as a dict-input model takes its inputs
+            keys = input_keys(model)
+            if keys is None or set(map(str, input_signature)) != set(keys):
+                raise InputSignatureError(
+                    f"input_signature names the inputs {sorted(map(str, input_signature))}; model {model.name!r} "
+                    + (f"takes {list(keys)} by name" if keys is not None else "does not take its inputs as a dict: "
+                       "give a list of specs in the model's input order"))
+            input_signature = [_named(as_spec(input_signature[k], f"input_signature[{k!r}]"), k) for k in keys]
+        elif not isinstance(input_signature, (list, tuple)) or is_shape(input_signature):
+            input_signature = [input_signature]
         specs = [as_spec(s, "input_signature") for s in input_signature]
     else:
         specs = _specs_from_model(model)
@@ -168,6 +190,53 @@ def _normalise_specs(
     _check_batch_fits(specs, batch)
     dyn = tuple(with_batch(s, None) for s in specs)
     return dyn, batch
+
+
+def _named(spec: tf.TensorSpec, name: str) -> tf.TensorSpec:
+    return spec if spec.name else tf.TensorSpec(spec.shape, spec.dtype, name=name)
+
+
+def signature_from_sample(model: Any, sample: Any) -> tuple[list[tf.TensorSpec], int]:
+    """``(input_signature, batch size)`` of a sample batch of ``model``'s inputs (one array, a list in the
+    model's input order, or a dict by input name): each spec with an unknown batch dimension and the sample's
+    other dimensions, which need not be the model's declared ones (a sequence length the model leaves open).
+
+    Raises
+    ------
+    InputSignatureError
+        A sample that is not arrays, arrays of different batch sizes, or a dict that names other inputs.
+
+    Examples
+    --------
+    >>> import keras, numpy as np
+    >>> m = keras.Sequential([keras.Input((None, 3)), keras.layers.Dense(2)])
+    >>> specs, batch = signature_from_sample(m, np.zeros((4, 7, 3), "float32"))
+    >>> [tuple(s.shape) for s in specs], batch
+    ([(None, 7, 3)], 4)
+    """
+    keys = input_keys(model)
+    if isinstance(sample, Mapping):
+        if keys is None or set(map(str, sample)) != set(keys):
+            raise InputSignatureError(f"the sample names the inputs {sorted(map(str, sample))}; model {model.name!r} "
+                                      + (f"takes {list(keys)}" if keys else "does not take a dict"))
+        flat, names = [sample[k] for k in keys], list(keys)
+    else:
+        flat = list(sample) if isinstance(sample, (list, tuple)) else [sample]
+        names = [None] * len(flat)
+    specs = []
+    for value, name in zip(flat, names):
+        try:
+            t = tf.convert_to_tensor(value)
+        except (TypeError, ValueError) as e:
+            raise InputSignatureError(f"the sample holds a {type(value).__name__}, not an array: "
+                                      f"{str(e).splitlines()[0][:120]}") from None
+        if t.shape.rank is None or t.shape.rank < 1:
+            raise InputSignatureError("each array of the sample needs a batch dimension")
+        specs.append(tf.TensorSpec((None, *t.shape[1:]), t.dtype, name=name))
+    batches = {int(tf.shape(tf.convert_to_tensor(v))[0]) for v in flat}
+    if len(batches) != 1:
+        raise InputSignatureError(f"the sample's arrays have different batch sizes {sorted(batches)}")
+    return specs, batches.pop()
 
 
 def _check_batch_fits(specs: Sequence[tf.TensorSpec], batch: int) -> None:
@@ -309,6 +378,7 @@ def trace_model(model: Any, *, batch_size: int | None = None,
         log.info("%d ops exist only in the unknown-batch trace (shape computations), e.g. %s", len(extra),
                  extra[:3])
     variables, constants = _captures(dynamic, model.variables)
+    fixed_variables, fixed_constants = _captures(fixed, model.variables)
     n_user = len(specs)
     log.info("traced %s: %d ops, %d variables, batch %d", model.name, len(names_dyn), len(variables), batch)
     return TracedModel(
@@ -321,6 +391,8 @@ def trace_model(model: Any, *, batch_size: int | None = None,
         output_names=tuple(t.name for t in dynamic.outputs),
         variables=variables,
         constants=constants,
+        fixed_variables=fixed_variables,
+        fixed_constants=fixed_constants,
     )
 
 
