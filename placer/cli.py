@@ -99,20 +99,28 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("-q", "--quiet", action="store_true", help="no progress output")
         sub.add_argument("-v", "--verbose", action="store_true", help="log every step; a traceback with internal errors")
 
-    def planning(sub: argparse.ArgumentParser, group_by: str, memory: str, execution_order: str) -> None:
-        sub.add_argument("--objective", default=PlanOptions.objective, choices=sorted(OBJECTIVES))
-        sub.add_argument("--algorithm", default=PlanOptions.algorithm, choices=available_solvers())
-        sub.add_argument("--time-limit", type=seconds, default=PlanOptions.time_limit_s,
-                         help=f"search budget in seconds (default {PlanOptions.time_limit_s:g})")
-        sub.add_argument("--seed", type=seed, default=PlanOptions.seed)
-        sub.add_argument("--group-by", default=group_by, choices=sorted(GROUPINGS),
-                         help=f"which nodes move together (default {group_by})")
-        sub.add_argument("--memory", default=memory, choices=list(MEMORY_MODELS),
-                         help=f"what must fit each device's memory: resident bytes or the step's simulated peak "
-                         f"(default {memory})")
-        sub.add_argument("--execution-order", default=execution_order, choices=list(EXECUTION_ORDERS),
+    def planning(sub: argparse.ArgumentParser, group_by: str | None, memory: str | None,
+                 execution_order: str | None, from_file: bool = False) -> None:
+        # from_file (plan-graph): a flag not given takes the graph file's plan options, else the library's
+        def default(value: Any) -> Any:
+            return None if from_file else value
+
+        also = "; default: the file's plan options, else " if from_file else "; default "
+        sub.add_argument("--objective", default=default(PlanOptions.objective), choices=sorted(OBJECTIVES),
+                         help=f"what to minimise{also}{PlanOptions.objective}")
+        sub.add_argument("--algorithm", default=default(PlanOptions.algorithm), choices=available_solvers(),
+                         help=f"the solver{also}{PlanOptions.algorithm}")
+        sub.add_argument("--time-limit", type=seconds, default=default(PlanOptions.time_limit_s),
+                         help=f"search budget in seconds{also}{PlanOptions.time_limit_s:g}")
+        sub.add_argument("--seed", type=seed, default=default(PlanOptions.seed), help=f"the seed{also}{PlanOptions.seed}")
+        sub.add_argument("--group-by", default=default(group_by), choices=sorted(GROUPINGS),
+                         help=f"which nodes move together{also}{group_by}")
+        sub.add_argument("--memory", default=default(memory), choices=list(MEMORY_MODELS),
+                         help=f"what must fit each device's memory: resident bytes or the step's simulated peak"
+                         f"{also}{memory}")
+        sub.add_argument("--execution-order", default=default(execution_order), choices=list(EXECUTION_ORDERS),
                          help="auto: a plan may fix the order each device runs its ops in, where predicted "
-                         f"faster; executor: TensorFlow's executor orders them (default {execution_order})")
+                         f"faster; executor: TensorFlow's executor orders them{also}{execution_order}")
         common(sub)
 
     def model(sub: argparse.ArgumentParser) -> None:
@@ -183,7 +191,7 @@ def _parser() -> argparse.ArgumentParser:
     graph.add_argument("--memory-bytes", type=nbytes, default=None,
                        help="capacity of each device given with --devices (default: unlimited)")
     graph.add_argument("--out", default=None, help="write the plan (node → device, figures) as JSON here")
-    planning(graph, PlanOptions.group_by, PlanOptions.memory, PlanOptions.execution_order)
+    planning(graph, PlanOptions.group_by, PlanOptions.memory, PlanOptions.execution_order, from_file=True)
     return p
 
 
@@ -274,9 +282,10 @@ def _plan_graph(args: argparse.Namespace, bar: _Progress | None = None) -> int:
         raise DeviceError("--memory-bytes applies to the devices given with --devices; pass them too")
     if devices is None:
         raise DeviceError(f"{args.graph} lists no devices; pass --devices")
-    plan = solve(graph, devices, objective=args.objective, algorithm=args.algorithm,
-                 time_limit_s=args.time_limit, seed=args.seed, group_by=args.group_by, memory=args.memory,
-                 execution_order=args.execution_order)
+    given = {"objective": args.objective, "algorithm": args.algorithm, "time_limit_s": args.time_limit,
+             "seed": args.seed, "group_by": args.group_by, "memory": args.memory,
+             "execution_order": args.execution_order}
+    plan = solve(graph, devices, **{k: v for k, v in given.items() if v is not None})  # the rest: the file's
     if args.out:
         plan.save(args.out)
     print(f"{len(plan.assignment)} nodes on {len(plan.devices)} devices, objective {plan.objective}: "

@@ -41,7 +41,7 @@ from cost_models import SimOptions, SimResult
 from .core.build import DEFAULT_GROUP_BY, GROUPINGS, BuiltProblem, build_problem
 from .core.order import DEFAULT_EXECUTION_ORDER, EXECUTION_ORDERS
 from .core.devices import DeviceSet
-from .core.graph_io import as_device_set
+from .core.graph_io import PLAN_OPTIONS_KEY, as_device_set
 from .core.microbatch import best_microbatches, pipeline_order, pipeline_stages, simulate_pipeline
 from .core.objectives import DEFAULT_OBJECTIVE, OBJECTIVES, get_objective
 from .core.plan import BaselineResult, Plan
@@ -59,6 +59,15 @@ from .solvers import (
 )
 
 log = logging.getLogger(__name__)
+
+#: A plan on several devices is kept over one device only where it is predicted at least this much faster
+#: (``one device's step / its step ≥ 1 + SPLIT_MARGIN``): a smaller predicted gain is within the cost
+#: model's error. On two gRPC workers its median step error was 9-14% (three runs of 2026-12-02), and the
+#: splits predicted 1.01x (the demo, 4 logical CPUs) and 1.07x (Transformer training) measured 0.92x and
+#: 0.90x, while those predicted 1.14x and 1.66x measured 1.18x and 1.12x (benchmarks/results/speedup.md).
+SPLIT_MARGIN = 0.10
+#: The largest split margin accepted (a plan predicted this many times faster than one device is still kept).
+MAX_SPLIT_MARGIN = 100.0
 
 #: Baselines scored next to every plan, on the same problem and cost model.
 BASELINES = ("single", "round_robin", "contiguous")
@@ -99,6 +108,12 @@ class PlanOptions:
         ``"auto"`` (default): a plan may fix the order each device runs its ops in (control edges in the
         placed graph) where that is predicted faster; ``"executor"``: TensorFlow's executor orders them in
         every plan. See :mod:`placer.core.order`.
+    split_margin : float or None
+        With the default algorithm and a time objective, the plan on several devices is kept over one
+        device only where its simulated step is predicted at least this much faster (:func:`pipeline_plan`:
+        ``0.1`` is 10%, about the cost model's median error); ``None`` (default): the best plan found, as it
+        is. :func:`placer.autoplace` plans with :data:`SPLIT_MARGIN` (``placer.tf.options.MODEL_PLAN_OPTIONS``),
+        and a graph file it saves carries it, so that :func:`solve` applies the same rule offline.
     """
 
     objective: str = DEFAULT_OBJECTIVE
@@ -110,6 +125,7 @@ class PlanOptions:
     baselines: tuple[str, ...] = BASELINES
     memory: str = "resident"
     execution_order: str = DEFAULT_EXECUTION_ORDER
+    split_margin: float | None = None
 
     def __post_init__(self) -> None:
         if self.memory not in MEMORY_MODELS:
@@ -127,6 +143,9 @@ class PlanOptions:
                                                       maximum=MAX_TIME_LIMIT_S, error=SolverError))
         object.__setattr__(self, "seed", integer("seed", self.seed, maximum=MAX_SEED, error=SolverError))
         object.__setattr__(self, "max_nodes", integer("max_nodes", self.max_nodes, minimum=1, error=SolverError))
+        if self.split_margin is not None:
+            object.__setattr__(self, "split_margin", real("split_margin", self.split_margin,
+                                                          maximum=MAX_SPLIT_MARGIN, error=SolverError))
 
     def solve_options(self, built: BuiltProblem) -> SolveOptions:
         """The solvers' options for ``built`` (its layer keys guide ``auto``'s coarsening, its layers' positions
@@ -357,14 +376,6 @@ def plan_problem(built: BuiltProblem, options: PlanOptions, *,
     )
 
 
-#: A plan on several devices is kept over one device only where it is predicted at least this much faster
-#: (``one device's step / its step ≥ 1 + SPLIT_MARGIN``): a smaller predicted gain is within the cost
-#: model's error. On two gRPC workers its median step error was 9-14% (three runs of 2026-12-02), and the
-#: splits predicted 1.01x (the demo, 4 logical CPUs) and 1.07x (Transformer training) measured 0.92x and
-#: 0.90x, while those predicted 1.14x and 1.66x measured 1.18x and 1.12x (benchmarks/results/speedup.md).
-SPLIT_MARGIN = 0.10
-#: The largest split margin accepted (a plan predicted this many times faster than one device is still kept).
-MAX_SPLIT_MARGIN = 100.0
 
 
 def pipeline_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_size: int,
@@ -444,7 +455,10 @@ def solve(graph: nx.DiGraph, devices: Sequence[Any] | DeviceSet, **options: Any)
         link); a :class:`~placer.core.devices.DeviceSet` to give every link.
     **options
         Fields of :class:`PlanOptions` (``objective``, ``algorithm``,
-        ``time_limit_s``, ``seed``, ``max_nodes``, ``group_by``, ``baselines``).
+        ``time_limit_s``, ``seed``, ``max_nodes``, ``group_by``, ``memory``, ``execution_order``,
+        ``split_margin``, ``baselines``). Those not given are taken from the graph's own plan options where it
+        has them (a graph file saved by ``placed.save_graph`` carries the options ``autoplace`` planned with,
+        so that the same graph and devices give ``autoplace``'s plan), else :class:`PlanOptions`' defaults.
 
     Returns
     -------
@@ -462,6 +476,12 @@ def solve(graph: nx.DiGraph, devices: Sequence[Any] | DeviceSet, **options: Any)
     SolverError, AutoplaceError
         Unknown objective, algorithm or option, or a bad time limit.
     """
-    opts = options_from(options, PlanOptions)
+    saved = graph.graph.get(PLAN_OPTIONS_KEY) if isinstance(graph, nx.DiGraph) else None
+    known = {f.name for f in fields(PlanOptions)}
+    defaults = {k: tuple(v) if isinstance(v, list) else v for k, v in (saved or {}).items() if k in known}
+    opts = options_from({**defaults, **options}, PlanOptions)
     built = build_problem(graph, as_device_set(devices), group_by=opts.group_by)
-    return plan_problem(built, opts)
+    plan = plan_problem(built, opts)
+    if opts.split_margin is not None and opts.algorithm == DEFAULT_SOLVER:  # autoplace's rule, at one batch
+        plan = pipeline_plan(built, plan, opts, 1, [1], fallback=True, split_margin=opts.split_margin)
+    return plan

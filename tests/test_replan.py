@@ -177,3 +177,16 @@ def test_tensorflow_free_modules_import_and_solve_without_tensorflow(placed, sav
     # and the TensorFlow-free solve (CP-SAT in-process) gives autoplace's plan
     assert out["plan"]["assignment"] == {str(k): v for k, v in p.assignment.items()}
     assert out["plan"]["value"] == p.value
+
+
+def test_a_saved_graph_carries_the_options_autoplace_planned_with(model, devices, tmp_path):
+    # a split margin this large keeps autoplace on one device; the file says so, and placer.solve follows it
+    p = placer.autoplace(model, devices, batch_size=64, split_margin=5.0, **PLACE_OPTIONS)
+    assert len(set(p.plan.assignment.values())) == 1 and "split_margin" in " ".join(p.plan.log)
+    graph, devset = placer.load_graph(p.save_graph(tmp_path / "ops.json"))
+    saved = graph.graph["plan_options"]
+    assert (saved["split_margin"], saved["group_by"], saved["seed"]) == (5.0, p.plan.group_by, OPTIONS["seed"])
+    again = placer.solve(graph, devset)  # no options: the file's
+    assert again.assignment == p.plan.assignment and again.value == p.plan.value
+    raw = placer.solve(graph, devset, split_margin=None)  # the solver's own best plan: spread
+    assert len(set(raw.assignment.values())) > 1 and raw.value < again.value

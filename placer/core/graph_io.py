@@ -114,11 +114,20 @@ def devices_from_json(data: Mapping) -> DeviceSet:
     return DeviceSet(devset.devices, links, tuple(shared), ready_order=data.get("ready_order"))
 
 
-def save_graph(path: str | Path, graph: nx.DiGraph, devices: Sequence[Any] | DeviceSet | None = None) -> None:
+#: The options a plan of the graph was made with (a graph file's ``plan_options``, ``graph.graph[...]``).
+PLAN_OPTIONS_KEY = "plan_options"
+
+
+def save_graph(path: str | Path, graph: nx.DiGraph, devices: Sequence[Any] | DeviceSet | None = None, *,
+               plan_options: Mapping[str, Any] | None = None) -> None:
     """Write ``graph`` (and optionally its devices) as an autoplace graph JSON file.
 
     The graph part is networkx's node-link format (``nx.node_link_data``);
-    ``allowed_kinds`` sets are written as sorted lists.
+    ``allowed_kinds`` sets are written as sorted lists. ``plan_options``
+    (the options a plan of this graph was made with: ``placed.save_graph``
+    writes ``autoplace``'s) go to the file's ``plan_options``; :func:`load_graph`
+    puts them in ``graph.graph["plan_options"]``, where :func:`placer.solve`
+    takes the options it is not given.
 
     Examples
     --------
@@ -136,7 +145,11 @@ def save_graph(path: str | Path, graph: nx.DiGraph, devices: Sequence[Any] | Dev
     for _, attrs in g.nodes(data=True):
         if isinstance(attrs.get(ALLOWED_KINDS), (set, frozenset)):
             attrs[ALLOWED_KINDS] = sorted(attrs[ALLOWED_KINDS])
+    g.graph.pop(PLAN_OPTIONS_KEY, None)  # written once, at the top
     doc: dict[str, Any] = {"format": FORMAT, "version": FORMAT_VERSION, "graph": nx.node_link_data(g, edges="edges")}
+    options = plan_options if plan_options is not None else graph.graph.get(PLAN_OPTIONS_KEY)
+    if options is not None:
+        doc[PLAN_OPTIONS_KEY] = {k: list(v) if isinstance(v, tuple) else v for k, v in dict(options).items()}
     if devices is not None:
         doc.update(devices_to_json(as_device_set(devices)))
     write_text(path, json.dumps(doc, indent=1))
@@ -192,4 +205,9 @@ def load_graph(path: str | Path) -> tuple[nx.DiGraph, DeviceSet | None]:
     except (KeyError, TypeError, ValueError, nx.NetworkXError) as e:
         raise GraphError(f"{path}: the 'graph' entry is not networkx node-link data ({e!r})") from None
     devices = devices_from_json(doc) if "devices" in doc else None
+    options = doc.get(PLAN_OPTIONS_KEY)
+    if options is not None:
+        if not isinstance(options, dict) or not all(isinstance(k, str) for k in options):
+            raise GraphError(f"{path}: {PLAN_OPTIONS_KEY!r} must be an object of plan options (docs/graph-format.md)")
+        graph.graph[PLAN_OPTIONS_KEY] = options
     return graph, devices

@@ -46,7 +46,7 @@ from ..core.microbatch import checked_pipeline
 from ..core.order import MODEL_EXECUTION_ORDER
 from ..core.validate import MAX_BATCH_SIZE, MAX_TIME_LIMIT_S, integer, real
 from ..errors import AutoplaceError, InputSignatureError, TrainingError
-from ..planner import MAX_SPLIT_MARGIN, MODEL_MEMORY, SPLIT_MARGIN, PlanOptions
+from ..planner import MODEL_MEMORY, SPLIT_MARGIN, PlanOptions
 from .costs import ProfileOptions
 from .remote import DEFAULT_WORKER_TIMEOUT_S
 from .rewrites.sends import SENDS
@@ -191,7 +191,8 @@ class HostOptions:
 
 @dataclass(frozen=True, kw_only=True)
 class MicrobatchOptions:
-    """How a plan is pipelined in micro-batches, and when it is kept over one device (keyword-only).
+    """How a plan is pipelined in micro-batches (keyword-only; when a spread plan is kept over one device is
+    ``PlanOptions.split_margin``).
 
     Attributes
     ----------
@@ -221,21 +222,12 @@ class MicrobatchOptions:
         needs devices that hold contiguous pipeline stages (else its gates would
         wait in a cycle: ``"1f1b"`` is then a ``PlanError``, ``"auto"``
         keeps GPipe). The same full-batch update in every order.
-    split_margin : float
-        With the default algorithm and a time objective, the plan on several
-        devices is kept over one device only where it is predicted at least
-        this much faster (default :data:`placer.planner.SPLIT_MARGIN`, 0.1:
-        10%, about the cost model's median error; ``0`` keeps any predicted
-        gain; larger where predictions of split plans have run fast, e.g.
-        gRPC workers sharing one machine).
     """
 
     microbatches: int | str = 1
     pipeline: str = "auto"
-    split_margin: float = SPLIT_MARGIN
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "split_margin", real("split_margin", self.split_margin, maximum=MAX_SPLIT_MARGIN))
         checked_pipeline(self.pipeline, AutoplaceError)
         if self.microbatches != "auto":
             if isinstance(self.microbatches, (str, bool)):
@@ -295,8 +287,11 @@ class EmitOptions:
 
 
 #: The plan options of a model (:func:`placer.autoplace`): a Keras layer stays on one device, memory is the
-#: simulated step's peak, TensorFlow's executor orders each device's ops (``placer.solve`` defaults otherwise).
-MODEL_PLAN_OPTIONS = PlanOptions(group_by=MODEL_GROUP_BY, memory=MODEL_MEMORY, execution_order=MODEL_EXECUTION_ORDER)
+#: simulated step's peak, TensorFlow's executor orders each device's ops, and a spread plan is kept over one
+#: device only where predicted 10% faster (``placer.solve`` defaults otherwise; a graph file saved by
+#: ``placed.save_graph`` carries these, so ``placer.solve`` re-plans it as ``autoplace`` did).
+MODEL_PLAN_OPTIONS = PlanOptions(group_by=MODEL_GROUP_BY, memory=MODEL_MEMORY, execution_order=MODEL_EXECUTION_ORDER,
+                                 split_margin=SPLIT_MARGIN)
 
 #: The groups of :class:`PlacementOptions`, in stage order: attribute → its default.
 GROUPS: Mapping[str, Any] = {

@@ -24,6 +24,7 @@ to :class:`~placer.tf.placement.PlacedFunctions`, exports to
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -501,9 +502,9 @@ class PlacedModel(keras.Model):
     def save_graph(self, path: str | os.PathLike) -> str:
         """Write the cost-annotated op graph and the devices as a graph file (``docs/graph-format.md``).
 
-        ``placer.solve(*placer.load_graph(path), group_by=self.plan.group_by, ...)`` with the
-        options of this placement re-plans it offline, without TensorFlow, and gives the same
-        plan; returns the path.
+        The file carries the options this placement was planned with (``plan_options``), so
+        ``placer.solve(*placer.load_graph(path))`` re-plans it offline, without TensorFlow, and gives the
+        same plan (micro-batches apart: ``autoplace`` pipelines the plan after solving); returns the path.
 
         Examples
         --------
@@ -512,11 +513,13 @@ class PlacedModel(keras.Model):
         >>> placed = placer.autoplace(m, ["/CPU:0", "/CPU:1"], batch_size=2, time_limit_s=1)
         >>> path = placed.save_graph(os.path.join(tempfile.mkdtemp(), "ops.json"))
         >>> graph, devices = placer.load_graph(path)
-        >>> again = placer.solve(graph, devices, group_by=placed.plan.group_by, time_limit_s=1)
+        >>> again = placer.solve(graph, devices)
         >>> again.assignment == placed.plan.assignment, again.value == placed.plan.value
         (True, True)
         """
-        save_graph(path, self._placed.op_graph.graph, self._placed.devices)
+        p = self._placed
+        options = {f.name: getattr(p.plan_options, f.name) for f in dataclasses.fields(p.plan_options)}
+        save_graph(path, p.op_graph.graph, p.devices, plan_options=options)
         return os.fspath(path)
 
     def export(self, path: str | os.PathLike) -> str:

@@ -32,6 +32,7 @@ from ..core.attrs import PHASE
 from ..core.compression import CompressionPolicy
 from ..core.devices import DeviceSet
 from ..core.plan import Plan
+from ..planner import PlanOptions
 from .emit import EmittedModel, emit, rewrite_context
 from .graphdef import layer_devices_of
 from .opgraph import OpGraph
@@ -185,6 +186,9 @@ class Placement:
         The placement report (predicted figures).
     watchdog : Watchdog
         Watches calls that use remote workers.
+    plan_options : PlanOptions
+        The options the plan was made with (a saved op graph carries them: ``placer.solve`` re-plans it
+        the same way).
     """
 
     plan: Plan
@@ -199,3 +203,4 @@ class Placement:
     planned: EmittedModel
     report: Report
     watchdog: Watchdog
+    plan_options: PlanOptions

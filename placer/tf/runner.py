@@ -213,7 +213,7 @@ def _microbatches(model: keras.Model, built: BuiltProblem, plan: Plan, devset: D
     (:func:`placer.planner.pipeline_plan`). Returns the plan and those costs (``None`` without micro-batches).
     """
     batch = int(plan.batch_size or 1)
-    split_margin = opts.microbatch.split_margin
+    split_margin = opts.solve.split_margin or 0.0  # None: the solver's plan unless one device is faster
     if microbatches == 1:
         return pipeline_plan(built, plan, opts.solve, batch, [1], fallback=fallback,
                              split_margin=split_margin), None
@@ -528,6 +528,6 @@ def autoplace(model: Any, devices: Sequence[Any], *, plan: Plan | str | os.PathL
         plan=emitted.plan, op_graph=op_graph, devices=devset, input_specs=first.input_specs,
         training=traced.step == "train", data_structure=traced.data_structure, replica_groups=groups,
         variables=emitted.variables, functions=emitted.functions, planned=emitted.planned, report=report,
-        watchdog=Watchdog(worker_addresses(devset.names), opts.emit.worker_timeout_s)))
+        watchdog=Watchdog(worker_addresses(devset.names), opts.emit.worker_timeout_s), plan_options=opts.solve))
     log.info("autoplace %s: %s", model.name, " ".join(f"{k}={v:.2f}s" for k, v in timer.seconds.items()))
     return first.shell
