@@ -21,6 +21,15 @@ CI): the logical CPUs' shared capacity was measured in every run (1.47,
 capacity given, see ``benchmarks/results/determinism.md``.
 
     python benchmarks/determinism.py [--runs 10] [--cap 0.7] [--share 2.0|measure]
+
+``--warm-cache MODEL ...`` checks what a user re-running a placement sees: the benchmark workloads
+(``benchmarks/workloads.py``, forward pass, 4 logical CPUs, everything measured as ``autoplace`` does by
+default: op times, runtime factor, shared capacity) placed once to fill a fresh profile cache, then in
+``--runs`` fresh processes reading it; each run also saves the op graph and re-plans it offline with
+``placer.solve(*placer.load_graph(path))`` (no options: the file's). One plan per model, and the offline
+plan equal to ``autoplace``'s in every run, is the target.
+
+    python benchmarks/determinism.py --warm-cache multi_tower_mlp transformer lstm_seq2seq [--runs 5]
 """
 
 from __future__ import annotations
@@ -56,12 +65,59 @@ CHILD = textwrap.dedent("""
 """)
 
 
+WARM_CHILD = textwrap.dedent("""
+    import hashlib, json, os, sys, tempfile
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    import tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 4)
+    import keras, placer
+    sys.path.insert(0, sys.argv[2])
+    from workloads import WORKLOADS
+    builder, batch = WORKLOADS[sys.argv[1]]
+    keras.utils.set_random_seed(0)
+    model = builder()
+    placed = placer.autoplace(model, [f"/CPU:{i}" for i in range(4)], batch_size=min(batch, 16),
+                              profile_cache=sys.argv[3], measure_call=False)
+    digest = lambda a: hashlib.sha256(json.dumps(sorted((str(k), v) for k, v in a.items())).encode()).hexdigest()[:12]
+    offline = placer.solve(*placer.load_graph(placed.save_graph(os.path.join(tempfile.mkdtemp(), "ops.json"))))
+    print("RESULT", digest(placed.plan.assignment), placed.plan.solver,
+          "offline=same" if offline.assignment == placed.plan.assignment else "offline=DIFFERS",
+          [line for line in placed.plan.log if line.startswith(("op times", "host figures"))])
+""")
+
+
+def warm_cache(models: list[str], runs: int) -> None:
+    """:data:`WARM_CHILD` per model: once to fill a fresh cache, then ``runs`` times reading it."""
+    import os
+    import tempfile
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in models:
+        cache = tempfile.mkdtemp(prefix="autoplace-determinism-")
+        outcomes: collections.Counter[str] = collections.Counter()
+        for i in range(runs + 1):
+            proc = subprocess.run([sys.executable, "-c", WARM_CHILD, name, here, cache], capture_output=True,
+                                  text=True, timeout=1800)
+            line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")),
+                        f"RESULT crashed {proc.returncode}: {proc.stderr[-300:]}")[len("RESULT "):]
+            print(f"{name} {'cold' if i == 0 else f'warm {i}'}: {line}", flush=True)
+            if i:
+                outcomes[line.split(" [")[0]] += 1
+        print(f"{name}: {len(outcomes)} distinct outcome(s) in {runs} warm runs: {dict(outcomes)}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--cap", type=float, default=0.7)
     ap.add_argument("--share", default="2.0", help="the logical CPUs' shared capacity, or 'measure'")
+    ap.add_argument("--warm-cache", nargs="+", metavar="MODEL", default=None,
+                    help="instead: these workloads, measured placements read from a warm cache (see above)")
     args = ap.parse_args()
+    if args.warm_cache:
+        warm_cache(args.warm_cache, args.runs)
+        return
     outcomes: collections.Counter[str] = collections.Counter()
     for i in range(args.runs):
         proc = subprocess.run([sys.executable, "-c", CHILD, str(args.cap), args.share], capture_output=True, text=True, timeout=600)

@@ -27,7 +27,7 @@ import math
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Collection, Mapping
+from typing import Any, Collection, Mapping
 
 from .files import write_atomic
 
@@ -143,14 +143,60 @@ class ProfileCache:
 
     def put(self, key: CacheKey, median_us: Mapping[str, float], spread_us: Mapping[str, float]) -> bool:
         """Write the entry atomically (``0600``, in a ``0700`` directory); False (and a warning) if it failed."""
+        return self._write(key.filename(), {"format": CACHE_FORMAT, "key": asdict(key), "median_us": dict(median_us),
+                                            "spread_us": dict(spread_us)}, "profile cache entry")
+
+    def get_figures(self, key: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The measured figures stored under ``key`` (:meth:`put_figures`), or None (missing, or an entry whose
+        stored key differs or whose layout is not this version's: warned and ignored).
+
+        What a plan depends on besides op times (a runtime factor, shared capacities, calibrated links) is
+        kept beside the profile it was measured with, so that a warm cache gives the same plan again.
+
+        Examples
+        --------
+        >>> import tempfile
+        >>> cache = ProfileCache(tempfile.mkdtemp())
+        >>> cache.put_figures({"of": "hosts", "devices": ["/CPU:0"]}, {"capacity": 1.25})
+        True
+        >>> cache.get_figures({"of": "hosts", "devices": ["/CPU:0"]}), cache.get_figures({"of": "other"})
+        ({'capacity': 1.25}, None)
+        """
+        path = self.directory / _figures_filename(key)
+        if not path.exists():
+            return None
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(doc, dict) or doc.get("format") != FIGURES_FORMAT:
+                raise ValueError(f"it is not a figures entry of format {FIGURES_FORMAT}")
+            if doc.get("key") != json.loads(json.dumps(dict(key))):
+                raise ValueError("it was written for another key")
+            if not isinstance(doc.get("figures"), dict):
+                raise ValueError("its figures are not an object")
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+            log.warning("ignoring cache entry %s: %s; measuring again", path, e)
+            return None
+        return doc["figures"]
+
+    def put_figures(self, key: Mapping[str, Any], figures: Mapping[str, Any]) -> bool:
+        """Store ``figures`` (JSON-ready) under ``key``; False (and a warning) if the write failed."""
+        return self._write(_figures_filename(key), {"format": FIGURES_FORMAT, "key": dict(key),
+                                                    "figures": dict(figures)}, "figures cache entry")
+
+    def _write(self, name: str, doc: Mapping[str, Any], what: str) -> bool:
         try:
             if not self.directory.exists():
                 self.directory.mkdir(parents=True, mode=0o700)
-            write_atomic(self.directory / key.filename(),
-                         json.dumps({"format": CACHE_FORMAT, "key": asdict(key), "median_us": dict(median_us),
-                                     "spread_us": dict(spread_us)}), mode=0o600)
+            write_atomic(self.directory / name, json.dumps(doc), mode=0o600)
         except OSError as e:
-            log.warning("could not write the profile cache entry in %s (%s); going on without caching it",
-                        self.directory, e)
+            log.warning("could not write the %s in %s (%s); going on without caching it", what, self.directory, e)
             return False
         return True
+
+
+#: The layout of a figures entry (:meth:`ProfileCache.put_figures`).
+FIGURES_FORMAT = 1
+
+
+def _figures_filename(key: Mapping[str, Any]) -> str:
+    return f"figures-{fingerprint(json.dumps(dict(key), sort_keys=True).encode())[:32]}.json"

@@ -201,7 +201,8 @@ def main() -> None:
                                      profile_cache=cache_dir)
             sources.append(again.report_data["cost_model"]["compute"]["CPU"])
         out["cache_sources"] = sources
-        out["cache_entries"] = len(os.listdir(cache_dir))
+        out["cache_entries"] = sum(name.startswith("profile-") for name in os.listdir(cache_dir))
+        out["cache_figures"] = sum(name.startswith("figures-") for name in os.listdir(cache_dir))
         out["identities"] = [[worker_identity(a) for a in cluster.spec["worker"]] for _ in range(2)]
         out["link_fits"] = [link["fit"] for link in placed.report_data["links"]]
         html_path = os.path.join(planted, "report.html")

@@ -120,6 +120,8 @@ def test_two_pinned_workers_place_a_model_and_shut_down():
     # a worker's profile is cached for that process: measured once, then read back; each worker process
     # has its own identity, stable while it runs
     assert out["cache_sources"] == ["measured", "measured (cached)"] and out["cache_entries"] == 1, out
+    # ... with what the plan also depends on: the runtime factor, and the link calibration and shared capacity
+    assert out["cache_figures"] == 2, out
     first, second = out["identities"]
     assert first == second and first[0] != first[1] and all(i.count("|") == 1 for i in first), first
     # ... with its fit's quality in the report: 6 payload sizes, a coefficient of determination, a worst error

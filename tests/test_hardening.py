@@ -295,3 +295,17 @@ def test_dict_inputs_of_unknown_length_are_planned_from_a_sample_or_a_dict_signa
         assert np.array_equal(placed(x).numpy(), want)
     with pytest.raises(placer.InputSignatureError, match="takes"):
         placer.autoplace(model, devices[:2], batch_size=4, input_signature={"nope": (None, 6)})
+
+
+def test_connecting_to_tasks_off_this_machine_warns_about_unauthenticated_servers():
+    from placer.measure.cluster import SecurityWarning, connect
+
+    with pytest.warns(SecurityWarning, match="without authentication"):
+        with pytest.raises(placer.WorkerError):  # nothing answers there: refused before any server starts
+            connect({"worker": ["192.0.2.1:2222"]}, timeout_s=0.5)  # TEST-NET-1: never routed
+    with pytest.raises(placer.WorkerError):  # loopback: no warning (warnings are errors here)
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", SecurityWarning)
+            connect({"worker": ["127.0.0.1:1"]}, timeout_s=0.5)

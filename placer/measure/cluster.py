@@ -453,6 +453,13 @@ def connect(cluster: object = None, *, job: str = "worker", timeout_s: float = 1
     spec = _cluster_spec(cluster)
     if job not in spec:
         raise DeviceError(f"the cluster has no job {job!r} (jobs: {sorted(spec)}); pass job=")
+    remote = sorted({host for addresses in spec.values() for a in addresses
+                     if not on_loopback(host := a.rpartition(":")[0])})
+    if remote:
+        warnings.warn(f"placer.connect: the cluster's tasks run on {remote}. TensorFlow's gRPC servers (theirs, and "
+                      "the one this call starts in this process) listen on every interface and run any graph a "
+                      "client sends, without authentication: keep them on a network only you can reach (a "
+                      "firewall, a private subnet, a VPN)", SecurityWarning, stacklevel=2)
     bad = []
     for task, address in enumerate(spec[job]):
         status = probe_worker(address, timeout_s=timeout_s)
@@ -463,13 +470,6 @@ def connect(cluster: object = None, *, job: str = "worker", timeout_s: float = 1
                           "at the address the spec names, then connect again")
     log.warning("connecting to a TensorFlow cluster of %d %s task(s); its gRPC servers accept unauthenticated "
                 "connections", len(spec[job]), job)
-    remote = sorted({host for addresses in spec.values() for a in addresses
-                     if not on_loopback(host := a.rpartition(":")[0])})
-    if remote:
-        warnings.warn(f"placer.connect: the cluster's tasks run on {remote}. TensorFlow's gRPC servers (theirs, and "
-                      "the one this call starts in this process) listen on every interface and run any graph a "
-                      "client sends, without authentication: keep them on a network only you can reach (a "
-                      "firewall, a private subnet, a VPN)", SecurityWarning, stacklevel=2)
     tf.config.experimental_connect_to_cluster(tf.train.ClusterSpec(spec))
     prefix = f"/job:{job}/"
     return [d.name for d in tf.config.list_logical_devices() if d.name.startswith(prefix)]

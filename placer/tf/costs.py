@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -74,11 +74,13 @@ class ProfileOptions:
         is closed, and scale every op of the kind by the ratio
         (:func:`placer.tf.timing.runtime_factor`): ops are profiled in a
         TF1 session, which ran the demo's model 10–20% faster than the eager
-        runtime that runs the plan on one VM and 35–45% slower on another. A cached profile is also
-        scaled by the session's step now over the cached ops' sum (the
-        machine's drift since). Inference traces only (a copy of a training
-        step would update the variables). Measured every time (a few
-        steps), cache or not.
+        runtime that runs the plan on one VM and 35–45% slower on another.
+        Inference traces only (a copy of a training step would update the
+        variables). The factor is measured with the profile and cached with
+        it, so a warm cache gives the same op times and the same plan; a
+        cached profile without a cached factor (an older cache) is timed
+        again and scaled by the session's step now over the cached ops' sum
+        (the machine's drift since).
     """
 
     repeats: int = 5
@@ -228,11 +230,20 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
         mapped = {n.split(":", 1)[0] for n in (*feeds, *fixed_variables, *fixed_constants)}
         hit = cache.get(key, {n.name for n in gd.node} - mapped) if cache is not None else None
         runtime = options.runtime and traced.step == "predict"
+        factor_key = {"of": "runtime_factor", **asdict(key)}
         if hit is not None:
             log.info("profile of %d ops on %s from the cache%s", len(hit.median_us), kind,
                      f" (this worker process, {target})" if target else "")
             us[kind], source[kind], unknown[kind] = dict(hit.median_us), "measured (cached)", ()
             if not runtime:
+                continue
+            cached = cache.get_figures(factor_key) if cache is not None else None
+            if cached is not None and _usable_factor(cached.get("factor")):
+                # measured with the profile and kept with it: the same op times, so the same plan, from a warm
+                # cache (measured again when the profile is, or with profile_cache=False)
+                factors[kind] = float(cached["factor"])
+                us[kind] = {name: t * factors[kind] for name, t in us[kind].items()}
+                log.info("%s: runtime factor %.3f from the cache", kind, factors[kind])
                 continue
         resources = {f"{ph}:0": var.value.numpy() for ph, var in fixed_variables.items()}
         constants = {f"{ph}:0": t.numpy() for ph, t in fixed_constants.items()}
@@ -269,9 +280,16 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
                              kind, 1e3 * reference_s, 1e3 * cached_s, factor)
                 factors[kind] = factor
                 us[kind] = {name: t * factor for name, t in us[kind].items()}
+                if cache is not None:
+                    cache.put_figures(factor_key, {"factor": factor})
         except ValueError as e:
             raise CostError(str(e)) from e
     return ComputeCosts(us, source, unknown, factors)
+
+
+def _usable_factor(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and clip_runtime_factor(float(value)) == float(value))
 
 
 def worker_identity(address: str) -> str:

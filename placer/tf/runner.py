@@ -47,11 +47,13 @@ import keras
 import tensorflow as tf
 
 from cost_models import SimResult
+from cost_models.cache import fingerprint
+from cost_models.comm import Link, LinkFit
 from cost_models.simulate import SimOptions
 
 from ..core.build import BuiltProblem, build_problem
 from ..core.compression import CODECS, CompressionPolicy
-from ..core.devices import DeviceSet, resolve_devices
+from ..core.devices import DeviceSet, SharedProcessor, resolve_devices
 from ..core.microbatch import SmallBatchCosts, candidate_microbatches, simulate_pipeline
 from ..core.plan import Plan
 from ..errors import AutoplaceError, InputSignatureError, PlanError, TrainingError
@@ -59,7 +61,7 @@ from ..measure.hosts import executor_ready_order, sharing_groups
 from ..measure.links import calibrate_links
 from ..planner import DEFAULT_SOLVER, PlanOptions, pipeline_plan, plan_problem
 from .codecs import measure_codec_costs
-from .costs import ComputeCosts, compute_costs
+from .costs import ComputeCosts, compute_costs, worker_identity
 from .emit import EmittedModel
 from .opgraph import OpGraph, build_op_graph
 from .options import PlacementOptions
@@ -308,35 +310,90 @@ def _first_stages(model: Any, devices: Sequence[Any], opts: PlacementOptions, ti
 
 
 def _hosts(model: keras.Model, traced: TracedModel, devset: DeviceSet, opts: PlacementOptions,
-           costs: ComputeCosts | None = None) -> DeviceSet:
+           costs: ComputeCosts | None = None) -> tuple[DeviceSet, str]:
     """The hosts stage: the links between processes, calibrated (``calibrate_links``), and the processors
-    ``devset``'s devices share (``shared_capacity``), and their executors' ready order (``ready_order``)."""
+    ``devset``'s devices share (``shared_capacity``), and their executors' ready order (``ready_order``).
+
+    The measured figures are kept in the profile cache beside the op times they were measured with, and read
+    back while the profile is (a warm cache gives the same figures, so the same plan); they are measured again
+    when the op times are. Returns the devices and a line for the plan's log saying where the figures came
+    from."""
     hosts = opts.hosts
     order = hosts.ready_order
     if order == "detect":
         order, why = executor_ready_order(devset)
         log.info("executors' ready order: %s (%s)", order, why)
     devset = replace(devset, ready_order=order)
-    if hosts.calibrate_links and len({d.host for d in devset.devices}) > 1:
+    calibrate = hosts.calibrate_links and len({d.host for d in devset.devices}) > 1
+    groups = sharing_groups(devset) if hosts.shared_capacity is not None else []
+    measure_shared = bool(groups) and hosts.shared_capacity == "measure"
+    cache = opts.costs.profile_cache() if calibrate or measure_shared else None
+    key = _host_key(traced, devset, calibrate, measure_shared) if cache is not None else None
+    fresh_profile = costs is None or any(src == "measured" for src in costs.source.values())
+    what = ", ".join(w for w, on in (("calibrated links", calibrate), ("shared capacities", measure_shared)) if on)
+    if key is not None and not fresh_profile:
+        cached = cache.get_figures(key)
+        if cached is not None:
+            try:
+                out = _with_host_figures(devset, cached)
+            except (AutoplaceError, KeyError, TypeError, ValueError, IndexError) as e:
+                log.warning("ignoring the cached host figures (%s); measuring them again", e)
+            else:
+                return out, f"host figures ({what}) from the profile cache"
+    if calibrate:
         devset = calibrate_links(devset, cross_process_only=True, transfer_cpu=True)[0]
-    if hosts.shared_capacity is None:
-        return devset
-    groups = sharing_groups(devset)
-    if not groups:
-        return devset
+    if groups:
+        given = None if hosts.shared_capacity == "measure" else float(hosts.shared_capacity)
+        forward = traced
+        if given is None and traced.step != "predict":  # a training step's copies would update the variables
+            forward = trace_model(model, batch_size=traced.batch_size, input_signature=opts.trace.input_signature)
+        work_s = None
+        if costs is not None and forward is traced and "CPU" in costs.us:
+            work_s = sum(costs.us["CPU"].values()) * 1e-6
+        devset = shared_processors(forward, devset, groups, given=given, seed=hosts.seed, work_s=work_s)
+        for sp in devset.shared:
+            log.info("devices %s share one %s: capacity %.2f (%s)", [devset.names[i] for i in sp.devices],
+                     "processor" if sp.pooled else "machine", sp.capacity, sp.source)
+    if key is not None:
+        cache.put_figures(key, _host_figures(devset))
+    return devset, (f"host figures ({what}) measured now" if what else "")
 
-    given = None if hosts.shared_capacity == "measure" else float(hosts.shared_capacity)
-    forward = traced
-    if given is None and traced.step != "predict":  # a training step's copies would update the variables
-        forward = trace_model(model, batch_size=traced.batch_size, input_signature=opts.trace.input_signature)
-    work_s = None
-    if costs is not None and forward is traced and "CPU" in costs.us:
-        work_s = sum(costs.us["CPU"].values()) * 1e-6
-    out = shared_processors(forward, devset, groups, given=given, seed=hosts.seed, work_s=work_s)
-    for sp in out.shared:
-        log.info("devices %s share one %s: capacity %.2f (%s)", [devset.names[i] for i in sp.devices],
-                 "processor" if sp.pooled else "machine", sp.capacity, sp.source)
-    return out
+
+def _host_key(traced: TracedModel, devset: DeviceSet, calibrate: bool, shared: bool) -> dict[str, Any]:
+    """What the host figures depend on: the model's graph, the devices (and each worker *process*: a
+    restarted worker is measured again), TensorFlow, what is measured."""
+    workers = worker_addresses(devset.names)
+    return {"of": "hosts", "graph": fingerprint(traced.fixed.graph.as_graph_def().SerializeToString(
+                deterministic=True)), "batch": int(traced.batch_size), "devices": list(devset.names),
+            "workers": [worker_identity(a) for _, a in sorted(workers.items())], "tf": tf.__version__,
+            "calibrate": calibrate, "shared": shared, "ready_order": devset.ready_order}
+
+
+def _host_figures(devset: DeviceSet) -> dict[str, Any]:
+    """The measured host figures of ``devset``, JSON-ready (:func:`_with_host_figures` reads them back)."""
+    return {"links": [[i, j, f.link.bandwidth_bytes_per_s, f.link.latency_s, devset.links[i, j].cpu_s, f.r2,
+                       f.max_rel_error, f.points] for (i, j), f in sorted(devset.fits.items())],
+            "shared": [[list(sp.devices), sp.capacity, sp.pooled] for sp in devset.shared]}
+
+
+def _with_host_figures(devset: DeviceSet, figures: Mapping[str, Any]) -> DeviceSet:
+    """``devset`` with the links and shared processors of cached ``figures``."""
+    links, fits = dict(devset.links), dict(devset.fits)
+    for i, j, bandwidth, latency, cpu_s, r2, max_rel, points in figures["links"]:
+        links[i, j] = Link(float(bandwidth), float(latency), float(cpu_s))
+        fits[i, j] = LinkFit(Link(float(bandwidth), float(latency)), float(r2), float(max_rel), int(points))
+    shared = [SharedProcessor(tuple(d), float(capacity), "measured", bool(pooled))
+              for d, capacity, pooled in figures["shared"]]
+    return replace(devset, links=links, fits=fits).with_shared(shared) if shared else replace(
+        devset, links=links, fits=fits)
+
+
+def _inputs_note(costs: ComputeCosts, hosts_note: str) -> tuple[str, ...]:
+    """The plan's log lines saying which measured figures it was made with, and where they came from."""
+    kinds = ", ".join(f"{kind} {src}" + (f" × runtime factor {costs.runtime_factor[kind]:.3f}"
+                                         if kind in costs.runtime_factor else "")
+                      for kind, src in sorted(costs.source.items()))
+    return (f"op times: {kinds}",) + ((hosts_note,) if hosts_note else ())
 
 
 def _call_overhead(traced: TracedModel, plan: Plan) -> Plan:
@@ -501,13 +558,14 @@ def autoplace(model: Any, devices: Sequence[Any], *, plan: Plan | str | os.PathL
     first = _first_stages(model, devices, opts, timer)
     traced, opts = first.traced, first.options
     with timer.stage("hosts"):
-        devset = _hosts(model, traced, first.devices, opts, first.costs)
+        devset, hosts_note = _hosts(model, traced, first.devices, opts, first.costs)
     with timer.stage("graph"):
         op_graph = build_op_graph(traced, first.costs.us)
     with timer.stage("problem"):
         built = build_problem(op_graph.graph, devset, group_by=opts.solve.group_by)
     with timer.stage("solve"):
         placed_plan = _solve(built, opts.solve, given, traced.batch_size, opts.emit.compression)
+        placed_plan = replace(placed_plan, log=(*placed_plan.log, *_inputs_note(first.costs, hosts_note)))
     with timer.stage("microbatches"):
         placed_plan, small = _microbatches(
             model, built, placed_plan, devset, opts,
