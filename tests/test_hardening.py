@@ -309,3 +309,16 @@ def test_connecting_to_tasks_off_this_machine_warns_about_unauthenticated_server
         with warnings.catch_warnings():
             warnings.simplefilter("error", SecurityWarning)
             connect({"worker": ["127.0.0.1:1"]}, timeout_s=0.5)
+
+
+def test_labels_of_another_shape_after_a_dataset_fit_are_a_typed_error(devices):
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    model.compile(optimizer="sgd", loss="mse")
+    placed = placer.autoplace(model, devices[:2], training=True, batch_size=4, time_limit_s=1)
+    x, y = np.ones((8, 4), "float32"), np.zeros((8, 3), "float32")
+    placed.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(4), epochs=1, shuffle=False, verbose=0)  # relaxed
+    before = [w.copy() for w in placed.get_weights()]
+    for bad in (np.zeros((8, 5), "float32"), np.zeros((8,), "float32")):
+        with pytest.raises(placer.InputSignatureError):
+            placed.fit(x, bad, batch_size=4, epochs=1, verbose=0)
+    assert all(np.array_equal(a, b) for a, b in zip(before, placed.get_weights()))

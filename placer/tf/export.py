@@ -106,6 +106,23 @@ def _fold_constants(gd: tf.compat.v1.GraphDef, constants: Mapping[str, Any]) -> 
     return None
 
 
+def _unfold_constants(gd: tf.compat.v1.GraphDef, names: Sequence[str]) -> dict[str, tf.Tensor]:
+    """Turn the ``Const`` nodes ``names`` of ``gd`` (captured constants an export stored as constants) back into
+    placeholders (in place); returns each one's value, to feed as a capture."""
+    by_name = {n.name: n for n in gd.node}
+    values = {}
+    for name in names:
+        node = by_name[name]
+        value = tf.constant(tf.make_ndarray(node.attr["value"].tensor))
+        device = node.device
+        node.Clear()
+        node.name, node.op, node.device = name, "Placeholder", device
+        node.attr["dtype"].type = value.dtype.as_datatype_enum
+        node.attr["shape"].shape.CopyFrom(value.shape.as_proto())
+        values[name] = value
+    return values
+
+
 def _variable_key(i: int) -> str:
     """Checkpoint key of ``module.placed_variables[i]`` in a SavedModel written here."""
     return f"placed_variables/{i}/.ATTRIBUTES/VARIABLE_VALUE"
@@ -161,6 +178,9 @@ def export_saved_model(emitted: EmittedModel, path: str | os.PathLike, *, plan: 
         "remappable": not_remappable is None, "not_remappable_because": not_remappable,
         "microbatches": emitted.microbatches,
         "sends": "executor" if emitted.sends is None else "prompt",
+        # the captured constants stored as Const nodes: fed again as captures at load, as the placed function
+        # feeds them (as Consts, Grappler folds arithmetic through them and the last bits change)
+        "constants": sorted(emitted.constants) if not_remappable is None else [],
     }
     with new_directory(path) as tmp:
         try:
@@ -221,7 +241,8 @@ MANIFEST_SCHEMA: Mapping[str, Any] = {
         "variables": {"type": "array", "maxItems": 1000000, "items": {
             "type": "object", "required": ["placeholder", "key"],
             "properties": {"placeholder": _NAME,
-                           "key": {"type": "string", "pattern": r"^placed_variables/[0-9]+/\.ATTRIBUTES/VARIABLE_VALUE$"},
+                           "key": {"type": "string",
+                                   "pattern": r"^placed_variables/[0-9]+/\.ATTRIBUTES/VARIABLE_VALUE$"},
                            "device": {"type": "string", "maxLength": 4096},
                            "dtype": {"type": "string", "maxLength": 32},
                            "shape": {"type": "array", "maxItems": 64,
@@ -230,6 +251,7 @@ MANIFEST_SCHEMA: Mapping[str, Any] = {
         "not_remappable_because": {"type": ["string", "null"]},
         "microbatches": {"type": "integer", "minimum": 1, "maximum": 1 << 20},
         "sends": {"enum": ["executor", "prompt"]},
+        "constants": {"type": "array", "maxItems": 1000000, "items": _NAME},
     },
 }
 #: At most this many nodes in the graph that runs (micro-batch copies included): a manifest that asks for more
@@ -294,7 +316,8 @@ def _check_names(path: str, manifest: Mapping[str, Any], gd: tf.compat.v1.GraphD
     for i, tensor in enumerate(manifest["outputs"]):
         node_of(tensor, f"outputs/{i}")  # its port is checked when the function is built (LoadedModel)
     placeholders = [v["placeholder"] for v in manifest["variables"]]
-    if len(set(placeholders)) != len(placeholders) or len({v["key"] for v in manifest["variables"]}) != len(placeholders):
+    keys = {v["key"] for v in manifest["variables"]}
+    if len(set(placeholders)) != len(placeholders) or len(keys) != len(placeholders):
         raise _fail(path, where, "variables name a placeholder or a saved key twice")
     captured = {n.name for n in nodes.values() if n.op == "Placeholder" and n.attr["dtype"].type == tf.resource}
     for i, name in enumerate(placeholders):
@@ -303,6 +326,9 @@ def _check_names(path: str, manifest: Mapping[str, Any], gd: tf.compat.v1.GraphD
     missing = sorted(captured - set(placeholders))
     if missing:
         raise _fail(path, where, f"the graph's variables {missing[:3]} have no saved value")
+    for i, name in enumerate(manifest.get("constants", [])):
+        if name not in nodes or nodes[name].op != "Const":
+            raise _fail(path, where, f"constants/{i} {name!r} is not a constant of graph_def.pb")
     copies = int(manifest.get("microbatches", 1)) * len(gd.node)
     if copies > MAX_LOADED_NODES:
         raise _fail(path, where, f"microbatches={manifest.get('microbatches')} would copy the graph's {len(gd.node)} "
@@ -419,11 +445,12 @@ class LoadedModel(tf.Module):
         context = RewriteContext(graph=graph, step="predict",
                                  devices=complete_assignment(graph, plan.assignment, layer_devices_of(plan.assignment)),
                                  inputs=tuple(i["tensor"] for i in m["inputs"]),
-                                 captured=tuple(v["placeholder"] for v in m["variables"]),
+                                 captured=(*(v["placeholder"] for v in m["variables"]), *m.get("constants", [])),
                                  order=plan.op_order if microbatches == 1 else {}, microbatches=microbatches,
                                  sends=send_rule(plan, export.op_graph) if m.get("sends") == "prompt" else None)
         gd = tf.compat.v1.GraphDef()
         gd.CopyFrom(export.graph_def)
+        constants = self._constants = _unfold_constants(gd, m.get("constants", []))
         self.placed_graph_def, self.graph_def, records = rewrite_graph_def(gd, context)
         self.op_devices = dict(context.devices)
         self.order_edges = next((r.detail for r in records if r.rewrite == "order"), ())
@@ -447,8 +474,8 @@ class LoadedModel(tf.Module):
             raise _fail(export.path, f"{EXTRA_DIR}/manifest.json", f"output_structure holds {len(flat)} outputs, "
                         f"outputs names {len(m['outputs'])}")
         self.forward = import_function(self.graph_def, [i["tensor"] for i in m["inputs"]], m["outputs"],
-                                       [(v["placeholder"], var) for v, var in zip(m["variables"], placed)],
-                                       structure, specs, microbatches=microbatches)
+                                       [(v["placeholder"], var) for v, var in zip(m["variables"], placed)]
+                                       + list(constants.items()), structure, specs, microbatches=microbatches)
         try:  # built now, so that a graph that cannot run fails here and not at the first call
             self.forward.get_concrete_function()
         except (AutoplaceError, ValueError, TypeError, KeyError, IndexError, tf.errors.OpError) as e:
@@ -470,7 +497,8 @@ class LoadedModel(tf.Module):
         emitted = EmittedModel(self.forward, self.graph_def, self.placed_graph_def, self.records,
                                _unstructure(m["output_structure"]), "predict",
                                tuple(i["tensor"] for i in m["inputs"]), tuple(m["outputs"]),
-                               tuple(v["placeholder"] for v in m["variables"]), tuple(self.placed_variables), {},
+                               tuple(v["placeholder"] for v in m["variables"]), tuple(self.placed_variables),
+                               dict(self._constants),
                                tuple(tf.TensorSpec(s.shape, s.dtype, name=s.name)
                                      for s in self.forward.input_signature), int(m.get("microbatches", 1)))
         return export_saved_model(emitted, path, plan=self.plan, op_graph=self._export.op_graph,

@@ -28,14 +28,12 @@ import dataclasses
 import functools
 import logging
 import os
-import warnings
 from dataclasses import replace
 from typing import Any, Iterator, Mapping, Sequence
 
 import keras
 import tensorflow as tf
 
-from ..core.compression import CODECS, CompressionPolicy
 from ..core.graph_io import save_graph
 from ..core.plan import Plan
 from ..core.validate import integer, real
@@ -62,6 +60,21 @@ def _spec_of(t: Any) -> tf.TensorSpec:
     return tf.TensorSpec((None, *shape[1:]), t.dtype)
 
 
+@contextlib.contextmanager
+def _shapes_said(what: str) -> Iterator[None]:
+    """TensorFlow's "Incompatible shapes" inside a placed step (labels of another shape than the outputs, in a
+    batch whose shapes Keras had relaxed to unknown, so that tracing could not tell) as an InputSignatureError.
+    The failing op computes the loss or its gradient, before any update."""
+    try:
+        yield
+    except tf.errors.InvalidArgumentError as e:
+        if "Incompatible shapes" not in str(e):
+            raise
+        shapes = next((ln.strip() for ln in str(e).splitlines() if "Incompatible shapes" in ln), "")
+        raise InputSignatureError(f"{what}: a batch does not fit the model ({shapes}): check that the labels have "
+                                  "the shape of the model's outputs (or of the targets it was placed with)") from e
+
+
 def _check_callbacks(callbacks: Any) -> None:
     """Refuse, before any update, a callback that could only fail after the first epoch: a ``ModelCheckpoint``
     of the whole model to ``.keras`` (a placed model saves its weights, not a ``.keras`` file)."""
@@ -79,22 +92,6 @@ class _Origin:
 
     def __init__(self, model: Any) -> None:
         self.model = model
-
-
-def say_what_compression_did(policy: CompressionPolicy, emitted: EmittedModel) -> None:
-    """Warn when compression was asked for and nothing was compressed, saying why."""
-    if policy.compression == "none" or emitted.compressed:
-        return
-    if policy.budget_excludes_all:
-        why = (f"no codec meets the error budget compression_error={policy.error_budget:g} "
-               f"(smallest error: {min(c.max_error for n, c in CODECS.items() if n != 'none'):.2g})")
-    elif policy.compression == "auto":
-        why = "no codec saves time on these links (or no cut edge carries a float tensor of rank >= 1)"
-    else:
-        why = ("no cut edge carries a tensor the codec may take (float32 of rank >= 1"
-               + (", forward pass only" if CODECS[policy.compression].forward_only else "") + ")")
-    warnings.warn(f"compression={policy.compression!r}: nothing compressed, every edge is sent as it is: {why}",
-                  stacklevel=3)
 
 
 class PlacedModel(keras.Model):
@@ -387,7 +384,8 @@ class PlacedModel(keras.Model):
         self._check_trainable("fit")
         _check_callbacks(kwargs.get("callbacks"))
         try:
-            return self._placed.watchdog.call(super().fit, *args, **kwargs)
+            with _shapes_said("fit"):
+                return self._placed.watchdog.call(super().fit, *args, **kwargs)
         except KeyboardInterrupt:  # fit runs in the watchdog's thread with remote workers: stop it there too
             self.stop_training = True
             raise
@@ -401,7 +399,8 @@ class PlacedModel(keras.Model):
     def evaluate(self, *args: Any, **kwargs: Any) -> Any:
         """Keras' ``evaluate`` on the placed test step."""
         self._check_trainable("evaluate")
-        return self._placed.watchdog.call(super().evaluate, *args, **kwargs)
+        with _shapes_said("evaluate"):
+            return self._placed.watchdog.call(super().evaluate, *args, **kwargs)
 
     def sync_to(self, model: Any) -> None:
         """Write the placed model's weights into ``model`` (never done implicitly).
@@ -547,9 +546,9 @@ class PlacedModel(keras.Model):
         against the original run as one graph function with every op and a copy of every weight on the
         plan's first device. For a placement of the training step, one ``train_on_batch(x, y)`` of this
         model against one of a copy of the original (its current weights, the same compile settings,
-        every variable on the plan's first device): Keras' own step on both sides. Training steps change weights, so every variable of
-        this model (weights, optimizer slots and iterations, metric totals) is restored afterwards;
-        the user's model is never touched (:mod:`placer.tf.measuring`).
+        every variable on the plan's first device): Keras' own step on both sides. Training steps change
+        weights, so every variable of this model (weights, optimizer slots and iterations, metric totals) is
+        restored afterwards; the user's model is never touched (:mod:`placer.tf.measuring`).
 
         ``x=None`` (and ``y=None``): a random batch of the planning batch size
         (:func:`placer.tf.trace.random_batch`, ``seed``). Each call's outputs are fetched to the host,

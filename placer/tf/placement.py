@@ -44,7 +44,8 @@ from .trace import TracedModel
 
 
 class StepTracer(Protocol):
-    """What traces the functions a placement emits: the placed model's shell (:class:`~placer.tf.placed_model.PlacedModel`)."""
+    """What traces the functions a placement emits: the placed model's shell
+    (:class:`~placer.tf.placed_model.PlacedModel`)."""
 
     def trace_forward(self, input_specs: Sequence[tf.TensorSpec], batch_size: int, training: bool) -> TracedModel:
         """The user's model's forward pass, traced for any batch."""

@@ -60,7 +60,8 @@ def _splice(gd: tf.compat.v1.GraphDef, nodes: list, placeholders: list[str], inp
 
 
 def _backward(op_name: str, optimizer_scope: str | None) -> bool:
-    return op_name.startswith(GRADIENT_SCOPE + "/") or bool(optimizer_scope and op_name.startswith(optimizer_scope + "/"))
+    return op_name.startswith(GRADIENT_SCOPE + "/") or bool(optimizer_scope
+                                                             and op_name.startswith(optimizer_scope + "/"))
 
 
 def insert_codecs(gd: tf.compat.v1.GraphDef, graph: tf.Graph, devices: Mapping[str, str], policy: CompressionPolicy,

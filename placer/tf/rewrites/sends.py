@@ -263,7 +263,8 @@ def acknowledged_nodes(built: Any, sends: PromptSends | None) -> tuple[tuple[int
 
 
 def send_rule(plan: Plan, graph: nx.DiGraph, copies: int = 0) -> SendRule:
-    """Which awaited transfers of the plan's functions are acknowledged (what :func:`placer.autoplace` and :func:`placer.load` use).
+    """Which awaited transfers of the plan's functions are acknowledged (:func:`placer.autoplace` and
+    :func:`placer.load` both use it).
 
     A node's seconds are its op's measured time on its planned device in the op graph ``graph`` (a copy, ``mb{i}/…``
     of a micro-batch or ``replica_{i}/…`` of a replica, its share of the batch's: ``copies`` of them); 0 if
