@@ -66,7 +66,7 @@ def main() -> int:
         placed = placer.autoplace(model, devices, batch_size=args.batch, algorithm="contiguous",
                                   objective="throughput", split_margin=0, profile_cache=False)
         worker0 = devices[0]
-        traced = placed.trace_forward(placed.input_specs, args.batch, False)
+        traced = placed.placement.functions.forward_trace(False)
         now, _copies = one_device_original(traced, worker0)
         with tf.device(worker0):
             hand = keras.models.clone_model(model)

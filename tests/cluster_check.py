@@ -215,7 +215,7 @@ def main() -> None:
         # placed.measure's baseline: the original with every op and a copy of every weight on worker 0, timed
         # against a hand-built one-worker copy (the model cloned there, its weights copied), interleaved
         progress("the measured baseline against a hand-built one-worker copy")
-        traced = placed.trace_forward(placed.input_specs, 8, False)
+        traced = placed.placement.functions.forward_trace(False)
         original, copies = one_device_original(traced, devices[0])
         out["original_variable_devices"] = sorted({v.device for v in copies})
         with tf.device(devices[0]):

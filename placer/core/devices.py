@@ -31,7 +31,7 @@ from cost_models.comm import Link, LinkFit
 from cost_models.simulate import checked_ready_order
 
 from ..errors import DeviceError
-from .validate import MAX_BYTES, integer, real
+from .validate import MAX_BYTES, boolean, integer, real
 
 #: Assumed link between two devices when nothing better is known: these are
 #: planning defaults, not measurements (see ``docs/costs.md``).
@@ -218,8 +218,7 @@ class SharedProcessor:
         object.__setattr__(self, "capacity", float(min(cap, len(devs))))
         if self.source not in SHARE_SOURCES:
             raise DeviceError(f"source must be one of {SHARE_SOURCES}, got {self.source!r}")
-        if not isinstance(self.pooled, bool):
-            raise DeviceError(f"pooled must be True or False, got {self.pooled!r}")
+        boolean("pooled", self.pooled, error=DeviceError)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,17 @@ MAX_BYTES = 2**62
 MAX_BATCH_SIZE = 2**24
 
 
+def boolean(name: str, value: Any, *, error: type[AutoplaceError] = AutoplaceError) -> bool:
+    """``value`` if it is ``True`` or ``False`` (not ``1``, not ``"yes"``).
+
+    >>> boolean("training", True)
+    True
+    """
+    if not isinstance(value, bool):
+        raise error(f"{name} must be True or False, got {value!r}")
+    return value
+
+
 def integer(name: str, value: Any, *, minimum: int = 0, maximum: int = 2**63 - 1,
             error: type[AutoplaceError] = AutoplaceError) -> int:
     """``value`` as an ``int`` in ``[minimum, maximum]``; integral floats (``8.0``) are accepted."""

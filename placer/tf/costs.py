@@ -32,7 +32,7 @@ from cost_models.cache import CacheKey, ProfileCache, default_cache_dir, fingerp
 from cost_models.profile import GraphProfiler
 
 from ..core.devices import device_host, device_kind
-from ..core.validate import integer
+from ..core.validate import boolean, integer
 from ..errors import CostError, WorkerError
 from ..measure.health import probe_worker
 from ..measure.hosts import clip_runtime_factor, enough_rounds
@@ -93,9 +93,8 @@ class ProfileOptions:
     def __post_init__(self) -> None:
         object.__setattr__(self, "repeats", integer("profile_repeats", self.repeats, minimum=1, maximum=10**6,
                                                     error=CostError))
-        for flag, value in (("profile_grappler", self.grappler), ("profile_runtime", self.runtime)):
-            if not isinstance(value, bool):
-                raise CostError(f"{flag} must be True or False, got {value!r}")
+        boolean("profile_grappler", self.grappler, error=CostError)
+        boolean("profile_runtime", self.runtime, error=CostError)
 
     def profile_cache(self) -> ProfileCache | None:
         """The cache these options name, or ``None`` for none."""
@@ -115,6 +114,8 @@ class ComputeCosts:
     unknown_op_types: Mapping[str, tuple[str, ...]]
     #: Kind → the factor its measured op times were scaled by (:attr:`ProfileOptions.runtime`).
     runtime_factor: Mapping[str, float] = field(default_factory=dict)
+    #: The fingerprint of the profiled graph (``cost_models.cache.fingerprint``), what its cache entries are keyed by.
+    fingerprint: str = ""
 
 
 def sample_inputs(traced: TracedModel, seed: int) -> dict[str, np.ndarray]:
@@ -284,7 +285,7 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
                     cache.put_figures(factor_key, {"factor": factor})
         except ValueError as e:
             raise CostError(str(e)) from e
-    return ComputeCosts(us, source, unknown, factors)
+    return ComputeCosts(us, source, unknown, factors, fp)
 
 
 def _usable_factor(value: Any) -> bool:

@@ -34,7 +34,7 @@ from ..errors import GraphError, InputSignatureError
 from .codecs import CompressedEdge
 from .graphdef import IMPORT_PREFIX, complete_assignment, copy_name, variable_handle
 from . import rewrites as declared
-from .rewrites import Rewrite, RewriteContext, RewriteRecord, run_rewrites, schedule_split
+from .rewrites import Rewrite, RewriteContext, RewriteRecord, find_record, run_rewrites, schedule_split
 from .rewrites.sends import PromptSends
 from .trace import TracedModel
 
@@ -80,7 +80,7 @@ class EmittedModel:
 
     def record(self, rewrite: str) -> RewriteRecord | None:
         """The record of the rewrite named ``rewrite``, or ``None`` where it did not apply."""
-        return next((r for r in self.records if r.rewrite == rewrite), None)
+        return find_record(self.records, rewrite)
 
     @property
     def compressed(self) -> tuple[CompressedEdge, ...]:
@@ -139,6 +139,12 @@ def rewrite_graph_def(gd: tf.compat.v1.GraphDef, context: RewriteContext, rewrit
     return gd, running, records + run_rewrites(running, context, schedule)
 
 
+def copies_in(records: Sequence[RewriteRecord], context: RewriteContext) -> int:
+    """How many micro-batch copies of the graph the rewrites made (the ``copies`` rewrite's; 1 without it): what
+    :func:`import_function` splits the inputs into."""
+    return context.microbatches if find_record(records, "copies") is not None else 1
+
+
 def emit(traced: TracedModel, variables: Mapping[str, Any], context: RewriteContext,
          rewrites: Sequence[Rewrite] | None = None) -> EmittedModel:
     """Build the placed function of one trace.
@@ -165,7 +171,7 @@ def emit(traced: TracedModel, variables: Mapping[str, Any], context: RewriteCont
         raise GraphError(f"{len(missing)} captured variables have no placed copy, e.g. {missing[:3]}")
     placed, running, records = rewrite_graph_def(traced.dynamic.graph.as_graph_def(), context, rewrites)
     placeholders = tuple(traced.variables)
-    microbatches = context.microbatches if context.step == "predict" else 1
+    microbatches = copies_in(records, context)
     fn = import_function(running, traced.input_names, traced.output_names,
                          [(ph, variables[ph]) for ph in placeholders] + list(traced.constants.items()),
                          traced.dynamic.structured_outputs, traced.input_specs, microbatches=microbatches)

@@ -50,9 +50,9 @@ from ..core.outputs import new_directory
 from ..core.plan import Plan
 from ..errors import AutoplaceError, DeviceError, ExportError, OutputError, PlanError
 from ..planner import MODEL_MEMORY, PlanOptions, plan_problem
-from .emit import EmittedModel, import_function, observed_devices, rewrite_graph_def
+from .emit import EmittedModel, copies_in, import_function, observed_devices, rewrite_graph_def
 from .graphdef import complete_assignment, layer_devices_of, tf_variable
-from .rewrites import RewriteContext
+from .rewrites import RewriteContext, find_record
 from .rewrites.sends import send_rule
 
 log = logging.getLogger(__name__)
@@ -453,7 +453,8 @@ class LoadedModel(tf.Module):
         constants = self._constants = _unfold_constants(gd, m.get("constants", []))
         self.placed_graph_def, self.graph_def, records = rewrite_graph_def(gd, context)
         self.op_devices = dict(context.devices)
-        self.order_edges = next((r.detail for r in records if r.rewrite == "order"), ())
+        order = find_record(records, "order")
+        self.order_edges = () if order is None else order.detail
         self.records = records
         placed = []
         for v, value in zip(m["variables"], export.values):
@@ -475,7 +476,8 @@ class LoadedModel(tf.Module):
                         f"outputs names {len(m['outputs'])}")
         self.forward = import_function(self.graph_def, [i["tensor"] for i in m["inputs"]], m["outputs"],
                                        [(v["placeholder"], var) for v, var in zip(m["variables"], placed)]
-                                       + list(constants.items()), structure, specs, microbatches=microbatches)
+                                       + list(constants.items()), structure, specs,
+                                       microbatches=copies_in(records, context))
         try:  # built now, so that a graph that cannot run fails here and not at the first call
             self.forward.get_concrete_function()
         except (AutoplaceError, ValueError, TypeError, KeyError, IndexError, tf.errors.OpError) as e:

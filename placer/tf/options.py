@@ -44,17 +44,12 @@ from ..core.build import MODEL_GROUP_BY
 from ..core.compression import DEFAULT_ERROR_BUDGET, CompressionPolicy
 from ..core.microbatch import checked_pipeline
 from ..core.order import MODEL_EXECUTION_ORDER
-from ..core.validate import MAX_BATCH_SIZE, MAX_TIME_LIMIT_S, integer, real
+from ..core.validate import MAX_BATCH_SIZE, MAX_TIME_LIMIT_S, boolean, integer, real
 from ..errors import AutoplaceError, InputSignatureError, TrainingError
 from ..planner import MODEL_MEMORY, SPLIT_MARGIN, PlanOptions
 from .costs import ProfileOptions
 from .remote import DEFAULT_WORKER_TIMEOUT_S
 from .rewrites.sends import SENDS
-
-
-def _flag(name: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        raise AutoplaceError(f"{name} must be True or False, got {value!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,7 +115,7 @@ class TrainingOptions:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "replicas", integer("replicas", self.replicas, minimum=1, error=TrainingError))
-        _flag("training", self.training)
+        boolean("training", self.training)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -174,8 +169,8 @@ class HostOptions:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        _flag("calibrate_links", self.calibrate_links)
-        _flag("measure_call", self.measure_call)
+        boolean("calibrate_links", self.calibrate_links)
+        boolean("measure_call", self.measure_call)
         if self.shared_capacity is not None and self.shared_capacity != "measure":
             if isinstance(self.shared_capacity, (str, bool)):
                 raise AutoplaceError(f"shared_capacity must be 'measure', a number >= 1 or None, "

@@ -603,8 +603,8 @@ class PlacedModel(keras.Model):
             fn = p.functions.forward(False).function
             batch = int(args[0].shape[0])
             predicted = p.plan.predicted_step_time_s if batch == p.plan.batch_size else None
-            traced = self.trace_forward(p.input_specs, max(p.plan.batch_size or 1, 1), False)
-            result = measure_forward(lambda xs: self._run(fn, xs), traced, device, args, predicted, rounds)
+            result = measure_forward(lambda xs: self._run(fn, xs), p.functions.forward_trace(False), device, args,
+                                     predicted, rounds)
         object.__setattr__(self, "_measurement", result)
         return result
 

@@ -116,14 +116,23 @@ class PlacedFunctions:
         self._layer_devices = layer_devices_of(plan.assignment)
         self._sends = send_rule(plan, op_graph.graph, len(replica_groups)) if prompt_sends else None
         self._functions: dict[Any, EmittedModel] = {}
+        self._traces: dict[Any, TracedModel] = {}
 
     def forward(self, training: bool = False) -> EmittedModel:
         """The placed forward pass (``training=True``: dropout on, batch statistics)."""
         key = ("call", bool(training))
         if key not in self._functions:
-            traced = self._tracer.trace_forward(self.input_specs, max(self.plan.batch_size or 1, 1), training)
-            self._functions[key] = self.emit(traced)
+            self._functions[key] = self.emit(self.forward_trace(training))
         return self._functions[key]
+
+    def forward_trace(self, training: bool = False) -> TracedModel:
+        """The trace of the model's forward pass the placed one is emitted from (traced once; ``placed.measure``
+        runs the original from it too)."""
+        key = ("call", bool(training))
+        if key not in self._traces:
+            self._traces[key] = self._tracer.trace_forward(self.input_specs, max(self.plan.batch_size or 1, 1),
+                                                           training)
+        return self._traces[key]
 
     def step(self, step: str, data_structure: Any) -> EmittedModel:
         """The placed ``train_step``/``test_step`` for one batch structure (``(x, y)`` specs)."""

@@ -72,7 +72,7 @@ from .replicas import replica_groups
 from .report import Report, build_report
 from .rewrites.sends import acknowledged_nodes
 from .timing import plan_call_seconds, shared_processors
-from .trace import TracedModel, check_model, signature_from_sample, trace_model
+from .trace import TracedModel, check_model, signature_from_sample, trace_model, with_batch
 from .training import check_replicable, trace_training
 
 log = logging.getLogger(__name__)
@@ -274,7 +274,7 @@ def _with_sample(model: keras.Model, opts: PlacementOptions) -> PlacementOptions
         changes["batch_size"] = batch
     if y is not None and opts.train.targets is None:
         changes["targets"] = tf.nest.map_structure(
-            lambda a: tf.TensorSpec((None, *tf.convert_to_tensor(a).shape[1:]), tf.convert_to_tensor(a).dtype), y)
+            lambda a: with_batch(tf.TensorSpec.from_tensor(tf.convert_to_tensor(a)), None), y)
     return opts.replace(**changes)
 
 
@@ -328,7 +328,7 @@ def _hosts(model: keras.Model, traced: TracedModel, devset: DeviceSet, opts: Pla
     groups = sharing_groups(devset) if hosts.shared_capacity is not None else []
     measure_shared = bool(groups) and hosts.shared_capacity == "measure"
     cache = opts.costs.profile_cache() if calibrate or measure_shared else None
-    key = _host_key(traced, devset, calibrate, measure_shared) if cache is not None else None
+    key = _host_key(traced, devset, calibrate, measure_shared, costs) if cache is not None else None
     fresh_profile = costs is None or any(src == "measured" for src in costs.source.values())
     what = ", ".join(w for w, on in (("calibrated links", calibrate), ("shared capacities", measure_shared)) if on)
     if key is not None and not fresh_profile:
@@ -359,12 +359,14 @@ def _hosts(model: keras.Model, traced: TracedModel, devset: DeviceSet, opts: Pla
     return devset, (f"host figures ({what}) measured now" if what else "")
 
 
-def _host_key(traced: TracedModel, devset: DeviceSet, calibrate: bool, shared: bool) -> dict[str, Any]:
-    """What the host figures depend on: the model's graph, the devices (and each worker *process*: a
-    restarted worker is measured again), TensorFlow, what is measured."""
+def _host_key(traced: TracedModel, devset: DeviceSet, calibrate: bool, shared: bool,
+              costs: ComputeCosts | None) -> dict[str, Any]:
+    """What the host figures depend on: the model's graph (the fingerprint its profile is keyed by), the devices
+    (and each worker *process*: a restarted worker is measured again), TensorFlow, what is measured."""
     workers = worker_addresses(devset.names)
-    return {"of": "hosts", "graph": fingerprint(traced.fixed.graph.as_graph_def().SerializeToString(
-                deterministic=True)), "batch": int(traced.batch_size), "devices": list(devset.names),
+    graph = costs.fingerprint if costs is not None and costs.fingerprint else fingerprint(
+        traced.fixed.graph.as_graph_def().SerializeToString(deterministic=True))
+    return {"of": "hosts", "graph": graph, "batch": int(traced.batch_size), "devices": list(devset.names),
             "workers": [worker_identity(a) for _, a in sorted(workers.items())], "tf": tf.__version__,
             "calibrate": calibrate, "shared": shared, "ready_order": devset.ready_order}
 
@@ -382,10 +384,9 @@ def _with_host_figures(devset: DeviceSet, figures: Mapping[str, Any]) -> DeviceS
     for i, j, bandwidth, latency, cpu_s, r2, max_rel, points in figures["links"]:
         links[i, j] = Link(float(bandwidth), float(latency), float(cpu_s))
         fits[i, j] = LinkFit(Link(float(bandwidth), float(latency)), float(r2), float(max_rel), int(points))
-    shared = [SharedProcessor(tuple(d), float(capacity), "measured", bool(pooled))
-              for d, capacity, pooled in figures["shared"]]
-    return replace(devset, links=links, fits=fits).with_shared(shared) if shared else replace(
-        devset, links=links, fits=fits)
+    shared = tuple(SharedProcessor(tuple(d), float(capacity), "measured", bool(pooled))
+                   for d, capacity, pooled in figures["shared"])
+    return replace(devset, links=links, fits=fits, shared=shared or devset.shared)
 
 
 def _inputs_note(costs: ComputeCosts, hosts_note: str) -> tuple[str, ...]:

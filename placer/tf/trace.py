@@ -223,7 +223,7 @@ def signature_from_sample(model: Any, sample: Any) -> tuple[list[tf.TensorSpec],
     else:
         flat = list(sample) if isinstance(sample, (list, tuple)) else [sample]
         names = [None] * len(flat)
-    specs = []
+    specs, batches = [], set()
     for value, name in zip(flat, names):
         try:
             t = tf.convert_to_tensor(value)
@@ -233,7 +233,7 @@ def signature_from_sample(model: Any, sample: Any) -> tuple[list[tf.TensorSpec],
         if t.shape.rank is None or t.shape.rank < 1:
             raise InputSignatureError("each array of the sample needs a batch dimension")
         specs.append(tf.TensorSpec((None, *t.shape[1:]), t.dtype, name=name))
-    batches = {int(tf.shape(tf.convert_to_tensor(v))[0]) for v in flat}
+        batches.add(int(t.shape[0]))
     if len(batches) != 1:
         raise InputSignatureError(f"the sample's arrays have different batch sizes {sorted(batches)}")
     return specs, batches.pop()

@@ -29,7 +29,7 @@ Adding a rewrite is one new file here with its ``REWRITE`` and one line in
 from __future__ import annotations
 
 from . import bypass, compress, copies, devices, gates, order, sends, update_after_reads
-from .base import Rewrite, RewriteContext, RewriteRecord, SendRule, run_rewrites, schedule_split
+from .base import Rewrite, RewriteContext, RewriteRecord, SendRule, find_record, run_rewrites, schedule_split
 
 #: The rewrites :func:`placer.tf.emit.emit` runs, in order (schedule rewrites last: :func:`schedule_split`).
 REWRITES: tuple[Rewrite, ...] = (
@@ -43,4 +43,5 @@ REWRITES: tuple[Rewrite, ...] = (
     sends.REWRITE,
 )
 
-__all__ = ["REWRITES", "Rewrite", "RewriteContext", "RewriteRecord", "SendRule", "run_rewrites", "schedule_split"]
+__all__ = ["REWRITES", "Rewrite", "RewriteContext", "RewriteRecord", "SendRule", "find_record", "run_rewrites",
+           "schedule_split"]

@@ -169,6 +169,15 @@ class RewriteRecord:
     detail: Any = None
 
 
+def find_record(records: Sequence[RewriteRecord], rewrite: str) -> RewriteRecord | None:
+    """The record of the rewrite named ``rewrite`` among ``records``, or ``None`` where it did not apply.
+
+    >>> find_record([RewriteRecord("devices", 3)], "devices").changes, find_record([], "order")
+    (3, None)
+    """
+    return next((r for r in records if r.rewrite == rewrite), None)
+
+
 @dataclass(frozen=True)
 class Rewrite:
     """One rewrite of the emitted graph.
