@@ -322,3 +322,18 @@ def test_labels_of_another_shape_after_a_dataset_fit_are_a_typed_error(devices):
         with pytest.raises(placer.InputSignatureError):
             placed.fit(x, bad, batch_size=4, epochs=1, verbose=0)
     assert all(np.array_equal(a, b) for a, b in zip(before, placed.get_weights()))
+
+
+def test_a_sample_that_cannot_give_shapes_is_a_typed_error(devices):
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    model.compile(optimizer="sgd", loss="mse")
+    x = np.ones((4, 4), "float32")
+    with pytest.raises(placer.InputSignatureError, match="not an array"):
+        placer.autoplace(model, devices[:1], sample=object())
+    with pytest.raises(placer.InputSignatureError, match="batch dimension"):
+        placer.autoplace(model, devices[:1], sample=np.float32(1.0))
+    with pytest.raises(placer.InputSignatureError, match="one batch \\(x, y\\)"):
+        placer.autoplace(model, devices[:1], training=True, sample=x)
+    placed = placer.autoplace(model, devices[:1], training=True, sample=(x, np.zeros((4, 3), "float32")),
+                              time_limit_s=1)
+    assert placed.plan.batch_size == 4
