@@ -681,3 +681,35 @@ def test_bad_calls_on_a_placed_model_are_typed_errors(trained, tmp_path, devices
     with pytest.raises(placer.AutoplaceError, match="compression_error"):
         placer.autoplace(t["model"], devices, training=True, batch_size=BATCH, compression="auto",
                          compression_error=-1.0)
+
+
+def embedding_case() -> tuple[keras.Model, keras.Model, dict]:
+    """A token model whose first layer is an ``Embedding`` (its gradient: ``tf.IndexedSlices``), compiled with
+    Adam (a sparse update), its Keras twin and 4 batches of ids that repeat within and across replicas."""
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((6,), dtype="int32", name="ids")
+    h = keras.layers.Embedding(40, 8, name="embed")(inp)
+    h = keras.layers.Dense(16, activation="relu", name="mix")(h)
+    h = keras.layers.GlobalAveragePooling1D(name="pool")(h)
+    model = keras.Model(inp, keras.layers.Dense(3, name="head")(h), name="tokens")
+    settings = dict(optimizer="adam", loss="mse")
+    model.compile(**settings)
+    ref = twin(model, settings)
+    rng = np.random.default_rng(4)
+    t = dict(x=rng.integers(0, 12, (BATCH * 4, 6)).astype("int32"),
+             y=rng.standard_normal((BATCH * 4, 3)).astype("float32"))
+    return model, ref, t
+
+
+@pytest.mark.parametrize("split", [dict(replicas=2), dict(replicas=2, microbatches=2)])
+def test_embedding_gradients_of_replicas_stay_sparse_and_equal_full_batch_training(devices, split):
+    # an Embedding's gradient is IndexedSlices: the replicas' sums concatenate rows (no `+`, which raised
+    # TypeError, and no densified table)
+    model, ref, t = embedding_case()
+    placed = placer.autoplace(model, devices, training=True, batch_size=BATCH, algorithm="contiguous",
+                              time_limit_s=1, shared_capacity=None, **split)
+    step = placed.placement.functions.step("train", tf.nest.map_structure(
+        lambda a: tf.TensorSpec((None, *a.shape[1:]), tf.as_dtype(a.dtype)), (t["x"][:BATCH], t["y"][:BATCH])))
+    summed = [n for n in step.graph_def.node if n.name.startswith(("autoplace_gradient_sum", "autoplace_gradient_total"))]
+    assert any(n.op == "ConcatV2" for n in summed), sorted({n.op for n in summed})
+    fit_one_epoch_like(placed, ref, t)

@@ -64,7 +64,7 @@ def replicated_train_step(model: Any, data: Any, groups: Sequence[Sequence[str]]
         return None if t is None else tf.split(t, sizes, axis=0)[r]
 
     def add(a: list[Any], b: list[Any]) -> list[Any]:
-        return [g if s is None else s if g is None else s + g for s, g in zip(a, b)]
+        return [g if s is None else s if g is None else sum_gradients(s, g) for s, g in zip(a, b)]
 
     group_of = {g: i for i, g in enumerate(dict.fromkeys(groups))}
     trainable = model.trainable_weights
@@ -97,6 +97,34 @@ def replicated_train_step(model: Any, data: Any, groups: Sequence[Sequence[str]]
     model.optimizer.apply_gradients(zip(total_grads, trainable))
     y_pred = tf.nest.map_structure(lambda *ps: tf.concat(ps, axis=0), *preds)
     return model.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+
+
+def sum_gradients(a: Any, b: Any) -> Any:
+    """``a + b`` for two gradients of one variable, sparse ones kept sparse.
+
+    Two ``tf.IndexedSlices`` (an ``Embedding``'s gradient: rows of the
+    table) are summed by concatenating their rows and values, as one batch's
+    gradient repeats an id that occurs twice; the optimizer's sparse update
+    adds the repeated rows, so nothing is densified. A sparse and a dense
+    gradient give a dense sum (the dense one already has the table's
+    shape).
+
+    Examples
+    --------
+    >>> s = tf.IndexedSlices(tf.constant([[1.0, 2.0]]), tf.constant([3]), tf.constant([5, 2]))
+    >>> total = sum_gradients(s, s)
+    >>> type(total).__name__, total.indices.numpy().tolist(), total.values.shape.as_list()
+    ('IndexedSlices', [3, 3], [2, 2])
+    >>> float(tf.reduce_sum(sum_gradients(s, tf.ones((5, 2)))))
+    16.0
+    """
+    sparse_a, sparse_b = isinstance(a, tf.IndexedSlices), isinstance(b, tf.IndexedSlices)
+    if sparse_a and sparse_b:
+        return tf.IndexedSlices(tf.concat([a.values, b.values], axis=0), tf.concat([a.indices, b.indices], axis=0),
+                                a.dense_shape if a.dense_shape is not None else b.dense_shape)
+    if sparse_a or sparse_b:
+        return tf.math.add_n([tf.convert_to_tensor(a), tf.convert_to_tensor(b)])
+    return a + b
 
 
 def replica_assignment(graph: tf.Graph, plan: Mapping[str, str], layer_devices: Mapping[str, str],
