@@ -45,6 +45,7 @@ from .core.graph_io import PLAN_OPTIONS_KEY, as_device_set
 from .core.microbatch import best_microbatches, pipeline_order, pipeline_stages, simulate_pipeline
 from .core.objectives import DEFAULT_OBJECTIVE, OBJECTIVES, get_objective
 from .core.plan import BaselineResult, Plan
+from .core.replicas import best_replicas, simulate_replicas
 from .core.problem import PlacementProblem, evaluate
 from .core.validate import MAX_SEED, MAX_TIME_LIMIT_S, integer, real
 from .errors import AutoplaceError, InsufficientMemoryError, NoFeasiblePlanError, PlanError, SolverError
@@ -439,6 +440,66 @@ def pipeline_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_s
                                                          f"{m} micro-batches run in the executor's order"))
     return replace(plan, microbatches=m, predicted_step_time_s=step if m > 1 else plan.predicted_step_time_s,
                    pipeline=choice.order, stages=stages)
+
+
+def replica_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_size: int, replicas: int | str,
+                 microbatches: Sequence[int], *, small: Any = None) -> Plan:
+    """``plan``, or the model copied onto every device (data parallelism) where that is asked or predicted faster.
+
+    ``replicas="auto"``: one copy per device (each whole, its part of the batch as the best of
+    ``microbatches`` micro-batches; :func:`placer.core.replicas.best_replicas`) replaces ``plan`` where its
+    simulated forward step is shorter than ``plan``'s ``predicted_step_time_s`` and its simulated peak memory
+    fits every device; the plan's ``log`` says which was predicted faster, by how much. ``replicas=R``
+    (``R`` = the number of devices) takes the copies at their best micro-batch count. ``1``, a training step or
+    one device: ``plan``. The copies' plan has every op on the first device (the variables stay there and
+    are read once per step by every copy), ``replicas`` and ``microbatches`` set and its predicted step the
+    simulated replicated step.
+
+    Raises
+    ------
+    PlanError
+        ``replicas=R`` that is not one copy per device, or a batch with fewer rows than copies.
+    InsufficientMemoryError
+        ``replicas=R`` whose copies do not fit the devices' memory.
+    """
+    k = len(built.devices)
+    if replicas == 1 or k < 2 or "backward" in (built.phases or ()):
+        return plan
+    if replicas != "auto" and int(replicas) != k:
+        raise PlanError(f"replicas={replicas} for a forward pass takes one device per copy: pass {replicas} devices "
+                        f"(got {k}), or replicas='auto'")
+    best = best_replicas(built, batch_size, [k], microbatches, small=small)
+    if best is None:
+        if replicas == "auto":
+            return plan
+        raise PlanError(f"replicas={replicas} needs a batch of at least {replicas} rows (got {batch_size}); pass a "
+                        "larger batch_size, or replicas='auto'")
+    r, m, step = best
+    zero = np.zeros(len(built.problem.names), dtype=int)
+    if replicas == "auto" and step >= plan.predicted_step_time_s:
+        note = (f"{r} data-parallel copies at {m} micro-batch(es) each are predicted slower than the "
+                f"{plan.solver} plan ({1e3 * step:.3f} ms against {1e3 * plan.predicted_step_time_s:.3f} ms): "
+                "one copy")
+        log.info(note)
+        return replace(plan, log=(*plan.log, note))
+    peak = simulate_replicas(built, zero, r, m, SimOptions(), small=small, batch_size=batch_size).peak_memory_bytes
+    over = _over(peak, built.problem.capacity_bytes)
+    if over.size:
+        if replicas == "auto":
+            note = f"{r} data-parallel copies would be faster but do not fit the devices' memory: one copy"
+            log.info(note)
+            return replace(plan, log=(*plan.log, note))
+        raise _peak_error(built, peak, f"replicas={r}: the copies")
+    note = (f"{r} data-parallel copies at {m} micro-batch(es) each are predicted "
+            + (f"faster than the {plan.solver} plan at {plan.microbatches} ({1e3 * step:.3f} ms against "
+               f"{1e3 * plan.predicted_step_time_s:.3f} ms)" if replicas == "auto" else f"at {1e3 * step:.3f} ms (asked)")
+            + ": a copy of the model on each device")
+    log.info(note)
+    one = plan_problem(built, options, given=built.node_devices(zero))
+    return replace(one, solver="single", status="heuristic", log=(*plan.log, note), baselines=plan.baselines,
+                   batch_size=plan.batch_size, compression=plan.compression, solve_time_s=plan.solve_time_s,
+                   replicas=r, microbatches=m, predicted_step_time_s=step, op_order={}, pipeline="gpipe", stages=(),
+                   predicted_peak_memory_bytes=tuple(float(x) for x in peak))
 
 
 def solve(graph: nx.DiGraph, devices: Sequence[Any] | DeviceSet, **options: Any) -> Plan:

@@ -39,8 +39,9 @@ _PIPELINES = ("gpipe", "1f1b")
 
 #: Identifies the JSON written by :meth:`Plan.to_dict`.
 PLAN_FORMAT = "autoplace-plan"
-#: Version of that format; :meth:`Plan.from_dict` reads this and older versions.
-PLAN_VERSION = 1
+#: Version of that format; :meth:`Plan.from_dict` reads this and older versions. Version 2 adds ``replicas``; a
+#: plan with one copy is still written as version 1 (an older reader places it the same).
+PLAN_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,11 @@ class Plan:
         :data:`placer.core.microbatch.PIPELINE_ORDERS`).
     stages : tuple of str
         The devices in pipeline order, for ``1f1b`` (its warm-up depends on the position).
+    replicas : int
+        Data-parallel copies of the plan (a forward pass): the devices split in order into this many equal
+        groups, each running the plan's placement (mapped from the first group's devices) on its part of the
+        batch, as ``microbatches`` micro-batches; the variables stay on the first group's devices, read once
+        per step (:mod:`placer.core.replicas`). 1: one copy.
     call_overhead_s : float
         Measured fixed cost of one call of the placed function (in ``predicted_step_time_s``; 0: not measured).
     op_order : Mapping[str, tuple of str]
@@ -140,6 +146,7 @@ class Plan:
     pipeline: str = "gpipe"
     stages: tuple[str, ...] = ()
     op_order: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    replicas: int = 1
 
     def ops_per_device(self) -> dict[str, int]:
         """Number of nodes on each device (devices with none included)."""
@@ -162,7 +169,9 @@ class Plan:
         for k, v in d.items():
             if isinstance(v, float) and not math.isfinite(v):
                 d[k] = None
-        return {"format": PLAN_FORMAT, "version": PLAN_VERSION, **d}
+        if self.replicas == 1:
+            del d["replicas"]
+        return {"format": PLAN_FORMAT, "version": PLAN_VERSION if self.replicas > 1 else 1, **d}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Plan":
@@ -241,7 +250,11 @@ class Plan:
                f"{self.call_overhead_s * 1e3:.3f} ms measured fixed cost per call)" if self.call_overhead_s else ""),
         ]
         used = {d for d in self.assignment.values()}
-        if len(self.devices) > 1 and len(used) == 1:
+        if self.replicas > 1:
+            lines.append(f"  runs as {self.replicas} data-parallel copies (the devices in {self.replicas} groups, "
+                         f"the batch split between them; the ops below are the first copy's, the variables "
+                         "stay on its devices)")
+        elif len(self.devices) > 1 and len(used) == 1:
             lines.append(f"  the best plan found uses one device ({next(iter(used))}): spreading the model over "
                          "these devices is predicted not to pay")
         peaks = dict(zip(self.devices, self.predicted_peak_memory_bytes))
@@ -284,6 +297,9 @@ def _checked_fields(plan: "Plan") -> "Plan":
         raise PlanError(f"malformed plan: pipeline must be one of {list(_PIPELINES)}, got {plan.pipeline!r}")
     microbatches = integer("plan microbatches", plan.microbatches, minimum=1, maximum=MAX_BATCH_SIZE,
                            error=PlanError)
+    replicas = integer("plan replicas", plan.replicas, minimum=1, maximum=len(plan.devices), error=PlanError)
+    if len(plan.devices) % replicas:
+        raise PlanError(f"malformed plan: replicas={replicas} does not divide its {len(plan.devices)} devices")
     batch = None if plan.batch_size is None else integer("plan batch_size", plan.batch_size, minimum=1,
                                                          maximum=MAX_BATCH_SIZE, error=PlanError)
     for name in ("solve_time_s", "predicted_step_time_s", "predicted_max_load_s", "traffic_bytes",
@@ -292,4 +308,4 @@ def _checked_fields(plan: "Plan") -> "Plan":
     for name in ("predicted_device_load_s", "device_memory_bytes", "predicted_peak_memory_bytes"):
         for x in getattr(plan, name):
             real(f"plan {name} entry", x, error=PlanError)
-    return replace(plan, microbatches=microbatches, batch_size=batch)
+    return replace(plan, microbatches=microbatches, batch_size=batch, replicas=replicas)

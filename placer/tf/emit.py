@@ -35,6 +35,7 @@ from .codecs import CompressedEdge
 from .graphdef import IMPORT_PREFIX, complete_assignment, copy_name, variable_handle
 from . import rewrites as declared
 from .rewrites import Rewrite, RewriteContext, RewriteRecord, find_record, run_rewrites, schedule_split
+from .rewrites.copies import copy_count
 from .rewrites.sends import PromptSends
 from .trace import TracedModel
 
@@ -77,6 +78,7 @@ class EmittedModel:
     constants: Mapping[str, tf.Tensor] = field(default_factory=dict)
     input_specs: tuple[tf.TensorSpec, ...] = ()
     microbatches: int = 1
+    replicas: int = 1
 
     def record(self, rewrite: str) -> RewriteRecord | None:
         """The record of the rewrite named ``rewrite``, or ``None`` where it did not apply."""
@@ -142,7 +144,7 @@ def rewrite_graph_def(gd: tf.compat.v1.GraphDef, context: RewriteContext, rewrit
 def copies_in(records: Sequence[RewriteRecord], context: RewriteContext) -> int:
     """How many micro-batch copies of the graph the rewrites made (the ``copies`` rewrite's; 1 without it): what
     :func:`import_function` splits the inputs into."""
-    return context.microbatches if find_record(records, "copies") is not None else 1
+    return copy_count(context) if find_record(records, "copies") is not None else 1
 
 
 def emit(traced: TracedModel, variables: Mapping[str, Any], context: RewriteContext,
@@ -178,10 +180,10 @@ def emit(traced: TracedModel, variables: Mapping[str, Any], context: RewriteCont
     emitted = EmittedModel(fn, running, placed, records, traced.dynamic.structured_outputs, traced.step,
                            tuple(traced.input_names), tuple(traced.output_names), placeholders,
                            tuple(variables[ph] for ph in placeholders), dict(traced.constants),
-                           tuple(traced.input_specs), microbatches)
+                           tuple(traced.input_specs), microbatches, max(len(context.replicas), 1))
     log.info("emitted the placed %s function: %d ops on %d devices, %d compressed edges%s", traced.step,
              len(placed.node), len(set(context.devices.values())), len(emitted.compressed),
-             f", {microbatches} micro-batches" if microbatches > 1 else "")
+             f", {microbatches} copies (micro-batches × data-parallel groups)" if microbatches > 1 else "")
     return emitted
 
 

@@ -96,13 +96,16 @@ class TrainingOptions:
         The labels' shapes and dtypes for planning (default: those of the
         model's outputs; labels of another shape, e.g. sparse class ids, are
         traced when ``fit`` first sees them, on the same plan).
-    replicas : int
-        Hybrid data + model parallelism for training: the devices are split
-        into this many equal groups, in order; the plan is made for the first
-        group at ``batch_size / replicas`` and run by every group on its part
-        of each batch; gradients are summed where each variable lives and one
-        update is applied (the full-batch step; models with batch
-        normalization are refused, random ops draw per replica).
+    replicas : int or "auto"
+        Data parallelism: copies of the model on groups of the devices, each on its part of the batch.
+        For inference, ``"auto"`` (default) runs a whole copy on every device where that is predicted
+        faster than the placed plan (:func:`placer.planner.replica_plan`) and ``R`` (the number of devices)
+        always does. For training, an integer ``R`` is hybrid data + model parallelism: the devices are
+        split into ``R`` equal groups, in order; the plan is made for the first group at
+        ``batch_size / R`` and run by every group on its part of each batch; gradients are summed where
+        each variable lives and one update is applied (the full-batch step; models with batch
+        normalization are refused, random ops draw per replica); ``"auto"`` is 1 for training (not
+        searched yet: ``docs/limitations.md``).
     """
 
     training: bool = False
@@ -111,11 +114,18 @@ class TrainingOptions:
     metrics: Any = None
     loss_weights: Any = None
     targets: Any = None
-    replicas: int = 1
+    replicas: int | str = "auto"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "replicas", integer("replicas", self.replicas, minimum=1, error=TrainingError))
+        if self.replicas != "auto":
+            object.__setattr__(self, "replicas", integer("replicas (an integer or 'auto')", self.replicas,
+                                                         minimum=1, error=TrainingError))
         boolean("training", self.training)
+
+    @property
+    def training_replicas(self) -> int:
+        """The data-parallel groups of a training step (``"auto"``: 1, one group)."""
+        return 1 if self.replicas == "auto" else int(self.replicas)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -32,6 +32,7 @@ from ..core.attrs import PHASE
 from ..core.compression import CompressionPolicy
 from ..core.devices import DeviceSet
 from ..core.plan import Plan
+from ..core.replicas import device_groups
 from ..planner import PlanOptions
 from .emit import EmittedModel, emit, rewrite_context
 from .graphdef import layer_devices_of
@@ -161,8 +162,10 @@ class PlacedFunctions:
             traced, assignment, layer_devices=self._layer_devices, compression=self.compression,
             batch_size=plan.batch_size or 1, microbatches=plan.microbatches if traced.step == "predict" else 1,
             replica_groups=self.replica_groups if pipelined_training else (),
+            replicas=device_groups(plan.devices, plan.replicas) if plan.replicas > 1 and traced.step == "predict"
+            else (),
             pipeline=plan.pipeline, pipeline_devices=tuple(plan.stages), sends=self._sends,
-            order=plan.op_order if plan.microbatches == 1 and not self.replica_groups else {})
+            order=plan.op_order if plan.microbatches == 1 and plan.replicas == 1 and not self.replica_groups else {})
         return emit(traced, by_var, context)
 
 

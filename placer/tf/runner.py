@@ -56,10 +56,11 @@ from ..core.compression import CODECS, CompressionPolicy
 from ..core.devices import DeviceSet, SharedProcessor, resolve_devices
 from ..core.microbatch import SmallBatchCosts, candidate_microbatches, simulate_pipeline
 from ..core.plan import Plan
+from ..core.replicas import device_groups, simulate_replicas
 from ..errors import AutoplaceError, InputSignatureError, PlanError, TrainingError
 from ..measure.hosts import executor_ready_order, sharing_groups
 from ..measure.links import calibrate_links
-from ..planner import DEFAULT_SOLVER, PlanOptions, pipeline_plan, plan_problem
+from ..planner import DEFAULT_SOLVER, PlanOptions, pipeline_plan, plan_problem, replica_plan
 from .codecs import measure_codec_costs
 from .costs import ComputeCosts, compute_costs, worker_identity
 from .emit import EmittedModel
@@ -134,18 +135,15 @@ class StageTimer:
 
 
 def _data_parallel_groups(devices: DeviceSet, opts: PlacementOptions) -> list[tuple[str, ...]]:
-    """The device groups of ``replicas=`` (one group: all devices)."""
-    replicas = opts.train.replicas
-    if replicas == 1:
+    """The device groups of a training step's ``replicas=`` (one group: all devices; a forward pass plans on all
+    devices and chooses its copies after: :func:`placer.planner.replica_plan`)."""
+    replicas = opts.train.training_replicas
+    if replicas == 1 or not opts.train.training:
         return [devices.names]
-    if not opts.train.training:
-        raise TrainingError(f"replicas={replicas} applies to training; pass training=True (inference "
-                            "places one copy of the model)")
-    if len(devices) % replicas:
-        raise TrainingError(f"replicas={replicas} does not divide the {len(devices)} devices; give a multiple "
-                            f"of {replicas} devices (the replicas split them into equal groups, in order)")
-    size = len(devices) // replicas
-    return [devices.names[r * size:(r + 1) * size] for r in range(replicas)]
+    try:
+        return list(device_groups(devices.names, replicas))
+    except PlanError as e:
+        raise TrainingError(str(e)) from None
 
 
 def compression_policy(compression: str, error_budget: float, devices: DeviceSet) -> CompressionPolicy:
@@ -206,23 +204,23 @@ def _trace(shell: PlacedModel, model: keras.Model, opts: PlacementOptions, batch
 
 
 def _microbatches(model: keras.Model, built: BuiltProblem, plan: Plan, devset: DeviceSet, opts: PlacementOptions,
-                  microbatches: int | str, fallback: bool, order: str = "auto") -> tuple[Plan, SmallBatchCosts | None]:
-    """The microbatches stage: how many micro-batches the plan runs as, and its pipelined predicted step.
+                  microbatches: int | str, fallback: bool, order: str = "auto", replicas: int | str = 1
+                  ) -> tuple[Plan, SmallBatchCosts | None]:
+    """The microbatches stage: how many micro-batches the plan runs as, and its pipelined predicted step; for a
+    forward pass, also whether a copy of the model per device (data parallelism, ``replicas``) replaces it.
 
     Op times on a micro-batch are not the batch's divided by ``m``: the ops are profiled again at the
-    smallest micro-batch tried (:class:`placer.core.microbatch.SmallBatchCosts`). With ``fallback``, one
-    device at its best count replaces the plan where it is predicted faster
-    (:func:`placer.planner.pipeline_plan`). Returns the plan and those costs (``None`` without micro-batches).
+    smallest micro-batch (or data-parallel copy) tried (:class:`placer.core.microbatch.SmallBatchCosts`). With
+    ``fallback``, one device at its best count replaces the plan where it is predicted faster
+    (:func:`placer.planner.pipeline_plan`); then the copies where they are (:func:`placer.planner.replica_plan`).
+    Returns the plan and those costs (``None`` where nothing was profiled again).
     """
     batch = int(plan.batch_size or 1)
     split_margin = opts.solve.split_margin or 0.0  # None: the solver's plan unless one device is faster
-    if microbatches == 1:
-        return pipeline_plan(built, plan, opts.solve, batch, [1], fallback=fallback,
-                             split_margin=split_margin), None
-    replicas = opts.train.replicas
-    if microbatches != "auto" and batch % int(microbatches):
-        rows = (f"each replica's {batch} rows (batch size {batch * replicas} over replicas={replicas})"
-                if replicas > 1 else f"the batch size {batch}")
+    training_replicas = opts.train.training_replicas
+    if microbatches != 1 and microbatches != "auto" and batch % int(microbatches):
+        rows = (f"each replica's {batch} rows (batch size {batch * training_replicas} over "
+                f"replicas={training_replicas})" if training_replicas > 1 else f"the batch size {batch}")
         raise InputSignatureError(f"microbatches={microbatches} does not divide {rows}; pick a divisor of {batch} "
                                   "or microbatches='auto'")
     candidates = candidate_microbatches(batch) if microbatches == "auto" else [int(microbatches)]
@@ -236,8 +234,10 @@ def _microbatches(model: keras.Model, built: BuiltProblem, plan: Plan, devset: D
                 if microbatches != "auto":
                     raise
         candidates = allowed
+    copies = len(devset) if not opts.train.training and replicas != 1 and len(devset) > 1 else 1
+    per_copy = [m for m in candidates if copies * m <= batch] if copies > 1 else []
+    smallest = min([batch // max(candidates)] + [batch // (copies * max(per_copy))] * bool(per_copy))
     small = None
-    smallest = batch // max(candidates)
     if smallest < batch:
         traced, _ = _trace(PlacedModel(model), model, opts, smallest)
         costs = compute_costs(traced, sorted({d.kind for d in devset.devices}), opts.costs, devset.names)
@@ -250,9 +250,12 @@ def _microbatches(model: keras.Model, built: BuiltProblem, plan: Plan, devset: D
         small = SmallBatchCosts(smallest, durations)
     out = pipeline_plan(built, plan, opts.solve, batch, candidates, small=small, fallback=fallback,
                         split_margin=split_margin, order=order)
-    log.info("%d micro-batches per batch%s: predicted step %.3f ms (%.3f ms without; ops profiled again at "
-             "batch %d)", out.microbatches, " (1F1B)" if out.pipeline == "1f1b" else "",
-             1e3 * out.predicted_step_time_s, 1e3 * plan.predicted_step_time_s, smallest)
+    if len(candidates) > 1 or candidates[0] > 1:
+        log.info("%d micro-batches per batch%s: predicted step %.3f ms (%.3f ms without; ops profiled again at "
+                 "batch %d)", out.microbatches, " (1F1B)" if out.pipeline == "1f1b" else "",
+                 1e3 * out.predicted_step_time_s, 1e3 * plan.predicted_step_time_s, smallest)
+    if copies > 1:
+        out = replica_plan(built, out, opts.solve, batch, replicas, candidates, small=small)
     return out, small
 
 
@@ -303,7 +306,7 @@ def _first_stages(model: Any, devices: Sequence[Any], opts: PlacementOptions, ti
         check_model(model)  # before the shell wraps it
         opts = _with_sample(model, opts)
         shell = PlacedModel(model)
-        traced, input_specs = _trace(shell, model, opts, opts.trace.batch_size, opts.train.replicas)
+        traced, input_specs = _trace(shell, model, opts, opts.trace.batch_size, opts.train.training_replicas)
     with timer.stage("costs"):
         costs = compute_costs(traced, sorted({d.kind for d in devset.devices}), opts.costs, devset.names)
     return _FirstStages(opts, devset, tuple(groups), shell, traced, tuple(input_specs), costs)
@@ -430,7 +433,8 @@ def _emit(first: _FirstStages, plan: Plan, op_graph: OpGraph, devset: DeviceSet,
     planned = (functions.forward(False) if traced.step == "predict"
                else functions.step(traced.step, traced.data_structure))
     say_what_compression_did(policy, planned)
-    acks = acknowledged_nodes(built, planned.sends) if plan.microbatches == 1 and opts.train.replicas == 1 else ()
+    acks = acknowledged_nodes(built, planned.sends) if plan.microbatches == 1 and plan.replicas == 1 and \
+        opts.train.training_replicas == 1 else ()
     a = built.group_assignment(plan.assignment)
     order = built.order_of(plan.op_order, a) if plan.microbatches == 1 else ()
     sim = built.simulate(a, SimOptions(acknowledged=acks), order=order)
@@ -448,7 +452,10 @@ def _report(first: _FirstStages, emitted: _Emitted, op_graph: OpGraph, built: Bu
     plan has micro-batches."""
     plan = emitted.plan
     piped = None
-    if plan.microbatches > 1:
+    if plan.replicas > 1:
+        piped = simulate_replicas(built, built.group_assignment(plan.assignment), plan.replicas, plan.microbatches,
+                                  small=small, batch_size=plan.batch_size)
+    elif plan.microbatches > 1:
         piped = simulate_pipeline(built, built.group_assignment(plan.assignment), plan.microbatches, small=small,
                                   batch_size=plan.batch_size, order=plan.pipeline)
     return build_report(plan, op_graph, built, emitted.simulation, first.costs, opts.costs.grappler,
@@ -572,7 +579,8 @@ def autoplace(model: Any, devices: Sequence[Any], *, plan: Plan | str | os.PathL
             model, built, placed_plan, devset, opts,
             opts.microbatch.microbatches if given is None or "microbatches" in options else given.microbatches,
             given is None and opts.solve.algorithm == DEFAULT_SOLVER,
-            opts.microbatch.pipeline if given is None or "pipeline" in options else given.pipeline)
+            opts.microbatch.pipeline if given is None or "pipeline" in options else given.pipeline,
+            opts.train.replicas if given is None or "replicas" in options else given.replicas)
     if opts.hosts.measure_call:
         with timer.stage("calls"):
             placed_plan = _call_overhead(traced, placed_plan)

@@ -109,6 +109,9 @@ class RewriteContext:
         A training step traced in replicas whose micro-batches are gated: the devices of each replica
         (``m`` consecutive replicas per data-parallel group; the first group's devices are the plan's).
         Empty: no gates.
+    replicas : tuple of tuple of str
+        A forward pass copied per data-parallel group (``Plan.replicas``): each group's devices, the first
+        group's the plan's; each group runs ``microbatches`` copies. Empty: one copy.
     pipeline : str
         The order of the gates of a training pipeline: ``"gpipe"`` or ``"1f1b"`` (``Plan.pipeline``).
     pipeline_devices : tuple of str
@@ -134,12 +137,16 @@ class RewriteContext:
     order: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     microbatches: int = 1
     replica_groups: tuple[tuple[str, ...], ...] = ()
+    replicas: tuple[tuple[str, ...], ...] = ()
     pipeline: str = "gpipe"
     pipeline_devices: tuple[str, ...] = ()
     sends: SendRule | None = None
 
     def __post_init__(self) -> None:
-        if self.order and (self.microbatches > 1 or self.replica_groups):
+        if self.replicas and (self.step != "predict" or len({len(g) for g in self.replicas}) != 1):
+            raise GraphError("replicas= copies a forward pass onto groups of one size; a training step is "
+                             "replicated as it is traced (replica_groups)")
+        if self.order and (self.microbatches > 1 or self.replica_groups or len(self.replicas) > 1):
             raise GraphError("a planned order of each device's ops does not apply to a pipeline of micro-batches; "
                              "emit the plan's pipeline without it (Plan.op_order is empty for such plans)")
         if self.microbatches < 1:

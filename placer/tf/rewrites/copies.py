@@ -20,7 +20,17 @@ the very kernels the unsplit model runs on a batch of that size, so the
 outputs are bit-exact against the original model run on the same
 micro-batches; against the whole batch they agree to rounding (a kernel may
 sum in another order at another batch size). Applies to forward passes with
-``context.microbatches > 1``. Record: the nodes and gates added.
+``context.microbatches > 1`` or data-parallel ``context.replicas``.
+
+With ``R`` replicas (:class:`~placer.tf.rewrites.base.RewriteContext`'s
+``replicas``: each group's devices) the graph is copied ``R × m`` times:
+copy ``c`` runs on group ``c // m``, each node on its planned device's twin
+there, except the variable reads, which every copy shares (run once per
+step where the variable lives, so each other group receives each weight once
+per step). Each device gates its own copies. This is data parallelism for
+inference, emitted as what a micro-batch pipeline already is: the outputs
+are each copy's rows, as exact as micro-batches. The simulator's twin is
+:func:`placer.core.replicas.replicated_schedule`. Record: the nodes and gates added.
 
 Examples
 --------
@@ -30,7 +40,7 @@ Examples
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import tensorflow as tf
 
@@ -53,7 +63,7 @@ def _renamed(name: str, shared: set[str], i: int) -> str:
 
 
 def pipeline_graph_def(gd: tf.compat.v1.GraphDef, m: int, shared: Sequence[str],
-                       inputs: Sequence[str] = ()) -> int:
+                       inputs: Sequence[str] = (), homes: Sequence[Mapping[str, str]] = ()) -> int:
     """Replace the placed ``gd`` (in place) by ``m`` copies of it (``mb{i}/…``), gated per device between
     consecutive copies; returns the gates added.
 
@@ -68,6 +78,9 @@ def pipeline_graph_def(gd: tf.compat.v1.GraphDef, m: int, shared: Sequence[str],
     inputs : sequence of str
         The input placeholders (copied, and fed per micro-batch): an op that
         reads one starts a stage on its device, so it waits for the gate.
+    homes : sequence of Mapping[str, str]
+        Per copy (``m`` of them when given): device → the device that copy's nodes run on instead (a
+        device not named stays). Empty: every copy on the planned devices.
 
     Raises
     ------
@@ -87,6 +100,8 @@ def pipeline_graph_def(gd: tf.compat.v1.GraphDef, m: int, shared: Sequence[str],
     """
     if m < 1:
         raise GraphError(f"microbatches must be at least 1, got {m}")
+    if homes and len(homes) != m:
+        raise GraphError(f"{len(homes)} device maps for {m} copies")
     shared_set = set(shared)
     out = tf.compat.v1.GraphDef()
     key_of: dict[str, tuple[int, str]] = {}
@@ -100,6 +115,8 @@ def pipeline_graph_def(gd: tf.compat.v1.GraphDef, m: int, shared: Sequence[str],
             c = out.node.add()
             c.CopyFrom(n)
             c.name = copy_name(i, n.name)
+            if homes:
+                c.device = homes[i].get(n.device, n.device)
             del c.input[:]
             c.input.extend(_renamed(x, shared_set, i) for x in n.input)
             key_of[c.name] = (i, "forward")
@@ -108,14 +125,33 @@ def pipeline_graph_def(gd: tf.compat.v1.GraphDef, m: int, shared: Sequence[str],
     return add_gates(gd, key_of, fed=[copy_name(i, x) for i in range(m) for x in inputs])
 
 
+def shared_reads(gd: tf.compat.v1.GraphDef, captured: Sequence[str]) -> list[str]:
+    """The ``ReadVariableOp`` nodes of ``gd`` that read a ``captured`` placeholder (and nothing else)."""
+    captured_set = set(captured)
+    return [n.name for n in gd.node if n.op == "ReadVariableOp" and n.input
+            and all(source(x)[0] in captured_set for x in n.input)]
+
+
+def copy_count(context: RewriteContext) -> int:
+    """How many copies the ``copies`` rewrite makes of ``context``'s graph: micro-batches × replicas."""
+    return context.microbatches * max(len(context.replicas), 1)
+
+
 def copy_microbatches(gd: tf.compat.v1.GraphDef, context: RewriteContext) -> RewriteRecord:
-    """:func:`pipeline_graph_def` with the context's micro-batches, captures and inputs."""
+    """:func:`pipeline_graph_def` with the context's micro-batches, replicas, captures and inputs."""
     before = len(gd.node)
-    gates = pipeline_graph_def(gd, context.microbatches, context.captured,
-                               inputs=[source(x)[0] for x in context.inputs])
+    m, groups = context.microbatches, context.replicas
+    shared: list[str] = list(context.captured)
+    homes: list[dict[str, str]] = []
+    if len(groups) > 1:
+        shared += shared_reads(gd, context.captured)
+        homes = [dict(zip(groups[0], groups[c // m])) for c in range(m * len(groups))]
+    gates = pipeline_graph_def(gd, copy_count(context), shared, inputs=[source(x)[0] for x in context.inputs],
+                               homes=homes)
+    what = f"{len(groups)} data-parallel groups × " if len(groups) > 1 else ""
     return RewriteRecord("copies", changes=len(gd.node) - before,
-                         summary=f"{context.microbatches} micro-batch copies, {gates} gates")
+                         summary=f"{what}{m} micro-batch copies, {gates} gates")
 
 
 REWRITE = Rewrite("copies", copy_microbatches,
-                  applies=lambda context: context.step == "predict" and context.microbatches > 1, schedule=True)
+                  applies=lambda context: context.step == "predict" and copy_count(context) > 1, schedule=True)

@@ -1,0 +1,215 @@
+"""The predicted step of a forward pass run as data-parallel replicas: a copy of the plan per group of devices.
+
+Data parallelism is what a Keras user with several devices runs first: a
+copy of the model per device, each on its part of the batch. For a forward
+pass, :mod:`placer.tf.rewrites.copies` emits it as ``R × m`` copies of the
+placed graph (``R`` groups of devices, ``m`` micro-batches each): copy
+``c`` runs on group ``c // m``, its ops on the devices the plan gives group
+0's, mapped device for device (:func:`group_maps`); each device orders its
+own copies with gates. The variables stay where the plan put them (group
+0's devices) and are read once per step: every copy shares the reads, so
+each other group receives each weight once per step, not once per copy. The
+batch splits into ``R × m`` parts as evenly as it allows.
+
+:func:`replicated_schedule` builds that graph for the simulator and
+:func:`simulate_replicas` runs it; :func:`best_replicas` searches ``R``
+(one device per group) and ``m`` together. No TensorFlow.
+
+Examples
+--------
+>>> group_maps(4, 2).tolist()
+[[0, 1, 2, 3], [2, 3, 2, 3]]
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from cost_models import SimOptions, SimResult, TensorEdge, simulate
+
+from ..errors import PlanError
+from .microbatch import SmallBatchCosts, _pipelined_memory
+from .problem import Schedule
+
+
+def group_maps(devices: int, replicas: int) -> np.ndarray:
+    """``(replicas, devices)``: row ``g`` maps a device of group 0 to its twin in group ``g``.
+
+    The devices split in order into ``replicas`` equal groups (group ``g`` is devices
+    ``g·s … g·s + s - 1``, ``s = devices / replicas``); a device outside group 0 maps to itself in
+    every row (a plan of group 0 never uses one).
+
+    Raises
+    ------
+    PlanError
+        ``replicas`` below 1 or not dividing ``devices``.
+    """
+    if replicas < 1 or devices % replicas:
+        raise PlanError(f"replicas={replicas} does not divide the {devices} devices; give a multiple of "
+                        f"{replicas} devices (the replicas split them into equal groups, in order)")
+    size = devices // replicas
+    maps = np.tile(np.arange(devices), (replicas, 1))
+    for g in range(1, replicas):
+        maps[g, :size] = np.arange(size) + g * size
+    return maps
+
+
+def device_groups(devices: Sequence[str], replicas: int) -> tuple[tuple[str, ...], ...]:
+    """The devices in order in ``replicas`` equal groups (what :func:`group_maps` maps between).
+
+    Raises
+    ------
+    PlanError
+        ``replicas`` not dividing the devices.
+
+    Examples
+    --------
+    >>> device_groups(["a", "b", "c", "d"], 2)
+    (('a', 'b'), ('c', 'd'))
+    """
+    group_maps(len(devices), replicas)  # checks
+    size = len(devices) // replicas
+    return tuple(tuple(devices[g * size:(g + 1) * size]) for g in range(replicas))
+
+
+def pinned_nodes(schedule: Schedule, resident_bytes: Sequence[float] | None) -> np.ndarray:
+    """Per fine node: whether it stays where the plan put it in every copy and runs once per step: the
+    variables (resident bytes) and their reads (every tensor input from a variable)."""
+    n = schedule.durations_s.shape[0]
+    resident = np.zeros(n, dtype=bool) if resident_bytes is None else np.asarray(resident_bytes, float)[:n] > 0
+    from_resident = np.zeros(n, dtype=bool)
+    from_other = np.zeros(n, dtype=bool)
+    for t in schedule.tensors:
+        for w in t.dsts:
+            if resident[t.src]:
+                from_resident[w] = True
+            else:
+                from_other[w] = True
+    return resident | (from_resident & ~from_other)
+
+
+def replicated_schedule(schedule: Schedule, group_assignment: np.ndarray, maps: np.ndarray, m: int,
+                        micro_durations_s: np.ndarray | None = None, pinned: np.ndarray | None = None
+                        ) -> tuple[np.ndarray, tuple[TensorEdge, ...], tuple[tuple[int, int], ...], np.ndarray]:
+    """``(durations, tensors, control edges, fine assignment)`` of a forward pass as ``R × m`` copies.
+
+    ``maps`` (:func:`group_maps`, ``R`` rows): copy ``c`` runs on group ``c // m``, each op on
+    ``maps[c // m][d]`` for its planned device ``d``. Node ``c * n + v`` is op ``v`` of copy ``c``; the
+    gates follow the copies. ``pinned`` ops (:func:`pinned_nodes`) run once, in copy 0, on their planned
+    device, and feed every copy their full bytes (a weight has its size whatever the rows); their other
+    copies are empty. Other tensors carry ``1 / (R m)`` of their bytes. ``micro_durations_s``: each op's
+    seconds on one copy's rows (default: the schedule's divided by ``R m``). Each device chains its own
+    copies in order (GPipe's forward gates): copy ``c``'s ops that take a tensor from no other op of the
+    copy there wait for copy ``c - 1``'s last ops there.
+    """
+    fine = np.asarray(group_assignment, dtype=int)[schedule.group]
+    n, k = schedule.durations_s.shape
+    maps = np.asarray(maps, dtype=int)
+    total_copies = len(maps) * m
+    pin = np.zeros(n, dtype=bool) if pinned is None else np.asarray(pinned, dtype=bool)
+    zero_time = schedule.durations_s[np.arange(n), fine] == 0
+    fed = np.zeros(n, dtype=bool)
+    for t in schedule.tensors:
+        fed[list(t.dsts)] = True
+    for _, v in schedule.control:
+        fed[v] = True
+    free = pin | (~fed & zero_time)  # no gate waits for them or holds them back
+    has_local_input = np.zeros(n, dtype=bool)
+    local_src = np.zeros(n, dtype=bool)
+    edges = [(t.src, w) for t in schedule.tensors for w in t.dsts] + list(schedule.control)
+    for u, w in edges:
+        if u != w and not free[u] and not free[w] and fine[u] == fine[w]:
+            has_local_input[w] = True
+            local_src[u] = True
+    exits = {d: [v for v in range(n) if not free[v] and not local_src[v] and fine[v] == d] for d in range(k)}
+    entries = {d: [v for v in range(n) if not free[v] and not has_local_input[v] and fine[v] == d]
+               for d in range(k)}
+    micro = schedule.durations_s / total_copies if micro_durations_s is None else np.asarray(micro_durations_s)
+    durations = np.tile(np.where(pin[:, None], 0.0, micro), (total_copies, 1))
+    durations[:n][pin] = schedule.durations_s[pin]
+    assignment = np.concatenate([np.where(pin, fine, maps[c // m][fine]) for c in range(total_copies)])
+    tensors: list[TensorEdge] = []
+    for t in schedule.tensors:
+        if pin[t.src]:
+            dsts = tuple(w for w in t.dsts if pin[w]) + tuple(
+                c * n + w for c in range(total_copies) for w in t.dsts if not pin[w])
+            tensors.append(TensorEdge(t.src, dsts, t.nbytes, t.count))
+            continue
+        for c in range(total_copies):  # a pinned op fed by a copied one does not occur in a forward pass
+            tensors.append(TensorEdge(c * n + t.src, tuple(w if pin[w] else c * n + w for w in t.dsts),
+                                      t.nbytes / total_copies, t.count))
+    control = [(u if pin[u] else c * n + u, v if pin[v] else c * n + v)
+               for c in range(total_copies) for u, v in schedule.control if not (pin[u] and pin[v]) or c == 0]
+    gates: list[int] = []
+    for c in range(1, total_copies):
+        if c % m == 0:
+            continue  # a group's first copy: the previous copy ran on another group
+        for d in range(k):
+            if not exits[d]:
+                continue
+            g = total_copies * n + len(gates)
+            gates.append(int(maps[c // m][d]))
+            control += [((c - 1) * n + v, g) for v in exits[d]]
+            control += [(g, c * n + v) for v in entries[d]]
+    durations = np.vstack([durations, np.zeros((len(gates), k))])
+    assignment = np.concatenate([assignment, np.array(gates, dtype=int)]).astype(int)
+    return durations, tuple(tensors), tuple(control), assignment
+
+
+def simulate_replicas(built: Any, group_assignment: np.ndarray, replicas: int, m: int,
+                      options: SimOptions = SimOptions(peak_memory=False), *,
+                      small: SmallBatchCosts | None = None, batch_size: int | None = None) -> SimResult:
+    """One simulated forward step of ``built``'s plan (on group 0's devices) as ``replicas`` data-parallel
+    groups of ``m`` micro-batches each (:func:`replicated_schedule`).
+
+    ``small`` (with the planning ``batch_size``): op times at a smaller batch, interpolated to one copy's
+    rows (:class:`~placer.core.microbatch.SmallBatchCosts`); without it each op's time is divided by the
+    copies.
+
+    Raises
+    ------
+    PlanError
+        A training step (replicas of a forward pass only), or ``replicas`` not dividing the devices.
+    """
+    if "backward" in (built.phases or ()):
+        raise PlanError("simulate_replicas predicts a forward pass; a training step's replicas are planned on "
+                        "their own trace (replicas=R with training=True)")
+    sched = built.schedule
+    maps = group_maps(len(built.devices), replicas)
+    copies = replicas * m
+    micro = None
+    if small is not None and batch_size:
+        micro = small.at(sched.durations_s, batch_size, batch_size / copies)
+    pinned = pinned_nodes(sched, built.memory.resident_bytes)
+    d, tensors, control, a = replicated_schedule(sched, group_assignment, maps, m, micro, pinned)
+    p = built.problem
+    memory = _pipelined_memory(built.memory, sched.durations_s.shape[0], copies, d.shape[0])
+    return simulate(d, tensors, a, p.occupancy_seconds, control_edges=control, link_latency_s=p.latency,
+                    memory=memory, options=p.sim_options(options))
+
+
+def best_replicas(built: Any, batch_size: int, replicas: Sequence[int], microbatches: Sequence[int], *,
+                  small: SmallBatchCosts | None = None) -> tuple[int, int, float] | None:
+    """``(R, m, predicted step s)``: the data-parallel configuration with the shortest simulated forward step,
+    each of ``R`` groups one device holding the whole model (group 0: the first device); ``None`` where no
+    candidate applies (fewer rows than copies, ``R`` not dividing the devices, or one device).
+
+    Ties go to fewer copies.
+    """
+    k = len(built.devices)
+    group_assignment = np.zeros(len(built.problem.names), dtype=int)
+    scored = []
+    for r in replicas:
+        if r < 2 or k % r or k // r != 1:
+            continue
+        for m in microbatches:
+            if m >= 1 and r * m <= batch_size:
+                step = simulate_replicas(built, group_assignment, r, m, small=small,
+                                         batch_size=batch_size).step_time_s
+                scored.append((step, r * m, r, m))
+    if not scored:
+        return None
+    step, _, r, m = min(scored)
+    return r, m, step
