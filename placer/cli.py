@@ -141,7 +141,9 @@ def _parser() -> argparse.ArgumentParser:
     model(plan)
     plan.add_argument("--compression", default="none", choices=list(COMPRESSION_CHOICES),
                       help="codec of cut float edges; auto: per edge, the fastest within the error budget")
-    plan.add_argument("--replicas", type=count, default=1, help="with --training: data-parallel groups of devices")
+    plan.add_argument("--replicas", type=lambda v: v if v == "auto" else count(v), default="auto",
+                      help="data parallelism: 'auto' (default: for inference, a copy of the model per device where "
+                      "predicted faster), or R copies (inference: one per device; --training: R groups of devices)")
     plan.add_argument("--report", default="autoplace_report.json",
                       help="report path: .json (data), .html (a page to read) or .trace.json (Perfetto)")
     plan.add_argument("--export", default=None, help="also write a SavedModel of the placed model here")

@@ -48,6 +48,7 @@ from ..core.graph_io import load_graph, save_graph
 from ..core.order import MODEL_EXECUTION_ORDER
 from ..core.outputs import new_directory
 from ..core.plan import Plan
+from ..core.replicas import device_groups
 from ..errors import AutoplaceError, DeviceError, ExportError, OutputError, PlanError
 from ..planner import MODEL_MEMORY, PlanOptions, plan_problem
 from .emit import EmittedModel, copies_in, import_function, observed_devices, rewrite_graph_def
@@ -176,7 +177,8 @@ def export_saved_model(emitted: EmittedModel, path: str | os.PathLike, *, plan: 
                        "shape": v.shape.as_list()}
                       for i, (ph, v) in enumerate(zip(emitted.variable_placeholders, variables))],
         "remappable": not_remappable is None, "not_remappable_because": not_remappable,
-        "microbatches": emitted.microbatches,
+        "microbatches": emitted.microbatches // emitted.replicas,
+        "replicas": emitted.replicas,
         "sends": "executor" if emitted.sends is None else "prompt",
         # the captured constants stored as Const nodes: fed again as captures at load, as the placed function
         # feeds them (as Consts, Grappler folds arithmetic through them and the last bits change)
@@ -250,6 +252,7 @@ MANIFEST_SCHEMA: Mapping[str, Any] = {
         "remappable": {"type": "boolean"},
         "not_remappable_because": {"type": ["string", "null"]},
         "microbatches": {"type": "integer", "minimum": 1, "maximum": 1 << 20},
+        "replicas": {"type": "integer", "minimum": 1, "maximum": 1 << 10},
         "sends": {"enum": ["executor", "prompt"]},
         "constants": {"type": "array", "maxItems": 1000000, "items": _NAME},
     },
@@ -329,9 +332,10 @@ def _check_names(path: str, manifest: Mapping[str, Any], gd: tf.compat.v1.GraphD
     for i, name in enumerate(manifest.get("constants", [])):
         if name not in nodes or nodes[name].op != "Const":
             raise _fail(path, where, f"constants/{i} {name!r} is not a constant of graph_def.pb")
-    copies = int(manifest.get("microbatches", 1)) * len(gd.node)
+    copies = int(manifest.get("microbatches", 1)) * int(manifest.get("replicas", 1)) * len(gd.node)
     if copies > MAX_LOADED_NODES:
-        raise _fail(path, where, f"microbatches={manifest.get('microbatches')} would copy the graph's {len(gd.node)} "
+        raise _fail(path, where, f"microbatches={manifest.get('microbatches')} × replicas={manifest.get('replicas', 1)} "
+                    f"would copy the graph's {len(gd.node)} "
                     f"nodes into {copies:,}, more than {MAX_LOADED_NODES:,}")
 
 
@@ -389,9 +393,10 @@ def read_export(path: str) -> _Export:
         plan = Plan.load(os.path.join(extra, "plan.json"))
     except PlanError as e:
         raise _fail(path, f"{EXTRA_DIR}/plan.json", str(e)) from None
-    if plan.microbatches != manifest.get("microbatches", 1):
-        raise _fail(path, f"{EXTRA_DIR}/plan.json", f"microbatches={plan.microbatches}, the manifest's "
-                    f"{manifest.get('microbatches', 1)}: the two files are not of one export")
+    for name in ("microbatches", "replicas"):
+        if getattr(plan, name) != manifest.get(name, 1):
+            raise _fail(path, f"{EXTRA_DIR}/plan.json", f"{name}={getattr(plan, name)}, the manifest's "
+                        f"{manifest.get(name, 1)}: the two files are not of one export")
     for device in plan.devices:
         try:
             tf.DeviceSpec.from_string(device)
@@ -438,7 +443,7 @@ class LoadedModel(tf.Module):
     def __init__(self, export: _Export, plan: Plan, devices: DeviceSet, remapped: bool) -> None:
         super().__init__(name="autoplace_loaded")
         m = export.manifest
-        microbatches = int(m.get("microbatches", 1))
+        microbatches = int(m.get("microbatches", 1))  # a re-solved plan (one copy) keeps the export's
         graph = tf.Graph()
         with graph.as_default():
             tf.graph_util.import_graph_def(export.graph_def, name="")
@@ -446,7 +451,9 @@ class LoadedModel(tf.Module):
                                  devices=complete_assignment(graph, plan.assignment, layer_devices_of(plan.assignment)),
                                  inputs=tuple(i["tensor"] for i in m["inputs"]),
                                  captured=(*(v["placeholder"] for v in m["variables"]), *m.get("constants", [])),
-                                 order=plan.op_order if microbatches == 1 else {}, microbatches=microbatches,
+                                 order=plan.op_order if microbatches == 1 and plan.replicas == 1 else {},
+                                 microbatches=microbatches,
+                                 replicas=device_groups(plan.devices, plan.replicas) if plan.replicas > 1 else (),
                                  sends=send_rule(plan, export.op_graph) if m.get("sends") == "prompt" else None)
         gd = tf.compat.v1.GraphDef()
         gd.CopyFrom(export.graph_def)
@@ -502,7 +509,8 @@ class LoadedModel(tf.Module):
                                tuple(v["placeholder"] for v in m["variables"]), tuple(self.placed_variables),
                                dict(self._constants),
                                tuple(tf.TensorSpec(s.shape, s.dtype, name=s.name)
-                                     for s in self.forward.input_signature), int(m.get("microbatches", 1)))
+                                     for s in self.forward.input_signature),
+                               int(m.get("microbatches", 1)) * self.plan.replicas, self.plan.replicas)
         return export_saved_model(emitted, path, plan=self.plan, op_graph=self._export.op_graph,
                                   devices=self._device_set)
 

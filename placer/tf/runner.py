@@ -236,7 +236,7 @@ def _microbatches(model: keras.Model, built: BuiltProblem, plan: Plan, devset: D
         candidates = allowed
     copies = len(devset) if not opts.train.training and replicas != 1 and len(devset) > 1 else 1
     per_copy = [m for m in candidates if copies * m <= batch] if copies > 1 else []
-    smallest = min([batch // max(candidates)] + [batch // (copies * max(per_copy))] * bool(per_copy))
+    smallest = min([batch // max(candidates)] + ([batch // (copies * max(per_copy))] if per_copy else []))
     small = None
     if smallest < batch:
         traced, _ = _trace(PlacedModel(model), model, opts, smallest)

@@ -1,0 +1,220 @@
+"""Which strategy is fastest on two TF gRPC workers: autoplace's default against what users run instead.
+
+Two worker processes on 127.0.0.1, each pinned to one core with one thread
+(``placer.LocalCluster``), connected with ``placer.connect``. Per workload
+(a forward pass at one batch), measured interleaved in one run:
+
+* ``one worker/m=M``: the model cloned onto worker 0, its weights copied
+  there, the batch as ``M`` micro-batches (the best of these is the
+  single-worker baseline);
+* ``copy per worker (by hand)``: the model cloned onto each worker with its
+  weights, each running half the batch, one ``tf.function`` (data
+  parallelism as a user writes it);
+* ``tf.distribute MirroredStrategy``: the model built under a
+  ``MirroredStrategy`` over both workers' CPUs, ``strategy.run`` on the
+  distributed batch (where it runs; the error is recorded where not);
+* ``autoplace default``: ``placer.autoplace(model, devices)`` with its
+  defaults (``replicas="auto"``: model parallelism, micro-batches or a copy
+  per device, whichever is predicted fastest);
+* ``autoplace replicas=1``: autoplace's best single-copy plan (placement and
+  micro-batches);
+* ``autoplace replicas=2``: the copies forced.
+
+Each step fetches its outputs. Medians of ``--repeats`` interleaved rounds
+(``speedup.interleaved_times``), spread = half the IQR; the predicted step of
+every autoplace row beside its measurement. Runs itself inside a loopback-only
+network namespace.
+
+    python benchmarks/strategy.py [--models decoder towers] [--repeats 7] [--out benchmarks/results/strategy.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+from isolation import isolated  # noqa: E402
+from markdown import MarkdownOut  # noqa: E402
+from speedup import ROUNDS_TEXT, interleaved_times, median_spread  # noqa: E402
+
+
+def decoder(vocab: int = 2000, seq: int = 64, dim: int = 256, heads: int = 4, blocks: int = 4) -> "object":
+    """A 4-block causal decoder (a chain): token embedding, attention + feed-forward blocks, a vocabulary head."""
+    import keras
+
+    ids = keras.Input((seq,), dtype="int32", name="ids")
+    h = keras.layers.Embedding(vocab, dim, name="embed")(ids)
+    for b in range(blocks):
+        a = keras.layers.MultiHeadAttention(heads, dim // heads, name=f"att{b}")(h, h, use_causal_mask=True)
+        h = keras.layers.LayerNormalization(name=f"ln{b}a")(h + a)
+        f = keras.layers.Dense(4 * dim, activation="gelu", name=f"ff{b}a")(h)
+        h = keras.layers.LayerNormalization(name=f"ln{b}b")(h + keras.layers.Dense(dim, name=f"ff{b}b")(f))
+    return keras.Model(ids, keras.layers.Dense(vocab, name="head")(h), name="decoder")
+
+
+def towers(width: int = 512) -> "object":
+    """A 4-tower MLP (branchy): 4 × 2 dense layers of ``width`` over one input, concatenated."""
+    import keras
+
+    inp = keras.Input((256,), name="features")
+    outs = [keras.layers.Dense(width, activation="relu", name=f"t{i}b")(
+        keras.layers.Dense(width, activation="relu", name=f"t{i}a")(inp)) for i in range(4)]
+    return keras.Model(inp, keras.layers.Dense(10, name="head")(keras.layers.Concatenate()(outs)), name="towers")
+
+
+#: name -> (builder, batch, input maker)
+CASES = {
+    "decoder": (decoder, 32, lambda rng, n: rng.integers(0, 2000, (n, 64)).astype("int32")),
+    "towers": (towers, 256, lambda rng, n: rng.standard_normal((n, 256)).astype("float32")),
+}
+
+
+def run(args: argparse.Namespace) -> int:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import placer
+
+    out = MarkdownOut()
+    failed = []
+    with placer.LocalCluster(2, pin_cores=True, threads=1) as cluster:
+        devices = placer.connect(cluster)
+        out("## Strategies on 2 TF gRPC workers (one pinned core, one thread each): inference")
+        out()
+        out(f"{time.strftime('%Y-%m-%d')}; `python benchmarks/strategy.py --repeats {args.repeats}`; "
+            f"{args.repeats} interleaved rounds after 2 warm-up calls ({ROUNDS_TEXT}); speedup = the best "
+            "one-worker step / this step (the same batch); predicted = the plan's predicted step (simulated, plus "
+            "its measured fixed cost per call).")
+        out()
+        out("| workload | strategy | measured ms | ± | speedup over one worker | predicted ms | prediction error |")
+        out("|---|---|---|---|---|---|---|")
+        summary = []
+        for case in args.models:
+            try:
+                summary.append(_run_case(case, args, out, devices))
+            except Exception as e:  # recorded, then the next case
+                failed.append(case)
+                traceback.print_exc()
+                out(f"| {case} | failed: {type(e).__name__}: {str(e).splitlines()[0][:160]} | | | | | |")
+        out()
+        for case, best_label, best_ms, auto_ms, auto_pred, chosen in summary:
+            out(f"- {case}: autoplace's default ({chosen}) {best_ms / auto_ms:.2f}× the best alternative measured "
+                f"({best_label}); its prediction {100 * (auto_pred - auto_ms) / auto_ms:+.1f}% off its measurement")
+    out.write(args.out)
+    return 1 if failed else 0
+
+
+def _run_case(case: str, args: argparse.Namespace, out, devices: list[str]) -> tuple:
+    import keras
+    import tensorflow as tf
+
+    import placer
+
+    builder, batch, make_x = CASES[case]
+    keras.utils.set_random_seed(0)
+    model = builder()
+    x = make_x(np.random.default_rng(0), batch)
+    xs = tf.constant(x)
+    configs: list[tuple[str, object, float | None]] = []  # (label, step, predicted s)
+
+    def clone_on(device):
+        with tf.device(device):
+            copy = keras.models.clone_model(model)
+            copy.set_weights(model.get_weights())
+        return copy
+
+    w0, w1 = clone_on(devices[0]), clone_on(devices[1])
+    for m in (1, 2, 4):
+        @tf.function(autograph=False)
+        def one(v, m=m):
+            with tf.device(devices[0]):
+                return tf.concat([w0(p, training=False) for p in tf.split(v, m)], axis=0)
+        configs.append((f"one worker/m={m}", lambda f=one: f(xs).numpy(), None))
+
+    @tf.function(autograph=False)
+    def by_hand(v):
+        a, b = tf.split(v, 2)
+        with tf.device(devices[0]):
+            ya = w0(a, training=False)
+        with tf.device(devices[1]):
+            yb = w1(b, training=False)
+        return tf.concat([ya, yb], axis=0)
+
+    configs.append(("copy per worker (by hand)", lambda: by_hand(xs).numpy(), None))
+    try:
+        strategy = tf.distribute.MirroredStrategy(devices=devices)
+        with strategy.scope():
+            mirrored = keras.models.clone_model(model)
+            mirrored.set_weights(model.get_weights())
+        dist = strategy.experimental_distribute_values_from_function(
+            lambda ctx: tf.split(xs, 2)[ctx.replica_id_in_sync_group])
+
+        @tf.function(autograph=False)
+        def mirrored_step(d):
+            return strategy.gather(strategy.run(lambda v: mirrored(v, training=False), args=(d,)), axis=0)
+
+        mirrored_step(dist)
+        configs.append(("tf.distribute MirroredStrategy", lambda: mirrored_step(dist).numpy(), None))
+    except Exception as e:  # what runs here is the finding
+        out(f"| {case} | tf.distribute MirroredStrategy | does not run: {type(e).__name__}: "
+            f"{str(e).splitlines()[0][:140]} | | | | |")
+
+    placed = {}
+    for label, options in (("autoplace default", {}), ("autoplace replicas=1", dict(replicas=1)),
+                           ("autoplace replicas=2", dict(replicas=2))):
+        t = time.perf_counter()
+        p = placer.autoplace(model, devices, batch_size=batch, profile_cache=False, **options)
+        print(f"  {case} {label}: placed in {time.perf_counter() - t:.1f} s: replicas {p.plan.replicas}, "
+              f"m {p.plan.microbatches}, {len(set(p.plan.assignment.values()))} device(s)", file=sys.stderr,
+              flush=True)
+        placed[label] = p
+        configs.append((label, lambda p=p: [v.numpy() for v in tf.nest.flatten(p(xs))],
+                        p.plan.predicted_step_time_s))
+    ref = model(xs, training=False).numpy()
+    for label, p in placed.items():
+        got = np.asarray(tf.nest.flatten(p(xs))[0])
+        assert np.allclose(got, ref, rtol=1e-4, atol=1e-4), f"{label}: outputs differ from the model's"
+    times = interleaved_times([step for _, step, _ in configs], args.repeats)
+    medians = [median_spread(ts) for ts in times]
+    ones = [i for i, (label, _, _) in enumerate(configs) if label.startswith("one worker")]
+    best_one = min(medians[i][0] for i in ones)
+    for (label, _, pred), (med, spread) in zip(configs, medians):
+        p = placed.get(label)
+        detail = ""
+        if p is not None:
+            plan = p.plan
+            detail = (f" ({plan.replicas} copies × m={plan.microbatches})" if plan.replicas > 1 else
+                      f" (m={plan.microbatches}, {len(set(plan.assignment.values()))} worker(s))")
+        pred_s = f"{pred * 1e3:.1f}" if pred is not None else ""
+        err = f"{100 * (pred - med) / med:+.1f}%" if pred is not None else ""
+        out(f"| {case} | {label}{detail} | {med * 1e3:.1f} | {spread * 1e3:.1f} | {best_one / med:.2f}× | "
+            f"{pred_s} | {err} |")
+    others = [(medians[i][0], configs[i][0]) for i in range(len(configs))
+              if configs[i][0] != "autoplace default"]
+    best_ms, best_label = min(others)
+    ia = [c[0] for c in configs].index("autoplace default")
+    auto = placed["autoplace default"].plan
+    chosen = f"{auto.replicas} copies × m={auto.microbatches}" if auto.replicas > 1 else \
+        f"one copy, m={auto.microbatches}, {len(set(auto.assignment.values()))} worker(s)"
+    return case, best_label, best_ms, medians[ia][0], configs[ia][2], chosen
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", nargs="+", default=list(CASES), choices=list(CASES))
+    ap.add_argument("--repeats", type=int, default=7, help="interleaved measured rounds per strategy")
+    ap.add_argument("--out", default=str(HERE / "results" / "strategy.md"))
+    args = ap.parse_args()
+    return isolated(lambda: run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

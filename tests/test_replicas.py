@@ -1,0 +1,171 @@
+"""Data parallelism for a forward pass: a copy of the model per device, searched beside model parallelism.
+
+The simulator's twin (:mod:`placer.core.replicas`) on random DAGs, then real Keras models on logical CPUs:
+the copies' outputs equal the original run on the same parts bit for bit, each copy runs on its device,
+the variables are read once per step, plans and exports keep ``replicas``, and bad requests are typed.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import keras
+import tensorflow as tf
+
+import placer
+from cost_models import TensorEdge
+from placer.core.build import build_problem
+from placer.core.devices import DeviceSpec
+from placer.core.graph_io import as_device_set
+from placer.core.microbatch import simulate_pipeline
+from placer.core.plan import Plan
+from placer.core.problem import Schedule
+from placer.core.replicas import best_replicas, device_groups, group_maps, replicated_schedule, simulate_replicas
+
+
+# --- the simulator's twin (no TensorFlow) -------------------------------------------------------------------
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(3, 25), seed=st.integers(0, 10_000), m=st.integers(1, 3))
+def test_replicated_schedule_is_a_dag_with_each_copy_on_its_device(n, seed, m):
+    import networkx as nx
+
+    rng = np.random.default_rng(seed)
+    edges = [(u, v) for v in range(1, n) for u in range(v) if rng.random() < 0.3]
+    tensors = tuple(TensorEdge(u, (v,), float(rng.integers(1, 100))) for u, v in edges)
+    pinned = np.zeros(n, dtype=bool)
+    pinned[0] = True
+    s = Schedule(rng.random((n, 2)), tensors, (), np.arange(n))
+    d, ts, control, a = replicated_schedule(s, np.zeros(n, int), group_maps(2, 2), m, pinned=pinned)
+    copies = 2 * m
+    assert d.shape[0] == len(a) >= copies * n
+    g = nx.DiGraph()
+    g.add_nodes_from(range(len(a)))
+    g.add_edges_from((t.src, w) for t in ts for w in t.dsts)
+    g.add_edges_from(control)
+    assert nx.is_directed_acyclic_graph(g)
+    for c in range(copies):
+        ops = a[c * n:(c + 1) * n]
+        assert set(ops[~pinned].tolist()) == {c // m}        # copy c runs on group c // m
+        if c:
+            assert d[c * n:(c + 1) * n][pinned].sum() == 0    # the pinned op runs once, in copy 0
+    # the pinned op's tensors go to every copy at full size: one edge, every copy's consumers
+    for t in ts:
+        if t.src == 0:
+            assert t.nbytes in {x.nbytes for x in tensors if x.src == 0}
+
+
+def _two_device_problem(weight_bytes: float, bandwidth: float = 1e9):
+    import networkx as nx
+
+    g = nx.DiGraph()
+    g.add_node("w", compute_us=0.0, memory_bytes=weight_bytes, layer="dense")
+    g.add_node("read", compute_us=0.0, memory_bytes=0.0, layer="dense")
+    g.add_node("x", compute_us=0.0, memory_bytes=0.0)
+    g.add_node("mm", compute_us=1000.0, memory_bytes=0.0, layer="dense")
+    g.add_node("out", compute_us=1000.0, memory_bytes=0.0, layer="head")
+    g.add_edge("w", "read", bytes=8.0)
+    g.add_edge("read", "mm", bytes=weight_bytes)
+    g.add_edge("x", "mm", bytes=4096.0)
+    g.add_edge("mm", "out", bytes=4096.0)
+    devs = as_device_set([DeviceSpec(f"/CPU:{i}", memory_bytes=1 << 34, bandwidth_bytes_per_s=bandwidth, latency_s=0.0)
+                          for i in range(2)])
+    return build_problem(g, devs, group_by="op")
+
+
+def test_copies_halve_a_compute_bound_step_and_pay_for_their_weights():
+    built = _two_device_problem(weight_bytes=1e3)
+    one = simulate_pipeline(built, np.zeros(len(built.problem.names), int), 1).step_time_s
+    two = simulate_replicas(built, np.zeros(len(built.problem.names), int), 2, 1).step_time_s
+    assert two == pytest.approx(one / 2, rel=0.05)
+    assert best_replicas(built, 8, [2], [1, 2])[:2] == (2, 1)
+    # heavy weights on a slow link: the second copy waits for them (read once per step, not per copy)
+    heavy = _two_device_problem(weight_bytes=4e6, bandwidth=1e9)
+    slow = simulate_replicas(heavy, np.zeros(len(heavy.problem.names), int), 2, 1).step_time_s
+    slow_m2 = simulate_replicas(heavy, np.zeros(len(heavy.problem.names), int), 2, 2).step_time_s
+    assert slow >= 4e6 / 1e9 and slow_m2 < slow + 1e-3     # m=2 does not send them twice
+
+
+def test_device_groups_and_bad_counts():
+    assert device_groups(["a", "b", "c", "d"], 4) == (("a",), ("b",), ("c",), ("d",))
+    with pytest.raises(placer.PlanError, match="does not divide"):
+        device_groups(["a", "b", "c"], 2)
+
+
+# --- real models on logical CPUs ----------------------------------------------------------------------------
+
+def _mlp() -> keras.Model:
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((16,), name="x")
+    h = keras.layers.Dense(64, activation="relu", name="d1")(inp)
+    h = keras.layers.Dense(64, activation="relu", name="d2")(h)
+    return keras.Model(inp, keras.layers.Dense(5, name="head")(h), name="mlp")
+
+
+@pytest.fixture(scope="module")
+def replicated(devices):
+    model = _mlp()
+    placed = placer.autoplace(model, devices[:2], batch_size=8, replicas=2, microbatches=1, time_limit_s=1)
+    return model, placed
+
+
+def test_replicated_inference_equals_the_model_on_each_copys_rows(replicated, devices):
+    model, placed = replicated
+    plan = placed.plan
+    assert plan.replicas == 2 and plan.microbatches == 1 and "data-parallel copies" in plan.summary()
+    x = np.random.default_rng(1).standard_normal((8, 16)).astype("float32")
+    out = placed(x).numpy()
+    # each copy runs the model's kernels on its rows: bit-exact against the model on those rows
+    np.testing.assert_array_equal(out, np.concatenate([model(x[:4]).numpy(), model(x[4:]).numpy()]))
+    # a batch that does not split evenly: 5 = 3 + 2 rows
+    odd = x[:5]
+    np.testing.assert_array_equal(placed(odd).numpy(), np.concatenate([model(odd[:3]).numpy(),
+                                                                        model(odd[3:]).numpy()]))
+    np.testing.assert_array_equal(placed.predict(x, batch_size=8, verbose=0), out)
+    # each copy on its device; the variable reads shared, where the variables live
+    full = [tf.DeviceSpec.from_string("/job:localhost/replica:0/task:0/device:" + d.strip("/")).to_string()
+            for d in devices[:2]]
+    observed = placed.observed_placement(x)
+    for c in range(2):
+        mine = {op: d for op, d in observed.items() if op.startswith(f"mb{c}/")}
+        assert len(mine) >= 3 and set(mine.values()) == {full[c]}, (c, mine)
+    emitted = placed.placement.functions.forward(False)
+    reads = [n for n in emitted.graph_def.node if n.op == "ReadVariableOp"]
+    assert reads and all(not n.name.startswith("mb") and n.device == full[0] for n in reads)
+
+
+def test_replicas_survive_save_load_and_export(replicated, tmp_path):
+    model, placed = replicated
+    path = placed.plan.save(tmp_path / "plan.json")
+    again = Plan.load(path)
+    assert again.replicas == 2 and again == placed.plan
+    x = np.random.default_rng(2).standard_normal((8, 16)).astype("float32")
+    export = placed.export(tmp_path / "export")
+    loaded = placer.load(export)
+    assert loaded.plan.replicas == 2
+    np.testing.assert_array_equal(loaded(x).numpy(), placed(x).numpy())
+    assert {d for op, d in loaded.op_devices.items()} <= set(placed.plan.devices)
+
+
+def test_replicas_auto_chooses_what_is_predicted_faster_and_says_why(devices):
+    model = _mlp()
+    placed = placer.autoplace(model, devices[:2], batch_size=8, time_limit_s=1)  # replicas="auto" by default
+    plan = placed.plan
+    said = [line for line in plan.log if "data-parallel copies" in line]
+    assert said, plan.log
+    if plan.replicas == 2:
+        assert "predicted faster" in said[-1]
+    else:
+        assert "predicted slower" in said[-1] or "do not fit" in said[-1]
+    x = np.random.default_rng(3).standard_normal((8, 16)).astype("float32")
+    np.testing.assert_allclose(placed(x).numpy(), model(x).numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_bad_replica_requests_are_typed(devices):
+    model = _mlp()
+    with pytest.raises(placer.PlanError, match="one device per copy"):
+        placer.autoplace(model, devices[:2], batch_size=8, replicas=3, time_limit_s=1)
+    with pytest.raises(placer.PlanError, match="at least 2 rows"):
+        placer.autoplace(model, devices[:2], batch_size=1, replicas=2, microbatches=1, time_limit_s=1)
+    with pytest.raises(placer.TrainingError, match="replicas"):
+        placer.autoplace(model, devices[:2], batch_size=8, replicas="many")
