@@ -25,7 +25,11 @@ Each step fetches its outputs. Medians of ``--repeats`` interleaved rounds
 every autoplace row beside its measurement. Runs itself inside a loopback-only
 network namespace.
 
-    python benchmarks/strategy.py [--models decoder towers] [--repeats 7] [--out benchmarks/results/strategy.md]
+    python benchmarks/strategy.py [--models decoder towers] [--repeats 7] [--links none 10gbit 1gbit]
+                                  [--out benchmarks/results/strategy.md]
+
+``--links``: the loopback link shaped to each rate in turn (``placer.measure.cluster.shape_loopback``: a
+token bucket inside the namespace; ``none``: loopback as it is); autoplace calibrates the shaped link.
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ sys.path.insert(0, str(HERE))
 from isolation import isolated  # noqa: E402
 from markdown import MarkdownOut  # noqa: E402
 from speedup import ROUNDS_TEXT, interleaved_times, median_spread  # noqa: E402
+
+from placer.measure.cluster import LINK_RATES, shape_loopback  # noqa: E402
 
 
 def decoder(vocab: int = 2000, seq: int = 64, dim: int = 256, heads: int = 4, blocks: int = 4) -> "object":
@@ -89,30 +95,42 @@ def run(args: argparse.Namespace) -> int:
         devices = placer.connect(cluster)
         out("## Strategies on 2 TF gRPC workers (one pinned core, one thread each): inference")
         out()
-        out(f"{time.strftime('%Y-%m-%d')}; `python benchmarks/strategy.py --repeats {args.repeats}`; "
+        out(f"{time.strftime('%Y-%m-%d')}; `python benchmarks/strategy.py --models {' '.join(args.models)} "
+            f"--repeats {args.repeats} --links {' '.join(args.links)}`; "
             f"{args.repeats} interleaved rounds after 2 warm-up calls ({ROUNDS_TEXT}); speedup = the best "
             "one-worker step / this step (the same batch); predicted = the plan's predicted step (simulated, plus "
             "its measured fixed cost per call).")
         out()
-        out("| workload | strategy | measured ms | ± | speedup over one worker | predicted ms | prediction error |")
-        out("|---|---|---|---|---|---|---|")
+        out("| link | workload | strategy | measured ms | ± | speedup over one worker | predicted ms | "
+            "prediction error |")
+        out("|---|---|---|---|---|---|---|---|")
         summary = []
-        for case in args.models:
-            try:
-                summary.append(_run_case(case, args, out, devices))
-            except Exception as e:  # recorded, then the next case
-                failed.append(case)
-                traceback.print_exc()
-                out(f"| {case} | failed: {type(e).__name__}: {str(e).splitlines()[0][:160]} | | | | | |")
+        errors: list[float] = []
+        for link in args.links:
+            shape_loopback(link)
+            for case in args.models:
+                try:
+                    summary.append((link, *_run_case(case, link, args, out, devices, errors)))
+                except Exception as e:  # recorded, then the next case
+                    failed.append(f"{case}@{link}")
+                    traceback.print_exc()
+                    out(f"| {link} | {case} | failed: {type(e).__name__}: {str(e).splitlines()[0][:160]} "
+                        "| | | | | |")
+        shape_loopback("none")
         out()
-        for case, best_label, best_ms, auto_ms, auto_pred, chosen in summary:
-            out(f"- {case}: autoplace's default ({chosen}) {best_ms / auto_ms:.2f}× the best alternative measured "
-                f"({best_label}); its prediction {100 * (auto_pred - auto_ms) / auto_ms:+.1f}% off its measurement")
+        for link, case, best_label, best_ms, auto_ms, auto_pred, chosen in summary:
+            out(f"- {case} at {link}: autoplace's default ({chosen}) {best_ms / auto_ms:.2f}× the best alternative "
+                f"measured ({best_label}); its prediction {100 * (auto_pred - auto_ms) / auto_ms:+.1f}% off its "
+                "measurement")
+        if errors:
+            out(f"- predicted against measured over every autoplace row: median |error| "
+                f"{100 * float(np.median(np.abs(errors))):.1f}%, worst {100 * float(np.max(np.abs(errors))):.1f}%")
     out.write(args.out)
     return 1 if failed else 0
 
 
-def _run_case(case: str, args: argparse.Namespace, out, devices: list[str]) -> tuple:
+def _run_case(case: str, link: str, args: argparse.Namespace, out, devices: list[str],
+              errors: list[float]) -> tuple:
     import keras
     import tensorflow as tf
 
@@ -195,7 +213,9 @@ def _run_case(case: str, args: argparse.Namespace, out, devices: list[str]) -> t
                       f" (m={plan.microbatches}, {len(set(plan.assignment.values()))} worker(s))")
         pred_s = f"{pred * 1e3:.1f}" if pred is not None else ""
         err = f"{100 * (pred - med) / med:+.1f}%" if pred is not None else ""
-        out(f"| {case} | {label}{detail} | {med * 1e3:.1f} | {spread * 1e3:.1f} | {best_one / med:.2f}× | "
+        if pred is not None:
+            errors.append((pred - med) / med)
+        out(f"| {link} | {case} | {label}{detail} | {med * 1e3:.1f} | {spread * 1e3:.1f} | {best_one / med:.2f}× | "
             f"{pred_s} | {err} |")
     others = [(medians[i][0], configs[i][0]) for i in range(len(configs))
               if configs[i][0] != "autoplace default"]
@@ -211,6 +231,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", nargs="+", default=list(CASES), choices=list(CASES))
     ap.add_argument("--repeats", type=int, default=7, help="interleaved measured rounds per strategy")
+    ap.add_argument("--links", nargs="+", default=["none"], choices=["none", *LINK_RATES],
+                    help="loopback shaped to these rates in turn (tc tbf inside the namespace); none: as it is")
     ap.add_argument("--out", default=str(HERE / "results" / "strategy.md"))
     args = ap.parse_args()
     return isolated(lambda: run(args))

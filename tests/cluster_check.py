@@ -82,9 +82,10 @@ def plant(directory: str) -> str:
 
 
 def two_stages(plan: placer.Plan) -> placer.Plan:
-    """``plan`` with the towers on its first device and the head (concatenation, dense, output) on its second."""
+    """``plan`` with the towers on its first device and the head (concatenation, dense, output) on its second (one
+    copy of the model: ``replicas=1``)."""
     first, second = plan.devices
-    return replace(plan, assignment={op: second if ("head" in op or "concatenate" in op or op.startswith("Identity"))
+    return replace(plan, replicas=1, assignment={op: second if ("head" in op or "concatenate" in op or op.startswith("Identity"))
                                      else first for op in plan.assignment})
 
 

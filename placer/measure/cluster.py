@@ -82,6 +82,50 @@ def network_isolated() -> bool:
     return names <= {"lo"}
 
 
+#: Link speeds :func:`shape_loopback` takes by name (bits per second), as clusters have between hosts.
+LINK_RATES = {"100gbit": 100e9, "25gbit": 25e9, "10gbit": 10e9, "1gbit": 1e9, "100mbit": 100e6}
+
+
+def shape_loopback(rate: str, *, latency_ms: float = 50.0) -> float:
+    """Limit this namespace's loopback to ``rate`` (a :data:`LINK_RATES` name) with a token bucket
+    (``tc qdisc replace dev lo root tbf``); returns the rate in bytes per second. ``"none"`` removes the limit
+    (returns 0).
+
+    Only inside a loopback-only network namespace (:func:`network_isolated`: ``unshare -rn`` makes one, and
+    you are root there): shaping the machine's own loopback would slow everything on it. The burst is 10 ms
+    at the rate (at least 64 KiB), so that one timer tick does not cap the rate; ``latency_ms`` bounds the
+    queue. ``netem`` delays are not used (not available on every kernel).
+
+    Raises
+    ------
+    DeviceError
+        Not in such a namespace, an unknown rate, ``tc`` missing, or the kernel refusing the queue
+        discipline (the message has ``tc``'s own words).
+    """
+    if not network_isolated():
+        raise DeviceError("shape_loopback changes loopback for every process that shares it: run it inside a "
+                          "loopback-only namespace (unshare -rn; benchmarks re-run themselves in one)")
+    tc = shutil.which("tc")
+    if tc is None:
+        raise DeviceError("shaping the loopback link needs `tc` (iproute2): install it, or run without a link rate")
+    if rate == "none":
+        subprocess.run([tc, "qdisc", "del", "dev", "lo", "root"], capture_output=True, check=False)
+        return 0.0
+    if rate not in LINK_RATES:
+        raise DeviceError(f"unknown link rate {rate!r}: use one of {sorted(LINK_RATES)} or 'none'")
+    bytes_per_s = LINK_RATES[rate] / 8
+    burst = max(64 << 10, int(bytes_per_s * 0.01))
+    cmd = [tc, "qdisc", "replace", "dev", "lo", "root", "tbf", "rate", rate, "burst", str(burst),
+           "latency", f"{latency_ms:g}ms"]
+    r = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if r.returncode:
+        raise DeviceError(f"the kernel refused to shape loopback to {rate} ({' '.join(cmd)}: "
+                          f"{(r.stderr or r.stdout).strip()[:300]}); run without a link rate, or check that "
+                          "the sch_tbf module is available")
+    log.info("loopback shaped to %s (token bucket, burst %d B, queue %g ms)", rate, burst, latency_ms)
+    return bytes_per_s
+
+
 def rerun_in_loopback_namespace(argv: list[str]) -> int | None:
     """Run ``python argv…`` again inside a loopback-only network namespace, unless this process is in one.
 

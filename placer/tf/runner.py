@@ -185,6 +185,13 @@ def _solve(built: BuiltProblem, options: PlanOptions, given: Plan | None, batch_
     if given is not None and tuple(given.devices) != built.devices.names:
         raise PlanError(f"the plan was made for devices {list(given.devices)}, not {list(built.devices.names)}; "
                         "pass the devices it was made for, or solve again")
+    if given is not None and given.replicas > 1:
+        first = set(device_groups(given.devices, given.replicas)[0])
+        outside = sorted(set(given.assignment.values()) - first)
+        if outside:
+            raise PlanError(f"the plan runs replicas={given.replicas} copies, and places the first copy's ops; it "
+                            f"places ops on {outside[:3]}, outside the first copy's devices {sorted(first)}: set "
+                            "replicas=1 in a plan that spreads one copy over all devices")
     plan = plan_problem(built, options, given=None if given is None else given.assignment,
                         given_order=None if given is None else given.op_order)
     return replace(plan, batch_size=batch_size, compression=compression)
@@ -234,7 +241,9 @@ def _microbatches(model: keras.Model, built: BuiltProblem, plan: Plan, devset: D
                 if microbatches != "auto":
                     raise
         candidates = allowed
-    copies = len(devset) if not opts.train.training and replicas != 1 and len(devset) > 1 else 1
+    # replicas="auto" is the default solver's search, as the one-device fallback is; replicas=R is always honoured
+    copies = len(devset) if (not opts.train.training and replicas != 1 and len(devset) > 1
+                             and (replicas != "auto" or fallback)) else 1
     per_copy = [m for m in candidates if copies * m <= batch] if copies > 1 else []
     smallest = min([batch // max(candidates)] + ([batch // (copies * max(per_copy))] if per_copy else []))
     small = None
