@@ -448,12 +448,13 @@ def replica_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_si
 
     ``replicas="auto"``: one copy per device (each whole, its part of the batch as the best of
     ``microbatches`` micro-batches; :func:`placer.core.replicas.best_replicas`) replaces ``plan`` where its
-    simulated forward step is shorter than ``plan``'s ``predicted_step_time_s`` and its simulated peak memory
+    simulated step is shorter than ``plan``'s ``predicted_step_time_s`` and its simulated peak memory
     fits every device; the plan's ``log`` says which was predicted faster, by how much. ``replicas=R``
-    (``R`` = the number of devices) takes the copies at their best micro-batch count. ``1``, a training step or
-    one device: ``plan``. The copies' plan has every op on the first device (the variables stay there and
-    are read once per step by every copy), ``replicas`` and ``microbatches`` set and its predicted step the
-    simulated replicated step.
+    (``R`` = the number of devices) takes the copies at their best micro-batch count. ``1`` or one device:
+    ``plan``. The copies' plan has every op on the first device (the variables stay there), ``replicas`` and
+    ``microbatches`` set and its predicted step the simulated replicated step. A training step's copies
+    (one micro-batch each) sum their gradients where the variables live; its plan is that decision, made on
+    the full batch's trace: the runner then plans one replica's step on its own trace.
 
     Raises
     ------
@@ -463,7 +464,7 @@ def replica_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_si
         ``replicas=R`` whose copies do not fit the devices' memory.
     """
     k = len(built.devices)
-    if replicas == 1 or k < 2 or "backward" in (built.phases or ()):
+    if replicas == 1 or k < 2:
         return plan
     if replicas != "auto" and int(replicas) != k:
         raise PlanError(f"replicas={replicas} for a forward pass takes one device per copy: pass {replicas} devices "

@@ -19,7 +19,8 @@ from tests.models import branchy, multi_input, sample
 
 ROOT = Path(__file__).resolve().parents[1]
 OPTIONS = {"time_limit_s": 1.5, "seed": 3}
-PLACE_OPTIONS = {**OPTIONS, "shared_capacity": None}  # as independent processors: plans split
+PLACE_OPTIONS = {**OPTIONS, "shared_capacity": None, "replicas": 1}  # independent processors: plans split
+# (one copy: a saved op graph is solved for one copy of the model; the data-parallel choice needs the model)
 OBJECTIVES = ("latency", "throughput")
 
 

@@ -234,7 +234,8 @@ def _run_once(schedule: Schedule, phases: Sequence[str] | None) -> np.ndarray:
 
 def pipelined_schedule(schedule: Schedule, group_assignment: np.ndarray, m: int,
                        micro_durations_s: np.ndarray | None = None, phases: Sequence[str] | None = None,
-                       order: str = "gpipe", sum_s_per_byte: np.ndarray | None = None
+                       order: str = "gpipe", sum_s_per_byte: np.ndarray | None = None,
+                       maps: np.ndarray | None = None, pinned: np.ndarray | None = None
                        ) -> tuple[np.ndarray, tuple[TensorEdge, ...], tuple[tuple[int, int], ...], np.ndarray]:
     """``(durations, tensors, control edges, fine assignment)`` of ``m`` gated copies of ``schedule``.
 
@@ -258,6 +259,13 @@ def pipelined_schedule(schedule: Schedule, group_assignment: np.ndarray, m: int,
     ``sum_s_per_byte[device] × bytes`` (default 0). A running sum that feeds the next one is waited for by
     the gate after its micro-batch's backward pass on that device, as in the placed step
     (:func:`placer.tf.rewrites.gates.hold_gradient_sums`: it keeps Grappler from merging the sums).
+
+    ``maps`` (``m`` rows, :func:`placer.core.replicas.group_maps`): the copies are data-parallel replicas, one
+    per group of devices: copy ``i`` runs each op on ``maps[i][d]`` for its planned device ``d``, except the
+    ops run once and the ``pinned`` ones (variables and their reads, :func:`placer.core.replicas.pinned_nodes`),
+    which stay on the plan's (the first group's) devices; a pinned op's tensors keep their full bytes (a
+    weight's size whatever the rows). No gates (each device runs one copy); every copy's gradients are summed
+    on the first group's devices, as :func:`placer.tf.replicas.replicated_train_step` sums them.
 
     Raises
     ------
@@ -300,13 +308,20 @@ def pipelined_schedule(schedule: Schedule, group_assignment: np.ndarray, m: int,
         for chain in device_chains(order, m, position, len(stages)):
             units = [(i, ph) for i, ph in chain if (d, ph) in exits]
             links += [(d, i, ph, j, ph2) for (i, ph), (j, ph2) in zip(units, units[1:])]
+    stay = once.copy()
+    if maps is not None:
+        links = []  # one copy per device: nothing to gate
+        if pinned is not None:
+            stay |= np.asarray(pinned, dtype=bool)
     gate = {link: m * n + g for g, link in enumerate(links)}
     total = m * n + len(gate)
     durations = np.zeros((total, k))
     micro = schedule.durations_s / m if micro_durations_s is None else np.asarray(micro_durations_s, dtype=float)
     durations[:m * n] = np.tile(np.where(once[:, None], 0.0, micro), (m, 1))
     durations[last:m * n][once] = schedule.durations_s[once]
-    assignment = np.concatenate([np.tile(fine, m), np.array([link[0] for link in gate], dtype=int)]).astype(int)
+    copies = [fine if maps is None else np.where(stay, fine, np.asarray(maps)[i][fine]) for i in range(m)]
+    assignment = np.concatenate([*copies, np.array([link[0] for link in gate], dtype=int)]).astype(int)
+    whole = np.zeros(n, dtype=bool) if maps is None or pinned is None else np.asarray(pinned, dtype=bool)
     tensors = []
     sums: list[tuple[int, float]] = []  # (device, seconds) of each sum node, numbered after the gates
     after = {(d, i, ph): g for (d, i, ph, _, _), g in gate.items()}  # the gate after unit (i, ph) on device d
@@ -320,7 +335,8 @@ def pipelined_schedule(schedule: Schedule, group_assignment: np.ndarray, m: int,
         into_once = tuple(w for w in t.dsts if once[w])
         for i in range(m):
             if copied:
-                tensors.append(TensorEdge(i * n + t.src, tuple(i * n + w for w in copied), t.nbytes / m, t.count))
+                tensors.append(TensorEdge(i * n + t.src, tuple(i * n + w for w in copied),
+                                          t.nbytes if whole[t.src] else t.nbytes / m, t.count))
         if into_once:
             running = t.src  # copy 0's tensor, then the running sum
             for i in range(1, m):

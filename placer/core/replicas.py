@@ -30,7 +30,7 @@ import numpy as np
 from cost_models import SimOptions, SimResult, TensorEdge, simulate
 
 from ..errors import PlanError
-from .microbatch import SmallBatchCosts, _pipelined_memory
+from .microbatch import SmallBatchCosts, _pipelined_memory, pipelined_schedule, sum_seconds_per_byte
 from .problem import Schedule
 
 
@@ -168,14 +168,16 @@ def simulate_replicas(built: Any, group_assignment: np.ndarray, replicas: int, m
     rows (:class:`~placer.core.microbatch.SmallBatchCosts`); without it each op's time is divided by the
     copies.
 
+    A training step (``built.phases`` with a backward pass) runs one copy per group (``m`` = 1): each copy's
+    forward and backward pass on its group, every copy's gradients summed where the variables live (the first
+    group) and one update there (:func:`placer.core.microbatch.pipelined_schedule` with ``maps``), as
+    :func:`placer.tf.replicas.replicated_train_step` runs it.
+
     Raises
     ------
     PlanError
-        A training step (replicas of a forward pass only), or ``replicas`` not dividing the devices.
+        ``replicas`` not dividing the devices, or a training step with ``m`` > 1.
     """
-    if "backward" in (built.phases or ()):
-        raise PlanError("simulate_replicas predicts a forward pass; a training step's replicas are planned on "
-                        "their own trace (replicas=R with training=True)")
     sched = built.schedule
     maps = group_maps(len(built.devices), replicas)
     copies = replicas * m
@@ -183,7 +185,13 @@ def simulate_replicas(built: Any, group_assignment: np.ndarray, replicas: int, m
     if small is not None and batch_size:
         micro = small.at(sched.durations_s, batch_size, batch_size / copies)
     pinned = pinned_nodes(sched, built.memory.resident_bytes)
-    d, tensors, control, a = replicated_schedule(sched, group_assignment, maps, m, micro, pinned)
+    if "backward" in (built.phases or ()):
+        if m != 1:
+            raise PlanError("a replicated training step is predicted at one micro-batch per replica")
+        d, tensors, control, a = pipelined_schedule(sched, group_assignment, replicas, micro, built.phases,
+                                                    "gpipe", sum_seconds_per_byte(built), maps=maps, pinned=pinned)
+    else:
+        d, tensors, control, a = replicated_schedule(sched, group_assignment, maps, m, micro, pinned)
     p = built.problem
     memory = _pipelined_memory(built.memory, sched.durations_s.shape[0], copies, d.shape[0])
     return simulate(d, tensors, a, p.occupancy_seconds, control_edges=control, link_latency_s=p.latency,
@@ -192,19 +200,21 @@ def simulate_replicas(built: Any, group_assignment: np.ndarray, replicas: int, m
 
 def best_replicas(built: Any, batch_size: int, replicas: Sequence[int], microbatches: Sequence[int], *,
                   small: SmallBatchCosts | None = None) -> tuple[int, int, float] | None:
-    """``(R, m, predicted step s)``: the data-parallel configuration with the shortest simulated forward step,
-    each of ``R`` groups one device holding the whole model (group 0: the first device); ``None`` where no
-    candidate applies (fewer rows than copies, ``R`` not dividing the devices, or one device).
+    """``(R, m, predicted step s)``: the data-parallel configuration with the shortest simulated step, each of
+    ``R`` groups one device holding the whole model (group 0: the first device); ``None`` where no candidate
+    applies (fewer rows than copies, ``R`` not dividing the devices, or one device). A training step tries
+    ``m`` = 1 only, and ``R`` dividing the batch (the replicas' losses must give the full-batch step).
 
     Ties go to fewer copies.
     """
     k = len(built.devices)
     group_assignment = np.zeros(len(built.problem.names), dtype=int)
+    training = "backward" in (built.phases or ())
     scored = []
     for r in replicas:
-        if r < 2 or k % r or k // r != 1:
+        if r < 2 or k % r or k // r != 1 or (training and batch_size % r):
             continue
-        for m in microbatches:
+        for m in ([1] if training else microbatches):
             if m >= 1 and r * m <= batch_size:
                 step = simulate_replicas(built, group_assignment, r, m, small=small,
                                          batch_size=batch_size).step_time_s

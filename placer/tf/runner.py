@@ -242,9 +242,15 @@ def _microbatches(model: keras.Model, built: BuiltProblem, plan: Plan, devset: D
                     raise
         candidates = allowed
     # replicas="auto" is the default solver's search, as the one-device fallback is; replicas=R is always honoured
-    copies = len(devset) if (not opts.train.training and replicas != 1 and len(devset) > 1
-                             and (replicas != "auto" or fallback)) else 1
-    per_copy = [m for m in candidates if copies * m <= batch] if copies > 1 else []
+    # (a training step's R groups are traced and planned as such: _first_stages)
+    copies = len(devset) if (replicas != 1 and len(devset) > 1 and (replicas != "auto" or fallback)) else 1
+    if copies > 1 and opts.train.training:
+        try:  # one micro-batch per replica: the replicas' parts must give the full-batch step
+            check_replicable(model, copies, batch)
+        except TrainingError as e:
+            log.info("data parallelism is not an alternative for this training step: %s", e)
+            copies = 1
+    per_copy = ([1] if opts.train.training else [m for m in candidates if copies * m <= batch]) if copies > 1 else []
     smallest = min([batch // max(candidates)] + ([batch // (copies * max(per_copy))] if per_copy else []))
     small = None
     if smallest < batch:
@@ -563,6 +569,14 @@ def autoplace(model: Any, devices: Sequence[Any], *, plan: Plan | str | os.PathL
     >>> again.plan.assignment == placed.plan.assignment, again.plan.solver
     (True, 'given')
     """
+    return _autoplace(model, devices, plan, options)
+
+
+def _autoplace(model: Any, devices: Sequence[Any], plan: Plan | str | os.PathLike | None, options: Mapping[str, Any],
+               chosen: Plan | None = None) -> PlacedModel:
+    """:func:`autoplace`. ``chosen``: the decision of ``replicas="auto"`` for a training step (made on the full
+    batch's trace, with the data-parallel step predicted there), re-planned here with ``replicas=R``: its log
+    line and predicted step replace those of one replica's plan."""
     opts = PlacementOptions(**options)
     given = _as_plan(plan)
     if given is not None:  # a re-applied plan is grouped and scored as it was made
@@ -590,6 +604,12 @@ def autoplace(model: Any, devices: Sequence[Any], *, plan: Plan | str | os.PathL
             given is None and opts.solve.algorithm == DEFAULT_SOLVER,
             opts.microbatch.pipeline if given is None or "pipeline" in options else given.pipeline,
             opts.train.replicas if given is None or "replicas" in options else given.replicas)
+    if traced.step == "train" and placed_plan.replicas > 1:  # auto chose data parallelism: plan one replica
+        log.info("replicas='auto': %s; tracing and planning one replica's step", placed_plan.log[-1])
+        return _autoplace(model, devices, None, {**options, "replicas": placed_plan.replicas}, chosen=placed_plan)
+    if chosen is not None:  # one replica's plan, with the data-parallel step predicted on all devices
+        placed_plan = replace(placed_plan, log=(*placed_plan.log, chosen.log[-1]),
+                              predicted_step_time_s=chosen.predicted_step_time_s)
     if opts.hosts.measure_call:
         with timer.stage("calls"):
             placed_plan = _call_overhead(traced, placed_plan)
