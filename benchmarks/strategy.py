@@ -182,7 +182,7 @@ def _run_case(case: str, link: str, args: argparse.Namespace, out, devices: list
         mirrored_step(dist)
         configs.append(("tf.distribute MirroredStrategy", lambda: mirrored_step(dist).numpy(), None))
     except Exception as e:  # what runs here is the finding
-        out(f"| {case} | tf.distribute MirroredStrategy | does not run: {type(e).__name__}: "
+        out(f"| {link} | {case} | tf.distribute MirroredStrategy | does not run: {type(e).__name__}: "
             f"{str(e).splitlines()[0][:140]} | | | | |")
 
     placed = {}

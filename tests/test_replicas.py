@@ -20,7 +20,9 @@ from placer.core.graph_io import as_device_set
 from placer.core.microbatch import simulate_pipeline
 from placer.core.plan import Plan
 from placer.core.problem import Schedule
-from placer.core.replicas import best_replicas, device_groups, group_maps, replicated_schedule, simulate_replicas
+from cost_models import SimOptions
+from placer.core.replicas import (best_replicas, device_groups, group_maps, pinned_nodes, replicated_schedule,
+                                  simulate_replicas)
 
 
 # --- the simulator's twin (no TensorFlow) -------------------------------------------------------------------
@@ -46,13 +48,14 @@ def test_replicated_schedule_is_a_dag_with_each_copy_on_its_device(n, seed, m):
     assert nx.is_directed_acyclic_graph(g)
     for c in range(copies):
         ops = a[c * n:(c + 1) * n]
-        assert set(ops[~pinned].tolist()) == {c // m}        # copy c runs on group c // m
-        if c:
-            assert d[c * n:(c + 1) * n][pinned].sum() == 0    # the pinned op runs once, in copy 0
-    # the pinned op's tensors go to every copy at full size: one edge, every copy's consumers
+        assert set(ops.tolist()) == {c // m}                  # copy c runs on group c // m, its mirror too
+        if c % m:
+            assert d[c * n:(c + 1) * n][pinned].sum() == 0    # the pinned op runs once per group
+    # the pinned op's tensors go to its group's copies at full size, never across groups
+    full = {x.nbytes for x in tensors if x.src == 0}
     for t in ts:
-        if t.src == 0:
-            assert t.nbytes in {x.nbytes for x in tensors if x.src == 0}
+        if t.src % n == 0 and t.src < copies * n:
+            assert t.nbytes in full and {a[w] for w in t.dsts} == {a[t.src]}
 
 
 def _two_device_problem(weight_bytes: float, bandwidth: float = 1e9):
@@ -79,11 +82,21 @@ def test_copies_halve_a_compute_bound_step_and_pay_for_their_weights():
     two = simulate_replicas(built, np.zeros(len(built.problem.names), int), 2, 1).step_time_s
     assert two == pytest.approx(one / 2, rel=0.05)
     assert best_replicas(built, 8, [2], [1, 2])[:2] == (2, 1)
-    # heavy weights on a slow link: the second copy waits for them (read once per step, not per copy)
-    heavy = _two_device_problem(weight_bytes=4e6, bandwidth=1e9)
-    slow = simulate_replicas(heavy, np.zeros(len(heavy.problem.names), int), 2, 1).step_time_s
-    slow_m2 = simulate_replicas(heavy, np.zeros(len(heavy.problem.names), int), 2, 2).step_time_s
-    assert slow >= 4e6 / 1e9 and slow_m2 < slow + 1e-3     # m=2 does not send them twice
+    # heavy weights on a slow link: each copy reads its own device's mirror, nothing crosses per step, and
+    # the mirror's bytes count in the second device's memory
+    heavy = _two_device_problem(weight_bytes=4e6, bandwidth=1e6)
+    zero = np.zeros(len(heavy.problem.names), int)
+    fast = simulate_replicas(heavy, zero, 2, 1)
+    assert fast.step_time_s == pytest.approx(simulate_replicas(built, np.zeros(len(built.problem.names), int), 2,
+                                                               1).step_time_s, rel=0.05)
+    peak = simulate_replicas(heavy, zero, 2, 1, SimOptions()).peak_memory_bytes
+    assert peak[1] >= 4e6 and peak[0] >= 4e6
+    # without mirrors, the weights cross the slow link once per step (not once per micro-batch)
+    s = heavy.schedule
+    d, ts, c, a = replicated_schedule(s, zero, group_maps(2, 2), 2, pinned=pinned_nodes(s, heavy.memory.resident_bytes),
+                                      mirrors=False)
+    crossing = [t for t in ts if any(a[w] != a[t.src] for w in t.dsts)]
+    assert len(crossing) == 1 and crossing[0].nbytes == 4e6
 
 
 def test_device_groups_and_bad_counts():
@@ -129,9 +142,40 @@ def test_replicated_inference_equals_the_model_on_each_copys_rows(replicated, de
     for c in range(2):
         mine = {op: d for op, d in observed.items() if op.startswith(f"mb{c}/")}
         assert len(mine) >= 3 and set(mine.values()) == {full[c]}, (c, mine)
+    # the weights are read once per step per copy's device: the variables on the first device, and a mirror
+    # of each on the second (data parallelism keeps a copy of the weights per device)
     emitted = placed.placement.functions.forward(False)
     reads = [n for n in emitted.graph_def.node if n.op == "ReadVariableOp"]
-    assert reads and all(not n.name.startswith("mb") and n.device == full[0] for n in reads)
+    assert reads and not any(n.name.startswith("mb") for n in reads)
+    assert {n.device for n in reads if n.name.startswith("autoplace_mirror_1/")} == {full[1]}
+    assert {n.device for n in reads if not n.name.startswith("autoplace_mirror")} == {full[0]}
+    assert len(emitted.mirrors) == len(model.weights)
+
+
+def test_writes_reach_the_mirrors_of_replicated_weights(devices):
+    # set_weights, a single assign and an assign inside a tf.function: the second copy's outputs follow
+    model = _mlp()
+    placed = placer.autoplace(model, devices[:2], batch_size=8, replicas=2, microbatches=1, time_limit_s=1)
+    x = np.random.default_rng(5).standard_normal((8, 16)).astype("float32")
+    placed(x)  # the mirrors exist
+    rng = np.random.default_rng(6)
+    new = [rng.standard_normal(w.shape).astype("float32") for w in model.get_weights()]
+    placed.set_weights(new)
+    model.set_weights(new)
+    np.testing.assert_array_equal(placed(x).numpy(), np.concatenate([model(x[:4]).numpy(), model(x[4:]).numpy()]))
+    kernel = placed.weights[0]
+    kernel.assign_add(tf.ones_like(kernel))
+    model.weights[0].assign_add(tf.ones_like(model.weights[0]))
+
+    @tf.function
+    def halve_bias():
+        placed.weights[1].assign(placed.weights[1] * 0.5)
+
+    halve_bias()
+    model.weights[1].assign(model.weights[1] * 0.5)
+    np.testing.assert_array_equal(placed(x).numpy(), np.concatenate([model(x[:4]).numpy(), model(x[4:]).numpy()]))
+    mirrors = placed.weights[0].mirrors
+    assert len(mirrors) == 1 and np.array_equal(mirrors[0].numpy(), placed.weights[0].numpy())
 
 
 def test_replicas_survive_save_load_and_export(replicated, tmp_path):

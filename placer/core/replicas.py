@@ -23,11 +23,12 @@ Examples
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Sequence
 
 import numpy as np
 
-from cost_models import SimOptions, SimResult, TensorEdge, simulate
+from cost_models import MemoryTraits, SimOptions, SimResult, TensorEdge, simulate
 
 from ..errors import PlanError
 from .microbatch import SmallBatchCosts, _pipelined_memory, pipelined_schedule, sum_seconds_per_byte
@@ -91,18 +92,22 @@ def pinned_nodes(schedule: Schedule, resident_bytes: Sequence[float] | None) -> 
 
 
 def replicated_schedule(schedule: Schedule, group_assignment: np.ndarray, maps: np.ndarray, m: int,
-                        micro_durations_s: np.ndarray | None = None, pinned: np.ndarray | None = None
+                        micro_durations_s: np.ndarray | None = None, pinned: np.ndarray | None = None,
+                        mirrors: bool = True
                         ) -> tuple[np.ndarray, tuple[TensorEdge, ...], tuple[tuple[int, int], ...], np.ndarray]:
     """``(durations, tensors, control edges, fine assignment)`` of a forward pass as ``R × m`` copies.
 
     ``maps`` (:func:`group_maps`, ``R`` rows): copy ``c`` runs on group ``c // m``, each op on
     ``maps[c // m][d]`` for its planned device ``d``. Node ``c * n + v`` is op ``v`` of copy ``c``; the
-    gates follow the copies. ``pinned`` ops (:func:`pinned_nodes`) run once, in copy 0, on their planned
-    device, and feed every copy their full bytes (a weight has its size whatever the rows); their other
-    copies are empty. Other tensors carry ``1 / (R m)`` of their bytes. ``micro_durations_s``: each op's
-    seconds on one copy's rows (default: the schedule's divided by ``R m``). Each device chains its own
-    copies in order (GPipe's forward gates): copy ``c``'s ops that take a tensor from no other op of the
-    copy there wait for copy ``c - 1``'s last ops there.
+    gates follow the copies. ``pinned`` ops (:func:`pinned_nodes`: the variables and their reads) run once
+    per group, in its first copy, and feed the group's copies their full bytes (a weight has its size
+    whatever the rows): with ``mirrors`` on the group's own device (a copy of the weights per device, as
+    :mod:`placer.tf.rewrites.copies` emits them), else once in all, in copy 0 on the planned device (every
+    other group receives each weight once per step); their other copies are empty. Other tensors carry
+    ``1 / (R m)`` of their bytes. ``micro_durations_s``: each op's seconds on one copy's rows (default: the
+    schedule's divided by ``R m``). Each device chains its own copies in order (GPipe's forward gates): copy
+    ``c``'s ops that take a tensor from no other op of the copy there wait for copy ``c - 1``'s last ops
+    there.
     """
     fine = np.asarray(group_assignment, dtype=int)[schedule.group]
     n, k = schedule.durations_s.shape
@@ -126,22 +131,36 @@ def replicated_schedule(schedule: Schedule, group_assignment: np.ndarray, maps: 
     exits = {d: [v for v in range(n) if not free[v] and not local_src[v] and fine[v] == d] for d in range(k)}
     entries = {d: [v for v in range(n) if not free[v] and not has_local_input[v] and fine[v] == d]
                for d in range(k)}
+
+    def holder(c: int) -> int:
+        """The copy whose pinned ops copy ``c`` reads: its group's first (mirrors), else copy 0."""
+        return (c // m) * m if mirrors else 0
+
+    holders = sorted({holder(c) for c in range(total_copies)})
     micro = schedule.durations_s / total_copies if micro_durations_s is None else np.asarray(micro_durations_s)
     durations = np.tile(np.where(pin[:, None], 0.0, micro), (total_copies, 1))
-    durations[:n][pin] = schedule.durations_s[pin]
-    assignment = np.concatenate([np.where(pin, fine, maps[c // m][fine]) for c in range(total_copies)])
+    for h in holders:
+        durations[h * n:(h + 1) * n][pin] = schedule.durations_s[pin]
+    assignment = np.concatenate([np.where(pin & (not mirrors), fine, maps[c // m][fine])
+                                 for c in range(total_copies)])
     tensors: list[TensorEdge] = []
     for t in schedule.tensors:
         if pin[t.src]:
-            dsts = tuple(w for w in t.dsts if pin[w]) + tuple(
-                c * n + w for c in range(total_copies) for w in t.dsts if not pin[w])
-            tensors.append(TensorEdge(t.src, dsts, t.nbytes, t.count))
+            for h in holders:
+                readers = [c for c in range(total_copies) if holder(c) == h]
+                dsts = tuple(h * n + w for w in t.dsts if pin[w]) + tuple(
+                    c * n + w for c in readers for w in t.dsts if not pin[w])
+                tensors.append(TensorEdge(h * n + t.src, dsts, t.nbytes, t.count))
             continue
         for c in range(total_copies):  # a pinned op fed by a copied one does not occur in a forward pass
-            tensors.append(TensorEdge(c * n + t.src, tuple(w if pin[w] else c * n + w for w in t.dsts),
-                                      t.nbytes / total_copies, t.count))
-    control = [(u if pin[u] else c * n + u, v if pin[v] else c * n + v)
-               for c in range(total_copies) for u, v in schedule.control if not (pin[u] and pin[v]) or c == 0]
+            tensors.append(TensorEdge(c * n + t.src, tuple(holder(c) * n + w if pin[w] else c * n + w
+                                                           for w in t.dsts), t.nbytes / total_copies, t.count))
+    control = []
+    for c in range(total_copies):
+        for u, v in schedule.control:
+            if pin[u] and pin[v] and c != holder(c):
+                continue
+            control.append((holder(c) * n + u if pin[u] else c * n + u, holder(c) * n + v if pin[v] else c * n + v))
     gates: list[int] = []
     for c in range(1, total_copies):
         if c % m == 0:
@@ -156,6 +175,19 @@ def replicated_schedule(schedule: Schedule, group_assignment: np.ndarray, maps: 
     durations = np.vstack([durations, np.zeros((len(gates), k))])
     assignment = np.concatenate([assignment, np.array(gates, dtype=int)]).astype(int)
     return durations, tuple(tensors), tuple(control), assignment
+
+
+def _replicated_memory(memory: MemoryTraits, n: int, copies: int, holders: Sequence[int], total: int
+                       ) -> MemoryTraits:
+    """The memory traits of ``copies`` copies of ``n`` nodes (resident bytes in each holder copy: a mirror of
+    the weights per group) and ``total - copies * n`` gates."""
+    base = _pipelined_memory(memory, n, copies, total)
+    if memory.resident_bytes is None:
+        return base
+    resident = np.zeros(total)
+    for h in holders:
+        resident[h * n:(h + 1) * n] = np.asarray(memory.resident_bytes, dtype=float)[:n]
+    return replace(base, resident_bytes=list(resident))
 
 
 def simulate_replicas(built: Any, group_assignment: np.ndarray, replicas: int, m: int,
@@ -193,7 +225,11 @@ def simulate_replicas(built: Any, group_assignment: np.ndarray, replicas: int, m
     else:
         d, tensors, control, a = replicated_schedule(sched, group_assignment, maps, m, micro, pinned)
     p = built.problem
-    memory = _pipelined_memory(built.memory, sched.durations_s.shape[0], copies, d.shape[0])
+    n = sched.durations_s.shape[0]
+    if "backward" in (built.phases or ()):
+        memory = _pipelined_memory(built.memory, n, copies, d.shape[0])
+    else:
+        memory = _replicated_memory(built.memory, n, copies, [g * m for g in range(replicas)], d.shape[0])
     return simulate(d, tensors, a, p.occupancy_seconds, control_edges=control, link_latency_s=p.latency,
                     memory=memory, options=p.sim_options(options))
 

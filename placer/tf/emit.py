@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import tensorflow as tf
 
@@ -79,6 +79,7 @@ class EmittedModel:
     input_specs: tuple[tf.TensorSpec, ...] = ()
     microbatches: int = 1
     replicas: int = 1
+    mirror_variables: tuple[Any, ...] = ()
 
     def record(self, rewrite: str) -> RewriteRecord | None:
         """The record of the rewrite named ``rewrite``, or ``None`` where it did not apply."""
@@ -95,6 +96,13 @@ class EmittedModel:
         """The acknowledged transfers (the ``sends`` rewrite's); ``None``: sends left to TensorFlow's executor."""
         r = self.record("sends")
         return None if r is None else r.detail
+
+    @property
+    def mirrors(self) -> tuple[tuple[str, str, str], ...]:
+        """The data-parallel groups' copies of variables ``(placeholder, variable placeholder, device)`` the
+        function captures (the ``copies`` rewrite's)."""
+        r = self.record("copies")
+        return () if r is None or r.detail is None else r.detail
 
     @property
     def order_edges(self) -> tuple[tuple[str, str], ...]:
@@ -148,7 +156,7 @@ def copies_in(records: Sequence[RewriteRecord], context: RewriteContext) -> int:
 
 
 def emit(traced: TracedModel, variables: Mapping[str, Any], context: RewriteContext,
-         rewrites: Sequence[Rewrite] | None = None) -> EmittedModel:
+         rewrites: Sequence[Rewrite] | None = None, mirror: Callable[[Any, str], Any] | None = None) -> EmittedModel:
     """Build the placed function of one trace.
 
     Parameters
@@ -162,6 +170,9 @@ def emit(traced: TracedModel, variables: Mapping[str, Any], context: RewriteCont
         What the rewrites read (:func:`rewrite_context` of this trace).
     rewrites : sequence of Rewrite, optional
         The rewrites to run, in order (default: the declared :data:`placer.tf.rewrites.REWRITES`).
+    mirror : callable, optional
+        ``mirror(variable, device)`` → the copy of ``variable`` on ``device`` that a data-parallel group reads
+        (``context.mirrored``); the caller keeps it equal to the variable.
 
     Raises
     ------
@@ -174,13 +185,19 @@ def emit(traced: TracedModel, variables: Mapping[str, Any], context: RewriteCont
     placed, running, records = rewrite_graph_def(traced.dynamic.graph.as_graph_def(), context, rewrites)
     placeholders = tuple(traced.variables)
     microbatches = copies_in(records, context)
+    copies = find_record(records, "copies")
+    mirrors = () if copies is None or copies.detail is None else copies.detail
+    if mirrors and mirror is None:
+        raise GraphError(f"{len(mirrors)} variables are mirrored on data-parallel groups and no mirror was given")
+    mirror_variables = tuple(mirror(variables[ph], device) for _, ph, device in mirrors)
     fn = import_function(running, traced.input_names, traced.output_names,
-                         [(ph, variables[ph]) for ph in placeholders] + list(traced.constants.items()),
+                         [(ph, variables[ph]) for ph in placeholders] + list(traced.constants.items())
+                         + [(name, v) for (name, _, _), v in zip(mirrors, mirror_variables)],
                          traced.dynamic.structured_outputs, traced.input_specs, microbatches=microbatches)
     emitted = EmittedModel(fn, running, placed, records, traced.dynamic.structured_outputs, traced.step,
                            tuple(traced.input_names), tuple(traced.output_names), placeholders,
                            tuple(variables[ph] for ph in placeholders), dict(traced.constants),
-                           tuple(traced.input_specs), microbatches, max(len(context.replicas), 1))
+                           tuple(traced.input_specs), microbatches, max(len(context.replicas), 1), mirror_variables)
     log.info("emitted the placed %s function: %d ops on %d devices, %d compressed edges%s", traced.step,
              len(placed.node), len(set(context.devices.values())), len(emitted.compressed),
              f", {microbatches} copies (micro-batches × data-parallel groups)" if microbatches > 1 else "")

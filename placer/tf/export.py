@@ -163,6 +163,7 @@ def export_saved_model(emitted: EmittedModel, path: str | os.PathLike, *, plan: 
 
     module = tf.Module()
     module.placed_variables = list(variables)
+    module.mirror_variables = [tf_variable(v) for v in emitted.mirror_variables]  # data-parallel groups' copies
     module.forward = function
     module.serve = tf.function(serve, input_signature=specs, autograph=False)
     gd = tf.compat.v1.GraphDef()

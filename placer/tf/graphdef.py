@@ -57,6 +57,8 @@ GRADIENT_TOTAL_SCOPE = "autoplace_gradient_total"
 GATE_PREFIX = "autoplace_gate"
 #: Name scope of the acknowledgements of awaited transfers (:mod:`placer.tf.rewrites.sends`).
 ACK_SCOPE = "autoplace_ack"
+#: Name scope of data-parallel group ``g``'s copies of the variables and their reads (``autoplace_mirror_{g}/…``).
+MIRROR_SCOPE = "autoplace_mirror"
 
 _COPY_HEAD = re.compile("^" + COPY_PREFIX.format(r"(\d+)") + "/")
 #: A micro-batch's or replica's name scope anywhere in a name (``mb{i}/`` or ``replica_{i}/``).
@@ -81,6 +83,15 @@ def source(name: str) -> tuple[str, str]:
 def copy_name(i: int, name: str) -> str:
     """Micro-batch ``i``'s copy of the node ``name`` in a pipelined graph (``mb{i}/name``)."""
     return f"{COPY_PREFIX.format(i)}/{name}"
+
+
+def mirror_name(group: int, name: str) -> str:
+    """Data-parallel group ``group``'s copy of the node ``name`` (a variable's placeholder or its read).
+
+    >>> mirror_name(1, "dense/kernel")
+    'autoplace_mirror_1/dense/kernel'
+    """
+    return f"{MIRROR_SCOPE}_{group}/{name}"
 
 
 def copied(name: str) -> tuple[str, int | None]:

@@ -56,15 +56,46 @@ class StepTracer(Protocol):
         """Keras' ``train_step``/``test_step`` on one batch structure (replicated over ``replica_groups``)."""
 
 
+class ReplicatedVariable(keras.Variable):
+    """A placed model variable with copies on other devices (``mirrors``) that follow it.
+
+    A forward pass run as data-parallel copies (``Plan.replicas``) reads each weight on each copy's own
+    device, as data parallelism keeps a copy of the weights per device. Every write through Keras (``assign``,
+    ``assign_add``, ``assign_sub``, hence ``set_weights`` and ``load_weights``, eager or inside a
+    ``tf.function``) assigns the mirrors the new value after it, so they always hold the variable's value.
+    Writing its underlying ``tf.Variable`` (``variable.value.assign``) bypasses Keras and the mirrors.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.mirrors: list[tf.Variable] = []
+        super().__init__(*args, **kwargs)
+
+    def _direct_assign(self, value: Any) -> None:
+        super()._direct_assign(value)
+        for m in self.mirrors:
+            m.assign(self.value)
+
+    def mirror_on(self, device: str) -> tf.Variable:
+        """The copy of this variable on ``device`` (made on first use, equal to the variable)."""
+        for m in self.mirrors:
+            if m.device == tf.DeviceSpec.from_string(device).to_string() or m.device == device:
+                return m
+        with tf.device(device):
+            m = tf.Variable(self.value.read_value(), trainable=False, name=self.name.split("/")[-1] + "_mirror")
+        self.mirrors.append(m)
+        return m
+
+
 def place_variables(traced: TracedModel, plan: Plan, devices: DeviceSet, variables: Sequence[Any],
                     user_variables: Sequence[Any]) -> dict[int, Any]:
     """``id(variable)`` → the variable on its planned device, for each of ``variables`` (module docstring).
 
     A variable's device is the plan's for the placeholder that captures it in the trace the plan was made on
     (``traced.fixed``), else the first device.
-    ``user_variables`` (the user's model's) are copied; the others (the shell's optimizer and metric
-    variables) are moved.
+    ``user_variables`` (the user's model's) are copied (a :class:`ReplicatedVariable` where the plan runs a
+    forward pass as data-parallel copies); the others (the shell's optimizer and metric variables) are moved.
     """
+    kind = ReplicatedVariable if plan.replicas > 1 and traced.step == "predict" else keras.Variable
     home: dict[int, str] = {}
     # the plan names the placeholders of the trace it was made on (the fixed-batch one): a capture named by a
     # counter ("…/1804", a variable a nested function reads) has another name in every other trace
@@ -76,8 +107,8 @@ def place_variables(traced: TracedModel, plan: Plan, devices: DeviceSet, variabl
         device = home.get(id(var), devices.names[0])
         with tf.device(device):
             if id(var) in user:
-                placed[id(var)] = keras.Variable(var.value.read_value(), dtype=var.dtype, trainable=var.trainable,
-                                                 name=var.name)
+                placed[id(var)] = kind(var.value.read_value(), dtype=var.dtype, trainable=var.trainable,
+                                       name=var.name)
             else:  # the shell's own optimizer/metric state: moved, so Keras' objects keep working
                 var._value = tf.Variable(var.value.read_value(), trainable=var.trainable,  # noqa: SLF001
                                          name=var.name)
@@ -158,15 +189,15 @@ class PlacedFunctions:
             assignment = replica_assignment(traced.dynamic.graph, assignment, self._layer_devices,
                                             self.replica_groups, once)
         pipelined_training = traced.step == "train" and plan.microbatches > 1
+        groups = device_groups(plan.devices, plan.replicas) if plan.replicas > 1 and traced.step == "predict" else ()
         context = rewrite_context(
             traced, assignment, layer_devices=self._layer_devices, compression=self.compression,
             batch_size=plan.batch_size or 1, microbatches=plan.microbatches if traced.step == "predict" else 1,
             replica_groups=self.replica_groups if pipelined_training else (),
-            replicas=device_groups(plan.devices, plan.replicas) if plan.replicas > 1 and traced.step == "predict"
-            else (),
+            replicas=groups, mirrored=frozenset(ph for ph, v in by_var.items() if isinstance(v, ReplicatedVariable)),
             pipeline=plan.pipeline, pipeline_devices=tuple(plan.stages), sends=self._sends,
             order=plan.op_order if plan.microbatches == 1 and plan.replicas == 1 and not self.replica_groups else {})
-        return emit(traced, by_var, context)
+        return emit(traced, by_var, context, mirror=lambda variable, device: variable.mirror_on(device))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -112,6 +112,10 @@ class RewriteContext:
     replicas : tuple of tuple of str
         A forward pass copied per data-parallel group (``Plan.replicas``): each group's devices, the first
         group's the plan's; each group runs ``microbatches`` copies. Empty: one copy.
+    mirrored : frozenset of str
+        With ``replicas``: the captured variable placeholders that every other group reads from a copy on
+        its own device (a mirror the caller keeps equal to the variable); the others are read where they
+        live, once per step.
     pipeline : str
         The order of the gates of a training pipeline: ``"gpipe"`` or ``"1f1b"`` (``Plan.pipeline``).
     pipeline_devices : tuple of str
@@ -138,6 +142,7 @@ class RewriteContext:
     microbatches: int = 1
     replica_groups: tuple[tuple[str, ...], ...] = ()
     replicas: tuple[tuple[str, ...], ...] = ()
+    mirrored: frozenset[str] = frozenset()
     pipeline: str = "gpipe"
     pipeline_devices: tuple[str, ...] = ()
     sends: SendRule | None = None

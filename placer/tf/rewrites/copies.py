@@ -25,9 +25,13 @@ sum in another order at another batch size). Applies to forward passes with
 With ``R`` replicas (:class:`~placer.tf.rewrites.base.RewriteContext`'s
 ``replicas``: each group's devices) the graph is copied ``R × m`` times:
 copy ``c`` runs on group ``c // m``, each node on its planned device's twin
-there, except the variable reads, which every copy shares (run once per
-step where the variable lives, so each other group receives each weight once
-per step). Each device gates its own copies. This is data parallelism for
+there. The variables' reads are shared: a group's copies read a *mirror*
+of each variable on the group's own device (``context.mirrored``: a
+placeholder ``autoplace_mirror_{g}/…`` and its read, fed by the caller with
+a copy of the variable it keeps equal to it, as each device holds its own
+copy of the weights in data parallelism), or, for a variable not mirrored,
+the variable where it lives (read once per step, sent to each group once).
+Each device gates its own copies. This is data parallelism for
 inference, emitted as what a micro-batch pipeline already is: the outputs
 are each copy's rows, as exact as micro-batches. The simulator's twin is
 :func:`placer.core.replicas.replicated_schedule`. Record: the nodes and gates added.
@@ -40,12 +44,12 @@ Examples
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Collection, Mapping, Sequence
 
 import tensorflow as tf
 
 from ...errors import GraphError
-from ..graphdef import copy_name, source
+from ..graphdef import copy_name, mirror_name, source
 from .base import Rewrite, RewriteContext, RewriteRecord
 from .gates import add_gates
 
@@ -56,14 +60,15 @@ def microbatch_sizes(batch: int, m: int) -> list[int]:
     return [base + (i < extra) for i in range(m)]
 
 
-def _renamed(name: str, shared: set[str], i: int) -> str:
+def _renamed(name: str, shared: set[str], i: int, renames: Mapping[str, str]) -> str:
     node, suffix = source(name)
-    new = node if node in shared else copy_name(i, node)
+    new = renames[node] if node in renames else node if node in shared else copy_name(i, node)
     return "^" + new if suffix == "^" else new + suffix
 
 
 def pipeline_graph_def(gd: tf.compat.v1.GraphDef, m: int, shared: Sequence[str],
-                       inputs: Sequence[str] = (), homes: Sequence[Mapping[str, str]] = ()) -> int:
+                       inputs: Sequence[str] = (), homes: Sequence[Mapping[str, str]] = (),
+                       renames: Sequence[Mapping[str, str]] = ()) -> int:
     """Replace the placed ``gd`` (in place) by ``m`` copies of it (``mb{i}/…``), gated per device between
     consecutive copies; returns the gates added.
 
@@ -81,6 +86,8 @@ def pipeline_graph_def(gd: tf.compat.v1.GraphDef, m: int, shared: Sequence[str],
     homes : sequence of Mapping[str, str]
         Per copy (``m`` of them when given): device → the device that copy's nodes run on instead (a
         device not named stays). Empty: every copy on the planned devices.
+    renames : sequence of Mapping[str, str]
+        Per copy (when given): a shared node → the shared node that copy reads instead (a group's mirror).
 
     Raises
     ------
@@ -118,7 +125,7 @@ def pipeline_graph_def(gd: tf.compat.v1.GraphDef, m: int, shared: Sequence[str],
             if homes:
                 c.device = homes[i].get(n.device, n.device)
             del c.input[:]
-            c.input.extend(_renamed(x, shared_set, i) for x in n.input)
+            c.input.extend(_renamed(x, shared_set, i, renames[i] if renames else {}) for x in n.input)
             key_of[c.name] = (i, "forward")
     del gd.node[:]
     gd.node.extend(out.node)
@@ -137,20 +144,60 @@ def copy_count(context: RewriteContext) -> int:
     return context.microbatches * max(len(context.replicas), 1)
 
 
+def add_mirrors(gd: tf.compat.v1.GraphDef, reads: Sequence[str], mirrored: Collection[str],
+                groups: Sequence[Sequence[str]]) -> tuple[list[dict[str, str]], tuple[tuple[str, str, str], ...]]:
+    """Per data-parallel group after the first: a placeholder for each ``mirrored`` variable read by ``reads``
+    and a read of it, on the group's twin of the variable's device (added to ``gd``). Returns, per group, the
+    read → its mirror's read, and the mirrors ``(placeholder, variable placeholder, device)``."""
+    by_name = {n.name: n for n in gd.node}
+    renames: list[dict[str, str]] = [{}]
+    mirrors: list[tuple[str, str, str]] = []
+    for g in range(1, len(groups)):
+        home = dict(zip(groups[0], groups[g]))
+        made: dict[str, str] = {}
+        renames.append({})
+        for r in reads:
+            read = by_name[r]
+            ph = source(read.input[0])[0]
+            if ph not in mirrored:
+                continue
+            device = home.get(read.device, read.device)
+            if ph not in made:
+                p = gd.node.add()
+                p.CopyFrom(by_name[ph])
+                p.name, p.device = mirror_name(g, ph), device
+                made[ph] = p.name
+                mirrors.append((p.name, ph, device))
+            c = gd.node.add()
+            c.CopyFrom(read)
+            c.name, c.device = mirror_name(g, r), device
+            del c.input[:]
+            c.input.extend(made[ph] if source(x)[0] == ph else x for x in read.input)
+            renames[g][r] = c.name
+    return renames, tuple(mirrors)
+
+
 def copy_microbatches(gd: tf.compat.v1.GraphDef, context: RewriteContext) -> RewriteRecord:
-    """:func:`pipeline_graph_def` with the context's micro-batches, replicas, captures and inputs."""
+    """:func:`pipeline_graph_def` with the context's micro-batches, replicas (and their mirrors), captures and
+    inputs. Record detail: the mirrors ``(placeholder, variable placeholder, device)`` the caller feeds."""
     before = len(gd.node)
     m, groups = context.microbatches, context.replicas
     shared: list[str] = list(context.captured)
     homes: list[dict[str, str]] = []
+    renames: list[dict[str, str]] = []
+    mirrors: tuple[tuple[str, str, str], ...] = ()
     if len(groups) > 1:
-        shared += shared_reads(gd, context.captured)
+        reads = shared_reads(gd, context.captured)
+        by_group, mirrors = add_mirrors(gd, reads, context.mirrored, groups)
+        shared += reads + [ph for ph, _, _ in mirrors] + [r for rn in by_group for r in rn.values()]
         homes = [dict(zip(groups[0], groups[c // m])) for c in range(m * len(groups))]
+        renames = [by_group[c // m] for c in range(m * len(groups))]
     gates = pipeline_graph_def(gd, copy_count(context), shared, inputs=[source(x)[0] for x in context.inputs],
-                               homes=homes)
+                               homes=homes, renames=renames)
     what = f"{len(groups)} data-parallel groups × " if len(groups) > 1 else ""
     return RewriteRecord("copies", changes=len(gd.node) - before,
-                         summary=f"{what}{m} micro-batch copies, {gates} gates")
+                         summary=f"{what}{m} micro-batch copies, {gates} gates"
+                         + (f", {len(mirrors)} mirrored variables" if mirrors else ""), detail=mirrors)
 
 
 REWRITE = Rewrite("copies", copy_microbatches,
