@@ -78,10 +78,20 @@ def towers(width: int = 512) -> "object":
     return keras.Model(inp, keras.layers.Dense(10, name="head")(keras.layers.Concatenate()(outs)), name="towers")
 
 
-#: name -> (builder, batch, input maker)
+def transformer() -> "object":
+    """The speedup benchmark's Transformer encoder (4 layers of 128, sequence 64)."""
+    from workloads import transformer_encoder
+
+    return transformer_encoder(seq=64, dim=128, heads=4, layers=4)
+
+
+#: name -> (builder, batch, input maker, training)
 CASES = {
-    "decoder": (decoder, 32, lambda rng, n: rng.integers(0, 2000, (n, 64)).astype("int32")),
-    "towers": (towers, 256, lambda rng, n: rng.standard_normal((n, 256)).astype("float32")),
+    "decoder": (decoder, 32, lambda rng, n: rng.integers(0, 2000, (n, 64)).astype("int32"), False),
+    "towers": (towers, 256, lambda rng, n: rng.standard_normal((n, 256)).astype("float32"), False),
+    "transformer_training": (transformer, 16, lambda rng, n: rng.standard_normal((n, 64, 128)).astype("float32"),
+                             True),
+    "towers_training": (towers, 256, lambda rng, n: rng.standard_normal((n, 256)).astype("float32"), True),
 }
 
 
@@ -136,10 +146,12 @@ def _run_case(case: str, link: str, args: argparse.Namespace, out, devices: list
 
     import placer
 
-    builder, batch, make_x = CASES[case]
+    builder, batch, make_x, training = CASES[case]
     keras.utils.set_random_seed(0)
     model = builder()
     x = make_x(np.random.default_rng(0), batch)
+    if training:
+        return _run_training_case(case, link, args, out, devices, errors, model, x, batch)
     xs = tf.constant(x)
     configs: list[tuple[str, object, float | None]] = []  # (label, step, predicted s)
 
@@ -225,6 +237,49 @@ def _run_case(case: str, link: str, args: argparse.Namespace, out, devices: list
     chosen = f"{auto.replicas} copies × m={auto.microbatches}" if auto.replicas > 1 else \
         f"one copy, m={auto.microbatches}, {len(set(auto.assignment.values()))} worker(s)"
     return case, best_label, best_ms, medians[ia][0], configs[ia][2], chosen
+
+
+def _run_training_case(case: str, link: str, args: argparse.Namespace, out, devices: list[str], errors: list[float],
+                       model, x, batch: int) -> tuple:
+    """One training step (``train_on_batch``, SGD, MSE): one worker, ``replicas=2`` (data parallelism: no
+    ``tf.distribute`` strategy runs with one client and plain gRPC workers, see the note in the results),
+    autoplace's default and its one-copy plan."""
+    import keras
+
+    import placer
+
+    model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+    y = np.random.default_rng(1).standard_normal((batch, *model.outputs[0].shape[1:])).astype("float32")
+    placed = {}
+    for label, options in (("one worker", dict(algorithm="single", replicas=1, calibrate_links=False)),
+                           ("data parallel (autoplace replicas=2)", dict(replicas=2)),
+                           ("autoplace default", {}), ("autoplace replicas=1", dict(replicas=1))):
+        t = time.perf_counter()
+        p = placer.autoplace(model, devices, batch_size=batch, training=True, profile_cache=False, **options)
+        groups = p.placement.replica_groups
+        print(f"  {case} {label}: placed in {time.perf_counter() - t:.1f} s: {len(groups) or 1} replica(s), "
+              f"m {p.plan.microbatches}, {len(set(p.plan.assignment.values()))} device(s)", file=sys.stderr,
+              flush=True)
+        placed[label] = p
+    labels = list(placed)
+    times = interleaved_times([lambda p=placed[k]: p.train_on_batch(x, y) for k in labels], args.repeats)
+    medians = [median_spread(ts) for ts in times]
+    one = medians[0][0]
+    for label, (med, spread) in zip(labels, medians):
+        p = placed[label]
+        groups = p.placement.replica_groups
+        detail = (f" ({len(groups)} copies)" if groups else
+                  f" (m={p.plan.microbatches}, {len(set(p.plan.assignment.values()))} worker(s))")
+        pred = p.plan.predicted_step_time_s
+        errors.append((pred - med) / med)
+        out(f"| {link} | {case} | {label}{detail} | {med * 1e3:.1f} | {spread * 1e3:.1f} | {one / med:.2f}× | "
+            f"{pred * 1e3:.1f} | {100 * (pred - med) / med:+.1f}% |")
+    ia = labels.index("autoplace default")
+    best_ms, best_label = min((medians[i][0], labels[i]) for i in range(len(labels)) if i != ia)
+    auto = placed["autoplace default"]
+    chosen = (f"{len(auto.placement.replica_groups)} copies" if auto.placement.replica_groups else
+              f"one copy, m={auto.plan.microbatches}, {len(set(auto.plan.assignment.values()))} worker(s)")
+    return case, best_label, best_ms, medians[ia][0], auto.plan.predicted_step_time_s, chosen
 
 
 def main() -> int:

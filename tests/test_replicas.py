@@ -213,3 +213,17 @@ def test_bad_replica_requests_are_typed(devices):
         placer.autoplace(model, devices[:2], batch_size=1, replicas=2, microbatches=1, time_limit_s=1)
     with pytest.raises(placer.TrainingError, match="replicas"):
         placer.autoplace(model, devices[:2], batch_size=8, replicas="many")
+
+
+def test_the_report_shows_the_copies(replicated, tmp_path):
+    from placer.reporting import validate_report
+
+    model, placed = replicated
+    data = placed.report_data
+    validate_report(data)
+    assert data["plan"]["replicas"] == 2 and data["simulation"]["microbatches"] == 2
+    second = placed.plan.devices[1]
+    on_second = {t["op"].split("/", 1)[0] for t in data["simulation"]["timeline"] if t["device"] == second}
+    assert on_second == {"mb1"}, on_second
+    assert placed.report(tmp_path / "r.html").endswith(".html")
+    assert any("data-parallel copies" in line for line in data["plan"]["log"])

@@ -256,7 +256,10 @@ def import_function(gd: tf.compat.v1.GraphDef, input_names: Sequence[str], outpu
             if pieces[0].shape.rank == 0:
                 raise InputSignatureError(f"output {output_names[j]} is a scalar: micro-batches cannot be joined; "
                                           "use microbatches=1 for this model")
-            with tf.device(pieces[-1].device) if pieces[-1].device else contextlib.nullcontext():
+            # where the pieces are: a pipeline's last stage; pieces from several devices (data-parallel
+            # copies) are joined by the caller, each sent once (not all through one copy's device)
+            where = {p.device for p in pieces}
+            with tf.device(pieces[-1].device) if len(where) == 1 and pieces[-1].device else contextlib.nullcontext():
                 joined.append(tf.concat(pieces, axis=0))
         return tf.nest.pack_sequence_as(structured, joined)
 

@@ -79,6 +79,12 @@ class Report:
     prompt_sends: tuple[Mapping[str, str], ...] | None = None
 
     @property
+    def copies(self) -> int:
+        """The copies of the graph the step runs: micro-batches × data-parallel replicas (training replicas are
+        traced, not copied: one)."""
+        return self.plan.microbatches * (self.plan.replicas if self.pipeline_simulation is not None else 1)
+
+    @property
     def step_simulation(self) -> SimResult:
         """The simulation of the step as it runs (pipelined when the plan has micro-batches)."""
         return self.simulation if self.pipeline_simulation is None else self.pipeline_simulation
@@ -86,7 +92,7 @@ class Report:
     def _op_name(self, v: int) -> str:
         """Node ``v`` of the step simulation: an op, or micro-batch ``v // ops``'s copy of it (``mb{i}/op``)."""
         n = len(self.ops)
-        if self.plan.microbatches <= 1:
+        if self.copies <= 1:
             return self.ops[v]["name"]
         return copy_name(v // n, self.ops[v % n]["name"])
 
@@ -94,7 +100,7 @@ class Report:
         """The report as JSON-ready data (schema: :mod:`placer.reporting.schema`, ``docs/report-format.md``)."""
         names = list(self.plan.devices)
         timeline = [{"op": self._op_name(v), "device": names[d], "start_s": s, "end_s": e}
-                    for v, d, s, e in self.step_simulation.timeline if v < self.plan.microbatches * len(self.ops)]
+                    for v, d, s, e in self.step_simulation.timeline if v < self.copies * len(self.ops)]
         plan = {k: v for k, v in self.plan.to_dict().items()
                 if k not in ("assignment", "op_order", "format", "version")}
         return json_ready({
@@ -107,7 +113,7 @@ class Report:
             "shared_processors": list(self.shared_processors),
             "traffic_bytes": {"devices": names, "matrix": self.traffic_bytes},
             "simulation": {"predicted_step_time_s": self.step_simulation.step_time_s, "timeline": timeline,
-                           "microbatches": self.plan.microbatches, "ready_order": self.ready_order},
+                           "microbatches": self.copies, "ready_order": self.ready_order},
             "measurements": list(self.measurements),
             "stage_seconds": dict(self.stage_seconds),
             "cost_model": {"compute": dict(self.costs.compute),
