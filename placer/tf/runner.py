@@ -419,7 +419,8 @@ def _call_overhead(traced: TracedModel, plan: Plan) -> Plan:
     """The calls stage: the plan's fixed cost per call, measured (a stand-in with the placement's inputs,
     outputs, captured variables and devices and no compute: :func:`placer.tf.timing.plan_call_seconds`),
     added to its predicted step."""
-    call_s = plan_call_seconds(traced, plan.assignment)
+    groups = device_groups(plan.devices, plan.replicas) if plan.replicas > 1 else ()
+    call_s = plan_call_seconds(traced, plan.assignment, groups=groups)
     log.info("fixed cost of one call of the plan: %.3f ms (measured)", call_s * 1e3)
     return replace(plan, call_overhead_s=call_s, predicted_step_time_s=plan.predicted_step_time_s + call_s)
 

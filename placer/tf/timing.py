@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -234,13 +233,7 @@ def _copies_stand_in(traced: TracedModel, devices: Sequence[str]) -> Callable[[]
     ``devices``: each copy's inputs fed from this process, its outputs fetched, its captured variables and
     an op on its device, next to no compute."""
     one = call_interface(traced, {op.name: devices[0] for op in traced.fixed.graph.get_operations()})
-
-    def on_each(tensors: Sequence[Any]) -> tuple[Any, ...]:
-        return tuple(replace(t, device=d) for d in devices for t in tensors)
-
-    return stand_in(CallInterface(inputs=on_each(one.inputs), outputs=on_each(one.outputs),
-                                  variables=tuple((d, n) for d in devices for _, n in one.variables),
-                                  devices=tuple(devices)))
+    return stand_in(replicated_interface(one, [(d,) for d in devices], split_rows=False))
 
 
 def _call_seconds(traced: TracedModel, device: str) -> float:
@@ -307,8 +300,42 @@ def call_interface(traced: TracedModel, op_devices: Mapping[str, str]) -> CallIn
                          tuple(sorted(set(op_devices[op.name] for op in fixed.get_operations()))))
 
 
-def plan_call_seconds(traced: TracedModel, assignment: Mapping[str, str], repeats: int = 9) -> float:
+def replicated_interface(interface: CallInterface, groups: Sequence[Sequence[str]], *,
+                         split_rows: bool = True) -> CallInterface:
+    """``interface`` (of the first group's copy) for data-parallel copies on ``groups``: each input and output
+    split by rows between the groups (``split_rows``; else whole on each), each on the group's twin of its
+    device, and the captures (the variables and their mirrors) on every group.
+
+    Examples
+    --------
+    >>> one = CallInterface((TensorAt("a", (8, 2), "float32"),), (TensorAt("a", (8, 3), "float32"),),
+    ...                     (("a", 4),), ("a",))
+    >>> two = replicated_interface(one, [("a",), ("b",)])
+    >>> [(t.device, t.shape) for t in two.outputs], two.variables
+    ([('a', (4, 3)), ('b', (4, 3))], (('a', 4), ('b', 4)))
+    """
+    maps = [dict(zip(groups[0], g)) for g in groups]
+    r = len(groups) if split_rows else 1
+
+    def split(ts: Sequence[TensorAt]) -> tuple[TensorAt, ...]:
+        return tuple(TensorAt(m.get(t.device, t.device), (-(-t.shape[0] // r), *t.shape[1:]) if t.shape else t.shape,
+                              t.dtype) for m in maps for t in ts)
+
+    variables: dict[str, int] = {}
+    for m in maps:
+        for device, count in interface.variables:
+            variables[m.get(device, device)] = variables.get(m.get(device, device), 0) + count
+    return CallInterface(split(interface.inputs), split(interface.outputs), tuple(sorted(variables.items())),
+                         tuple(sorted({m.get(d, d) for m in maps for d in interface.devices})))
+
+
+def plan_call_seconds(traced: TracedModel, assignment: Mapping[str, str], repeats: int = 9,
+                      groups: Sequence[Sequence[str]] = ()) -> float:
     """:func:`measure_call` of ``traced`` placed by ``assignment`` (a plan's op → device; the fixed-batch
-    trace's other ops take their layer's or a neighbour's device: :func:`placer.tf.graphdef.complete_assignment`)."""
+    trace's other ops take their layer's or a neighbour's device: :func:`placer.tf.graphdef.complete_assignment`);
+    with data-parallel ``groups`` (two or more), of its copies (:func:`replicated_interface`)."""
     op_devices = complete_assignment(traced.fixed.graph, assignment, layer_devices_of(assignment))
-    return measure_call(call_interface(traced, op_devices), repeats=repeats)
+    interface = call_interface(traced, op_devices)
+    if len(groups) > 1:
+        interface = replicated_interface(interface, groups)
+    return measure_call(interface, repeats=repeats)
