@@ -103,13 +103,19 @@ def run(args: argparse.Namespace) -> int:
     failed = []
     with placer.LocalCluster(2, pin_cores=True, threads=1) as cluster:
         devices = placer.connect(cluster)
-        out("## Strategies on 2 TF gRPC workers (one pinned core, one thread each): inference")
+        out("## Strategies on 2 TF gRPC workers (one pinned core, one thread each)")
         out()
         out(f"{time.strftime('%Y-%m-%d')}; `python benchmarks/strategy.py --models {' '.join(args.models)} "
             f"--repeats {args.repeats} --links {' '.join(args.links)}`; "
             f"{args.repeats} interleaved rounds after 2 warm-up calls ({ROUNDS_TEXT}); speedup = the best "
             "one-worker step / this step (the same batch); predicted = the plan's predicted step (simulated, plus "
-            "its measured fixed cost per call).")
+            "its measured fixed cost per call). Inference rows fetch the outputs; training rows run "
+            "`train_on_batch` (SGD, MSE). `tf.distribute`: `MirroredStrategy` over the two workers' CPUs is "
+            "refused by TensorFlow 2.21 (in-graph multi-worker is not supported in eager mode); "
+            "`MultiWorkerMirroredStrategy` and `ParameterServerStrategy` need the program running in every "
+            "worker or a coordinator with parameter-server tasks, not one client on plain gRPC workers. So the "
+            "data-parallel baselines are a copy per worker by hand (inference) and autoplace's `replicas=2` "
+            "(training: Keras' step per replica, gradients summed on worker 0).")
         out()
         out("| link | workload | strategy | measured ms | ± | speedup over one worker | predicted ms | "
             "prediction error |")

@@ -243,7 +243,9 @@ def _microbatches(model: keras.Model, built: BuiltProblem, plan: Plan, devset: D
         candidates = allowed
     # replicas="auto" is the default solver's search, as the one-device fallback is; replicas=R is always honoured
     # (a training step's R groups are traced and planned as such: _first_stages)
-    copies = len(devset) if (replicas != 1 and len(devset) > 1 and (replicas != "auto" or fallback)) else 1
+    searched = replicas == "auto" and fallback
+    asked = replicas != "auto" and replicas != 1 and not opts.train.training
+    copies = len(devset) if len(devset) > 1 and (searched or asked) else 1
     if copies > 1 and opts.train.training:
         try:  # one micro-batch per replica: the replicas' parts must give the full-batch step
             check_replicable(model, copies, batch)
@@ -605,7 +607,8 @@ def _autoplace(model: Any, devices: Sequence[Any], plan: Plan | str | os.PathLik
             given is None and opts.solve.algorithm == DEFAULT_SOLVER,
             opts.microbatch.pipeline if given is None or "pipeline" in options else given.pipeline,
             opts.train.replicas if given is None or "replicas" in options else given.replicas)
-    if traced.step == "train" and placed_plan.replicas > 1:  # auto chose data parallelism: plan one replica
+    if traced.step == "train" and placed_plan.replicas > 1 and opts.train.replicas == "auto":
+        # auto chose data parallelism: trace and plan one replica's step
         log.info("replicas='auto': %s; tracing and planning one replica's step", placed_plan.log[-1])
         return _autoplace(model, devices, None, {**options, "replicas": placed_plan.replicas}, chosen=placed_plan)
     if chosen is not None:  # one replica's plan, with the data-parallel step predicted on all devices
