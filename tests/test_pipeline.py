@@ -156,9 +156,11 @@ def test_variables_live_on_their_planned_devices(placed):
 
 
 def test_parallel_branches_use_several_devices(devices):
-    # planned as if the devices were independent processors (they are logical CPUs of one process here)
+    # planned as if the devices were independent processors (they are logical CPUs of one process here); one
+    # copy of the model (on independent processors a copy per device is predicted faster still: test_replicas)
     model = branchy(width=1024)
-    p = placer.autoplace(model, devices, batch_size=256, time_limit_s=TIME_LIMIT, shared_capacity=None)
+    p = placer.autoplace(model, devices, batch_size=256, time_limit_s=TIME_LIMIT, shared_capacity=None,
+                         replicas=1)
     used = {d for d in p.plan.assignment.values()}
     assert len(used) > 1, p.summary()
     assert p.plan.value < p.plan.baselines["single"].value
