@@ -68,6 +68,43 @@ def test_cluster_refuses_to_start_on_a_reachable_network():
         LocalCluster(2).start()
 
 
+def test_shaping_loopback_is_refused_outside_a_namespace_and_for_unknown_rates():
+    from placer.measure.cluster import shape_loopback
+
+    if not network_isolated():
+        with pytest.raises(DeviceError, match="loopback-only namespace"):
+            shape_loopback("1gbit")   # would slow every process on this machine
+    else:
+        with pytest.raises(DeviceError, match="unknown link rate"):
+            shape_loopback("3gbit")
+
+
+@pytest.mark.skipif(not _namespace_works() or not shutil.which("tc"),
+                    reason="needs unshare -rn, ip and tc (util-linux, iproute2)")
+def test_a_shaped_loopback_is_what_the_link_calibration_measures():
+    # inside a loopback-only namespace: loopback shaped to 1 Gbit/s, two workers, the link calibrated
+    script = (
+        "import json, sys\n"
+        "from placer.measure.cluster import LocalCluster, shape_loopback\n"
+        "rate = shape_loopback('1gbit')\n"
+        "from placer.core.devices import resolve_devices\n"
+        "from placer.measure.links import calibrate_links\n"
+        "import placer\n"
+        "with LocalCluster(2, pin_cores=True, threads=1) as c:\n"
+        "    devs = resolve_devices(placer.connect(c))\n"
+        "    out = calibrate_links(devs, cross_process_only=True)[0]\n"
+        "    bw = [l.bandwidth_bytes_per_s for l in out.links.values()]\n"
+        "    print(json.dumps({'rate': rate, 'bandwidth': bw}), flush=True)\n"
+        "import os; os._exit(0)\n")
+    r = subprocess.run(["unshare", "-rn", "sh", "-c", 'ip link set lo up && exec "$0" "$@"', sys.executable, "-c",
+                        script], capture_output=True, text=True, timeout=300, cwd=os.path.dirname(HERE))
+    if r.returncode and "refused to shape loopback" in r.stderr:  # a kernel without the tbf queue discipline
+        pytest.skip(r.stderr.strip().splitlines()[-1][:300])
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["bandwidth"] and all(abs(b - out["rate"]) / out["rate"] < 0.10 for b in out["bandwidth"]), out
+
+
 @pytest.mark.skipif(not _namespace_works(), reason="needs unshare -rn and ip (util-linux, iproute2) for a "
                                                    "loopback-only network namespace")
 def test_two_pinned_workers_place_a_model_and_shut_down():

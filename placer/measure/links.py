@@ -256,12 +256,17 @@ class CallInterface:
         Number of captured variables per device.
     devices : tuple of str
         Every device the function runs ops on.
+    joined : int
+        The outputs come as this many consecutive parts of each result, which the function joins on the
+        caller (data-parallel copies: the parts are received at once, each from its device); 1: each output
+        is fetched as it is.
     """
 
     inputs: tuple[TensorAt, ...]
     outputs: tuple[TensorAt, ...]
     variables: tuple[tuple[str, int], ...]
     devices: tuple[str, ...]
+    joined: int = 1
 
 
 def stand_in(interface: CallInterface) -> Callable[[], list[tf.Tensor]]:
@@ -292,6 +297,10 @@ def stand_in(interface: CallInterface) -> Callable[[], list[tf.Tensor]]:
         for spec in interface.outputs:
             with tf.device(spec.device):
                 outs.append(tf.cast(tf.fill(spec.shape, scalars[spec.device]), spec.dtype))
+        if interface.joined > 1 and all(len(spec.shape) for spec in interface.outputs):
+            k = len(outs) // interface.joined
+            with tf.device(CLIENT_DEVICE):
+                outs = [tf.concat(outs[j::k], axis=0) for j in range(k)]
         return outs
 
     with tf.device(CLIENT_DEVICE):

@@ -326,7 +326,8 @@ def replicated_interface(interface: CallInterface, groups: Sequence[Sequence[str
         for device, count in interface.variables:
             variables[m.get(device, device)] = variables.get(m.get(device, device), 0) + count
     return CallInterface(split(interface.inputs), split(interface.outputs), tuple(sorted(variables.items())),
-                         tuple(sorted({m.get(d, d) for m in maps for d in interface.devices})))
+                         tuple(sorted({m.get(d, d) for m in maps for d in interface.devices})),
+                         joined=len(groups) if split_rows else 1)
 
 
 def plan_call_seconds(traced: TracedModel, assignment: Mapping[str, str], repeats: int = 9,
