@@ -40,6 +40,7 @@ def main() -> int:
     import numpy as np
 
     import placer
+    from placer.tf.measuring import copy_per_device
     from speedup import interleaved_times, median_spread
     from strategy import decoder, towers
 
@@ -54,25 +55,12 @@ def main() -> int:
         x = tf.constant(make(np.random.default_rng(0)))
         specs = [placer.DeviceSpec(d, memory_bytes=args.memory_mb << 20) for d in devices]
         placed = placer.autoplace(model, specs, batch_size=batch)
-        copies = []
-        for d in devices:
-            with tf.device(d):
-                c = keras.models.clone_model(model)
-                c.set_weights(model.get_weights())
-            copies.append(c)
+        per_copy, (first, _) = copy_per_device(model, devices)
 
         @tf.function(autograph=False)
         def one(v):
             with tf.device(devices[0]):
-                return copies[0](v, training=False)
-
-        @tf.function(autograph=False)
-        def per_copy(v):
-            outs = []
-            for d, c, part in zip(devices, copies, tf.split(v, len(devices))):
-                with tf.device(d):
-                    outs.append(c(part, training=False))
-            return tf.concat(outs, axis=0)
+                return first(v, training=False)
 
         steps = [lambda: placed(x).numpy(), lambda: one(x).numpy(), lambda: per_copy(x).numpy()]
         meds = [median_spread(t)[0] for t in interleaved_times(steps, args.repeats)]

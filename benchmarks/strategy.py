@@ -151,6 +151,7 @@ def _run_case(case: str, link: str, args: argparse.Namespace, out, devices: list
     import tensorflow as tf
 
     import placer
+    from placer.tf.measuring import copy_per_device
 
     builder, batch, make_x, training = CASES[case]
     keras.utils.set_random_seed(0)
@@ -161,28 +162,13 @@ def _run_case(case: str, link: str, args: argparse.Namespace, out, devices: list
     xs = tf.constant(x)
     configs: list[tuple[str, object, float | None]] = []  # (label, step, predicted s)
 
-    def clone_on(device):
-        with tf.device(device):
-            copy = keras.models.clone_model(model)
-            copy.set_weights(model.get_weights())
-        return copy
-
-    w0, w1 = clone_on(devices[0]), clone_on(devices[1])
+    by_hand, (w0, _w1) = copy_per_device(model, devices)
     for m in (1, 2, 4):
         @tf.function(autograph=False)
         def one(v, m=m):
             with tf.device(devices[0]):
                 return tf.concat([w0(p, training=False) for p in tf.split(v, m)], axis=0)
         configs.append((f"one worker/m={m}", lambda f=one: f(xs).numpy(), None))
-
-    @tf.function(autograph=False)
-    def by_hand(v):
-        a, b = tf.split(v, 2)
-        with tf.device(devices[0]):
-            ya = w0(a, training=False)
-        with tf.device(devices[1]):
-            yb = w1(b, training=False)
-        return tf.concat([ya, yb], axis=0)
 
     configs.append(("copy per worker (by hand)", lambda: by_hand(xs).numpy(), None))
     try:

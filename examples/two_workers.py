@@ -52,6 +52,7 @@ def main() -> int:
 
     import placer
     from placer.measure.steps import measure_steps
+    from placer.tf.measuring import copy_per_device
 
     with placer.LocalCluster(2, pin_cores=True, threads=1) as cluster:
         devices = placer.connect(cluster)
@@ -66,21 +67,7 @@ def main() -> int:
         measured = placed.measure(x, repeats=10, min_time_s=2)  # against the model on worker 0 (measured)
         print(measured.summary())
 
-        copies = []
-        for device in devices:
-            with tf.device(device):
-                copy = keras.models.clone_model(model)
-                copy.set_weights(model.get_weights())
-            copies.append(copy)
-
-        @tf.function(autograph=False)
-        def copy_per_worker(v):
-            parts = tf.split(v, len(devices))
-            outs = []
-            for device, copy, part in zip(devices, copies, parts):
-                with tf.device(device):
-                    outs.append(copy(part, training=False))
-            return tf.concat(outs, axis=0)
+        copy_per_worker, _ = copy_per_device(model, devices)  # data parallelism by hand
 
         xs = tf.constant(x)
         ours, theirs = measure_steps(placed.placement.functions.forward(False).function, copy_per_worker, [xs],

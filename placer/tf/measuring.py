@@ -60,6 +60,39 @@ def one_device_original(traced: TracedModel, device: str) -> tuple[PlacedFunctio
     return emitted.function, tuple(copies.values())
 
 
+def copy_per_device(model: Any, devices: Sequence[str]) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """Data parallelism as a user writes it by hand: a clone of ``model`` (its weights copied) on each of
+    ``devices``, each running its part of the batch (split evenly by ``tf.split``: the batch must divide),
+    the outputs joined on the caller; ``(the tf.function, the clones)``. The baseline
+    ``benchmarks/strategy.py`` and ``examples/two_workers.py`` measure autoplace's copies against.
+
+    Examples
+    --------
+    >>> import keras, numpy as np
+    >>> m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    >>> fn, clones = copy_per_device(m, ["/CPU:0", "/CPU:0"])
+    >>> x = np.ones((4, 4), "float32")
+    >>> len(clones), bool(np.allclose(fn(x).numpy(), m(x).numpy()))
+    (2, True)
+    """
+    clones = []
+    for device in devices:
+        with tf.device(device):
+            clone = keras.models.clone_model(model)
+            clone.set_weights(model.get_weights())
+        clones.append(clone)
+
+    @tf.function(autograph=False)
+    def step(x: Any) -> Any:
+        outs = []
+        for device, clone, part in zip(devices, clones, tf.split(x, len(devices))):
+            with tf.device(device):
+                outs.append(clone(part, training=False))
+        return tf.concat(outs, axis=0)
+
+    return step, tuple(clones)
+
+
 def one_device_twin(model: Any, weights: Sequence[Any], compile_kwargs: Mapping[str, Any] | None,
                     compile_config: Mapping[str, Any] | None, device: str) -> Any:
     """A clone of ``model`` with ``weights``, every variable on ``device``, compiled with the given settings
