@@ -108,8 +108,8 @@ class Plan:
     replicas : int
         Data-parallel copies of the plan (a forward pass): the devices split in order into this many equal
         groups, each running the plan's placement (mapped from the first group's devices) on its part of the
-        batch, as ``microbatches`` micro-batches; the variables stay on the first group's devices, read once
-        per step (:mod:`placer.core.replicas`). 1: one copy.
+        batch, as ``microbatches`` micro-batches; the variables live on the first group's devices and each
+        other group reads a mirror of them on its own (:mod:`placer.core.replicas`). 1: one copy.
     call_overhead_s : float
         Measured fixed cost of one call of the placed function (in ``predicted_step_time_s``; 0: not measured).
     op_order : Mapping[str, tuple of str]
@@ -252,8 +252,8 @@ class Plan:
         used = {d for d in self.assignment.values()}
         if self.replicas > 1:
             lines.append(f"  runs as {self.replicas} data-parallel copies (the devices in {self.replicas} groups, "
-                         f"the batch split between them; the ops below are the first copy's, the variables "
-                         "stay on its devices)")
+                         "the batch split between them; the ops below are the first copy's; a forward pass "
+                         "reads a copy of the weights on each group's devices)")
         elif len(self.devices) > 1 and len(used) == 1:
             lines.append(f"  the best plan found uses one device ({next(iter(used))}): spreading the model over "
                          "these devices is predicted not to pay")
