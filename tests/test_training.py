@@ -715,30 +715,40 @@ def test_embedding_gradients_of_replicas_stay_sparse_and_equal_full_batch_traini
     fit_one_epoch_like(placed, ref, t)
 
 
-def test_replicas_auto_trains_a_copy_per_device_where_predicted_faster_equal_to_model_fit(devices):
-    # on two independent processors (shared_capacity=None) a copy per device halves the predicted step of
-    # this compute-bound MLP: replicas="auto" (the default) chooses it, plans one replica's step on its own
-    # trace, and training follows model.fit
+def test_replicas_auto_trains_a_copy_per_device_where_predicted_faster_equal_to_model_fit(devices, monkeypatch):
+    # where a copy per device is predicted faster (here made so: the simulated copies' step is scaled down, as
+    # the measured op times of one run decide it otherwise; the simulation itself: tests/test_replicas.py),
+    # replicas="auto" (the default) chooses it, traces and plans one replica's step, and training follows
+    # model.fit
+    import placer.planner as planner
+
+    real = planner.best_replicas
+
+    def faster(*args, **kwargs):
+        best = real(*args, **kwargs)
+        return None if best is None else (best[0], best[1], best[2] * 0.01)
+
+    monkeypatch.setattr(planner, "best_replicas", faster)
     keras.utils.set_random_seed(0)
     inp = keras.Input((256,), name="x")
-    h = keras.layers.Dense(1024, activation="relu", name="d1")(inp)
-    h = keras.layers.Dense(1024, activation="relu", name="d2")(h)
+    h = keras.layers.Dense(64, activation="relu", name="d1")(inp)
+    h = keras.layers.Dense(64, activation="relu", name="d2")(h)
     model = keras.Model(inp, keras.layers.Dense(3, name="head")(h), name="wide")
     settings = dict(optimizer="sgd", loss="mse")
     model.compile(**settings)
     ref = twin(model, settings)
     rng = np.random.default_rng(5)
-    t = dict(x=rng.standard_normal((BATCH * 16, 256)).astype("float32"),
-             y=rng.standard_normal((BATCH * 16, 3)).astype("float32"))
-    placed = placer.autoplace(model, devices[:2], training=True, batch_size=BATCH * 8, time_limit_s=1,
+    t = dict(x=rng.standard_normal((BATCH * 4, 256)).astype("float32"),
+             y=rng.standard_normal((BATCH * 4, 3)).astype("float32"))
+    placed = placer.autoplace(model, devices[:2], training=True, batch_size=BATCH, time_limit_s=1,
                               shared_capacity=None)
     chose = [line for line in placed.plan.log if "data-parallel copies" in line]
     assert chose and "predicted faster" in chose[-1], placed.plan.log
     assert [len(g) for g in placed.placement.replica_groups] == [1, 1]
     assert placed.plan.devices == (devices_full(devices)[0],)      # one replica's plan, on the first group
     ref_logs, pl_logs = Logs(), Logs()
-    ref.fit(t["x"], t["y"], batch_size=BATCH * 8, epochs=1, shuffle=False, verbose=0, callbacks=[ref_logs])
-    placed.fit(t["x"], t["y"], batch_size=BATCH * 8, epochs=1, shuffle=False, verbose=0, callbacks=[pl_logs])
+    ref.fit(t["x"], t["y"], batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=[ref_logs])
+    placed.fit(t["x"], t["y"], batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=[pl_logs])
     close_logs(pl_logs.batches, ref_logs.batches)
     for a, b in zip(ref.get_weights(), placed.get_weights(), strict=True):
         close(a, b)
