@@ -377,6 +377,13 @@ def plan_problem(built: BuiltProblem, options: PlanOptions, *,
     )
 
 
+def _on_one_device(built: BuiltProblem, options: PlanOptions, plan: Plan, group_assignment: np.ndarray,
+                   note: str) -> Plan:
+    """``plan`` replaced by every op on one device (``group_assignment``), scored like any plan, with ``note``
+    in its log and ``plan``'s baselines, batch, compression and solve time."""
+    single = plan_problem(built, options, given=built.node_devices(group_assignment))
+    return replace(single, solver="single", status="heuristic", log=(*plan.log, note), baselines=plan.baselines,
+                   batch_size=plan.batch_size, compression=plan.compression, solve_time_s=plan.solve_time_s)
 
 
 def pipeline_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_size: int,
@@ -422,10 +429,7 @@ def pipeline_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_s
                 note = (f"one device at {m1} micro-batch(es) is predicted {faster} the {plan.solver} plan at its "
                         f"best {m} ({1e3 * step1:.3f} ms against {1e3 * step:.3f} ms): placed on one device")
                 log.info(note)
-                single = plan_problem(built, options, given=built.node_devices(one.assignment))
-                plan = replace(single, solver="single", status="heuristic", log=(*plan.log, note),
-                               baselines=plan.baselines, batch_size=plan.batch_size, compression=plan.compression,
-                               solve_time_s=plan.solve_time_s)
+                plan = _on_one_device(built, options, plan, one.assignment, note)
                 m, step, a = m1, step1, one.assignment
     choice = pipeline_order(built, a, m, order, small=small, batch_size=batch_size)
     stages: tuple[str, ...] = ()
@@ -451,8 +455,8 @@ def replica_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_si
     simulated step is shorter than ``plan``'s ``predicted_step_time_s`` and its simulated peak memory
     fits every device; the plan's ``log`` says which was predicted faster, by how much. ``replicas=R``
     (``R`` = the number of devices) takes the copies at their best micro-batch count. ``1`` or one device:
-    ``plan``. The copies' plan has every op on the first device (the variables stay there), ``replicas`` and
-    ``microbatches`` set and its predicted step the simulated replicated step. A training step's copies
+    ``plan``. The copies' plan has every op on the first device (the variables live there; each other device
+    reads a mirror of them in a forward pass), ``replicas`` and ``microbatches`` set and its predicted step the simulated replicated step. A training step's copies
     (one micro-batch each) sum their gradients where the variables live; its plan is that decision, made on
     the full batch's trace: the runner then plans one replica's step on its own trace.
 
@@ -496,10 +500,8 @@ def replica_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_si
                f"{1e3 * plan.predicted_step_time_s:.3f} ms)" if replicas == "auto" else f"at {1e3 * step:.3f} ms (asked)")
             + ": a copy of the model on each device")
     log.info(note)
-    one = plan_problem(built, options, given=built.node_devices(zero))
-    return replace(one, solver="single", status="heuristic", log=(*plan.log, note), baselines=plan.baselines,
-                   batch_size=plan.batch_size, compression=plan.compression, solve_time_s=plan.solve_time_s,
-                   replicas=r, microbatches=m, predicted_step_time_s=step, op_order={}, pipeline="gpipe", stages=(),
+    return replace(_on_one_device(built, options, plan, zero, note), replicas=r, microbatches=m,
+                   predicted_step_time_s=step, op_order={}, pipeline="gpipe", stages=(),
                    predicted_peak_memory_bytes=tuple(float(x) for x in peak))
 
 

@@ -156,6 +156,30 @@ def _ungated(schedule: Schedule, fine: np.ndarray, once: np.ndarray) -> np.ndarr
     return once | (~fed & free)
 
 
+def unit_ends(schedule: Schedule, fine: np.ndarray, phase: Sequence[str], free: np.ndarray
+              ) -> tuple[dict[tuple[int, str], list[int]], dict[tuple[int, str], list[int]]]:
+    """``(exits, entries)`` of each unit ``(device, phase)`` of one copy: its last ops (no consumer in the
+    unit) and first ops (no producer in the unit), which the gate between consecutive copies waits for and
+    holds back; ``free`` ops (:func:`_ungated`) belong to no unit."""
+    n = len(fine)
+    local_src = np.zeros(n, dtype=bool)
+    has_local_input = np.zeros(n, dtype=bool)
+    edges = [(t.src, w) for t in schedule.tensors for w in t.dsts] + list(schedule.control)
+    for u, w in edges:
+        if fine[w] == fine[u] and phase[w] == phase[u] and w != u and not free[u] and not free[w]:
+            has_local_input[w] = True
+            local_src[u] = True
+    exits: dict[tuple[int, str], list[int]] = {}
+    entries: dict[tuple[int, str], list[int]] = {}
+    for v in range(n):
+        if not free[v]:
+            if not local_src[v]:
+                exits.setdefault((int(fine[v]), phase[v]), []).append(v)
+            if not has_local_input[v]:
+                entries.setdefault((int(fine[v]), phase[v]), []).append(v)
+    return exits, entries
+
+
 def pipeline_stages(schedule: Schedule, fine: np.ndarray, phases: Sequence[str] | None) -> tuple[int, ...]:
     """The devices that run ops per micro-batch, in pipeline order: the order the forward pass's tensors
     flow between them (a topological order of the devices, with an edge where a forward op sends a forward
@@ -279,49 +303,24 @@ def pipelined_schedule(schedule: Schedule, group_assignment: np.ndarray, m: int,
     once = _run_once(schedule, phase)
     free = _ungated(schedule, fine, once)
     last = (m - 1) * n
-    local_src: set[int] = set()
-    has_local_input = np.zeros(n, dtype=bool)
-
-    def local(u: int, w: int) -> bool:
-        return fine[w] == fine[u] and phase[w] == phase[u] and w != u and not free[u] and not free[w]
-
-    for t in schedule.tensors:
-        for w in t.dsts:
-            if local(t.src, w):
-                has_local_input[w] = True
-                local_src.add(t.src)
-    for u, v in schedule.control:
-        if local(u, v):
-            has_local_input[v] = True
-            local_src.add(u)
-    exits: dict[tuple[int, str], list[int]] = {}
-    entries: dict[tuple[int, str], list[int]] = {}
-    for v in range(n):
-        if not free[v]:
-            if v not in local_src:
-                exits.setdefault((int(fine[v]), phase[v]), []).append(v)
-            if not has_local_input[v]:
-                entries.setdefault((int(fine[v]), phase[v]), []).append(v)
+    exits, entries = unit_ends(schedule, fine, phase, free)
     stages = _stage_order(schedule, fine, phase, free)
     links: list[tuple[int, int, str, int, str]] = []  # (device, i, phase) -> (j, phase2): one gate each
     for position, d in enumerate(stages):
         for chain in device_chains(order, m, position, len(stages)):
             units = [(i, ph) for i, ph in chain if (d, ph) in exits]
             links += [(d, i, ph, j, ph2) for (i, ph), (j, ph2) in zip(units, units[1:])]
-    stay = once.copy()
+    pin = np.zeros(n, dtype=bool) if maps is None or pinned is None else np.asarray(pinned, dtype=bool)
     if maps is not None:
         links = []  # one copy per device: nothing to gate
-        if pinned is not None:
-            stay |= np.asarray(pinned, dtype=bool)
     gate = {link: m * n + g for g, link in enumerate(links)}
     total = m * n + len(gate)
     durations = np.zeros((total, k))
     micro = schedule.durations_s / m if micro_durations_s is None else np.asarray(micro_durations_s, dtype=float)
     durations[:m * n] = np.tile(np.where(once[:, None], 0.0, micro), (m, 1))
     durations[last:m * n][once] = schedule.durations_s[once]
-    copies = [fine if maps is None else np.where(stay, fine, np.asarray(maps)[i][fine]) for i in range(m)]
+    copies = [fine if maps is None else np.where(once | pin, fine, np.asarray(maps)[i][fine]) for i in range(m)]
     assignment = np.concatenate([*copies, np.array([link[0] for link in gate], dtype=int)]).astype(int)
-    whole = np.zeros(n, dtype=bool) if maps is None or pinned is None else np.asarray(pinned, dtype=bool)
     tensors = []
     sums: list[tuple[int, float]] = []  # (device, seconds) of each sum node, numbered after the gates
     after = {(d, i, ph): g for (d, i, ph, _, _), g in gate.items()}  # the gate after unit (i, ph) on device d
@@ -336,7 +335,7 @@ def pipelined_schedule(schedule: Schedule, group_assignment: np.ndarray, m: int,
         for i in range(m):
             if copied:
                 tensors.append(TensorEdge(i * n + t.src, tuple(i * n + w for w in copied),
-                                          t.nbytes if whole[t.src] else t.nbytes / m, t.count))
+                                          t.nbytes if pin[t.src] else t.nbytes / m, t.count))
         if into_once:
             running = t.src  # copy 0's tensor, then the running sum
             for i in range(1, m):

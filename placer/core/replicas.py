@@ -6,10 +6,11 @@ pass, :mod:`placer.tf.rewrites.copies` emits it as ``R × m`` copies of the
 placed graph (``R`` groups of devices, ``m`` micro-batches each): copy
 ``c`` runs on group ``c // m``, its ops on the devices the plan gives group
 0's, mapped device for device (:func:`group_maps`); each device orders its
-own copies with gates. The variables stay where the plan put them (group
-0's devices) and are read once per step: every copy shares the reads, so
-each other group receives each weight once per step, not once per copy. The
-batch splits into ``R × m`` parts as evenly as it allows.
+own copies with gates. Each group reads the weights from its own devices (the
+variables on group 0's, a mirror of each on every other group's, kept equal
+to the variable by :class:`placer.tf.placement.ReplicatedVariable`), once per
+step for all its copies. The batch splits into ``R × m`` parts as evenly as
+it allows.
 
 :func:`replicated_schedule` builds that graph for the simulator and
 :func:`simulate_replicas` runs it; :func:`best_replicas` searches ``R``
@@ -31,7 +32,9 @@ import numpy as np
 from cost_models import MemoryTraits, SimOptions, SimResult, TensorEdge, simulate
 
 from ..errors import PlanError
-from .microbatch import SmallBatchCosts, _pipelined_memory, pipelined_schedule, sum_seconds_per_byte
+from .attrs import PHASES
+from .microbatch import (SmallBatchCosts, _pipelined_memory, _ungated, pipelined_schedule, sum_seconds_per_byte,
+                         unit_ends)
 from .problem import Schedule
 
 
@@ -114,23 +117,9 @@ def replicated_schedule(schedule: Schedule, group_assignment: np.ndarray, maps: 
     maps = np.asarray(maps, dtype=int)
     total_copies = len(maps) * m
     pin = np.zeros(n, dtype=bool) if pinned is None else np.asarray(pinned, dtype=bool)
-    zero_time = schedule.durations_s[np.arange(n), fine] == 0
-    fed = np.zeros(n, dtype=bool)
-    for t in schedule.tensors:
-        fed[list(t.dsts)] = True
-    for _, v in schedule.control:
-        fed[v] = True
-    free = pin | (~fed & zero_time)  # no gate waits for them or holds them back
-    has_local_input = np.zeros(n, dtype=bool)
-    local_src = np.zeros(n, dtype=bool)
-    edges = [(t.src, w) for t in schedule.tensors for w in t.dsts] + list(schedule.control)
-    for u, w in edges:
-        if u != w and not free[u] and not free[w] and fine[u] == fine[w]:
-            has_local_input[w] = True
-            local_src[u] = True
-    exits = {d: [v for v in range(n) if not free[v] and not local_src[v] and fine[v] == d] for d in range(k)}
-    entries = {d: [v for v in range(n) if not free[v] and not has_local_input[v] and fine[v] == d]
-               for d in range(k)}
+    forward = [PHASES[0]] * n
+    ends = unit_ends(schedule, fine, forward, _ungated(schedule, fine, pin))  # the pinned ops are in no unit
+    exits, entries = ({d: ops.get((d, PHASES[0]), []) for d in range(k)} for ops in ends)
 
     def holder(c: int) -> int:
         """The copy whose pinned ops copy ``c`` reads: its group's first (mirrors), else copy 0."""
@@ -217,7 +206,8 @@ def simulate_replicas(built: Any, group_assignment: np.ndarray, replicas: int, m
     if small is not None and batch_size:
         micro = small.at(sched.durations_s, batch_size, batch_size / copies)
     pinned = pinned_nodes(sched, built.memory.resident_bytes)
-    if "backward" in (built.phases or ()):
+    training = "backward" in (built.phases or ())
+    if training:
         if m != 1:
             raise PlanError("a replicated training step is predicted at one micro-batch per replica")
         d, tensors, control, a = pipelined_schedule(sched, group_assignment, replicas, micro, built.phases,
@@ -226,7 +216,7 @@ def simulate_replicas(built: Any, group_assignment: np.ndarray, replicas: int, m
         d, tensors, control, a = replicated_schedule(sched, group_assignment, maps, m, micro, pinned)
     p = built.problem
     n = sched.durations_s.shape[0]
-    if "backward" in (built.phases or ()):
+    if training:
         memory = _pipelined_memory(built.memory, n, copies, d.shape[0])
     else:
         memory = _replicated_memory(built.memory, n, copies, [g * m for g in range(replicas)], d.shape[0])

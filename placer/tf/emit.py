@@ -101,8 +101,7 @@ class EmittedModel:
     def mirrors(self) -> tuple[tuple[str, str, str], ...]:
         """The data-parallel groups' copies of variables ``(placeholder, variable placeholder, device)`` the
         function captures (the ``copies`` rewrite's)."""
-        r = self.record("copies")
-        return () if r is None or r.detail is None else r.detail
+        return mirrors_in(self.records)
 
     @property
     def order_edges(self) -> tuple[tuple[str, str], ...]:
@@ -149,6 +148,12 @@ def rewrite_graph_def(gd: tf.compat.v1.GraphDef, context: RewriteContext, rewrit
     return gd, running, records + run_rewrites(running, context, schedule)
 
 
+def mirrors_in(records: Sequence[RewriteRecord]) -> tuple[tuple[str, str, str], ...]:
+    """The mirrors ``(placeholder, variable placeholder, device)`` the ``copies`` rewrite added (none without it)."""
+    r = find_record(records, "copies")
+    return () if r is None or r.detail is None else r.detail
+
+
 def copies_in(records: Sequence[RewriteRecord], context: RewriteContext) -> int:
     """How many micro-batch copies of the graph the rewrites made (the ``copies`` rewrite's; 1 without it): what
     :func:`import_function` splits the inputs into."""
@@ -185,8 +190,7 @@ def emit(traced: TracedModel, variables: Mapping[str, Any], context: RewriteCont
     placed, running, records = rewrite_graph_def(traced.dynamic.graph.as_graph_def(), context, rewrites)
     placeholders = tuple(traced.variables)
     microbatches = copies_in(records, context)
-    copies = find_record(records, "copies")
-    mirrors = () if copies is None or copies.detail is None else copies.detail
+    mirrors = mirrors_in(records)
     if mirrors and mirror is None:
         raise GraphError(f"{len(mirrors)} variables are mirrored on data-parallel groups and no mirror was given")
     mirror_variables = tuple(mirror(variables[ph], device) for _, ph, device in mirrors)

@@ -104,8 +104,8 @@ class TrainingOptions:
         split into ``R`` equal groups, in order; the plan is made for the first group at
         ``batch_size / R`` and run by every group on its part of each batch; gradients are summed where
         each variable lives and one update is applied (the full-batch step; models with batch
-        normalization are refused, random ops draw per replica); ``"auto"`` is 1 for training (not
-        searched yet: ``docs/limitations.md``).
+        normalization are refused, random ops draw per replica); ``"auto"`` for training predicts one copy per
+        device (one micro-batch each) beside the placed plan and, where it is faster, plans with that ``R``.
     """
 
     training: bool = False
@@ -124,7 +124,7 @@ class TrainingOptions:
 
     @property
     def training_replicas(self) -> int:
-        """The data-parallel groups of a training step (``"auto"``: 1, one group)."""
+        """The data-parallel groups a training step is traced in (``"auto"``: 1, until its search chose more)."""
         return 1 if self.replicas == "auto" else int(self.replicas)
 
 

@@ -67,23 +67,26 @@ class ReplicatedVariable(keras.Variable):
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.mirrors: list[tf.Variable] = []
+        self._mirrors: dict[str, tf.Variable] = {}  # device → the copy there
         super().__init__(*args, **kwargs)
+
+    @property
+    def mirrors(self) -> list[tf.Variable]:
+        """The copies made so far, one per device."""
+        return list(self._mirrors.values())
 
     def _direct_assign(self, value: Any) -> None:
         super()._direct_assign(value)
-        for m in self.mirrors:
+        for m in self._mirrors.values():
             m.assign(self.value)
 
     def mirror_on(self, device: str) -> tf.Variable:
         """The copy of this variable on ``device`` (made on first use, equal to the variable)."""
-        for m in self.mirrors:
-            if m.device == tf.DeviceSpec.from_string(device).to_string() or m.device == device:
-                return m
-        with tf.device(device):
-            m = tf.Variable(self.value.read_value(), trainable=False, name=self.name.split("/")[-1] + "_mirror")
-        self.mirrors.append(m)
-        return m
+        if device not in self._mirrors:
+            with tf.device(device):
+                self._mirrors[device] = tf.Variable(self.value.read_value(), trainable=False,
+                                                    name=self.name.split("/")[-1] + "_mirror")
+        return self._mirrors[device]
 
 
 def place_variables(traced: TracedModel, plan: Plan, devices: DeviceSet, variables: Sequence[Any],

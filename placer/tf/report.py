@@ -80,9 +80,8 @@ class Report:
 
     @property
     def copies(self) -> int:
-        """The copies of the graph the step runs: micro-batches × data-parallel replicas (training replicas are
-        traced, not copied: one)."""
-        return self.plan.microbatches * (self.plan.replicas if self.pipeline_simulation is not None else 1)
+        """The copies of the graph the step runs: micro-batches × data-parallel replicas."""
+        return self.plan.microbatches * self.plan.replicas
 
     @property
     def step_simulation(self) -> SimResult:

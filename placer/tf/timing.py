@@ -304,7 +304,8 @@ def replicated_interface(interface: CallInterface, groups: Sequence[Sequence[str
                          split_rows: bool = True) -> CallInterface:
     """``interface`` (of the first group's copy) for data-parallel copies on ``groups``: each input and output
     split by rows between the groups (``split_rows``; else whole on each), each on the group's twin of its
-    device, and the captures (the variables and their mirrors) on every group.
+    device, and the captures (the variables and their mirrors) on every group. Split outputs are joined on the
+    caller inside the call, as the placed copies join them (``CallInterface.joined``).
 
     Examples
     --------

@@ -145,15 +145,15 @@ def copy_count(context: RewriteContext) -> int:
 
 
 def add_mirrors(gd: tf.compat.v1.GraphDef, reads: Sequence[str], mirrored: Collection[str],
-                groups: Sequence[Sequence[str]]) -> tuple[list[dict[str, str]], tuple[tuple[str, str, str], ...]]:
-    """Per data-parallel group after the first: a placeholder for each ``mirrored`` variable read by ``reads``
-    and a read of it, on the group's twin of the variable's device (added to ``gd``). Returns, per group, the
-    read → its mirror's read, and the mirrors ``(placeholder, variable placeholder, device)``."""
+                homes: Sequence[Mapping[str, str]]) -> tuple[list[dict[str, str]], tuple[tuple[str, str, str], ...]]:
+    """Per data-parallel group after the first (``homes``: per group, a first-group device → its twin there):
+    a placeholder for each ``mirrored`` variable read by ``reads`` and a read of it, on the group's twin of the
+    variable's device (added to ``gd``). Returns, per group, the read → its mirror's read, and the mirrors
+    ``(placeholder, variable placeholder, device)``."""
     by_name = {n.name: n for n in gd.node}
     renames: list[dict[str, str]] = [{}]
     mirrors: list[tuple[str, str, str]] = []
-    for g in range(1, len(groups)):
-        home = dict(zip(groups[0], groups[g]))
+    for g, home in enumerate(homes[1:], start=1):
         made: dict[str, str] = {}
         renames.append({})
         for r in reads:
@@ -187,10 +187,11 @@ def copy_microbatches(gd: tf.compat.v1.GraphDef, context: RewriteContext) -> Rew
     renames: list[dict[str, str]] = []
     mirrors: tuple[tuple[str, str, str], ...] = ()
     if len(groups) > 1:
+        group_homes = [dict(zip(groups[0], g)) for g in groups]
         reads = shared_reads(gd, context.captured)
-        by_group, mirrors = add_mirrors(gd, reads, context.mirrored, groups)
+        by_group, mirrors = add_mirrors(gd, reads, context.mirrored, group_homes)
         shared += reads + [ph for ph, _, _ in mirrors] + [r for rn in by_group for r in rn.values()]
-        homes = [dict(zip(groups[0], groups[c // m])) for c in range(m * len(groups))]
+        homes = [group_homes[c // m] for c in range(m * len(groups))]
         renames = [by_group[c // m] for c in range(m * len(groups))]
     gates = pipeline_graph_def(gd, copy_count(context), shared, inputs=[source(x)[0] for x in context.inputs],
                                homes=homes, renames=renames)
