@@ -5,6 +5,8 @@ the copies' outputs equal the original run on the same parts bit for bit, each c
 the variables are read once per step, plans and exports keep ``replicas``, and bad requests are typed.
 """
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -213,6 +215,27 @@ def test_bad_replica_requests_are_typed(devices):
         placer.autoplace(model, devices[:2], batch_size=1, replicas=2, microbatches=1, time_limit_s=1)
     with pytest.raises(placer.TrainingError, match="replicas"):
         placer.autoplace(model, devices[:2], batch_size=8, replicas="many")
+
+
+def test_copies_that_do_not_fit_and_a_plan_whose_copy_spans_groups_are_refused(devices):
+    # two 1 MB layers: spread over two 1.5 MB devices one copy fits; a whole copy on each does not
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((16,))
+    h = keras.layers.Dense(512, activation="relu", name="d1")(inp)
+    h = keras.layers.Dense(512, activation="relu", name="d2")(h)
+    h = keras.layers.Dense(512, activation="relu", name="d3")(h)
+    model = keras.Model(inp, keras.layers.Dense(5, name="head")(h))
+    small = [placer.DeviceSpec(d, memory_bytes=1_500_000) for d in devices[:2]]
+    spread = placer.autoplace(model, small, batch_size=8, replicas=1, microbatches=1, time_limit_s=1)
+    assert len(set(spread.plan.assignment.values())) == 2
+    with pytest.raises(placer.InsufficientMemoryError, match="replicas=2: the copies"):
+        placer.autoplace(model, small, batch_size=8, replicas=2, microbatches=1, time_limit_s=1)
+    # auto keeps one copy here
+    auto = placer.autoplace(model, small, batch_size=8, microbatches=1, time_limit_s=1)
+    assert auto.plan.replicas == 1
+    # a plan that runs copies places the first copy only: one spread over every device is refused
+    with pytest.raises(placer.PlanError, match="outside the first copy's devices"):
+        placer.autoplace(model, small, batch_size=8, plan=replace(spread.plan, replicas=2))
 
 
 def test_the_report_shows_the_copies(replicated, tmp_path):

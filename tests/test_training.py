@@ -746,12 +746,7 @@ def test_replicas_auto_trains_a_copy_per_device_where_predicted_faster_equal_to_
     assert chose and "predicted faster" in chose[-1], placed.plan.log
     assert [len(g) for g in placed.placement.replica_groups] == [1, 1]
     assert placed.plan.devices == (devices_full(devices)[0],)      # one replica's plan, on the first group
-    ref_logs, pl_logs = Logs(), Logs()
-    ref.fit(t["x"], t["y"], batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=[ref_logs])
-    placed.fit(t["x"], t["y"], batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=[pl_logs])
-    close_logs(pl_logs.batches, ref_logs.batches)
-    for a, b in zip(ref.get_weights(), placed.get_weights(), strict=True):
-        close(a, b)
+    fit_one_epoch_like(placed, ref, t)
     # batch normalization: no copies (each would normalise by its own part), and no error either
     cnn = placer.autoplace(small_cnn(), devices[:2], training=True, batch_size=BATCH, time_limit_s=1,
                            shared_capacity=None, targets=tf.TensorSpec((None,), "int32"),
