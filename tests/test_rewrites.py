@@ -89,9 +89,9 @@ def test_schedule_rewrites_come_last():
     noop = lambda gd, context: RewriteRecord("noop")  # noqa: E731
     with pytest.raises(GraphError, match="listed after the schedule's 'late'"):
         schedule_split([Rewrite("early", noop), Rewrite("late", noop, schedule=True), Rewrite("placed", noop)])
-    assert [r.name for r in REWRITES] == ["bypass", "devices", "codecs", "update-after-reads", "order", "gates",
-                                          "copies", "sends"]
-    assert schedule_split(REWRITES) == 4
+    assert [r.name for r in REWRITES] == ["bypass", "split", "devices", "codecs", "update-after-reads", "order",
+                                          "gates", "copies", "sends"]
+    assert schedule_split(REWRITES) == 5
 
 
 def test_the_placed_graph_is_the_graph_before_the_schedule(devices, tmp_path):

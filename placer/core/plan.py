@@ -39,9 +39,10 @@ _PIPELINES = ("gpipe", "1f1b")
 
 #: Identifies the JSON written by :meth:`Plan.to_dict`.
 PLAN_FORMAT = "autoplace-plan"
-#: Version of that format; :meth:`Plan.from_dict` reads this and older versions. Version 2 adds ``replicas``; a
-#: plan with one copy is still written as version 1 (an older reader places it the same).
-PLAN_VERSION = 2
+#: Version of that format; :meth:`Plan.from_dict` reads this and older versions. Version 2 adds ``replicas``,
+#: version 3 ``splits``; a plan with one copy and no split op is still written as version 1 (an older reader
+#: places it the same).
+PLAN_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,9 @@ class Plan:
         Device → its nodes in the order the plan runs them (control edges from each to the next;
         :mod:`placer.core.order`); empty where each device runs its ops in the executor's order. A plan
         run as a pipeline of micro-batches has none.
+    splits : Mapping[str, int]
+        Ops split by their weight's output columns (op → parts, :mod:`placer.core.splits`): the assignment
+        places each part, its weight shard and the join; empty: every op whole.
     """
 
     devices: tuple[str, ...]
@@ -147,6 +151,7 @@ class Plan:
     stages: tuple[str, ...] = ()
     op_order: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     replicas: int = 1
+    splits: Mapping[str, int] = field(default_factory=dict)
 
     def ops_per_device(self) -> dict[str, int]:
         """Number of nodes on each device (devices with none included)."""
@@ -169,9 +174,13 @@ class Plan:
         for k, v in d.items():
             if isinstance(v, float) and not math.isfinite(v):
                 d[k] = None
+        d["splits"] = dict(self.splits)
         if self.replicas == 1:
             del d["replicas"]
-        return {"format": PLAN_FORMAT, "version": PLAN_VERSION if self.replicas > 1 else 1, **d}
+        if not self.splits:
+            del d["splits"]
+        version = 3 if self.splits else 2 if self.replicas > 1 else 1
+        return {"format": PLAN_FORMAT, "version": version, **d}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Plan":
@@ -197,6 +206,7 @@ class Plan:
                 values[name] = tuple(values.get(name, ()))
             values["op_order"] = {str(dev): tuple(str(v) for v in ops)
                                   for dev, ops in values.get("op_order", {}).items()}
+            values["splits"] = dict(values.get("splits", {}))
             for name in ("value", "lower_bound", "gap"):
                 values[name] = math.inf if values.get(name) is None else float(values[name])
             plan = cls(**values)
@@ -272,6 +282,10 @@ class Plan:
         if self.microbatches > 1:
             order = " in the 1F1B order" if self.pipeline == "1f1b" else ""
             lines.append(f"  runs as a pipeline of {self.microbatches} micro-batches per batch{order}")
+        if self.splits:
+            lines.append(f"  {len(self.splits)} ops split by their weights' output columns, each part reading its "
+                         f"shard of the weight: {', '.join(f'{op} ({k} parts)' for op, k in list(self.splits.items())[:4])}"
+                         + (" …" if len(self.splits) > 4 else ""))
         if self.compression != "none":
             lines.append(f"  compression of cut float edges: {self.compression} (the report lists each compressed edge)")
         return "\n".join(lines)
@@ -308,4 +322,9 @@ def _checked_fields(plan: "Plan") -> "Plan":
     for name in ("predicted_device_load_s", "device_memory_bytes", "predicted_peak_memory_bytes"):
         for x in getattr(plan, name):
             real(f"plan {name} entry", x, error=PlanError)
-    return replace(plan, microbatches=microbatches, batch_size=batch, replicas=replicas)
+    splits = {}
+    for op, parts in plan.splits.items():
+        if not isinstance(op, str):
+            raise PlanError(f"malformed plan: splits must map op names to parts, got {op!r}")
+        splits[op] = integer(f"plan splits of {op}", parts, minimum=2, maximum=1 << 16, error=PlanError)
+    return replace(plan, microbatches=microbatches, batch_size=batch, replicas=replicas, splits=splits)

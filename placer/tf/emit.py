@@ -31,12 +31,14 @@ from typing import Any, Callable, Mapping, Sequence
 import tensorflow as tf
 
 from ..errors import GraphError, InputSignatureError
+from ..core.splits import is_split_node
 from .codecs import CompressedEdge
 from .graphdef import IMPORT_PREFIX, complete_assignment, copy_name, variable_handle
 from . import rewrites as declared
 from .rewrites import Rewrite, RewriteContext, RewriteRecord, find_record, run_rewrites, schedule_split
 from .rewrites.copies import copy_count
 from .rewrites.sends import PromptSends
+from .rewrites.split import Shard
 from .trace import TracedModel
 
 log = logging.getLogger(__name__)
@@ -80,6 +82,7 @@ class EmittedModel:
     microbatches: int = 1
     replicas: int = 1
     mirror_variables: tuple[Any, ...] = ()
+    shard_variables: tuple[Any, ...] = ()
 
     def record(self, rewrite: str) -> RewriteRecord | None:
         """The record of the rewrite named ``rewrite``, or ``None`` where it did not apply."""
@@ -104,6 +107,11 @@ class EmittedModel:
         return mirrors_in(self.records)
 
     @property
+    def shards(self) -> tuple[Shard, ...]:
+        """The shards of split ops' weights the function captures (the ``split`` rewrite's)."""
+        return shards_in(self.records)
+
+    @property
     def order_edges(self) -> tuple[tuple[str, str], ...]:
         """The control edges ``(before, after)`` that run each device's ops in the plan's order."""
         r = self.record("order")
@@ -114,7 +122,8 @@ def rewrite_context(traced: TracedModel, op_devices: Mapping[str, str], *,
                     layer_devices: Mapping[str, str] | None = None, **options: Any) -> RewriteContext:
     """The :class:`~placer.tf.rewrites.RewriteContext` of one trace: its graph, step, inputs and captures,
     every op's device (``op_devices`` completed: :func:`~placer.tf.graphdef.complete_assignment` with
-    ``layer_devices``), and ``options`` (the context's other fields: compression, order, micro-batches, …).
+    ``layer_devices``, and the devices of the nodes split ops add, :func:`~placer.core.splits.is_split_node`),
+    and ``options`` (the context's other fields: compression, order, micro-batches, splits, …).
 
     Raises
     ------
@@ -122,8 +131,10 @@ def rewrite_context(traced: TracedModel, op_devices: Mapping[str, str], *,
         An op with no device and no placed neighbour, or options that contradict each other.
     """
     graph = traced.dynamic.graph
-    return RewriteContext(graph=graph, step=traced.step,
-                          devices=complete_assignment(graph, op_devices, layer_devices),
+    devices = complete_assignment(graph, op_devices, layer_devices)
+    if options.get("splits"):
+        devices.update((name, d) for name, d in op_devices.items() if is_split_node(name))
+    return RewriteContext(graph=graph, step=traced.step, devices=devices,
                           inputs=tuple(traced.input_names),
                           captured=(*traced.variables, *traced.constants),
                           optimizer_scope=traced.optimizer_scope, **options)
@@ -154,6 +165,12 @@ def mirrors_in(records: Sequence[RewriteRecord]) -> tuple[tuple[str, str, str], 
     return () if r is None or r.detail is None else r.detail
 
 
+def shards_in(records: Sequence[RewriteRecord]) -> tuple[Shard, ...]:
+    """The weight shards the ``split`` rewrite added (none without it)."""
+    r = find_record(records, "split")
+    return () if r is None else r.detail
+
+
 def copies_in(records: Sequence[RewriteRecord], context: RewriteContext) -> int:
     """How many micro-batch copies of the graph the rewrites made (the ``copies`` rewrite's; 1 without it): what
     :func:`import_function` splits the inputs into."""
@@ -161,7 +178,8 @@ def copies_in(records: Sequence[RewriteRecord], context: RewriteContext) -> int:
 
 
 def emit(traced: TracedModel, variables: Mapping[str, Any], context: RewriteContext,
-         rewrites: Sequence[Rewrite] | None = None, mirror: Callable[[Any, str], Any] | None = None) -> EmittedModel:
+         rewrites: Sequence[Rewrite] | None = None, mirror: Callable[[Any, str], Any] | None = None,
+         shard: Callable[[Any, Shard], Any] | None = None) -> EmittedModel:
     """Build the placed function of one trace.
 
     Parameters
@@ -178,6 +196,9 @@ def emit(traced: TracedModel, variables: Mapping[str, Any], context: RewriteCont
     mirror : callable, optional
         ``mirror(variable, device)`` → the copy of ``variable`` on ``device`` that a data-parallel group reads
         (``context.mirrored``); the caller keeps it equal to the variable.
+    shard : callable, optional
+        ``shard(variable, Shard)`` → a variable on the shard's device holding the shard's slice of ``variable``
+        (``context.splits``); the caller keeps it equal to that slice.
 
     Raises
     ------
@@ -194,14 +215,22 @@ def emit(traced: TracedModel, variables: Mapping[str, Any], context: RewriteCont
     if mirrors and mirror is None:
         raise GraphError(f"{len(mirrors)} variables are mirrored on data-parallel groups and no mirror was given")
     mirror_variables = tuple(mirror(variables[ph], device) for _, ph, device in mirrors)
+    shards = shards_in(records)
+    if shards and shard is None:
+        raise GraphError(f"{len(shards)} weight shards of split ops are read and no shard was given")
+    shard_variables = tuple(shard(variables[s.variable], s) for s in shards)  # type: ignore[misc]
+    present = {n.name for n in running.node}  # a split weight's placeholder is gone: its shards are read
     fn = import_function(running, traced.input_names, traced.output_names,
-                         [(ph, variables[ph]) for ph in placeholders] + list(traced.constants.items())
-                         + [(name, v) for (name, _, _), v in zip(mirrors, mirror_variables)],
+                         [(ph, variables[ph]) for ph in placeholders if ph in present]
+                         + list(traced.constants.items())
+                         + [(name, v) for (name, _, _), v in zip(mirrors, mirror_variables)]
+                         + [(s.placeholder, v) for s, v in zip(shards, shard_variables)],
                          traced.dynamic.structured_outputs, traced.input_specs, microbatches=microbatches)
     emitted = EmittedModel(fn, running, placed, records, traced.dynamic.structured_outputs, traced.step,
                            tuple(traced.input_names), tuple(traced.output_names), placeholders,
                            tuple(variables[ph] for ph in placeholders), dict(traced.constants),
-                           tuple(traced.input_specs), microbatches, max(len(context.replicas), 1), mirror_variables)
+                           tuple(traced.input_specs), microbatches, max(len(context.replicas), 1), mirror_variables,
+                           shard_variables)
     log.info("emitted the placed %s function: %d ops on %d devices, %d compressed edges%s", traced.step,
              len(placed.node), len(set(context.devices.values())), len(emitted.compressed),
              f", {microbatches} copies (micro-batches × data-parallel groups)" if microbatches > 1 else "")

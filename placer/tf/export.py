@@ -143,12 +143,16 @@ def export_saved_model(emitted: EmittedModel, path: str | os.PathLike, *, plan: 
     OutputError
         If ``path`` is a file or a non-empty directory, or cannot be written (a full disk, say).
     ExportError
-        If TensorFlow cannot save the function.
+        If TensorFlow cannot save the function, or the plan splits ops (not stored yet).
 
     Nothing is left behind on failure: the SavedModel is written to a temporary
     sibling directory and renamed to ``path`` when complete.
     """
     path = os.fspath(path)
+    if plan.splits:
+        raise ExportError(f"this placement splits {len(plan.splits)} ops over devices (plan.splits), which exports "
+                          "cannot store yet; place with splits='none' to export, or save the plan (plan.save) and "
+                          "place again from it")
     input_specs = emitted.input_specs
     names = [_arg_name(s, i) for i, s in enumerate(input_specs)]
     if len(set(names)) != len(names):

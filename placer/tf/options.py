@@ -12,6 +12,7 @@ group (attribute)      class                                   stages
 ``hosts``              :class:`HostOptions`                    hosts, calls
 ``solve``              :class:`~placer.planner.PlanOptions`    problem, solve (a model's defaults:
                                                                :data:`MODEL_PLAN_OPTIONS`)
+``split``              :class:`SplitOptions`                   graph, splits
 ``microbatch``         :class:`MicrobatchOptions`              microbatches
 ``emit``               :class:`EmitOptions`                    codecs, emit, the placed model's calls
 =====================  ======================================  ==========================================
@@ -50,6 +51,9 @@ from ..planner import MODEL_MEMORY, SPLIT_MARGIN, PlanOptions
 from .costs import ProfileOptions
 from .remote import DEFAULT_WORKER_TIMEOUT_S
 from .rewrites.sends import SENDS
+
+#: The values of ``splits=`` (:class:`SplitOptions`).
+SPLITS = ("auto", "none", "all")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -195,6 +199,33 @@ class HostOptions:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SplitOptions:
+    """Which ops are split over several devices, their weights sharded (keyword-only;
+    :mod:`placer.core.splits`).
+
+    Attributes
+    ----------
+    splits : {"auto", "none", "all"}
+        ``"auto"`` (default): for a forward pass on several devices, the dense products whose weight holds at
+        least ``split_min_bytes`` are split by output columns into one part per device and the graph placed
+        again; that plan is kept where its simulated step is predicted at least ``split_margin`` (the solve
+        group's) shorter than the plan of whole ops. ``"all"``: those splits are kept regardless (to measure
+        them). ``"none"``: every op whole. Training steps are not split yet (``docs/limitations.md``).
+    split_min_bytes : int
+        The least bytes of a weight whose product is split.
+    """
+
+    splits: str = "auto"
+    split_min_bytes: int = 1 << 20
+
+    def __post_init__(self) -> None:
+        if self.splits not in SPLITS:
+            raise AutoplaceError(f"splits must be one of {', '.join(map(repr, SPLITS))}, got {self.splits!r}")
+        object.__setattr__(self, "split_min_bytes", integer("split_min_bytes", self.split_min_bytes, minimum=0,
+                                                           maximum=1 << 50))
+
+
+@dataclass(frozen=True, kw_only=True)
 class MicrobatchOptions:
     """How a plan is pipelined in micro-batches (keyword-only; when a spread plan is kept over one device is
     ``PlanOptions.split_margin``).
@@ -301,7 +332,7 @@ MODEL_PLAN_OPTIONS = PlanOptions(group_by=MODEL_GROUP_BY, memory=MODEL_MEMORY, e
 #: The groups of :class:`PlacementOptions`, in stage order: attribute → its default.
 GROUPS: Mapping[str, Any] = {
     "trace": TraceOptions(), "train": TrainingOptions(), "costs": ProfileOptions(), "hosts": HostOptions(),
-    "solve": MODEL_PLAN_OPTIONS, "microbatch": MicrobatchOptions(), "emit": EmitOptions(),
+    "solve": MODEL_PLAN_OPTIONS, "split": SplitOptions(), "microbatch": MicrobatchOptions(), "emit": EmitOptions(),
 }
 #: ``(group, field)`` → its flat option name where the two differ (``autoplace(profile_repeats=3)``).
 FLAT_NAMES: Mapping[tuple[str, str], str] = {
@@ -348,6 +379,7 @@ class PlacementOptions:
     costs: ProfileOptions
     hosts: HostOptions
     solve: PlanOptions
+    split: SplitOptions
     microbatch: MicrobatchOptions
     emit: EmitOptions
     progress: Callable[[str, float | None], None] | None

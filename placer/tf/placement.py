@@ -34,14 +34,20 @@ from ..core.devices import DeviceSet
 from ..core.plan import Plan
 from ..core.replicas import device_groups
 from ..planner import PlanOptions
-from .emit import EmittedModel, emit, rewrite_context
+from .emit import EmittedModel, emit, rewrite_context, rewrite_graph_def
 from .graphdef import layer_devices_of
 from .opgraph import OpGraph
 from .remote import Watchdog
 from .replicas import replica_assignment
 from .report import Report
-from .rewrites.sends import send_rule
+from .rewrites import find_record
+from .rewrites.sends import acknowledged_nodes, send_rule
+from .rewrites.split import Shard, sharded_placeholders, splittable
 from .trace import TracedModel
+
+#: Where a split op's whole weight lives: the CPU of the process that placed the model (with gRPC workers, the
+#: client; its parts read shards on the workers).
+CLIENT_DEVICE = "/job:localhost/replica:0/task:0/device:CPU:0"
 
 
 class StepTracer(Protocol):
@@ -57,17 +63,21 @@ class StepTracer(Protocol):
 
 
 class ReplicatedVariable(keras.Variable):
-    """A placed model variable with copies on other devices (``mirrors``) that follow it.
+    """A placed model variable with copies on other devices (``mirrors``) or shards of it (``shards``) that
+    follow it.
 
     A forward pass run as data-parallel copies (``Plan.replicas``) reads each weight on each copy's own
-    device, as data parallelism keeps a copy of the weights per device. Every write through Keras (``assign``,
-    ``assign_add``, ``assign_sub``, hence ``set_weights`` and ``load_weights``, eager or inside a
-    ``tf.function``) assigns the mirrors the new value after it, so they always hold the variable's value.
-    Writing its underlying ``tf.Variable`` (``variable.value.assign``) bypasses Keras and the mirrors.
+    device, as data parallelism keeps a copy of the weights per device; an op split over devices
+    (``Plan.splits``) reads its weight's shards, each on its part's device. Every write through Keras
+    (``assign``, ``assign_add``, ``assign_sub``, hence ``set_weights`` and ``load_weights``, eager or inside a
+    ``tf.function``) assigns the mirrors the new value and the shards their slices of it after it, so they
+    always hold the variable's value. Writing its underlying ``tf.Variable`` (``variable.value.assign``)
+    bypasses Keras, the mirrors and the shards.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._mirrors: dict[str, tf.Variable] = {}  # device → the copy there
+        self._shards: dict[Shard, tf.Variable] = {}  # shard → the variable holding it
         super().__init__(*args, **kwargs)
 
     @property
@@ -75,10 +85,25 @@ class ReplicatedVariable(keras.Variable):
         """The copies made so far, one per device."""
         return list(self._mirrors.values())
 
+    @property
+    def shards(self) -> list[tf.Variable]:
+        """The shards made so far."""
+        return list(self._shards.values())
+
     def _direct_assign(self, value: Any) -> None:
         super()._direct_assign(value)
         for m in self._mirrors.values():
             m.assign(self.value)
+        for shard, v in self._shards.items():
+            v.assign(_sliced(self.value, shard))
+
+    def shard_on(self, shard: Shard) -> tf.Variable:
+        """The variable on ``shard.device`` holding ``shard``'s slice of this one (made on first use)."""
+        if shard not in self._shards:
+            with tf.device(shard.device):
+                self._shards[shard] = tf.Variable(_sliced(self.value, shard), trainable=False,
+                                                  name=f"{self.name.split('/')[-1]}_shard_{shard.start}")
+        return self._shards[shard]
 
     def mirror_on(self, device: str) -> tf.Variable:
         """The copy of this variable on ``device`` (made on first use, equal to the variable)."""
@@ -89,6 +114,14 @@ class ReplicatedVariable(keras.Variable):
         return self._mirrors[device]
 
 
+def _sliced(value: tf.Variable, shard: Shard) -> tf.Tensor:
+    """``shard``'s slice of ``value``."""
+    begin = [0] * value.shape.rank
+    size = list(value.shape)
+    begin[shard.axis], size[shard.axis] = shard.start, shard.stop - shard.start
+    return tf.slice(value.read_value(), begin, size)
+
+
 def place_variables(traced: TracedModel, plan: Plan, devices: DeviceSet, variables: Sequence[Any],
                     user_variables: Sequence[Any]) -> dict[int, Any]:
     """``id(variable)`` → the variable on its planned device, for each of ``variables`` (module docstring).
@@ -96,20 +129,24 @@ def place_variables(traced: TracedModel, plan: Plan, devices: DeviceSet, variabl
     A variable's device is the plan's for the placeholder that captures it in the trace the plan was made on
     (``traced.fixed``), else the first device.
     ``user_variables`` (the user's model's) are copied (a :class:`ReplicatedVariable` where the plan runs a
-    forward pass as data-parallel copies); the others (the shell's optimizer and metric variables) are moved.
+    forward pass as data-parallel copies or splits the op that reads it); the others (the shell's optimizer and
+    metric variables) are moved. The variable of a split op's weight lives on this process's CPU
+    (:data:`CLIENT_DEVICE`): no device the plan uses holds it whole, each holds its shards.
     """
-    kind = ReplicatedVariable if plan.replicas > 1 and traced.step == "predict" else keras.Variable
+    replicated = plan.replicas > 1 and traced.step == "predict"
+    sharded = {id(traced.fixed_captures[0][ph]) for ph in sharded_placeholders(traced.fixed.graph, plan.splits)}
     home: dict[int, str] = {}
     # the plan names the placeholders of the trace it was made on (the fixed-batch one): a capture named by a
     # counter ("…/1804", a variable a nested function reads) has another name in every other trace
     for ph, var in traced.fixed_captures[0].items():
-        home.setdefault(id(var), plan.assignment.get(ph, devices.names[0]))
+        home.setdefault(id(var), CLIENT_DEVICE if id(var) in sharded else plan.assignment.get(ph, devices.names[0]))
     user = {id(v) for v in user_variables}
     placed: dict[int, Any] = {}
     for var in variables:
         device = home.get(id(var), devices.names[0])
         with tf.device(device):
             if id(var) in user:
+                kind = ReplicatedVariable if replicated or id(var) in sharded else keras.Variable
                 placed[id(var)] = kind(var.value.read_value(), dtype=var.dtype, trainable=var.trainable,
                                        name=var.name)
             else:  # the shell's own optimizer/metric state: moved, so Keras' objects keep working
@@ -192,6 +229,8 @@ class PlacedFunctions:
             assignment = replica_assignment(traced.dynamic.graph, assignment, self._layer_devices,
                                             self.replica_groups, once)
         pipelined_training = traced.step == "train" and plan.microbatches > 1
+        # a trace without a split op's part (another step of the model) reads the weight whole, where it lives
+        splits = {op: k for op, k in plan.splits.items() if splittable(traced.dynamic.graph, op, traced.variables)}
         groups = device_groups(plan.devices, plan.replicas) if plan.replicas > 1 and traced.step == "predict" else ()
         context = rewrite_context(
             traced, assignment, layer_devices=self._layer_devices, compression=self.compression,
@@ -199,8 +238,25 @@ class PlacedFunctions:
             replica_groups=self.replica_groups if pipelined_training else (),
             replicas=groups, mirrored=frozenset(ph for ph, v in by_var.items() if isinstance(v, ReplicatedVariable)),
             pipeline=plan.pipeline, pipeline_devices=tuple(plan.stages), sends=self._sends,
-            order=plan.op_order if plan.microbatches == 1 and plan.replicas == 1 and not self.replica_groups else {})
-        return emit(traced, by_var, context, mirror=lambda variable, device: variable.mirror_on(device))
+            order=plan.op_order if plan.microbatches == 1 and plan.replicas == 1 and not self.replica_groups else {},
+            splits=splits)
+        return emit(traced, by_var, context, mirror=lambda variable, device: variable.mirror_on(device),
+                    shard=lambda variable, shard: variable.shard_on(shard))
+
+
+def predicted_acknowledgements(traced: TracedModel, plan: Plan, op_graph: OpGraph, built: Any
+                               ) -> tuple[tuple[int, int, tuple[int, ...]], ...]:
+    """The transfers the placed function of ``traced`` (a forward pass in one micro-batch, one copy) would
+    acknowledge with prompt sends (:mod:`placer.tf.rewrites.sends`), as the simulator takes them
+    (``SimOptions.acknowledged``; ``built``: the problem of ``op_graph``): the declared rewrites run on the
+    trace's GraphDef as :func:`placer.tf.emit.emit` runs them, without importing it. A plan's predicted step is
+    scored so before it is emitted (the splits stage compares plans by it)."""
+    context = rewrite_context(traced, plan.assignment, layer_devices=layer_devices_of(plan.assignment),
+                              batch_size=plan.batch_size or 1, splits=plan.splits,
+                              sends=send_rule(plan, op_graph.graph))
+    records = rewrite_graph_def(traced.dynamic.graph.as_graph_def(), context)[2]
+    sends = find_record(records, "sends")
+    return acknowledged_nodes(built, None if sends is None else sends.detail)
 
 
 @dataclass(frozen=True, kw_only=True)

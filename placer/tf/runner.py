@@ -10,10 +10,14 @@ trace         :func:`~placer.tf.trace.trace_model`         the Keras model      
 costs         :func:`~placer.tf.costs.compute_costs`       traced model, device kinds      ``ComputeCosts``
 hosts         :func:`_hosts` (:mod:`placer.tf.timing`,     traced model, devices           ``DeviceSet`` with links and
               :mod:`placer.measure`)                                                       shared processors
-graph         :func:`~placer.tf.opgraph.build_op_graph`    traced model, costs             ``OpGraph``
+graph         :func:`~placer.tf.opgraph.build_op_graph`    traced model, costs             ``OpGraph`` (a saved plan's
+                                                                                           split ops split)
 problem       :func:`~placer.core.build.build_problem`     op graph, devices, grouping     ``BuiltProblem``
 solve         :func:`~placer.planner.plan_problem`         built problem, ``PlanOptions``  ``Plan``
                                                            (or a saved plan)
+splits        :func:`_splits`                              plan, op graph, traced model    ``Plan``, ``OpGraph``,
+              (:mod:`placer.core.splits`)                                                  ``BuiltProblem``: large
+                                                                                           products split where it pays
 microbatches  :func:`_microbatches`                        plan, model                     ``Plan`` with its
               (:mod:`placer.core.microbatch`)                                              micro-batches
 calls         :func:`_call_overhead`                       plan, traced model              ``Plan`` + the measured
@@ -57,6 +61,7 @@ from ..core.devices import DeviceSet, SharedProcessor, resolve_devices
 from ..core.microbatch import SmallBatchCosts, candidate_microbatches, simulate_pipeline
 from ..core.plan import Plan
 from ..core.replicas import device_groups, simulate_replicas
+from ..core.splits import Split, split_graph, spread_parts
 from ..errors import AutoplaceError, InputSignatureError, PlanError, TrainingError
 from ..measure.hosts import executor_ready_order, sharing_groups
 from ..measure.links import calibrate_links
@@ -67,11 +72,12 @@ from .emit import EmittedModel
 from .opgraph import OpGraph, build_op_graph
 from .options import PlacementOptions
 from .placed_model import PlacedModel
-from .placement import PlacedFunctions, Placement, place_variables
+from .placement import PlacedFunctions, Placement, place_variables, predicted_acknowledgements
 from .remote import Watchdog, worker_addresses
 from .replicas import replica_groups
 from .report import Report, build_report
 from .rewrites.sends import acknowledged_nodes
+from .rewrites.split import split_candidates
 from .timing import plan_call_seconds, shared_processors
 from .trace import TracedModel, check_model, signature_from_sample, trace_model, with_batch
 from .training import check_replicable, trace_training
@@ -79,8 +85,8 @@ from .training import check_replicable, trace_training
 log = logging.getLogger(__name__)
 
 #: The stages of :func:`autoplace`, in order; :func:`profile` runs :data:`PROFILE_STAGES`.
-STAGES = ("devices", "trace", "costs", "hosts", "graph", "problem", "solve", "microbatches", "calls", "codecs", "emit",
-          "report")
+STAGES = ("devices", "trace", "costs", "hosts", "graph", "problem", "solve", "microbatches", "splits", "calls",
+          "codecs", "emit", "report")
 PROFILE_STAGES = STAGES[:3]
 
 
@@ -195,6 +201,80 @@ def _solve(built: BuiltProblem, options: PlanOptions, given: Plan | None, batch_
     plan = plan_problem(built, options, given=None if given is None else given.assignment,
                         given_order=None if given is None else given.op_order)
     return replace(plan, batch_size=batch_size, compression=compression)
+
+
+@dataclass(frozen=True)
+class _Graphs:
+    """The op graph and problem a plan was made on (the splits stage may replace both)."""
+
+    op_graph: OpGraph
+    built: BuiltProblem
+
+
+def _split(traced: TracedModel, op_graph: OpGraph, splits: Sequence[Split]) -> OpGraph:
+    """``op_graph`` with ``splits`` applied (:func:`placer.core.splits.split_graph`)."""
+    return replace(op_graph, graph=split_graph(op_graph.graph, splits))
+
+
+def _prompt_sends(opts: PlacementOptions, devset: DeviceSet) -> bool:
+    """Whether the placed functions acknowledge awaited transfers (:mod:`placer.tf.rewrites.sends`)."""
+    return opts.emit.sends == "prompt" or (opts.emit.sends == "auto" and devset.ready_order == "lifo")
+
+
+def _step_with_sends(traced: TracedModel, plan: Plan, graphs: _Graphs, prompt: bool) -> float:
+    """``plan``'s simulated step (its ``predicted_step_time_s`` where pipelined or copied) with the transfers its
+    emitted function would acknowledge (prompt sends): what the emit stage will predict."""
+    if not prompt or plan.microbatches > 1 or plan.replicas > 1:
+        return plan.predicted_step_time_s
+    acks = predicted_acknowledgements(traced, plan, graphs.op_graph, graphs.built)
+    return graphs.built.simulate(graphs.built.group_assignment(plan.assignment),
+                                 SimOptions(acknowledged=acks)).step_time_s
+
+
+def _splits(traced: TracedModel, graphs: _Graphs, plan: Plan, devset: DeviceSet, opts: PlacementOptions,
+            notes: Sequence[str] = ()) -> tuple[Plan, _Graphs]:
+    """The splits stage: the forward pass's large dense products split into one part per device, their weights
+    sharded (:mod:`placer.core.splits`), and the split graph placed twice: by the same solver, and with each
+    split's parts side by side (:func:`~placer.core.splits.spread_parts`; the solver's simulation does not
+    see the acknowledged transfers that let parts overlap on one-thread workers). The best of them, scored
+    as it will be emitted (prompt sends included: :func:`_step_with_sends`), replaces ``plan`` (with the
+    micro-batches and copies the stage before chose) where ``splits="auto"`` predicts it ``split_margin``
+    faster (``"all"``: kept; ``"none"``: not tried). ``notes``: the log lines the solve stage added to
+    ``plan``'s (a split plan gets them too)."""
+    mode = opts.split.splits
+    if mode == "none" or len(devset) < 2:
+        return plan, graphs
+    if traced.step != "predict":
+        log.info("operator splits: not tried for a training step (forward passes only, for now)")
+        return plan, graphs
+    found = split_candidates(traced.fixed.graph, traced.fixed_captures[0], len(devset), opts.split.split_min_bytes)
+    if not found:
+        log.info("operator splits: no dense product reads a weight of %d bytes or more", opts.split.split_min_bytes)
+        return plan, graphs
+    op_graph = _split(traced, graphs.op_graph, found)
+    split = _Graphs(op_graph, build_problem(op_graph.graph, devset, group_by=opts.solve.group_by))
+    splits = {s.op: s.parts for s in found}
+    solved = replace(_solve(split.built, opts.solve, None, traced.batch_size, opts.emit.compression), splits=splits)
+    parts_apart = replace(solved, assignment=spread_parts(solved.assignment, found, devset.names), op_order={})
+    spread = _solve(split.built, opts.solve, parts_apart, traced.batch_size, opts.emit.compression)
+    spread = replace(spread, splits=splits, solver=f"{solved.solver}, parts spread")
+    prompt = _prompt_sends(opts, devset)
+    whole_s = _step_with_sends(traced, plan, graphs, prompt)
+    scored = sorted(((_step_with_sends(traced, p, split, prompt), i, p) for i, p in enumerate((solved, spread))),
+                    key=lambda t: t[:2])
+    best_s, _, best = scored[0]
+    margin = opts.solve.split_margin or 0.0
+    faster = best_s < whole_s * (1.0 - margin)
+    what = (f"{len(found)} dense products split {len(devset)} ways (weights sharded; {best.solver}) predicted "
+            f"{1e3 * best_s:.3f} ms against {1e3 * whole_s:.3f} ms whole"
+            + (" (both with the transfers prompt sends acknowledge)" if prompt else ""))
+    if mode == "all" or faster:
+        line = f"operator splits: {what}: split" + ("" if faster else " (splits='all')")
+        log.info(line)
+        return replace(best, log=(*best.log, *notes, line)), split
+    line = f"operator splits: {what}: kept whole (a split must be predicted {100 * margin:.0f}% faster)"
+    log.info(line)
+    return replace(plan, log=(*plan.log, line)), graphs
 
 
 def _trace(shell: PlacedModel, model: keras.Model, opts: PlacementOptions, batch_size: int | None,
@@ -444,7 +524,7 @@ def _emit(first: _FirstStages, plan: Plan, op_graph: OpGraph, devset: DeviceSet,
     emitted simulated once (its acknowledged transfers, :mod:`placer.tf.rewrites.sends`, where it is neither
     pipelined nor replicated): the plan's predicted step changes by what they change."""
     shell, traced = first.shell, first.traced
-    prompt = opts.emit.sends == "prompt" or (opts.emit.sends == "auto" and devset.ready_order == "lifo")
+    prompt = _prompt_sends(opts, devset)
     variables = place_variables(traced, plan, devset, shell.known_variables(), shell.source_model().variables)
     functions = PlacedFunctions(plan=plan, op_graph=op_graph, compression=policy, replica_groups=groups,
                                 prompt_sends=prompt, variables=variables, tracer=shell, input_specs=first.input_specs)
@@ -595,11 +675,16 @@ def _autoplace(model: Any, devices: Sequence[Any], plan: Plan | str | os.PathLik
         devset, hosts_note = _hosts(model, traced, first.devices, opts, first.costs)
     with timer.stage("graph"):
         op_graph = build_op_graph(traced, first.costs.us)
+        if given is not None and given.splits:  # a saved plan places the parts of its split ops
+            op_graph = _split(traced, op_graph, split_candidates(traced.fixed.graph, traced.fixed_captures[0],
+                                                                 given.splits))
     with timer.stage("problem"):
         built = build_problem(op_graph.graph, devset, group_by=opts.solve.group_by)
     with timer.stage("solve"):
         placed_plan = _solve(built, opts.solve, given, traced.batch_size, opts.emit.compression)
-        placed_plan = replace(placed_plan, log=(*placed_plan.log, *_inputs_note(first.costs, hosts_note)))
+        notes = _inputs_note(first.costs, hosts_note)
+        placed_plan = replace(placed_plan, log=(*placed_plan.log, *notes),
+                              splits=dict(given.splits) if given is not None else {})
     with timer.stage("microbatches"):
         placed_plan, small = _microbatches(
             model, built, placed_plan, devset, opts,
@@ -607,6 +692,11 @@ def _autoplace(model: Any, devices: Sequence[Any], plan: Plan | str | os.PathLik
             given is None and opts.solve.algorithm == DEFAULT_SOLVER,
             opts.microbatch.pipeline if given is None or "pipeline" in options else given.pipeline,
             opts.train.replicas if given is None or "replicas" in options else given.replicas)
+    with timer.stage("splits"):
+        if given is None:
+            placed_plan, graphs = _splits(traced, _Graphs(op_graph, built), placed_plan, devset, opts, notes)
+            if placed_plan.splits:  # made on the split graph, in one micro-batch
+                op_graph, built, small = graphs.op_graph, graphs.built, None
     if traced.step == "train" and placed_plan.replicas > 1 and opts.train.replicas == "auto":
         # auto chose data parallelism: trace and plan one replica's step
         log.info("replicas='auto': %s; tracing and planning one replica's step", placed_plan.log[-1])

@@ -123,6 +123,9 @@ class RewriteContext:
     sends : SendRule or None
         Given: the awaited cross-process transfers are acknowledged; ``None``: sends run when TensorFlow's
         executor gets to them.
+    splits : Mapping[str, int]
+        Ops split by their weight's output columns (``Plan.splits``: op → parts; :mod:`~placer.tf.rewrites.split`);
+        ``devices`` names every part's device.
 
     Raises
     ------
@@ -146,6 +149,7 @@ class RewriteContext:
     pipeline: str = "gpipe"
     pipeline_devices: tuple[str, ...] = ()
     sends: SendRule | None = None
+    splits: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.replicas and (self.step != "predict" or len({len(g) for g in self.replicas}) != 1):

@@ -19,6 +19,7 @@ from typing import Callable, Mapping, Sequence
 import tensorflow as tf
 
 from ...core.compression import CODECS, CompressionPolicy
+from ...core.splits import is_split_node
 from ..codecs import TF_CODECS, CompressedEdge
 from ..graphdef import GRADIENT_SCOPE, tensor_bytes
 from .base import Rewrite, RewriteContext, RewriteRecord
@@ -69,7 +70,8 @@ def insert_codecs(gd: tf.compat.v1.GraphDef, graph: tf.Graph, devices: Mapping[s
     """Put the policy's codec on every cut edge of ``gd`` (a copy of ``graph``'s GraphDef, devices set).
 
     Each tensor is encoded once on its producer's device and decoded once
-    per receiving device; consumers there read the decoded tensor.
+    per receiving device; consumers there read the decoded tensor. The outputs of a split op's parts
+    (:mod:`placer.tf.rewrites.split`) are sent uncompressed.
     """
     edges: list[CompressedEdge] = []
     encoded: dict[tuple[str, str], list[str]] = {}   # (tensor, codec) → wire refs
@@ -88,6 +90,8 @@ def insert_codecs(gd: tf.compat.v1.GraphDef, graph: tf.Graph, devices: Mapping[s
                 continue
             if (tname, dst_dev) in decoded:
                 node.input[i] = decoded[(tname, dst_dev)]
+                continue
+            if is_split_node(op_name):  # a split op's part (not in the trace): its output is sent as it is
                 continue
             t = graph.get_tensor_by_name(tname)
             shape, rank = t.shape, t.shape.rank

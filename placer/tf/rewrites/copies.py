@@ -48,6 +48,8 @@ from typing import Collection, Mapping, Sequence
 
 import tensorflow as tf
 
+from ...core.splits import is_split_node
+
 from ...errors import GraphError
 from ..graphdef import copy_name, mirror_name, source
 from .base import Rewrite, RewriteContext, RewriteRecord
@@ -182,13 +184,15 @@ def copy_microbatches(gd: tf.compat.v1.GraphDef, context: RewriteContext) -> Rew
     inputs. Record detail: the mirrors ``(placeholder, variable placeholder, device)`` the caller feeds."""
     before = len(gd.node)
     m, groups = context.microbatches, context.replicas
-    shared: list[str] = list(context.captured)
+    # the weight shards of split ops (the split rewrite's placeholders) are captured too
+    shared: list[str] = [*context.captured,
+                         *(n.name for n in gd.node if n.op == "Placeholder" and is_split_node(n.name))]
     homes: list[dict[str, str]] = []
     renames: list[dict[str, str]] = []
     mirrors: tuple[tuple[str, str, str], ...] = ()
     if len(groups) > 1:
         group_homes = [dict(zip(groups[0], g)) for g in groups]
-        reads = shared_reads(gd, context.captured)
+        reads = shared_reads(gd, shared)
         by_group, mirrors = add_mirrors(gd, reads, context.mirrored, group_homes)
         shared += reads + [ph for ph, _, _ in mirrors] + [r for rn in by_group for r in rn.values()]
         homes = [group_homes[c // m] for c in range(m * len(groups))]

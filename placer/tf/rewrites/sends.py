@@ -67,6 +67,7 @@ import tensorflow as tf
 from ...core.attrs import COMPUTE_US
 from ...core.devices import device_kind
 from ...core.plan import Plan
+from ...core.splits import split_origin
 from ..graphdef import ACK_SCOPE, copied, copy_of, dependency_graph, source
 from .base import Rewrite, RewriteContext, RewriteRecord, SendRule
 
@@ -294,7 +295,7 @@ def acknowledge_sends(gd: tf.compat.v1.GraphDef, context: RewriteContext) -> Rew
     graph = context.graph
 
     def dtype_of(name: str, k: int) -> Any:
-        name = copied(name)[0]
+        name = split_origin(copied(name)[0])  # a split op's part has the op's dtype
         try:
             return graph.get_operation_by_name(name).outputs[k].dtype
         except (KeyError, IndexError, ValueError):

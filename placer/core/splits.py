@@ -1,0 +1,293 @@
+"""Operator splitting in the op graph (no TensorFlow): one op over several devices, its weight sharded.
+
+A layer whose weight is read whole by one op (a dense layer's ``MatMul``)
+runs on one device, however many there are: at small batch its time is the
+time to stream the weight from memory, and a placement of whole ops cannot
+shorten it. *Splitting* the op by its weight's output columns gives ``k``
+ops, each reading ``1/k`` of the weight (its shard, a variable of its own)
+and computing ``1/k`` of the output columns; a concatenation joins them
+(Megatron-LM's column-parallel linear layer; Mesh-TensorFlow and GSPMD
+annotate the same split).
+
+:func:`split_graph` applies chosen :class:`Split`\\ s to a cost-annotated op
+graph (``docs/graph-format.md``) *before* placement: each part, its shard's
+placeholder and read become nodes of their own (a layer of their own, so
+``group_by="layer"`` may put them apart), and the solver places them like
+any op; parts placed together are one device's work again. The TensorFlow
+rewrite that makes the same graph is :mod:`placer.tf.rewrites.split`; both
+name the new nodes with :func:`split_name` so a plan made on this graph
+names the emitted graph's nodes.
+
+Costs (predicted, not profiled per part): a part's compute is the op's
+measured time times its share of the columns (a product's time is linear in
+its output columns, and the weight streamed is that share);
+the join is a copy of the output, timed at :data:`JOIN_BYTES_PER_S`. Ops
+profiled with TensorFlow's graph optimizer on hold a fused kernel's time on
+the last op it fused (:data:`~placer.core.attrs.FUSED_AFTER_PRODUCT_OP_TYPES`:
+the bias and activation after a product): that time is the product's, so it
+moves onto the parts, and those ops (no longer fused after the join) keep a
+copy's time.
+
+Examples
+--------
+>>> import networkx as nx
+>>> g = nx.DiGraph()
+>>> g.add_node("x", compute_us=1.0, op_type="Placeholder")
+>>> g.add_node("w", compute_us=0.0, op_type="Placeholder", memory_bytes=4000, variable="d/kernel", colocation="w")
+>>> g.add_node("r", compute_us=0.0, op_type="ReadVariableOp", colocation="w")
+>>> g.add_node("d/MatMul", compute_us=100.0, op_type="MatMul", output_bytes=80)
+>>> g.add_edge("x", "d/MatMul", bytes=40, tensors=("x:0",), tensor_bytes=(40,))
+>>> g.add_edge("w", "r", bytes=0)
+>>> g.add_edge("r", "d/MatMul", bytes=4000, tensors=("r:0",), tensor_bytes=(4000,))
+>>> s = split_graph(g, [Split("d/MatMul", read="r", placeholder="w", columns=20, parts=2)])
+>>> sorted(s.nodes)[:4]
+['d/MatMul', 'd/MatMul/autoplace_split_0', 'd/MatMul/autoplace_split_1', 'd/MatMul/autoplace_split_axis']
+>>> s.nodes["d/MatMul/autoplace_split_0"]["compute_us"], s.nodes["w/autoplace_split_1"]["memory_bytes"]
+(50.0, 2000)
+>>> s.nodes["d/MatMul"]["op_type"], "w" in s, "r" in s
+('ConcatV2', False, False)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import networkx as nx
+
+from ..errors import GraphError
+from .attrs import (
+    BYTES,
+    COLOCATION,
+    COMPUTE_US,
+    CONTROL,
+    FUSED_AFTER_PRODUCT_OP_TYPES,
+    LAYER,
+    MEMORY_BYTES,
+    OP_TYPE,
+    OUTPUT_BYTES,
+    TENSOR_BYTES,
+    TENSORS,
+    VARIABLE,
+)
+
+#: The scope suffix of the nodes a split adds (``{node}/autoplace_split_{i}``, ``{op}/autoplace_split_axis``).
+SPLIT_SCOPE = "autoplace_split"
+#: Bytes per second of the join (a concatenation copies the parts into one buffer): an assumed host-memory
+#: copy speed, not a measurement.
+JOIN_BYTES_PER_S = 5e9
+
+
+def split_name(name: str, i: int) -> str:
+    """The name of part ``i`` of node ``name`` (the op, its shard's read or placeholder).
+
+    Examples
+    --------
+    >>> split_name("model/dense/MatMul", 1)
+    'model/dense/MatMul/autoplace_split_1'
+    """
+    return f"{name}/{SPLIT_SCOPE}_{i}"
+
+
+def axis_name(op: str) -> str:
+    """The name of the join's axis constant of split ``op``."""
+    return f"{op}/{SPLIT_SCOPE}_axis"
+
+
+def is_split_node(name: str) -> bool:
+    """Whether ``name`` is a node a split added (:func:`split_name`, :func:`axis_name`)."""
+    return f"/{SPLIT_SCOPE}_" in name
+
+
+def split_origin(name: str) -> str:
+    """The node a split's node was made from (``name`` itself for any other node).
+
+    Examples
+    --------
+    >>> split_origin("model/dense/MatMul/autoplace_split_1"), split_origin("model/dense/Relu")
+    ('model/dense/MatMul', 'model/dense/Relu')
+    """
+    return name.split(f"/{SPLIT_SCOPE}_", 1)[0]
+
+
+def spread_parts(assignment: Mapping[str, str], splits: Iterable[Split], devices: Sequence[str]) -> dict[str, str]:
+    """``assignment`` with part ``i`` of each split (its op, its shard's read and placeholder) on
+    ``devices[i % len(devices)]``: the split's parts side by side, whatever else the plan does.
+
+    Examples
+    --------
+    >>> a = {"m": "/d:0", "m/autoplace_split_0": "/d:0", "m/autoplace_split_1": "/d:0",
+    ...      "r/autoplace_split_1": "/d:0", "p/autoplace_split_1": "/d:0"}
+    >>> sorted(spread_parts(a, [Split("m", read="r", placeholder="p", columns=4, parts=2)], ["/d:0", "/d:1"]).items())[2:]
+    [('m/autoplace_split_1', '/d:1'), ('p/autoplace_split_1', '/d:1'), ('r/autoplace_split_1', '/d:1')]
+    """
+    out = dict(assignment)
+    for s in splits:
+        for i in range(s.parts):
+            for name in (s.op, s.read, s.placeholder):
+                out[split_name(name, i)] = devices[i % len(devices)]
+    return out
+
+
+def even_parts(n: int, k: int) -> list[int]:
+    """``k`` sizes summing to ``n``, the first ``n % k`` one larger.
+
+    Examples
+    --------
+    >>> even_parts(10, 4)
+    [3, 3, 2, 2]
+    """
+    if k < 1 or n < k:
+        raise GraphError(f"cannot split {n} into {k} non-empty parts")
+    base, extra = divmod(n, k)
+    return [base + (i < extra) for i in range(k)]
+
+
+def part_bounds(n: int, k: int) -> list[tuple[int, int]]:
+    """``[start, stop)`` of each of :func:`even_parts` ``(n, k)``.
+
+    Examples
+    --------
+    >>> part_bounds(5, 2)
+    [(0, 3), (3, 5)]
+    """
+    out, start = [], 0
+    for size in even_parts(n, k):
+        out.append((start, start + size))
+        start += size
+    return out
+
+
+@dataclass(frozen=True)
+class Split:
+    """One op split by its weight's output columns.
+
+    Attributes
+    ----------
+    op : str
+        The op (a product whose second input is the weight's read).
+    read : str
+        The weight's read (its only reader is ``op``).
+    placeholder : str
+        The weight variable's resource placeholder (read by ``read`` only).
+    columns : int
+        The output columns (the weight's columns).
+    parts : int
+        How many parts (2 … ``columns``).
+    """
+
+    op: str
+    read: str
+    placeholder: str
+    columns: int
+    parts: int
+
+    def __post_init__(self) -> None:
+        if self.parts < 2 or self.parts > self.columns:
+            raise GraphError(f"{self.op}: cannot split {self.columns} columns into {self.parts} parts")
+
+    @property
+    def bounds(self) -> list[tuple[int, int]]:
+        """Each part's columns ``[start, stop)``."""
+        return part_bounds(self.columns, self.parts)
+
+
+def _scaled(costs: object, share: float) -> object:
+    if isinstance(costs, dict):
+        return {kind: float(us) * share for kind, us in costs.items()}
+    return float(costs) * share  # type: ignore[arg-type]
+
+
+def split_graph(graph: nx.DiGraph, splits: Iterable[Split]) -> nx.DiGraph:
+    """A copy of ``graph`` with each of ``splits`` applied (module docstring).
+
+    Part ``i`` of a split op ``n`` reading weight read ``r`` of placeholder ``p``: the nodes
+    ``split_name(p, i)`` (a shard of the variable: its share of ``p``'s memory, colocated with its read),
+    ``split_name(r, i)`` and ``split_name(n, i)`` (its share of ``n``'s time and output), on a layer of their own;
+    ``n`` keeps its name and consumers and becomes the join (``ConcatV2`` of the parts, with the axis constant
+    ``axis_name(n)``); ``r`` and ``p`` are removed (their control successors follow each shard's read).
+
+    Raises
+    ------
+    GraphError
+        A split whose op, read or placeholder is not in the graph, a read or placeholder with another
+        consumer, or an op split twice.
+    """
+    g = graph.copy()
+    seen: set[str] = set()
+    for s in splits:
+        if s.op in seen:
+            raise GraphError(f"{s.op} is split twice")
+        seen.add(s.op)
+        for name in (s.op, s.read, s.placeholder):
+            if name not in g:
+                raise GraphError(f"cannot split {s.op}: {name} is not in the graph")
+        data_out = [v for v in g.successors(s.read) if not g.edges[s.read, v].get(CONTROL)]
+        if data_out != [s.op] or list(g.successors(s.placeholder)) != [s.read]:
+            raise GraphError(f"cannot split {s.op}: its weight {s.placeholder} is read by other ops too")
+        _split_one(g, s)
+    return g
+
+
+def _fused_after(g: nx.DiGraph, op: str) -> list[str]:
+    """The chain of single-consumer ops after ``op`` that the graph optimizer fuses into it."""
+    chain, cur = [], op
+    while True:
+        data = [v for v in g.successors(cur) if not g.edges[cur, v].get(CONTROL)]
+        if len(data) != 1 or g.nodes[data[0]].get(OP_TYPE) not in FUSED_AFTER_PRODUCT_OP_TYPES:
+            return chain
+        if [u for u in g.predecessors(data[0]) if not g.edges[u, data[0]].get(CONTROL)
+                and g.nodes[u].get(OP_TYPE) not in ("ReadVariableOp", "Const")] != [cur]:
+            return chain
+        chain.append(cur := data[0])
+
+
+def _copy_us(costs: object, nbytes: int) -> object:
+    us = 1e6 * nbytes / JOIN_BYTES_PER_S
+    return {k: us for k in costs} if isinstance(costs, dict) else us
+
+
+def _added(a: object, b: object) -> object:
+    if isinstance(a, dict):
+        return {k: float(v) + float(b[k] if isinstance(b, dict) else b) for k, v in a.items()}  # type: ignore
+    return float(a) + float(b)  # type: ignore[arg-type]
+
+
+def _split_one(g: nx.DiGraph, s: Split) -> None:
+    op, layer = g.nodes[s.op], g.nodes[s.op].get(LAYER, s.op)
+    for v in _fused_after(g, s.op):  # the fused kernel's time is the product's
+        op[COMPUTE_US] = _added(op.get(COMPUTE_US, 0.0), g.nodes[v].get(COMPUTE_US, 0.0))
+        g.nodes[v][COMPUTE_US] = _copy_us(g.nodes[v].get(COMPUTE_US, 0.0), int(g.nodes[v].get(OUTPUT_BYTES, 0)))
+    ph, read = dict(g.nodes[s.placeholder]), dict(g.nodes[s.read])
+    into = [(u, dict(d)) for u, _, d in g.in_edges(s.op, data=True) if u != s.read]
+    controls = [v for v in g.successors(s.read) if v != s.op]
+    out_bytes = int(op.get(OUTPUT_BYTES, 0))
+    weight = g.edges[s.read, s.op]
+    for i, (start, stop) in enumerate(s.bounds):
+        share = (stop - start) / s.columns
+        part_layer = split_name(layer, i)
+        p, r, n = split_name(s.placeholder, i), split_name(s.read, i), split_name(s.op, i)
+        g.add_node(p, **{**ph, MEMORY_BYTES: int(round(ph.get(MEMORY_BYTES, 0) * share)), LAYER: part_layer,
+                         COLOCATION: p, VARIABLE: f"{ph.get(VARIABLE, s.placeholder)}[:, {start}:{stop}]"})
+        g.add_node(r, **{**read, LAYER: part_layer, COLOCATION: p})
+        g.add_node(n, **{**op, COMPUTE_US: _scaled(op.get(COMPUTE_US, 0.0), share),
+                         OUTPUT_BYTES: int(round(out_bytes * share)), LAYER: part_layer, COLOCATION: None})
+        g.add_edge(p, r, **dict(g.edges[s.placeholder, s.read]))
+        wb = int(round(weight.get(BYTES, 0) * share))
+        g.add_edge(r, n, **{BYTES: wb, TENSORS: (f"{r}:0",), TENSOR_BYTES: (wb,), CONTROL: False})
+        for u, d in into:
+            g.add_edge(u, n, **d)
+        pb = int(round(out_bytes * share))
+        g.add_edge(n, s.op, **{BYTES: pb, TENSORS: (f"{n}:0",), TENSOR_BYTES: (pb,), CONTROL: False})
+        for v in controls:
+            g.add_edge(r, v, **dict(g.edges[s.read, v]))
+    axis = axis_name(s.op)
+    g.add_node(axis, **{OP_TYPE: "Const", COMPUTE_US: _scaled(op.get(COMPUTE_US, 0.0), 0.0), OUTPUT_BYTES: 4,
+                        MEMORY_BYTES: 0, LAYER: layer, COLOCATION: None})
+    g.add_edge(axis, s.op, **{BYTES: 4, TENSORS: (f"{axis}:0",), TENSOR_BYTES: (4,), CONTROL: False})
+    for u, _ in into:
+        g.remove_edge(u, s.op)
+    g.remove_nodes_from([s.read, s.placeholder])
+    op[COMPUTE_US] = _copy_us(op.get(COMPUTE_US, 0.0), out_bytes)
+    op[OP_TYPE] = "ConcatV2"
+

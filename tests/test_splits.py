@@ -1,0 +1,256 @@
+"""Operator splitting: a dense product split by output columns over devices, each part reading a weight shard.
+
+The op-graph transform (:mod:`placer.core.splits`, no TensorFlow) on random layer chains; the GraphDef
+rewrite (:mod:`placer.tf.rewrites.split`) against the unsplit op on random shapes and part counts, forward
+and gradient; then real Keras models placed with ``splits=`` on logical CPUs: outputs, where each part runs,
+the shards' devices and values, writes reaching the shards, saved plans re-applying their splits, and the
+typed refusals.
+"""
+
+import networkx as nx
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import keras
+import tensorflow as tf
+
+import placer
+from placer.core.attrs import COMPUTE_US, MEMORY_BYTES
+from placer.core.plan import Plan
+from placer.core.splits import Split, axis_name, even_parts, split_graph, split_name, spread_parts
+from placer.errors import AutoplaceError, ExportError, GraphError, PlanError
+from placer.tf.emit import emit, rewrite_context
+from placer.tf.placement import ReplicatedVariable
+from placer.tf.rewrites.split import split_candidates
+from placer.tf.trace import trace_model
+
+
+# --- the op-graph transform (no TensorFlow) ----------------------------------------------------------------
+
+def _chain(layers: int, widths: list[int], batch: int) -> tuple[nx.DiGraph, list[Split]]:
+    """A chain of dense layers as an op graph: x → (read w_i → MatMul_i → BiasAdd_i → Relu_i)*."""
+    g = nx.DiGraph()
+    g.add_node("x", compute_us=0.0, op_type="Placeholder", output_bytes=4 * batch * widths[0])
+    prev, splits = "x", []
+    for i in range(layers):
+        rows, cols = widths[i], widths[i + 1]
+        ph, r, mm, b, a = f"l{i}/w", f"l{i}/read", f"l{i}/MatMul", f"l{i}/BiasAdd", f"l{i}/Relu"
+        g.add_node(ph, compute_us=0.0, op_type="Placeholder", memory_bytes=4 * rows * cols, variable=f"l{i}/kernel",
+                   colocation=ph, layer=f"l{i}")
+        g.add_node(r, compute_us=1.0, op_type="ReadVariableOp", colocation=ph, layer=f"l{i}")
+        g.add_node(mm, compute_us=0.0, op_type="MatMul", output_bytes=4 * batch * cols, layer=f"l{i}")
+        g.add_node(b, compute_us=2.0, op_type="BiasAdd", output_bytes=4 * batch * cols, layer=f"l{i}")
+        g.add_node(a, compute_us=float(rows * cols) / 100, op_type="Relu", output_bytes=4 * batch * cols,
+                   layer=f"l{i}")
+        g.add_edge(ph, r, bytes=0)
+        g.add_edge(r, mm, bytes=4 * rows * cols)
+        g.add_edge(prev, mm, bytes=4 * batch * rows)
+        g.add_edge(mm, b, bytes=4 * batch * cols)
+        g.add_edge(b, a, bytes=4 * batch * cols)
+        prev = a
+        splits.append(Split(mm, read=r, placeholder=ph, columns=cols, parts=min(cols, 2 + i % 3)))
+    return g, splits
+
+
+@settings(max_examples=30, deadline=None)
+@given(layers=st.integers(1, 4), widths=st.lists(st.integers(4, 64), min_size=5, max_size=5),
+       batch=st.integers(1, 8))
+def test_split_graph_keeps_the_work_the_memory_and_the_consumers(layers, widths, batch):
+    g, splits = _chain(layers, widths, batch)
+    s = split_graph(g, splits)
+    assert nx.is_directed_acyclic_graph(s)
+    for sp in splits:
+        k = sp.parts
+        parts = [split_name(sp.op, i) for i in range(k)]
+        # the fused kernel's time (profiled on the activation) moves onto the parts, in their column shares
+        fused = g.nodes[sp.op][COMPUTE_US] + g.nodes[sp.op.replace("MatMul", "BiasAdd")][COMPUTE_US] \
+            + g.nodes[sp.op.replace("MatMul", "Relu")][COMPUTE_US]
+        assert sum(s.nodes[p][COMPUTE_US] for p in parts) == pytest.approx(fused)
+        shares = [s.nodes[p][COMPUTE_US] / fused for p in parts] if fused else []
+        if fused:
+            assert shares == pytest.approx([n / sp.columns for n in even_parts(sp.columns, k)])
+        # the shards hold the weight's bytes between them, each with its part's layer
+        shards = [split_name(sp.placeholder, i) for i in range(k)]
+        assert sum(s.nodes[p][MEMORY_BYTES] for p in shards) == pytest.approx(g.nodes[sp.placeholder][MEMORY_BYTES],
+                                                                              abs=k)
+        assert all(s.nodes[split_name(sp.read, i)]["colocation"] == shards[i] for i in range(k))
+        assert len({s.nodes[p]["layer"] for p in parts}) == k
+        # the op keeps its name and consumers and joins the parts
+        assert s.nodes[sp.op]["op_type"] == "ConcatV2"
+        assert set(s.predecessors(sp.op)) == set(parts) | {axis_name(sp.op)}
+        assert list(s.successors(sp.op)) == list(g.successors(sp.op))
+        assert sp.read not in s and sp.placeholder not in s
+
+
+def test_split_graph_refuses_a_shared_weight_and_a_twice_split_op():
+    g, splits = _chain(1, [8, 8], 2)
+    g.add_node("other", compute_us=1.0, op_type="Identity")
+    g.add_edge("l0/read", "other", bytes=256)
+    with pytest.raises(GraphError, match="read by other ops"):
+        split_graph(g, splits)
+    g, splits = _chain(1, [8, 8], 2)
+    with pytest.raises(GraphError, match="split twice"):
+        split_graph(g, splits + splits)
+    with pytest.raises(GraphError, match="cannot split 3 columns into 4"):
+        Split("m", read="r", placeholder="p", columns=3, parts=4)
+
+
+def test_spread_parts_puts_each_part_on_its_device():
+    g, splits = _chain(2, [8, 8, 8], 2)
+    s = split_graph(g, splits)
+    spread = spread_parts(dict.fromkeys(s, "/d:0"), splits, ["/d:0", "/d:1"])
+    for sp in splits:
+        for i in range(sp.parts):
+            assert {spread[split_name(n, i)] for n in (sp.op, sp.read, sp.placeholder)} == {["/d:0", "/d:1"][i % 2]}
+
+
+# --- the GraphDef rewrite, forward and gradient ---------------------------------------------------------------
+
+@settings(max_examples=8, deadline=None)
+@given(batch=st.integers(1, 5), rows=st.integers(1, 24), cols=st.integers(2, 24), parts=st.integers(2, 4),
+       seed=st.integers(0, 1000))
+def test_the_split_rewrite_equals_the_unsplit_op_forward_and_backward(batch, rows, cols, parts, seed):
+    parts = min(parts, cols)
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential([keras.Input((rows,)), keras.layers.Dense(cols, name="d")])
+    traced = trace_model(model, batch_size=batch)
+    found = split_candidates(traced.fixed.graph, traced.variables, parts)
+    assert len(found) == 1
+    sp = found[0]
+    graph = traced.dynamic.graph
+    devices = {op.name: "/CPU:0" for op in graph.get_operations()}
+    for i in range(parts):
+        devices.update({split_name(n, i): f"/CPU:{i % 2}" for n in (sp.op, sp.read, sp.placeholder)})
+    devices[axis_name(sp.op)] = "/CPU:0"
+    variables = {ph: ReplicatedVariable(v.value.read_value(), name=v.name) for ph, v in traced.variables.items()}
+    context = rewrite_context(traced, devices, splits={sp.op: parts})
+    emitted = emit(traced, variables, context, shard=lambda v, s: v.shard_on(s))
+    assert len(emitted.shards) == parts and {s.device for s in emitted.shards} == {"/CPU:0", "/CPU:1"}
+    kernel = next(v for v in variables.values() if len(v.shape) == 2)
+    bounds = [(s.start, s.stop) for s in emitted.shards]
+    assert bounds[0][0] == 0 and bounds[-1][1] == cols and all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
+    x = tf.constant(np.random.default_rng(seed).standard_normal((batch, rows)).astype("float32"))
+    weights = tf.constant(np.random.default_rng(seed + 1).standard_normal((batch, cols)).astype("float32"))
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        for v in kernel.shards:  # the shards are not trainable variables of their own: watched here
+            tape.watch(v)
+        ours = emitted.function(x)
+        theirs = model(x)
+        loss_ours = tf.reduce_sum(ours * weights)
+        loss_theirs = tf.reduce_sum(theirs * weights)
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(tape.gradient(loss_ours, x).numpy(), tape.gradient(loss_theirs, x).numpy(),
+                               rtol=1e-5, atol=1e-5)
+    # each shard's gradient is its columns of the whole kernel's
+    whole = tape.gradient(loss_theirs, model.layers[0].kernel).numpy()
+    for shard, v in zip(emitted.shards, kernel.shards):
+        np.testing.assert_allclose(tape.gradient(loss_ours, v).numpy(), whole[:, shard.start:shard.stop],
+                                   rtol=1e-5, atol=1e-5)
+
+
+# --- real models placed with splits -------------------------------------------------------------------------
+
+def _wide() -> keras.Model:
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((48,), name="x")
+    h = keras.layers.Dense(96, activation="relu", name="d1")(inp)
+    h = keras.layers.Dense(96, activation="relu", name="d2")(h)
+    return keras.Model(inp, keras.layers.Dense(6, name="head")(h), name="wide")
+
+
+@pytest.fixture(scope="module")
+def split_placed(devices):
+    model = _wide()
+    placed = placer.autoplace(model, devices[:2], batch_size=4, splits="all", split_min_bytes=4096, time_limit_s=1)
+    return model, placed
+
+
+def test_split_placement_equals_the_model_and_runs_each_part_on_its_device(split_placed, devices):
+    model, placed = split_placed
+    plan = placed.plan
+    # the two wide layers are split (the head's 96×6 weight is under split_min_bytes)
+    assert sorted(op.split("/")[-2].split("_")[0] for op in plan.splits) == ["d1", "d2"]
+    assert set(plan.splits.values()) == {2}
+    assert "split by their weights' output columns" in plan.summary()
+    assert any("operator splits:" in line for line in plan.log)
+    x = np.random.default_rng(1).standard_normal((4, 48)).astype("float32")
+    np.testing.assert_allclose(placed(x).numpy(), model(x).numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(placed.predict(x, batch_size=2, verbose=0), model(x).numpy(), rtol=1e-6, atol=1e-6)
+    emitted = placed.placement.functions.forward(False)
+    full = {d: tf.DeviceSpec.from_string("/job:localhost/replica:0/task:0/device:" + d.strip("/")).to_string()
+            for d in devices[:2]}
+    observed = placed.observed_placement(x)
+    for op, k in plan.splits.items():
+        for i in range(k):
+            part = split_name(op, i)
+            assert observed[part] == tf.DeviceSpec.from_string(plan.assignment[part]).to_string()
+    # no whole kernel of a split layer is read; each shard lives where its part runs and holds its columns
+    reads = {n.name for n in emitted.graph_def.node if n.op == "ReadVariableOp"}
+    for op in plan.splits:
+        whole_read = op.rsplit("/", 1)[0] + "/Cast/ReadVariableOp"
+        assert whole_read not in reads and split_name(whole_read, 1) in reads
+    for shard, v in zip(emitted.shards, emitted.shard_variables):
+        assert tf.DeviceSpec.from_string(v.device).to_string() == tf.DeviceSpec.from_string(shard.device).to_string()
+        assert shard.device == plan.assignment[shard.placeholder]
+    sharded = [(w, theirs) for w, theirs in zip(placed.weights, model.weights)
+               if isinstance(w, ReplicatedVariable) and w.shards]
+    assert len(sharded) == 2
+    for w, theirs in sharded:
+        assert np.array_equal(np.concatenate([s.numpy() for s in w.shards], axis=1), theirs.numpy())
+        assert {tf.DeviceSpec.from_string(s.device).to_string() for s in w.shards} <= set(full.values())
+
+
+def test_writes_reach_the_shards(devices):
+    model = _wide()
+    placed = placer.autoplace(model, devices[:2], batch_size=4, splits="all", split_min_bytes=4096, time_limit_s=1)
+    x = np.random.default_rng(5).standard_normal((4, 48)).astype("float32")
+    placed(x)
+    rng = np.random.default_rng(6)
+    new = [rng.standard_normal(w.shape).astype("float32") for w in model.get_weights()]
+    placed.set_weights(new)
+    model.set_weights(new)
+    np.testing.assert_allclose(placed(x).numpy(), model(x).numpy(), rtol=1e-6, atol=1e-6)
+    i = next(i for i, w in enumerate(placed.weights) if isinstance(w, ReplicatedVariable) and w.shards)
+    placed.weights[i].assign_add(tf.ones_like(placed.weights[i]))
+    model.weights[i].assign_add(tf.ones_like(model.weights[i]))
+    np.testing.assert_allclose(placed(x).numpy(), model(x).numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_a_saved_split_plan_is_reapplied(split_placed, devices, tmp_path):
+    model, placed = split_placed
+    path = placed.plan.save(tmp_path / "plan.json")
+    again = Plan.load(path)
+    assert again.splits == placed.plan.splits and again.to_dict()["version"] == 3
+    replaced = placer.autoplace(model, devices[:2], batch_size=4, plan=path)
+    assert replaced.plan.splits == placed.plan.splits and replaced.plan.assignment == placed.plan.assignment
+    x = np.random.default_rng(2).standard_normal((4, 48)).astype("float32")
+    np.testing.assert_array_equal(replaced(x).numpy(), placed(x).numpy())
+
+
+def test_splits_none_and_auto_on_shared_cores_keep_ops_whole(devices):
+    model = _wide()
+    whole = placer.autoplace(model, devices[:2], batch_size=4, splits="none", split_min_bytes=4096, time_limit_s=1)
+    assert whole.plan.splits == {}
+    # logical CPUs share this process's cores: a split is predicted not to pay, and the log says so
+    auto = placer.autoplace(model, devices[:2], batch_size=4, split_min_bytes=4096, time_limit_s=1)
+    said = [line for line in auto.plan.log if line.startswith("operator splits:")]
+    assert len(said) == 1 and ("kept whole" in said[0] or auto.plan.splits)
+    if not auto.plan.splits:
+        assert "kept whole" in said[0]
+
+
+def test_bad_split_requests_are_typed(split_placed, devices, tmp_path):
+    model, placed = split_placed
+    with pytest.raises(AutoplaceError, match="splits must be one of"):
+        placer.autoplace(model, devices[:2], batch_size=4, splits="rows")
+    with pytest.raises(ExportError, match="splits='none' to export"):
+        placed.export(tmp_path / "export")
+    data = placed.plan.to_dict()
+    data["splits"] = {"wide_1/nowhere/MatMul": 2}
+    with pytest.raises(PlanError, match="nowhere"):
+        placer.autoplace(model, devices[:2], batch_size=4, plan=Plan.from_dict(data))
+    data["splits"] = {next(iter(placed.plan.splits)): 1}
+    with pytest.raises(PlanError, match="splits of"):
+        Plan.from_dict(data)
