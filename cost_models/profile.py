@@ -337,8 +337,14 @@ class GraphProfiler:
                 ph = tf.compat.v1.placeholder(tf.as_dtype(value.dtype), value.shape, name=f"autoplace_feed_{i}")
                 input_map[name] = ph
                 self._feeds[ph] = value
+            # each variable's value is fed to its initializer, one at a time: a value in the graph would travel
+            # in its GraphDef (a message of at most 2 GB, serialised whole: minutes for a 1 GB model on a worker)
+            initial = []
             for i, (name, value) in enumerate(resources.items()):
-                var = tf.compat.v1.Variable(value, use_resource=True, name=f"autoplace_var_{i}")
+                value = np.asarray(value)
+                ph = tf.compat.v1.placeholder(tf.as_dtype(value.dtype), value.shape, name=f"autoplace_init_{i}")
+                var = tf.compat.v1.Variable(ph, use_resource=True, name=f"autoplace_var_{i}")
+                initial.append((var.initializer, ph, value))
                 input_map[name] = var.handle
             for name, value in (constants or {}).items():
                 input_map[name] = tf.constant(value)
@@ -346,7 +352,6 @@ class GraphProfiler:
                                                         name=_PREFIX)
             # the step's fixed cost: the same feeds sent, one element of each used, no compute
             self._fixed = [tf.reshape(ph, [-1])[:1] for ph in self._feeds] or [tf.constant(0.0)]
-            init = tf.compat.v1.global_variables_initializer()
         mapped = {name.rsplit(":", 1)[0] for name in (*feeds, *resources, *(constants or {}))}
         self._samples: dict[str, list[float]] = {n.name: [] for n in gd.node if n.name not in mapped}
         self._peaks: list[float] = []
@@ -359,7 +364,8 @@ class GraphProfiler:
             config.allow_soft_placement = False
             config.device_count.clear()
         self._sess = tf.compat.v1.Session(target, graph=g, config=config)
-        self._sess.run(init)
+        for initializer, ph, value in initial:
+            self._sess.run(initializer, feed_dict={ph: value})
 
     def __enter__(self) -> "GraphProfiler":
         for _ in range(self._warmup):
