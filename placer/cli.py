@@ -44,6 +44,7 @@ from .core.objectives import OBJECTIVES
 from .core.order import EXECUTION_ORDERS, MODEL_EXECUTION_ORDER
 from .core.outputs import REPORT_SUFFIXES, check_output
 from .core.plan import Plan
+from .core.splits import SPLITS
 from .core.validate import MAX_BATCH_SIZE, MAX_BYTES, MAX_SEED, MAX_TIME_LIMIT_S, integer, real
 from .errors import AutoplaceError, DeviceError, ModelError, OutputError
 from .planner import MEMORY_MODELS, MODEL_MEMORY, PlanOptions, solve
@@ -144,6 +145,9 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--replicas", type=lambda v: v if v == "auto" else count(v), default="auto",
                       help="data parallelism: 'auto' (default: for inference, a copy of the model per device where "
                       "predicted faster), or R copies (inference: one per device; --training: R groups of devices)")
+    plan.add_argument("--splits", default="auto", choices=list(SPLITS),
+                      help="operator splitting: 'auto' (default: for inference, large dense products split by output "
+                      "columns over the devices where predicted faster), 'none' or 'all'")
     plan.add_argument("--report", default="autoplace_report.json",
                       help="report path: .json (data), .html (a page to read) or .trace.json (Perfetto)")
     plan.add_argument("--export", default=None, help="also write a SavedModel of the placed model here")
@@ -358,7 +362,8 @@ def _placement_options(args: argparse.Namespace, bar: _Progress | None, stages: 
     """The ``autoplace`` keyword arguments of a model command."""
     kw = {"batch_size": args.batch_size, "training": args.training,
           "progress": bar.start(stages) if bar is not None else None}
-    for name in ("algorithm", "objective", "seed", "group_by", "memory", "execution_order", "compression", "replicas"):
+    for name in ("algorithm", "objective", "seed", "group_by", "memory", "execution_order", "compression", "replicas",
+                 "splits"):
         if hasattr(args, name):
             kw[name] = getattr(args, name)
     if hasattr(args, "time_limit"):

@@ -37,6 +37,7 @@ from ..errors import CostError, WorkerError
 from ..measure.health import probe_worker
 from ..measure.hosts import clip_runtime_factor, enough_rounds
 from .remote import worker_addresses
+from .rewrites.split import split_graph_def
 from .timing import runtime_factor
 from .trace import TracedModel, random_batch
 
@@ -164,8 +165,12 @@ def hardware_spec(value: Any) -> HardwareSpec:
 
 
 def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOptions = ProfileOptions(),
-                  devices: Sequence[str] = ()) -> ComputeCosts:
+                  devices: Sequence[str] = (), splits: Mapping[str, int] | None = None) -> ComputeCosts:
     """µs of every op of ``traced.fixed`` on each device kind.
+
+    ``splits`` (op → parts): the trace with those ops split (:func:`placer.tf.rewrites.split.split_graph_def`,
+    each shard fed its slice of the weight) is profiled instead, so a split op's parts and join have measured
+    times of their own (analytic kinds estimate the unsplit trace).
 
     A kind whose first device among ``devices`` lives on a remote gRPC task
     (a cluster this process connected to) is profiled *there*, through a
@@ -200,7 +205,9 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
     unknown: dict[str, tuple[str, ...]] = {}
     factors: dict[str, float] = {}
     shapes = None
-    gd = traced.fixed.graph.as_graph_def()
+    fixed_variables, fixed_constants = traced.fixed_captures
+    gd, shards = (split_graph_def(traced.fixed.graph, fixed_variables, splits) if splits
+                  else (traced.fixed.graph.as_graph_def(), ()))
     fp = fingerprint(gd.SerializeToString(deterministic=True))
     remote_of: dict[str, tuple[str, str]] = {}  # kind -> (device, grpc address) of its first device on a worker
     addresses = worker_addresses(devices)
@@ -227,8 +234,8 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
         worker = worker_identity(remote_of[kind][1]) if target and cache is not None else ""
         key = CacheKey(fp, kind, int(traced.batch_size), tf.__version__, grappler, worker)
         feeds = sample_inputs(traced, seed)
-        fixed_variables, fixed_constants = traced.fixed_captures
-        mapped = {n.split(":", 1)[0] for n in (*feeds, *fixed_variables, *fixed_constants)}
+        mapped = {n.split(":", 1)[0] for n in (*feeds, *fixed_variables, *fixed_constants)} | {
+            s.placeholder for s in shards}
         hit = cache.get(key, {n.name for n in gd.node} - mapped) if cache is not None else None
         runtime = options.runtime and traced.step == "predict"
         factor_key = {"of": "runtime_factor", **asdict(key)}
@@ -246,7 +253,11 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
                 us[kind] = {name: t * factors[kind] for name, t in us[kind].items()}
                 log.info("%s: runtime factor %.3f from the cache", kind, factors[kind])
                 continue
-        resources = {f"{ph}:0": var.value.numpy() for ph, var in fixed_variables.items()}
+        sharded = {s.variable for s in shards}
+        resources = {f"{ph}:0": var.value.numpy() for ph, var in fixed_variables.items() if ph not in sharded}
+        for s in shards:  # each shard of a split op's weight: its slice
+            whole = fixed_variables[s.variable].value.numpy()
+            resources[f"{s.placeholder}:0"] = np.take(whole, range(s.start, s.stop), axis=s.axis)
         constants = {f"{ph}:0": t.numpy() for ph, t in fixed_constants.items()}
         reference_s = 0.0
         try:

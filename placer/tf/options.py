@@ -45,15 +45,13 @@ from ..core.build import MODEL_GROUP_BY
 from ..core.compression import DEFAULT_ERROR_BUDGET, CompressionPolicy
 from ..core.microbatch import checked_pipeline
 from ..core.order import MODEL_EXECUTION_ORDER
+from ..core.splits import SPLITS
 from ..core.validate import MAX_BATCH_SIZE, MAX_TIME_LIMIT_S, boolean, integer, real
 from ..errors import AutoplaceError, InputSignatureError, TrainingError
 from ..planner import MODEL_MEMORY, SPLIT_MARGIN, PlanOptions
 from .costs import ProfileOptions
 from .remote import DEFAULT_WORKER_TIMEOUT_S
 from .rewrites.sends import SENDS
-
-#: The values of ``splits=`` (:class:`SplitOptions`).
-SPLITS = ("auto", "none", "all")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -60,6 +60,7 @@ from ..core.compression import CODECS, CompressionPolicy
 from ..core.devices import DeviceSet, SharedProcessor, resolve_devices
 from ..core.microbatch import SmallBatchCosts, candidate_microbatches, simulate_pipeline
 from ..core.plan import Plan
+from ..core.attrs import COMPUTE_US
 from ..core.replicas import device_groups, simulate_replicas
 from ..core.splits import Split, split_graph, spread_parts
 from ..errors import AutoplaceError, InputSignatureError, PlanError, TrainingError
@@ -231,8 +232,26 @@ def _step_with_sends(traced: TracedModel, plan: Plan, graphs: _Graphs, prompt: b
                                  SimOptions(acknowledged=acks)).step_time_s
 
 
+def _measured_parts(traced: TracedModel, op_graph: OpGraph, splits: Mapping[str, int], costs: ComputeCosts,
+                    devset: DeviceSet, opts: PlacementOptions) -> OpGraph:
+    """``op_graph`` (split) with the op times of the split trace, profiled as the costs stage profiles the trace
+    (:func:`~placer.tf.costs.compute_costs` with ``splits``; scaled by the trace's runtime factors) in place of
+    the parts' predicted shares, for each kind that was measured."""
+    kinds = sorted({d.kind for d in devset.devices})
+    measured = compute_costs(traced, kinds, replace(opts.costs, runtime=False), devset.names, splits=splits)
+    g = op_graph.graph.copy()
+    for kind in kinds:
+        if not measured.source[kind].startswith("measured"):
+            continue
+        table, factor = measured.us[kind], costs.runtime_factor.get(kind, 1.0)
+        for name in g:
+            if name in table and isinstance(g.nodes[name][COMPUTE_US], dict):
+                g.nodes[name][COMPUTE_US] = {**g.nodes[name][COMPUTE_US], kind: table[name] * factor}
+    return replace(op_graph, graph=g)
+
+
 def _splits(traced: TracedModel, graphs: _Graphs, plan: Plan, devset: DeviceSet, opts: PlacementOptions,
-            notes: Sequence[str] = ()) -> tuple[Plan, _Graphs]:
+            costs: ComputeCosts, notes: Sequence[str] = ()) -> tuple[Plan, _Graphs]:
     """The splits stage: the forward pass's large dense products split into one part per device, their weights
     sharded (:mod:`placer.core.splits`), and the split graph placed twice: by the same solver, and with each
     split's parts side by side (:func:`~placer.core.splits.spread_parts`; the solver's simulation does not
@@ -251,9 +270,9 @@ def _splits(traced: TracedModel, graphs: _Graphs, plan: Plan, devset: DeviceSet,
     if not found:
         log.info("operator splits: no dense product reads a weight of %d bytes or more", opts.split.split_min_bytes)
         return plan, graphs
-    op_graph = _split(traced, graphs.op_graph, found)
-    split = _Graphs(op_graph, build_problem(op_graph.graph, devset, group_by=opts.solve.group_by))
     splits = {s.op: s.parts for s in found}
+    op_graph = _measured_parts(traced, _split(traced, graphs.op_graph, found), splits, costs, devset, opts)
+    split = _Graphs(op_graph, build_problem(op_graph.graph, devset, group_by=opts.solve.group_by))
     solved = replace(_solve(split.built, opts.solve, None, traced.batch_size, opts.emit.compression), splits=splits)
     parts_apart = replace(solved, assignment=spread_parts(solved.assignment, found, devset.names), op_order={})
     spread = _solve(split.built, opts.solve, parts_apart, traced.batch_size, opts.emit.compression)
@@ -694,7 +713,8 @@ def _autoplace(model: Any, devices: Sequence[Any], plan: Plan | str | os.PathLik
             opts.train.replicas if given is None or "replicas" in options else given.replicas)
     with timer.stage("splits"):
         if given is None:
-            placed_plan, graphs = _splits(traced, _Graphs(op_graph, built), placed_plan, devset, opts, notes)
+            placed_plan, graphs = _splits(traced, _Graphs(op_graph, built), placed_plan, devset, opts, first.costs,
+                                          notes)
             if placed_plan.splits:  # made on the split graph, in one micro-batch
                 op_graph, built, small = graphs.op_graph, graphs.built, None
     if traced.step == "train" and placed_plan.replicas > 1 and opts.train.replicas == "auto":

@@ -152,8 +152,8 @@ def split_candidates(graph: tf.Graph, captured: Mapping[str, object], parts: int
     >>> from placer.tf.trace import trace_model
     >>> m = keras.Sequential([keras.Input((64,)), keras.layers.Dense(32), keras.layers.Dense(4)])
     >>> t = trace_model(m, batch_size=2)
-    >>> [(s.op.split("/")[-2], s.columns, s.parts) for s in split_candidates(t.fixed.graph, t.variables, 2, 4096)]
-    [('dense', 32, 2)]
+    >>> [(s.columns, s.parts) for s in split_candidates(t.fixed.graph, t.variables, 2, 4096)]  # 64×32, not 32×4
+    [(32, 2)]
     """
     named = parts if isinstance(parts, Mapping) else None
     out = []
@@ -253,6 +253,32 @@ def split_ops(gd: tf.compat.v1.GraphDef, context: RewriteContext) -> RewriteReco
     gd.node.extend(keep)
     return RewriteRecord("split", changes=len(shards), summary=f"{len(context.splits)} ops split into "
                          f"{len(shards)} parts, each reading its weight's shard", detail=tuple(shards))
+
+
+def split_graph_def(graph: tf.Graph, captured: Mapping[str, object], splits: Mapping[str, int],
+                    device: str = "") -> tuple[tf.compat.v1.GraphDef, tuple[Shard, ...]]:
+    """``graph``'s GraphDef with ``splits`` applied, every part (and its shard) on ``device``: the split graph
+    as the costs stage profiles it (:func:`placer.tf.costs.compute_costs` with ``splits``).
+
+    Examples
+    --------
+    >>> import keras
+    >>> from placer.tf.trace import trace_model
+    >>> t = trace_model(keras.Sequential([keras.Input((8,)), keras.layers.Dense(6)]), batch_size=2)
+    >>> gd, shards = split_graph_def(t.fixed.graph, t.variables, {s.op: 2 for s in split_candidates(
+    ...     t.fixed.graph, t.variables, 2)})
+    >>> [(s.start, s.stop) for s in shards], sum(n.op == "ConcatV2" for n in gd.node)
+    ([(0, 3), (3, 6)], 1)
+    """
+    found = split_candidates(graph, captured, splits)
+    devices = {op.name: device for op in graph.get_operations()}
+    for s in found:
+        devices[axis_name(s.op)] = device
+        for i in range(s.parts):
+            devices.update((split_name(n, i), device) for n in (s.op, s.read, s.placeholder))
+    context = RewriteContext(graph=graph, step="predict", devices=devices, captured=tuple(captured), splits=splits)
+    gd = graph.as_graph_def()
+    return gd, split_ops(gd, context).detail
 
 
 REWRITE = Rewrite("split", split_ops, applies=lambda context: bool(context.splits))
