@@ -195,8 +195,9 @@ def _run_case(case: str, link: str, args: argparse.Namespace, out, devices: list
         t = time.perf_counter()
         p = placer.autoplace(model, devices, batch_size=batch, profile_cache=False, **options)
         print(f"  {case} {label}: placed in {time.perf_counter() - t:.1f} s: replicas {p.plan.replicas}, "
-              f"m {p.plan.microbatches}, {len(set(p.plan.assignment.values()))} device(s)", file=sys.stderr,
-              flush=True)
+              f"m {p.plan.microbatches}, {len(set(p.plan.assignment.values()))} device(s), "
+              f"{len(p.plan.splits)} split ops; {next((s for s in p.plan.log if 'operator splits' in s), '')}",
+              file=sys.stderr, flush=True)
         placed[label] = p
         configs.append((label, lambda p=p: [v.numpy() for v in tf.nest.flatten(p(xs))],
                         p.plan.predicted_step_time_s))

@@ -107,6 +107,52 @@ def test_a_shaped_loopback_is_what_the_link_calibration_measures():
 
 @pytest.mark.skipif(not _namespace_works(), reason="needs unshare -rn and ip (util-linux, iproute2) for a "
                                                    "loopback-only network namespace")
+def test_a_workers_memory_limit_is_enforced_and_planned_against():
+    # a worker limited to its runtime + 256 MiB: a 128 MiB tensor fits, a 512 MiB one is a ResourceExhaustedError
+    # (not a kill: the worker answers after it), and a model whose weights exceed what is left is refused
+    # before anything runs, the error naming the largest weights and the shortfall
+    script = (
+        "import json\n"
+        "import keras, tensorflow as tf, placer\n"
+        "from placer.measure.cluster import LocalCluster, MIN_WORKER_MEMORY_BYTES\n"
+        "out = {}\n"
+        "with LocalCluster(1, memory_limit_bytes=MIN_WORKER_MEMORY_BYTES) as c:\n"
+        "    devices = placer.connect(c)\n"
+        "    for mib in (128, 512):\n"
+        "        try:\n"
+        "            with tf.device(devices[0]):\n"
+        "                v = tf.Variable(tf.zeros([mib << 18]))\n"
+        "                out[mib] = float(tf.reduce_sum(v).numpy())\n"
+        "            del v\n"
+        "        except tf.errors.ResourceExhaustedError as e:\n"
+        "            out[mib] = 'ResourceExhaustedError: ' + str(e).splitlines()[0]\n"
+        "    out['alive'] = c.procs[0].poll() is None\n"
+        "    m = keras.Sequential([keras.Input((8192,)), keras.layers.Dense(8192, name='big')])\n"
+        "    try:\n"
+        "        placer.autoplace(m, c.device_specs(devices), batch_size=1, calibrate_links=False)\n"
+        "        out['refused'] = None\n"
+        "    except placer.InsufficientMemoryError as e:\n"
+        "        out['refused'] = str(e)\n"
+        "    out['memory'] = c.device_specs(devices)[0].memory_bytes\n"
+        "print(json.dumps(out), flush=True)\n"
+        "import os; os._exit(0)\n")
+    r = subprocess.run(["unshare", "-rn", "sh", "-c", 'ip link set lo up && exec "$0" "$@"', sys.executable, "-c",
+                        script], capture_output=True, text=True, timeout=300, cwd=os.path.dirname(HERE))
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["128"] == 0.0, out
+    assert out["512"].startswith("ResourceExhaustedError: OOM when allocating"), out
+    assert out["alive"] and out["memory"] == 256 << 20
+    assert out["refused"] and "big" in out["refused"] and "short" in out["refused"], out
+
+
+def test_a_memory_limit_below_the_runtime_is_refused():
+    with pytest.raises(DeviceError, match="memory_limit_bytes"):
+        LocalCluster(1, memory_limit_bytes=512 << 20)
+
+
+@pytest.mark.skipif(not _namespace_works(), reason="needs unshare -rn and ip (util-linux, iproute2) for a "
+                                                   "loopback-only network namespace")
 def test_two_pinned_workers_place_a_model_and_shut_down():
     env = dict(os.environ)
     env.pop("AUTOPLACE_CACHE_DIR", None)

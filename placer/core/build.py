@@ -389,17 +389,33 @@ def _group_name(graph: nx.DiGraph, members: Sequence) -> str:
     return str(graph.nodes[members[0]].get(COLOCATION, members[0]))
 
 
+def check_total_memory(resident: Sequence[tuple[str, int]], capacities: Sequence[float], what: str = "the graph"
+                       ) -> None:
+    """Raise :class:`InsufficientMemoryError` where the ``resident`` bytes (``(name, bytes)`` of each variable or
+    slot) exceed the devices' ``capacities`` (bytes, ``inf`` for unlimited) together, naming the largest and
+    the shortfall.
+
+    Examples
+    --------
+    >>> check_total_memory([("dense/kernel", 300), ("dense/bias", 10)], [100.0, 100.0], "the model")
+    Traceback (most recent call last):
+    ...
+    placer.errors.InsufficientMemoryError: the model's resident state needs 310 bytes but the 2 devices hold 200 bytes in all: 110 bytes short. Largest: dense/kernel (300 B), dense/bias (10 B). Add devices or declare larger memory_bytes.
+    """
+    total, cap = float(sum(b for _, b in resident)), float(np.sum(capacities))
+    if total > cap:
+        largest = sorted(resident, key=lambda kv: -kv[1])[:5]
+        listing = ", ".join(f"{name} ({int(b):,} B)" for name, b in largest if b > 0)
+        raise InsufficientMemoryError(
+            f"{what}'s resident state needs {int(total):,} bytes but the {len(capacities)} devices hold "
+            f"{int(cap):,} bytes in all: {int(total - cap):,} bytes short. Largest: {listing}. "
+            "Add devices or declare larger memory_bytes.")
+
+
 def _check_memory(graph: nx.DiGraph, nodes: Sequence, members: list[list[int]], compute: np.ndarray,
                   memory: np.ndarray, gmem: np.ndarray, cap: np.ndarray) -> None:
-    total = float(memory.sum())
-    if total > cap.sum():
-        largest = [nodes[i] for i in np.argsort(-memory, kind="stable")[:5] if memory[i] > 0]
-        listing = ", ".join(f"{graph.nodes[v].get(VARIABLE, v)} ({int(graph.nodes[v][MEMORY_BYTES]):,} B)"
-                            for v in largest)
-        raise InsufficientMemoryError(
-            f"the graph's resident state needs {int(total):,} bytes but the {len(cap)} devices hold "
-            f"{int(cap.sum()):,} bytes in all: {int(total - cap.sum()):,} bytes short. Largest: {listing}. "
-            "Add devices or declare larger memory_bytes.")
+    check_total_memory([(str(graph.nodes[nodes[i]].get(VARIABLE, nodes[i])), int(memory[i]))
+                        for i in np.argsort(-memory, kind="stable") if memory[i] > 0], list(cap))
     for g, mm in enumerate(members):
         ok = np.isfinite(compute[g])
         if gmem[g] > cap[ok].max():

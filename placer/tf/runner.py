@@ -48,6 +48,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from cost_models import SimResult
@@ -55,7 +56,7 @@ from cost_models.cache import fingerprint
 from cost_models.comm import Link, LinkFit
 from cost_models.simulate import SimOptions
 
-from ..core.build import BuiltProblem, build_problem
+from ..core.build import BuiltProblem, build_problem, check_total_memory
 from ..core.compression import CODECS, CompressionPolicy
 from ..core.devices import DeviceSet, SharedProcessor, resolve_devices
 from ..core.microbatch import SmallBatchCosts, candidate_microbatches, simulate_pipeline
@@ -423,6 +424,9 @@ def _first_stages(model: Any, devices: Sequence[Any], opts: PlacementOptions, ti
         opts = _with_sample(model, opts)
         shell = PlacedModel(model)
         traced, input_specs = _trace(shell, model, opts, opts.trace.batch_size, opts.train.training_replicas)
+        # refused before anything runs on the devices (profiling puts every weight on one of them)
+        check_total_memory([(v.path, int(np.prod(v.shape, dtype=np.int64)) * tf.as_dtype(v.dtype).size)
+                            for v in traced.fixed_captures[0].values()], devset.arrays()[2], "the model")
     with timer.stage("costs"):
         costs = compute_costs(traced, sorted({d.kind for d in devset.devices}), opts.costs, devset.names)
     return _FirstStages(opts, devset, tuple(groups), shell, traced, tuple(input_specs), costs)
