@@ -52,7 +52,7 @@ Examples
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from typing import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import networkx as nx

@@ -213,7 +213,7 @@ class _Graphs:
     built: BuiltProblem
 
 
-def _split(traced: TracedModel, op_graph: OpGraph, splits: Sequence[Split]) -> OpGraph:
+def _split(op_graph: OpGraph, splits: Sequence[Split]) -> OpGraph:
     """``op_graph`` with ``splits`` applied (:func:`placer.core.splits.split_graph`)."""
     return replace(op_graph, graph=split_graph(op_graph.graph, splits))
 
@@ -272,7 +272,7 @@ def _splits(traced: TracedModel, graphs: _Graphs, plan: Plan, devset: DeviceSet,
         log.info("operator splits: no dense product reads a weight of %d bytes or more", opts.split.split_min_bytes)
         return plan, graphs
     splits = {s.op: s.parts for s in found}
-    op_graph = _measured_parts(traced, _split(traced, graphs.op_graph, found), splits, costs, devset, opts)
+    op_graph = _measured_parts(traced, _split(graphs.op_graph, found), splits, costs, devset, opts)
     split = _Graphs(op_graph, build_problem(op_graph.graph, devset, group_by=opts.solve.group_by))
     solved = replace(_solve(split.built, opts.solve, None, traced.batch_size, opts.emit.compression), splits=splits)
     parts_apart = replace(solved, assignment=spread_parts(solved.assignment, found, devset.names), op_order={})
@@ -699,7 +699,7 @@ def _autoplace(model: Any, devices: Sequence[Any], plan: Plan | str | os.PathLik
     with timer.stage("graph"):
         op_graph = build_op_graph(traced, first.costs.us)
         if given is not None and given.splits:  # a saved plan places the parts of its split ops
-            op_graph = _split(traced, op_graph, split_candidates(traced.fixed.graph, traced.fixed_captures[0],
+            op_graph = _split(op_graph, split_candidates(traced.fixed.graph, traced.fixed_captures[0],
                                                                  given.splits))
     with timer.stage("problem"):
         built = build_problem(op_graph.graph, devset, group_by=opts.solve.group_by)

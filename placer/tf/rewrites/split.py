@@ -26,7 +26,7 @@ Applies when ``context.splits`` names ops. Record detail: the shards
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from typing import Callable, Mapping
 from dataclasses import dataclass
 
 import tensorflow as tf
