@@ -18,7 +18,8 @@ import tensorflow as tf
 import placer
 from placer.core.attrs import COMPUTE_US, MEMORY_BYTES
 from placer.core.plan import Plan
-from placer.core.splits import Split, axis_name, even_parts, split_graph, split_name, spread_parts
+from placer.core.splits import (Split, axis_name, even_parts, split_graph, split_name, spread_parts,
+                                 with_measured_parts)
 from placer.errors import AutoplaceError, ExportError, GraphError, PlanError
 from placer.tf.emit import emit, rewrite_context
 from placer.tf.placement import ReplicatedVariable
@@ -94,6 +95,23 @@ def test_split_graph_refuses_a_shared_weight_and_a_twice_split_op():
         split_graph(g, splits + splits)
     with pytest.raises(GraphError, match="cannot split 3 columns into 4"):
         Split("m", read="r", placeholder="p", columns=3, parts=4)
+
+
+def test_a_subset_of_splits_takes_the_profiled_times_of_its_parts_only():
+    g, splits = _chain(3, [8, 8, 8, 8], 2)
+    profiled = split_graph(g, splits)
+    for v in profiled:
+        profiled.nodes[v][COMPUTE_US] = 7.0
+    one = split_graph(g, splits[1:2])
+    out = with_measured_parts(one, profiled, g, splits[1:2])
+    assert nx.is_directed_acyclic_graph(out)
+    sp = splits[1]
+    changed = {sp.op, "l1/BiasAdd", "l1/Relu", axis_name(sp.op)} | {
+        split_name(n, i) for i in range(sp.parts) for n in (sp.op, sp.read, sp.placeholder)}
+    for v in out:
+        expected = 7.0 if v in changed else g.nodes[v][COMPUTE_US]
+        assert out.nodes[v][COMPUTE_US] == expected, v
+    assert "l0/MatMul" in out and "l0/w" in out and "l2/read" in out  # the other layers are whole
 
 
 def test_spread_parts_puts_each_part_on_its_device():

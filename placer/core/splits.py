@@ -233,8 +233,9 @@ def split_graph(graph: nx.DiGraph, splits: Iterable[Split]) -> nx.DiGraph:
     return g
 
 
-def _fused_after(g: nx.DiGraph, op: str) -> list[str]:
-    """The chain of single-consumer ops after ``op`` that the graph optimizer fuses into it."""
+def fused_after(g: nx.DiGraph, op: str) -> list[str]:
+    """The chain of single-consumer ops after ``op`` that the graph optimizer fuses into it
+    (:data:`~placer.core.attrs.FUSED_AFTER_PRODUCT_OP_TYPES`)."""
     chain, cur = [], op
     while True:
         data = [v for v in g.successors(cur) if not g.edges[cur, v].get(CONTROL)]
@@ -259,7 +260,7 @@ def _added(a: object, b: object) -> object:
 
 def _split_one(g: nx.DiGraph, s: Split) -> None:
     op, layer = g.nodes[s.op], g.nodes[s.op].get(LAYER, s.op)
-    for v in _fused_after(g, s.op):  # the fused kernel's time is the product's
+    for v in fused_after(g, s.op):  # the fused kernel's time is the product's
         op[COMPUTE_US] = _added(op.get(COMPUTE_US, 0.0), g.nodes[v].get(COMPUTE_US, 0.0))
         g.nodes[v][COMPUTE_US] = _copy_us(g.nodes[v].get(COMPUTE_US, 0.0), int(g.nodes[v].get(OUTPUT_BYTES, 0)))
     ph, read = dict(g.nodes[s.placeholder]), dict(g.nodes[s.read])
@@ -295,3 +296,37 @@ def _split_one(g: nx.DiGraph, s: Split) -> None:
     op[COMPUTE_US] = _copy_us(op.get(COMPUTE_US, 0.0), out_bytes)
     op[OP_TYPE] = "ConcatV2"
 
+
+
+def with_measured_parts(split: nx.DiGraph, measured: nx.DiGraph, whole: nx.DiGraph, splits: Iterable[Split]
+                        ) -> nx.DiGraph:
+    """``split`` (``whole`` with ``splits`` applied) with the op times of ``measured`` (a graph with at least
+    these splits applied, its times profiled) on what the splits changed: their parts and shards' reads, their
+    joins and the ops fused after them in ``whole``; every other op keeps ``whole``'s time. So one profile
+    of every candidate split serves each subset of them.
+
+    Examples
+    --------
+    >>> g = nx.DiGraph()
+    >>> g.add_node("w", compute_us=0.0, op_type="Placeholder", memory_bytes=64)
+    >>> g.add_node("r", compute_us=0.0, op_type="ReadVariableOp")
+    >>> g.add_node("m", compute_us=8.0, op_type="MatMul", output_bytes=8)
+    >>> g.add_node("other", compute_us=5.0, op_type="Softmax")
+    >>> g.add_edges_from([("w", "r"), ("r", "m"), ("m", "other")], bytes=8)
+    >>> s = [Split("m", read="r", placeholder="w", columns=4, parts=2)]
+    >>> profiled = split_graph(g, s)
+    >>> for v in profiled:
+    ...     profiled.nodes[v]["compute_us"] = 1.0
+    >>> out = with_measured_parts(split_graph(g, s), profiled, g, s)
+    >>> out.nodes["m/autoplace_split_0"]["compute_us"], out.nodes["m"]["compute_us"], out.nodes["other"]["compute_us"]
+    (1.0, 1.0, 5.0)
+    """
+    out = split.copy()
+    changed: set[str] = set()
+    for s in splits:
+        changed |= {s.op, *fused_after(whole, s.op), axis_name(s.op)}
+        changed |= {split_name(n, i) for i in range(s.parts) for n in (s.op, s.read, s.placeholder)}
+    for v in changed:
+        if v in out and v in measured:
+            out.nodes[v][COMPUTE_US] = measured.nodes[v][COMPUTE_US]
+    return out

@@ -205,10 +205,11 @@ class SplitOptions:
     ----------
     splits : {"auto", "none", "all"}
         ``"auto"`` (default): for a forward pass on several devices, the dense products whose weight holds at
-        least ``split_min_bytes`` are split by output columns into one part per device and the graph placed
-        again; that plan is kept where its simulated step is predicted at least ``split_margin`` (the solve
-        group's) shorter than the plan of whole ops. ``"all"``: those splits are kept regardless (to measure
-        them). ``"none"``: every op whole. Training steps are not split yet (``docs/limitations.md``).
+        least ``split_min_bytes`` are candidates; the largest one, the largest half and all of them are split
+        by output columns into one part per device and each graph placed again; the best of those plans is
+        kept where its simulated step is predicted at least ``split_margin`` (the solve group's) shorter than
+        the plan of whole ops. ``"all"``: every candidate split and kept regardless (to measure it).
+        ``"none"``: every op whole. Training steps are not split yet (``docs/limitations.md``).
     split_min_bytes : int
         The least bytes of a weight whose product is split.
     """

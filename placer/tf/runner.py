@@ -61,9 +61,9 @@ from ..core.compression import CODECS, CompressionPolicy
 from ..core.devices import DeviceSet, SharedProcessor, resolve_devices
 from ..core.microbatch import SmallBatchCosts, candidate_microbatches, simulate_pipeline
 from ..core.plan import Plan
-from ..core.attrs import COMPUTE_US
+from ..core.attrs import COMPUTE_US, MEMORY_BYTES
 from ..core.replicas import device_groups, simulate_replicas
-from ..core.splits import Split, split_graph, spread_parts
+from ..core.splits import Split, split_graph, spread_parts, with_measured_parts
 from ..errors import AutoplaceError, InputSignatureError, PlanError, TrainingError
 from ..measure.hosts import executor_ready_order, sharing_groups
 from ..measure.links import calibrate_links
@@ -254,9 +254,11 @@ def _measured_parts(traced: TracedModel, op_graph: OpGraph, splits: Mapping[str,
 def _splits(traced: TracedModel, graphs: _Graphs, plan: Plan, devset: DeviceSet, opts: PlacementOptions,
             costs: ComputeCosts, notes: Sequence[str] = ()) -> tuple[Plan, _Graphs]:
     """The splits stage: the forward pass's large dense products split into one part per device, their weights
-    sharded (:mod:`placer.core.splits`), and the split graph placed twice: by the same solver, and with each
-    split's parts side by side (:func:`~placer.core.splits.spread_parts`; the solver's simulation does not
-    see the acknowledged transfers that let parts overlap on one-thread workers). The best of them, scored
+    sharded (:mod:`placer.core.splits`): the split trace profiled once, then the largest one, the largest half
+    and all of them split (:func:`~placer.core.splits.with_measured_parts`; ``splits="all"``: all), each split
+    graph placed twice: by the same solver, and with each split's parts side by side
+    (:func:`~placer.core.splits.spread_parts`; the solver's simulation does not see the acknowledged transfers
+    that let parts overlap on one-thread workers). The best of them, scored
     as it will be emitted (prompt sends included: :func:`_step_with_sends`), replaces ``plan`` (with the
     micro-batches and copies the stage before chose) where ``splits="auto"`` predicts it ``split_margin``
     faster (``"all"``: kept; ``"none"``: not tried). ``notes``: the log lines the solve stage added to
@@ -271,22 +273,32 @@ def _splits(traced: TracedModel, graphs: _Graphs, plan: Plan, devset: DeviceSet,
     if not found:
         log.info("operator splits: no dense product reads a weight of %d bytes or more", opts.split.split_min_bytes)
         return plan, graphs
-    splits = {s.op: s.parts for s in found}
-    op_graph = _measured_parts(traced, _split(graphs.op_graph, found), splits, costs, devset, opts)
-    split = _Graphs(op_graph, build_problem(op_graph.graph, devset, group_by=opts.solve.group_by))
-    solved = replace(_solve(split.built, opts.solve, None, traced.batch_size, opts.emit.compression), splits=splits)
-    parts_apart = replace(solved, assignment=spread_parts(solved.assignment, found, devset.names), op_order={})
-    spread = _solve(split.built, opts.solve, parts_apart, traced.batch_size, opts.emit.compression)
-    spread = replace(spread, splits=splits, solver=f"{solved.solver}, parts spread")
+    # one profile of every candidate split; the largest weights split first: 1, half of them, all
+    measured = _measured_parts(traced, _split(graphs.op_graph, found), {s.op: s.parts for s in found}, costs,
+                               devset, opts)
+    whole = graphs.op_graph.graph
+    ranked = sorted(found, key=lambda s: (-int(whole.nodes[s.placeholder].get(MEMORY_BYTES, 0)), s.op))
     prompt = _prompt_sends(opts, devset)
     whole_s = _step_with_sends(traced, plan, graphs, prompt)
-    scored = sorted(((_step_with_sends(traced, p, split, prompt), i, p) for i, p in enumerate((solved, spread))),
-                    key=lambda t: t[:2])
-    best_s, _, best = scored[0]
+    scored = []
+    for n in [len(ranked)] if mode == "all" else sorted({1, (len(ranked) + 1) // 2, len(ranked)}):
+        subset = ranked[:n]
+        op_graph = measured if n == len(ranked) else replace(measured, graph=with_measured_parts(
+            split_graph(whole, subset), measured.graph, whole, subset))
+        split = _Graphs(op_graph, build_problem(op_graph.graph, devset, group_by=opts.solve.group_by))
+        splits = {s.op: s.parts for s in subset}
+        solved = replace(_solve(split.built, opts.solve, None, traced.batch_size, opts.emit.compression),
+                         splits=splits)
+        parts_apart = replace(solved, assignment=spread_parts(solved.assignment, subset, devset.names), op_order={})
+        spread = replace(_solve(split.built, opts.solve, parts_apart, traced.batch_size, opts.emit.compression),
+                         splits=splits, solver=f"{solved.solver}, parts spread")
+        for p in (solved, spread):
+            scored.append((_step_with_sends(traced, p, split, prompt), len(scored), p, split))
+    best_s, _, best, split = min(scored, key=lambda t: t[:2])
     margin = opts.solve.split_margin or 0.0
     faster = best_s < whole_s * (1.0 - margin)
-    what = (f"{len(found)} dense products split {len(devset)} ways (weights sharded; {best.solver}) predicted "
-            f"{1e3 * best_s:.3f} ms against {1e3 * whole_s:.3f} ms whole"
+    what = (f"{len(best.splits)} of {len(found)} dense products split {len(devset)} ways (the largest weights, "
+            f"sharded; {best.solver}) predicted {1e3 * best_s:.3f} ms against {1e3 * whole_s:.3f} ms whole"
             + (" (both with the transfers prompt sends acknowledge)" if prompt else ""))
     if mode == "all" or faster:
         line = f"operator splits: {what}: split" + ("" if faster else " (splits='all')")
