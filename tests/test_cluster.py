@@ -25,6 +25,12 @@ def _namespace_works() -> bool:
     return r.returncode == 0
 
 
+def _in_namespace(script: str) -> subprocess.CompletedProcess:
+    """Run ``script`` in a fresh Python inside a loopback-only network namespace (the project root as cwd)."""
+    return subprocess.run(["unshare", "-rn", "sh", "-c", 'ip link set lo up && exec "$0" "$@"', sys.executable, "-c",
+                           script], capture_output=True, text=True, timeout=300, cwd=os.path.dirname(HERE))
+
+
 def test_a_workers_threads_are_read_from_its_command_line():
     from placer.core.processes import python_module_command
     from placer.measure.worker import MODULE, threads_from_command_line
@@ -96,8 +102,7 @@ def test_a_shaped_loopback_is_what_the_link_calibration_measures():
         "    bw = [l.bandwidth_bytes_per_s for l in out.links.values()]\n"
         "    print(json.dumps({'rate': rate, 'bandwidth': bw}), flush=True)\n"
         "import os; os._exit(0)\n")
-    r = subprocess.run(["unshare", "-rn", "sh", "-c", 'ip link set lo up && exec "$0" "$@"', sys.executable, "-c",
-                        script], capture_output=True, text=True, timeout=300, cwd=os.path.dirname(HERE))
+    r = _in_namespace(script)
     if r.returncode and "refused to shape loopback" in r.stderr:  # a kernel without the tbf queue discipline
         pytest.skip(r.stderr.strip().splitlines()[-1][:300])
     assert r.returncode == 0, r.stderr[-2000:]
@@ -136,8 +141,7 @@ def test_a_workers_memory_limit_is_enforced_and_planned_against():
         "    out['memory'] = c.device_specs(devices)[0].memory_bytes\n"
         "print(json.dumps(out), flush=True)\n"
         "import os; os._exit(0)\n")
-    r = subprocess.run(["unshare", "-rn", "sh", "-c", 'ip link set lo up && exec "$0" "$@"', sys.executable, "-c",
-                        script], capture_output=True, text=True, timeout=300, cwd=os.path.dirname(HERE))
+    r = _in_namespace(script)
     assert r.returncode == 0, r.stderr[-2000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["128"] == 0.0, out

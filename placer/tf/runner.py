@@ -289,10 +289,14 @@ def _splits(traced: TracedModel, graphs: _Graphs, plan: Plan, devset: DeviceSet,
         splits = {s.op: s.parts for s in subset}
         solved = replace(_solve(split.built, opts.solve, None, traced.batch_size, opts.emit.compression),
                          splits=splits)
+        plans = [solved]
         parts_apart = replace(solved, assignment=spread_parts(solved.assignment, subset, devset.names), op_order={})
-        spread = replace(_solve(split.built, opts.solve, parts_apart, traced.batch_size, opts.emit.compression),
-                         splits=splits, solver=f"{solved.solver}, parts spread")
-        for p in (solved, spread):
+        try:
+            plans.append(replace(_solve(split.built, opts.solve, parts_apart, traced.batch_size,
+                                        opts.emit.compression), splits=splits, solver=f"{solved.solver}, parts spread"))
+        except PlanError as e:  # the parts side by side exceed a device's memory: the solver's plan alone
+            log.info("operator splits: %d parts side by side do not fit (%s)", len(subset), e)
+        for p in plans:
             scored.append((_step_with_sends(traced, p, split, prompt), len(scored), p, split))
     best_s, _, best, split = min(scored, key=lambda t: t[:2])
     margin = opts.solve.split_margin or 0.0
