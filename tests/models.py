@@ -15,6 +15,15 @@ def branchy(width: int = 64) -> keras.Model:
     return keras.Model(inp, out, name="branchy")
 
 
+def dense_chain(inputs: int, width: int, outputs: int, name: str) -> keras.Model:
+    """Two ReLU dense layers of ``width`` (``d1``, ``d2``) and a linear ``head``, the weights seeded."""
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((inputs,), name="x")
+    h = keras.layers.Dense(width, activation="relu", name="d1")(inp)
+    h = keras.layers.Dense(width, activation="relu", name="d2")(h)
+    return keras.Model(inp, keras.layers.Dense(outputs, name="head")(h), name=name)
+
+
 def sequential() -> keras.Model:
     return keras.Sequential([keras.Input((12,)), keras.layers.Dense(32, activation="tanh"),
                              keras.layers.Dense(32, activation="relu"), keras.layers.Dense(5)], name="seq")

@@ -15,6 +15,7 @@ import keras
 import tensorflow as tf
 
 import placer
+from tests.models import dense_chain
 from cost_models import TensorEdge
 from placer.core.build import build_problem
 from placer.core.devices import DeviceSpec
@@ -110,11 +111,7 @@ def test_device_groups_and_bad_counts():
 # --- real models on logical CPUs ----------------------------------------------------------------------------
 
 def _mlp() -> keras.Model:
-    keras.utils.set_random_seed(0)
-    inp = keras.Input((16,), name="x")
-    h = keras.layers.Dense(64, activation="relu", name="d1")(inp)
-    h = keras.layers.Dense(64, activation="relu", name="d2")(h)
-    return keras.Model(inp, keras.layers.Dense(5, name="head")(h), name="mlp")
+    return dense_chain(16, 64, 5, "mlp")
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ import keras
 import tensorflow as tf
 
 import placer
+from tests.models import dense_chain
 from placer.core.attrs import COMPUTE_US, MEMORY_BYTES
 from placer.core.plan import Plan
 from placer.core.splits import (Split, axis_name, even_parts, split_graph, split_name, spread_parts,
@@ -171,11 +172,7 @@ def test_the_split_rewrite_equals_the_unsplit_op_forward_and_backward(batch, row
 # --- real models placed with splits -------------------------------------------------------------------------
 
 def _wide() -> keras.Model:
-    keras.utils.set_random_seed(0)
-    inp = keras.Input((48,), name="x")
-    h = keras.layers.Dense(96, activation="relu", name="d1")(inp)
-    h = keras.layers.Dense(96, activation="relu", name="d2")(h)
-    return keras.Model(inp, keras.layers.Dense(6, name="head")(h), name="wide")
+    return dense_chain(48, 96, 6, "wide")
 
 
 @pytest.fixture(scope="module")
@@ -261,6 +258,13 @@ def test_splits_none_and_auto_on_shared_cores_keep_ops_whole(devices):
 
 def test_bad_split_requests_are_typed(split_placed, devices, tmp_path):
     model, placed = split_placed
+    traced = trace_model(model, batch_size=4)
+    everywhere = {op.name: "/CPU:0" for op in traced.dynamic.graph.get_operations()}
+    variables = dict(traced.variables)
+    for splits, said in (({"wide_1/nowhere/MatMul": 2}, "which this trace does not have"),
+                         ({"Identity": 2}, "cannot be split here")):
+        with pytest.raises(GraphError, match=f"split rewrite.*{said}.*place again without plan="):
+            emit(traced, variables, rewrite_context(traced, everywhere, splits=splits))
     with pytest.raises(AutoplaceError, match="splits must be one of"):
         placer.autoplace(model, devices[:2], batch_size=4, splits="rows")
     with pytest.raises(ExportError, match="splits='none' to export"):

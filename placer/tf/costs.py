@@ -256,8 +256,7 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
         sharded = {s.variable for s in shards}
         resources = {f"{ph}:0": var.value.numpy() for ph, var in fixed_variables.items() if ph not in sharded}
         for s in shards:  # each shard of a split op's weight: its slice
-            whole = fixed_variables[s.variable].value.numpy()
-            resources[f"{s.placeholder}:0"] = np.take(whole, range(s.start, s.stop), axis=s.axis)
+            resources[f"{s.placeholder}:0"] = s.slice_of(fixed_variables[s.variable].value.read_value()).numpy()
         constants = {f"{ph}:0": t.numpy() for ph, t in fixed_constants.items()}
         reference_s = 0.0
         try:

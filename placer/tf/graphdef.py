@@ -220,6 +220,15 @@ def variable_handle(variable: Any) -> Any:
     return tf_variable(variable).handle
 
 
+def variable_bytes(variable: Any) -> int:
+    """Bytes a Keras variable or a ``tf.Variable`` holds.
+
+    >>> variable_bytes(tf.Variable(tf.zeros((4, 3))))
+    48
+    """
+    return int(np.prod(variable.shape, dtype=np.int64)) * tf.as_dtype(variable.dtype).size
+
+
 def tensor_bytes(t: Any, batch: int | None = None) -> int:
     """Bytes of a tensor with a static shape; 0 for resources, strings, variants.
 

@@ -48,7 +48,7 @@ from ..core.attrs import (
     VARIABLE,
 )
 from ..errors import GraphError
-from .graphdef import GRADIENT_SCOPE, PASS_THROUGH_OP_TYPES, bypassable, layer_of, tensor_bytes
+from .graphdef import GRADIENT_SCOPE, PASS_THROUGH_OP_TYPES, bypassable, layer_of, tensor_bytes, variable_bytes
 from .trace import TracedModel
 
 log = logging.getLogger(__name__)
@@ -223,10 +223,7 @@ def build_op_graph(traced: TracedModel, compute_us: Mapping[str, Mapping[str, fl
             if not np.isfinite(c) or c < 0:
                 raise GraphError(f"op {op.name!r} has invalid measured cost {c!r} on {kind}")
             costs[kind] = c
-        mem = 0
-        if op.name in variables:
-            var = fixed_variables[op.name]
-            mem = int(np.prod(var.shape, dtype=np.int64)) * tf.as_dtype(var.dtype).size
+        mem = variable_bytes(fixed_variables[op.name]) if op.name in variables else 0
         dg.add_node(op.name, **{
             OP_TYPE: op.type, COMPUTE_US: costs, OUTPUT_BYTES: sum(tensor_bytes(t, batch) for t in op.outputs),
             MEMORY_BYTES: mem, ALLOWED_KINDS: _kernel_kinds(op.type, unchecked, cache), LAYER: layer_of(op.name),

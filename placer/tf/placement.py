@@ -42,7 +42,7 @@ from .replicas import replica_assignment
 from .report import Report
 from .rewrites import find_record
 from .rewrites.sends import acknowledged_nodes, send_rule
-from .rewrites.split import Shard, sharded_placeholders, splittable
+from .rewrites.split import Shard, split_candidates, splittable
 from .trace import TracedModel
 
 #: Where a split op's whole weight lives: the CPU of the process that placed the model (with gRPC workers, the
@@ -95,13 +95,13 @@ class ReplicatedVariable(keras.Variable):
         for m in self._mirrors.values():
             m.assign(self.value)
         for shard, v in self._shards.items():
-            v.assign(_sliced(self.value, shard))
+            v.assign(shard.slice_of(self.value.read_value()))
 
     def shard_on(self, shard: Shard) -> tf.Variable:
         """The variable on ``shard.device`` holding ``shard``'s slice of this one (made on first use)."""
         if shard not in self._shards:
             with tf.device(shard.device):
-                self._shards[shard] = tf.Variable(_sliced(self.value, shard), trainable=False,
+                self._shards[shard] = tf.Variable(shard.slice_of(self.value.read_value()), trainable=False,
                                                   name=f"{self.name.split('/')[-1]}_shard_{shard.start}")
         return self._shards[shard]
 
@@ -112,14 +112,6 @@ class ReplicatedVariable(keras.Variable):
                 self._mirrors[device] = tf.Variable(self.value.read_value(), trainable=False,
                                                     name=self.name.split("/")[-1] + "_mirror")
         return self._mirrors[device]
-
-
-def _sliced(value: tf.Variable, shard: Shard) -> tf.Tensor:
-    """``shard``'s slice of ``value``."""
-    begin = [0] * value.shape.rank
-    size = list(value.shape)
-    begin[shard.axis], size[shard.axis] = shard.start, shard.stop - shard.start
-    return tf.slice(value.read_value(), begin, size)
 
 
 def place_variables(traced: TracedModel, plan: Plan, devices: DeviceSet, variables: Sequence[Any],
@@ -134,11 +126,12 @@ def place_variables(traced: TracedModel, plan: Plan, devices: DeviceSet, variabl
     (:data:`CLIENT_DEVICE`): no device the plan uses holds it whole, each holds its shards.
     """
     replicated = plan.replicas > 1 and traced.step == "predict"
-    sharded = {id(traced.fixed_captures[0][ph]) for ph in sharded_placeholders(traced.fixed.graph, plan.splits)}
+    captured = traced.fixed_captures[0]
+    sharded = {id(captured[s.placeholder]) for s in split_candidates(traced.fixed.graph, captured, plan.splits)}
     home: dict[int, str] = {}
     # the plan names the placeholders of the trace it was made on (the fixed-batch one): a capture named by a
     # counter ("…/1804", a variable a nested function reads) has another name in every other trace
-    for ph, var in traced.fixed_captures[0].items():
+    for ph, var in captured.items():
         home.setdefault(id(var), CLIENT_DEVICE if id(var) in sharded else plan.assignment.get(ph, devices.names[0]))
     user = {id(v) for v in user_variables}
     placed: dict[int, Any] = {}

@@ -48,7 +48,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from cost_models import SimResult
@@ -71,6 +70,7 @@ from ..planner import DEFAULT_SOLVER, PlanOptions, pipeline_plan, plan_problem, 
 from .codecs import measure_codec_costs
 from .costs import ComputeCosts, compute_costs, worker_identity
 from .emit import EmittedModel
+from .graphdef import variable_bytes
 from .opgraph import OpGraph, build_op_graph
 from .options import PlacementOptions
 from .placed_model import PlacedModel
@@ -236,8 +236,9 @@ def _step_with_sends(traced: TracedModel, plan: Plan, graphs: _Graphs, prompt: b
 def _measured_parts(traced: TracedModel, op_graph: OpGraph, splits: Mapping[str, int], costs: ComputeCosts,
                     devset: DeviceSet, opts: PlacementOptions) -> OpGraph:
     """``op_graph`` (split) with the op times of the split trace, profiled as the costs stage profiles the trace
-    (:func:`~placer.tf.costs.compute_costs` with ``splits``; scaled by the trace's runtime factors) in place of
-    the parts' predicted shares, for each kind that was measured."""
+    (:func:`~placer.tf.costs.compute_costs` with ``splits``; scaled by the trace's runtime factors), for each
+    kind that was measured: what :func:`~placer.core.splits.with_measured_parts` takes each subset's changed
+    ops' times from (the other ops keep the trace's profile)."""
     kinds = sorted({d.kind for d in devset.devices})
     measured = compute_costs(traced, kinds, replace(opts.costs, runtime=False), devset.names, splits=splits)
     g = op_graph.graph.copy()
@@ -283,8 +284,8 @@ def _splits(traced: TracedModel, graphs: _Graphs, plan: Plan, devset: DeviceSet,
     scored = []
     for n in [len(ranked)] if mode == "all" else sorted({1, (len(ranked) + 1) // 2, len(ranked)}):
         subset = ranked[:n]
-        op_graph = measured if n == len(ranked) else replace(measured, graph=with_measured_parts(
-            split_graph(whole, subset), measured.graph, whole, subset))
+        op_graph = replace(measured, graph=with_measured_parts(split_graph(whole, subset), measured.graph, whole,
+                                                               subset))
         split = _Graphs(op_graph, build_problem(op_graph.graph, devset, group_by=opts.solve.group_by))
         splits = {s.op: s.parts for s in subset}
         solved = replace(_solve(split.built, opts.solve, None, traced.batch_size, opts.emit.compression),
@@ -441,8 +442,8 @@ def _first_stages(model: Any, devices: Sequence[Any], opts: PlacementOptions, ti
         shell = PlacedModel(model)
         traced, input_specs = _trace(shell, model, opts, opts.trace.batch_size, opts.train.training_replicas)
         # refused before anything runs on the devices (profiling puts every weight on one of them)
-        check_total_memory([(v.path, int(np.prod(v.shape, dtype=np.int64)) * tf.as_dtype(v.dtype).size)
-                            for v in traced.fixed_captures[0].values()], devset.arrays()[2], "the model")
+        check_total_memory([(v.path, variable_bytes(v)) for v in traced.fixed_captures[0].values()],
+                           devset.arrays()[2], "the model")
     with timer.stage("costs"):
         costs = compute_costs(traced, sorted({d.kind for d in devset.devices}), opts.costs, devset.names)
     return _FirstStages(opts, devset, tuple(groups), shell, traced, tuple(input_specs), costs)
@@ -715,8 +716,7 @@ def _autoplace(model: Any, devices: Sequence[Any], plan: Plan | str | os.PathLik
     with timer.stage("graph"):
         op_graph = build_op_graph(traced, first.costs.us)
         if given is not None and given.splits:  # a saved plan places the parts of its split ops
-            op_graph = _split(op_graph, split_candidates(traced.fixed.graph, traced.fixed_captures[0],
-                                                                 given.splits))
+            op_graph = _split(op_graph, split_candidates(traced.fixed.graph, traced.fixed_captures[0], given.splits))
     with timer.stage("problem"):
         built = build_problem(op_graph.graph, devset, group_by=opts.solve.group_by)
     with timer.stage("solve"):

@@ -63,6 +63,16 @@ class Shard:
     stop: int
     axis: int
 
+    def slice_of(self, value: tf.Tensor) -> tf.Tensor:
+        """This shard's slice of ``value`` (the whole variable's value).
+
+        >>> Shard("p", "w", "/CPU:0", 1, 3, axis=1).slice_of(tf.reshape(tf.range(8), (2, 4))).numpy().tolist()
+        [[1, 2], [5, 6]]
+        """
+        begin, size = [0] * value.shape.rank, list(value.shape)
+        begin[self.axis], size[self.axis] = self.start, self.stop - self.start
+        return tf.slice(value, begin, size)
+
 
 @dataclass(frozen=True)
 class SplitRule:
@@ -92,9 +102,10 @@ def _matmul_weight(op: tf.Operation) -> tuple[int, int] | None:
 SPLIT_RULES: Mapping[str, SplitRule] = {"MatMul": SplitRule(_matmul_weight)}
 
 
-def _weight_of(op: tf.Operation, captured: Mapping[str, object]) -> tuple[tf.Operation, tf.Operation, int] | None:
-    """``(read, placeholder, weight axis)`` of a splittable ``op`` whose weight is a captured variable read by it
-    alone, else ``None``."""
+def _weight_of(op: tf.Operation, captured: Mapping[str, object]
+               ) -> tuple[int, tf.Operation, tf.Operation, int] | None:
+    """``(input index, read, placeholder, weight axis)`` of a splittable ``op`` whose weight is a captured variable
+    read by it alone, else ``None``."""
     rule = SPLIT_RULES.get(op.type)
     found = rule.weight(op) if rule is not None else None
     if found is None:
@@ -107,7 +118,7 @@ def _weight_of(op: tf.Operation, captured: Mapping[str, object]) -> tuple[tf.Ope
     if [c.name for c in read.outputs[0].consumers()] != [op.name] or \
             [c.name for c in ph.outputs[0].consumers()] != [read.name]:
         return None
-    return read, ph, axis
+    return index, read, ph, axis
 
 
 def splittable(graph: tf.Graph, op: str, captured: Mapping[str, object]) -> bool:
@@ -117,21 +128,6 @@ def splittable(graph: tf.Graph, op: str, captured: Mapping[str, object]) -> bool
         return _weight_of(graph.get_operation_by_name(op), captured) is not None
     except KeyError:
         return False
-
-
-def sharded_placeholders(graph: tf.Graph, splits: Mapping[str, int]) -> list[str]:
-    """The weight placeholders of the ops ``splits`` names that ``graph`` has (any rule's weight input)."""
-    out = []
-    for name in splits:
-        try:
-            op = graph.get_operation_by_name(name)
-        except KeyError:
-            continue
-        rule = SPLIT_RULES.get(op.type)
-        found = rule.weight(op) if rule is not None else None
-        if found is not None and op.inputs[found[0]].op.type == "ReadVariableOp":
-            out.append(op.inputs[found[0]].op.inputs[0].op.name)
-    return out
 
 
 def split_candidates(graph: tf.Graph, captured: Mapping[str, object], parts: int | Mapping[str, int],
@@ -162,10 +158,10 @@ def split_candidates(graph: tf.Graph, captured: Mapping[str, object], parts: int
             continue
         k = named[op.name] if named is not None else int(parts)  # type: ignore[arg-type]
         found = _weight_of(op, captured)
-        shape = found[0].outputs[0].shape if found is not None else None
+        shape = found[1].outputs[0].shape if found is not None else None
         if found is None or shape.rank != 2 or not shape.is_fully_defined():
             continue
-        read, ph, axis = found
+        _, read, ph, axis = found
         columns = int(shape[axis])
         if shape.num_elements() * read.outputs[0].dtype.size < min_weight_bytes or columns < k:
             continue
@@ -195,16 +191,17 @@ def split_ops(gd: tf.compat.v1.GraphDef, context: RewriteContext) -> RewriteReco
         try:
             op = graph.get_operation_by_name(name)
         except KeyError:
-            raise GraphError(f"the plan splits {name}, which this trace does not have") from None
+            raise GraphError(f"the plan splits {name}, which this trace does not have; place again without "
+                             "plan= (or with splits='none')") from None
         found = _weight_of(op, dict.fromkeys(context.captured))
         if found is None:
             raise GraphError(f"the plan splits {name} ({op.type}), which cannot be split here: its weight is not "
-                             "a captured variable read by it alone")
-        read, ph, axis = found
+                             "a captured variable read by it alone; place again without plan= (or with "
+                             "splits='none')")
+        index, read, ph, axis = found
         columns = int(read.outputs[0].shape[axis])
         s = Split(name, read=read.name, placeholder=ph.name, columns=columns, parts=parts)
         node = by_name[name]
-        index = SPLIT_RULES[op.type].weight(op)[0]  # type: ignore[index]
         for i, (start, stop) in enumerate(s.bounds):
             p_name, r_name, n_name = split_name(ph.name, i), split_name(read.name, i), split_name(name, i)
             missing = [x for x in (p_name, r_name, n_name) if x not in context.devices]
