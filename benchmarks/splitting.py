@@ -1,5 +1,15 @@
-"""Operator splitting on two TF gRPC workers: a wide MLP at small batch, split plans against what runs instead.
+"""Operator splitting on two TF gRPC workers: a table larger than one worker, and a wide MLP at small batch.
 
+**The recommender** (``--workloads recommender``): each worker process runs under an enforced memory limit
+(``LocalCluster(memory_limit_bytes=)``, RLIMIT_DATA); an item table about ``--table-ratio`` × what the limit
+leaves the model. On one worker autoplace refuses it before running (``InsufficientMemoryError`` naming the
+table and the shortfall) and the model placed there by hand fails; on two workers autoplace splits the
+lookup by table rows (each worker holds half the table and applies its rows' SGD updates) and it trains:
+per-step losses and the weights against ``model.fit`` on this process (no limit), the predictions, each
+worker's peak memory (``VmHWM``, reset before placing) beside the plan's predicted peak, the step time
+measured and predicted. Nothing without splitting can run it here, so there is no other row to compare.
+
+**The wide MLP** (``--workloads wide``):
 A chain of ``--layers`` dense layers of ``--width`` (ReLU; 4 × 8192 by default: 1 GiB of float32 weights)
 reads its whole weights once per step: at batch 1-8 its time is the time to stream them from memory, and no
 placement of whole ops can shorten a step (each layer waits for the one before). Two worker processes on
@@ -19,7 +29,8 @@ Each step fetches its outputs. Medians of ``--repeats`` interleaved rounds, spre
 predicted step of every autoplace row beside its measurement, and the split outputs' largest relative
 difference from the model's. Runs itself inside a loopback-only network namespace.
 
-    python benchmarks/splitting.py [--batches 1 4 8] [--width 8192] [--layers 4] [--repeats 7]
+    python benchmarks/splitting.py [--workloads recommender wide] [--batches 1 4 8] [--width 8192]
+                                   [--layers 4] [--repeats 7] [--worker-mib 400] [--table-ratio 1.8]
                                    [--out benchmarks/results/splitting.md]
 """
 
@@ -53,15 +64,161 @@ def wide_mlp(width: int, layers: int) -> "object":
     return keras.Model(inp, h, name="wide_mlp")
 
 
+def recommender(rows: int, dim: int, history: int) -> "object":
+    """A user's ``history`` item ids → an item table of ``rows`` × ``dim`` averaged → Dense(64, relu) →
+    Dense(1); SGD (sparse updates of the table), MSE; seeded, so two builds hold the same weights."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((history,), dtype="int32", name="history")
+    h = keras.layers.GlobalAveragePooling1D(name="pool")(keras.layers.Embedding(rows, dim, name="items")(inp))
+    h = keras.layers.Dense(64, activation="relu", name="hidden")(h)
+    model = keras.Model(inp, keras.layers.Dense(1, name="score")(h), name="recommender")
+    model.compile(optimizer=keras.optimizers.SGD(0.5), loss="mse")
+    return model
+
+
+def _memory(pid: int) -> dict[str, int]:
+    """``VmRSS``, ``VmHWM`` (peak RSS) and ``VmData`` of process ``pid``, in bytes."""
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM", "VmData"):
+            out[key] = int(value.split()[0]) << 10
+    return out
+
+
+def _reset_peak(pid: int) -> bool:
+    """Reset ``VmHWM`` of ``pid`` to its current RSS (``clear_refs`` 5); whether the kernel allowed it."""
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def run_recommender(args: argparse.Namespace, out: MarkdownOut) -> None:
+    """A table about ``--table-ratio`` × what each worker's enforced limit leaves: refused on one worker, an
+    unplaced run fails there, split over two workers it trains like ``model.fit`` (module docstring)."""
+    import keras
+    import tensorflow as tf
+
+    import placer
+    from placer.measure.cluster import WORKER_RUNTIME_BYTES
+
+    usable = args.worker_mib << 20
+    limit = WORKER_RUNTIME_BYTES + usable
+    rows = int(args.table_ratio * usable / (4 * args.dim))
+    batch, steps, history = args.rec_batch, args.rec_steps, 8
+    model, reference = recommender(rows, args.dim, history), recommender(rows, args.dim, history)
+    table_mib = rows * args.dim * 4 / 2**20
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, rows, (batch * steps, history)).astype("int32")
+    x[:, 0] = rng.integers(0, 64, batch * steps)  # popular items: rows updated by many steps, some twice a batch
+    y = rng.standard_normal((batch * steps, 1)).astype("float32")
+    out("## A table larger than one worker: the recommender on workers with an enforced memory limit")
+    out()
+    out(f"{time.strftime('%Y-%m-%d')}; `python benchmarks/splitting.py --workloads recommender --worker-mib "
+        f"{args.worker_mib} --table-ratio {args.table_ratio} --dim {args.dim}`; each worker process limited to "
+        f"{limit / 2**20:.0f} MiB of data (`LocalCluster(memory_limit_bytes=)`: RLIMIT_DATA; its runtime holds "
+        f"{WORKER_RUNTIME_BYTES >> 20} MiB, so {args.worker_mib} MiB are the model's); an item table of "
+        f"{rows:,} × {args.dim} float32 ({table_mib:.0f} MiB, {table_mib / args.worker_mib:.2f}× that) "
+        f"averaged over {history} ids → Dense(64) → Dense(1), SGD; batch {batch}, {steps} steps.")
+    out()
+    rows_out: list[tuple[str, str]] = []
+    with placer.LocalCluster(2, pin_cores=True, threads=1, memory_limit_bytes=limit) as cluster:
+        devices = placer.connect(cluster)
+        specs = cluster.device_specs(devices)
+        try:
+            placer.autoplace(model, specs[:1], training=True, batch_size=batch)
+            rows_out.append(("autoplace on one worker", "**placed** (expected a refusal)"))
+        except placer.InsufficientMemoryError as e:
+            rows_out.append(("autoplace on one worker", f"refused before running: `{type(e).__name__}`: "
+                             f"{str(e)[:260]}…"))
+        try:
+            with tf.device(devices[0]):
+                clone = keras.models.clone_model(model)
+            clone.compile(optimizer=keras.optimizers.SGD(0.5), loss="mse")
+            clone.fit(x[:batch], y[:batch], batch_size=batch, verbose=0)
+            rows_out.append(("the model on one worker, unplaced (`tf.device`)", "**ran** (expected to fail)"))
+        except (tf.errors.ResourceExhaustedError, tf.errors.UnavailableError, tf.errors.InternalError) as e:
+            first = str(e).strip().splitlines()[0][:200]
+            rows_out.append(("the model on one worker, unplaced (`tf.device`)", f"fails: `{type(e).__name__}`: "
+                             f"{first}"))
+        cluster.check()  # the worker is still up
+        pids = [proc.pid for proc in cluster.procs]
+        before = [_memory(pid) for pid in pids]
+        reset = all(_reset_peak(pid) for pid in pids)
+        t = time.perf_counter()
+        placed = placer.autoplace(model, specs, training=True, batch_size=batch)
+        placed_s = time.perf_counter() - t
+        plan = placed.plan
+        t = time.perf_counter()
+        ours = placed.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0).history
+        fit_s = time.perf_counter() - t
+        theirs = reference.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0).history
+        # per-step losses: train_on_batch over the same batches (Keras' fit reports the epoch mean)
+        after = [_memory(pid) for pid in pids]
+        step_ours = [float(placed.train_on_batch(x[i * batch:(i + 1) * batch], y[i * batch:(i + 1) * batch]))
+                     for i in range(steps)]
+        step_theirs = [float(reference.train_on_batch(x[i * batch:(i + 1) * batch],
+                                                      y[i * batch:(i + 1) * batch])) for i in range(steps)]
+        rel = max(abs(a - b) / max(abs(b), 1e-30) for a, b in zip(step_ours + ours["loss"],
+                                                                    step_theirs + theirs["loss"]))
+        pred_ours, pred_theirs = placed.predict(x, batch_size=batch, verbose=0), reference.predict(
+            x, batch_size=batch, verbose=0)
+        pred_rel = float(np.max(np.abs(pred_ours - pred_theirs)) / max(float(np.max(np.abs(pred_theirs))), 1e-30))
+        weights_equal = all(np.array_equal(a, b) for a, b in zip(placed.get_weights(), reference.get_weights()))
+        # the step timed last (it trains on): the original cannot run on these workers to compare with
+        (step_s, spread_s), = [median_spread(ts) for ts in interleaved_times(
+            [lambda: placed.train_on_batch(x[:batch], y[:batch])], args.repeats)]
+        predicted_s = plan.predicted_step_time_s
+        rows_out.append(("autoplace on two workers", f"placed in {placed_s:.1f} s: {plan.summary().splitlines()[0]}; "
+                         f"{len(plan.splits)} op split {max(plan.splits.values()) if plan.splits else 1} ways"))
+        rows_out.append(("losses (fit, then 20 more steps by `train_on_batch`) vs `model.fit` without a limit",
+                         f"largest relative difference {rel:.1e} over {2 * steps} steps"))
+        rows_out.append(("predictions vs the model", f"largest relative difference {pred_rel:.1e}; weights after "
+                         f"training {'bit-equal' if weights_equal else 'differ'}"))
+        rows_out.append(("training step on two workers (`train_on_batch`)", f"measured {step_s * 1e3:.1f} ± "
+                         f"{spread_s * 1e3:.1f} ms, predicted {predicted_s * 1e3:.1f} ms "
+                         f"({100 * (predicted_s - step_s) / step_s:+.1f}%)"))
+        rows_out.append(("fit of one epoch", f"{fit_s:.1f} s ({steps} steps)"))
+        peaks = dict(zip(plan.devices, plan.predicted_peak_memory_bytes))
+        for i, (pid, b, a) in enumerate(zip(pids, before, after)):
+            device = specs[i].name
+            grew = a["VmHWM"] - b["VmRSS"]
+            predicted = peaks.get(device)
+            err = f", {100 * (predicted - grew) / grew:+.1f}% predicted vs measured" if predicted and grew > 0 else ""
+            rows_out.append((f"worker {i} memory", f"peak RSS grew {grew / 2**20:.0f} MiB during placing and "
+                             f"training (VmHWM {'reset' if reset else 'since start'}; VmData now "
+                             f"{a['VmData'] / 2**20:.0f} of {limit / 2**20:.0f} MiB allowed); predicted peak "
+                             + (f"{predicted / 2**20:.0f} MiB{err}" if predicted else "none")))
+    out("| what | result |")
+    out("|---|---|")
+    for what, result in rows_out:
+        out(f"| {what} | {result} |")
+    out()
+
+
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    out = MarkdownOut()
+    if "recommender" in args.workloads:
+        run_recommender(args, out)
+    if "wide" in args.workloads:
+        run_wide(args, out)
+    out.write(args.out)
+    return 0
+
+
+def run_wide(args: argparse.Namespace, out: MarkdownOut) -> None:
+    """The wide MLP at small batch (module docstring)."""
     import keras
     import tensorflow as tf
 
     import placer
     from placer.tf.measuring import copy_per_device
 
-    out = MarkdownOut()
     keras.utils.set_random_seed(0)
     model = wide_mlp(args.width, args.layers)
     weight_mb = sum(int(np.prod(w.shape)) * 4 for w in model.weights) / 2**20
@@ -130,8 +287,6 @@ def run(args: argparse.Namespace) -> int:
             out(f"- batch {batch}: autoplace's default ({'split' if split else 'whole ops'}) {speedup:.2f}× one "
                 f"worker, {vs_best:.2f}× the best alternative measured ({best_label}); its prediction "
                 f"{100 * err:+.1f}% off its measurement")
-    out.write(args.out)
-    return 0
 
 
 def main() -> int:
@@ -140,6 +295,13 @@ def main() -> int:
     ap.add_argument("--width", type=int, default=8192)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=7, help="interleaved measured rounds per strategy")
+    ap.add_argument("--workloads", nargs="+", choices=("recommender", "wide"), default=["recommender", "wide"])
+    ap.add_argument("--worker-mib", type=int, default=400, help="recommender: MiB each worker's limit leaves the "
+                    "model (its runtime's on top)")
+    ap.add_argument("--table-ratio", type=float, default=1.8, help="recommender: the table's size over that")
+    ap.add_argument("--dim", type=int, default=64, help="recommender: the table's width")
+    ap.add_argument("--rec-batch", type=int, default=256, help="recommender: the batch size")
+    ap.add_argument("--rec-steps", type=int, default=20, help="recommender: steps of fit compared")
     ap.add_argument("--out", default=str(HERE / "results" / "splitting.md"))
     args = ap.parse_args()
     return isolated(lambda: run(args))

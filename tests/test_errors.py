@@ -76,18 +76,23 @@ def test_memory_exceeded_names_variables_and_shortfall(model, devices):
     assert_untouched(model, before)
 
 
-def test_a_layer_larger_than_every_device_is_named(devices):
-    # One huge layer that fits no single device although the total would fit: the problem stage
-    # names it before any search.
+def test_a_layer_larger_than_every_device_is_named_or_split(devices):
+    # One huge layer that fits no single device although the total would fit: without splits the problem
+    # stage names it before any search; by default its product is split over the devices.
     inp = keras.Input((256,))
     m = keras.Model(inp, keras.layers.Dense(8)(keras.layers.Dense(512, name="huge")(inp)))
     before = snapshot(m)
     huge = 256 * 512 * 4
     specs = [DeviceSpec(d, memory_bytes=huge // 2) for d in devices]
     with pytest.raises(InsufficientMemoryError, match=r"\[problem stage\] colocation group '.*huge.*' needs 526,336 "
-                                                      "bytes") as e:
-        placer.autoplace(m, specs, batch_size=2, time_limit_s=1)
+                                                      "bytes.*splits='auto'") as e:
+        placer.autoplace(m, specs, batch_size=2, time_limit_s=1, splits="none")
     assert e.value.stage == "problem"
+    assert_untouched(m, before)
+    placed = placer.autoplace(m, specs, batch_size=2, time_limit_s=1)
+    assert list(placed.plan.splits.values()) == [len(devices)] and "huge" in next(iter(placed.plan.splits))
+    x = np.ones((2, 256), "float32")
+    np.testing.assert_allclose(placed(x).numpy(), m(x).numpy(), rtol=1e-5, atol=1e-6)
     assert_untouched(m, before)
 
 

@@ -16,12 +16,12 @@ import keras
 import tensorflow as tf
 
 import placer
-from tests.models import dense_chain
+from tests.models import dense_chain, recommender
 from placer.core.attrs import COMPUTE_US, MEMORY_BYTES
 from placer.core.plan import Plan
-from placer.core.splits import (Split, axis_name, even_parts, split_graph, split_name, spread_parts,
+from placer.core.splits import (Split, axis_name, even_parts, part_bounds, split_graph, split_name, spread_parts,
                                  with_measured_parts)
-from placer.errors import AutoplaceError, ExportError, GraphError, PlanError
+from placer.errors import AutoplaceError, ExportError, GraphError, InsufficientMemoryError, PlanError
 from placer.tf.emit import emit, rewrite_context
 from placer.tf.placement import ReplicatedVariable
 from placer.tf.rewrites.split import split_candidates
@@ -169,6 +169,52 @@ def test_the_split_rewrite_equals_the_unsplit_op_forward_and_backward(batch, row
                                    rtol=1e-5, atol=1e-5)
 
 
+@settings(max_examples=8, deadline=None)
+@given(batch=st.integers(1, 5), length=st.integers(1, 6), rows=st.integers(2, 40), dim=st.integers(1, 8),
+       parts=st.integers(2, 4), seed=st.integers(0, 1000))
+def test_the_lookup_split_equals_the_unsplit_lookup_forward_and_backward(batch, length, rows, dim, parts, seed):
+    parts = min(parts, rows)
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential([keras.Input((length,), dtype="int32"), keras.layers.Embedding(rows, dim, name="e")])
+    traced = trace_model(model, batch_size=batch)
+    found = split_candidates(traced.fixed.graph, traced.variables, parts)
+    assert [s.kind for s in found] == ["rows"] and found[0].columns == rows
+    sp = found[0]
+    graph = traced.dynamic.graph
+    devices = {op.name: "/CPU:0" for op in graph.get_operations()}
+    for i in range(parts):
+        devices.update({split_name(n, i): f"/CPU:{i % 2}" for n in (sp.op, sp.read, sp.placeholder)})
+    variables = {ph: ReplicatedVariable(v.value.read_value(), name=v.name) for ph, v in traced.variables.items()}
+    emitted = emit(traced, variables, rewrite_context(traced, devices, splits={sp.op: parts}),
+                   shard=lambda v, s: v.shard_on(s))
+    table = next(iter(variables.values()))
+    assert [(s.start, s.stop, s.axis) for s in emitted.shards] == [(a, b, 0) for a, b in part_bounds(rows, parts)]
+    # every part of the lookup, its ids and mask run where its shard is
+    placed = {n.name: n.device for n in emitted.graph_def.node}
+    for i in range(parts):
+        helpers = [n for n in placed if n.startswith(split_name(sp.op, i) + "/")]
+        assert helpers and {placed[n] for n in helpers} == {placed[split_name(sp.op, i)]}
+    rng = np.random.default_rng(seed)
+    ids = tf.constant(rng.integers(-rows, rows, (batch, length)).astype("int32"))  # Keras maps negative ids
+    weights = tf.constant(rng.standard_normal((batch, length, dim)).astype("float32"))
+    with tf.GradientTape(persistent=True) as tape:
+        for v in table.shards:
+            tape.watch(v)
+        ours = emitted.function(ids)
+        theirs = model(ids)
+        loss_ours = tf.reduce_sum(ours * weights)
+        loss_theirs = tf.reduce_sum(theirs * weights)
+    np.testing.assert_array_equal(ours.numpy(), theirs.numpy())  # one part holds each row, the others add zeros
+    whole = tf.convert_to_tensor(tape.gradient(loss_theirs, model.layers[0].embeddings.value)).numpy()
+    for shard, v in zip(emitted.shards, table.shards):
+        grad = tape.gradient(loss_ours, v)
+        assert isinstance(grad, tf.IndexedSlices)  # sparse, as the unsplit lookup's
+        np.testing.assert_allclose(tf.convert_to_tensor(grad).numpy(), whole[shard.start:shard.stop],
+                                   rtol=1e-6, atol=1e-6)
+    with pytest.raises(tf.errors.InvalidArgumentError):  # an id past the table fails as the unsplit lookup does
+        emitted.function(tf.fill((batch, length), rows))
+
+
 # --- real models placed with splits -------------------------------------------------------------------------
 
 def _wide() -> keras.Model:
@@ -188,7 +234,7 @@ def test_split_placement_equals_the_model_and_runs_each_part_on_its_device(split
     # the two wide layers are split (the head's 96×6 weight is under split_min_bytes)
     assert sorted(op.split("/")[-2].split("_")[0] for op in plan.splits) == ["d1", "d2"]
     assert set(plan.splits.values()) == {2}
-    assert "split by their weights' output columns" in plan.summary()
+    assert "products by output columns" in plan.summary()
     assert any("operator splits:" in line for line in plan.log)
     x = np.random.default_rng(1).standard_normal((4, 48)).astype("float32")
     np.testing.assert_allclose(placed(x).numpy(), model(x).numpy(), rtol=1e-6, atol=1e-6)
@@ -276,3 +322,56 @@ def test_bad_split_requests_are_typed(split_placed, devices, tmp_path):
     data["splits"] = {next(iter(placed.plan.splits)): 1}
     with pytest.raises(PlanError, match="splits of"):
         Plan.from_dict(data)
+
+
+# --- a table larger than every device: split to run at all, trained ------------------------------------------
+
+ROWS, DIM = 6000, 32  # a 768,000-byte table; each device declares 500,000 bytes
+
+
+def _limited(devices, memory=500_000):
+    return [placer.DeviceSpec(d, memory_bytes=memory) for d in devices[:2]]
+
+
+@pytest.fixture(scope="module")
+def trained_split(devices):
+    model, reference = recommender(ROWS, DIM), recommender(ROWS, DIM)
+    placed = placer.autoplace(model, _limited(devices), batch_size=8, training=True, time_limit_s=1)
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, ROWS, (80, 6)).astype("int32")
+    x[:, 0] = rng.integers(0, 40, 80)  # some rows updated by many steps, and twice in one batch
+    y = rng.standard_normal((80, 1)).astype("float32")
+    ours = placed.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0).history["loss"]
+    theirs = reference.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0).history["loss"]
+    return placed, reference, x, ours, theirs
+
+
+def test_a_table_larger_than_every_device_is_split_and_trains_as_model_fit(trained_split, devices):
+    placed, reference, x, ours, theirs = trained_split
+    plan = placed.plan
+    table_op = next(op for op in plan.splits if "items" in op)
+    assert plan.splits == {table_op: 2}
+    assert any("exceed every device's memory" in line for line in plan.log)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-6)
+    for w, r in zip(placed.get_weights(), reference.get_weights()):  # the table gathered from its trained shards
+        np.testing.assert_allclose(w, r, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(placed.predict(x, verbose=0), reference.predict(x, verbose=0), rtol=1e-6, atol=1e-7)
+    # each shard on its device holds its rows; no planned device reads or updates the whole table
+    table = next(w for w in placed.weights if isinstance(w, ReplicatedVariable) and w.shards)
+    assert sorted(tf.DeviceSpec.from_string(v.device).device_index for v in table.shards) == [0, 1]
+    np.testing.assert_array_equal(np.concatenate([v.numpy() for v in table.shards]), reference.weights[0].numpy())
+    step = next(e for e in placed.placement.functions.emitted() if e.step == "train")
+    nodes = {n.name: n for n in step.graph_def.node}
+    scatters = [n for n in nodes.values() if n.op == "ResourceScatterSub"]
+    assert len(scatters) == 2 and all(n.input[0] in {s.placeholder for s in step.shards} for n in scatters)
+    assert {nodes[n.input[0]].device for n in scatters} == {n.device for n in scatters}
+    assert {s.variable for s in step.shards}.isdisjoint(nodes)  # the whole table's handle is not in the step
+    # a write through Keras reaches the shards, and the next step trains on it
+    placed.set_weights(reference.get_weights())
+    np.testing.assert_array_equal(np.concatenate([v.numpy() for v in table.shards]), reference.weights[0].numpy())
+
+
+def test_a_table_no_device_holds_is_refused_without_splits(devices):
+    with pytest.raises(InsufficientMemoryError, match="items.*splits='auto'"):
+        placer.autoplace(recommender(ROWS, DIM), _limited(devices), batch_size=8, training=True, splits="none",
+                         time_limit_s=1)

@@ -427,7 +427,8 @@ def _check_memory(graph: nx.DiGraph, nodes: Sequence, members: list[list[int]], 
                     else f"group {_group_name(graph, [nodes[i] for i in mm])!r}")
             raise InsufficientMemoryError(
                 f"{what} needs {int(gmem[g]):,} bytes, more than any device that may hold it "
-                f"(largest: {int(cap[ok].max()):,}); give that device more memory or split the group")
+                f"(largest: {int(cap[ok].max()):,}); give that device more memory, or split the group (autoplace's "
+                f"splits='auto' splits lookups and dense products whose weight exceeds every device)")
 
 
 def canonical_order(graph: nx.DiGraph) -> list[Hashable]:

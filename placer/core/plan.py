@@ -118,7 +118,8 @@ class Plan:
         :mod:`placer.core.order`); empty where each device runs its ops in the executor's order. A plan
         run as a pipeline of micro-batches has none.
     splits : Mapping[str, int]
-        Ops split by their weight's output columns (op → parts, :mod:`placer.core.splits`): the assignment
+        Ops split over devices (op → parts, :mod:`placer.core.splits`: products by their weight's output columns,
+        lookups by their table's rows): the assignment
         places each part, its weight shard and the join; empty: every op whole.
     """
 
@@ -283,8 +284,9 @@ class Plan:
             order = " in the 1F1B order" if self.pipeline == "1f1b" else ""
             lines.append(f"  runs as a pipeline of {self.microbatches} micro-batches per batch{order}")
         if self.splits:
-            lines.append(f"  {len(self.splits)} ops split by their weights' output columns, each part reading its "
-                         f"shard of the weight: {', '.join(f'{op} ({k} parts)' for op, k in list(self.splits.items())[:4])}"
+            named = ", ".join(f"{op} ({k} parts)" for op, k in list(self.splits.items())[:4])
+            lines.append(f"  {len(self.splits)} ops split over devices (products by output columns, lookups by "
+                         f"table rows), each part reading its shard of the weight: {named}"
                          + (" …" if len(self.splits) > 4 else ""))
         if self.compression != "none":
             lines.append(f"  compression of cut float edges: {self.compression} (the report lists each compressed edge)")

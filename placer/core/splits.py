@@ -75,6 +75,10 @@ from .attrs import (
 
 #: The values of ``splits=`` (``placer.tf.options.SplitOptions``): split where predicted faster, never, always.
 SPLITS = ("auto", "none", "all")
+#: How a :class:`Split` cuts its op: ``"columns"``, a product by its weight's output columns (the parts'
+#: outputs concatenated); ``"rows"``, a lookup by its table's rows (each part gathers the ids its rows hold
+#: and zeros for the others; the parts' outputs summed).
+SPLIT_KINDS = ("columns", "rows")
 #: The scope suffix of the nodes a split adds (``{node}/autoplace_split_{i}``, ``{op}/autoplace_split_axis``).
 SPLIT_SCOPE = "autoplace_split"
 #: Bytes per second of the join (a concatenation copies the parts into one buffer): an assumed host-memory
@@ -96,6 +100,23 @@ def split_name(name: str, i: int) -> str:
 def axis_name(op: str) -> str:
     """The name of the join's axis constant of split ``op``."""
     return f"{op}/{SPLIT_SCOPE}_axis"
+
+
+def helper_owner(name: str) -> str | None:
+    """The split node a helper node runs with, or ``None`` where ``name`` is no split's helper.
+
+    A split rewrite may add nodes that serve one part (a lookup's local ids and mask): they are named inside
+    the part's scope, ``{split_name(op, i)}/…``, are not in the op graph (their time counts as the part's)
+    and run on the part's device.
+
+    Examples
+    --------
+    >>> helper_owner("emb/GatherV2/autoplace_split_1/local"), helper_owner("emb/GatherV2/autoplace_split_1")
+    ('emb/GatherV2/autoplace_split_1', None)
+    """
+    head, sep, tail = name.partition(f"/{SPLIT_SCOPE}_")
+    index, slash, _ = tail.partition("/")
+    return f"{head}{sep}{index}" if sep and slash and index.isdigit() else None
 
 
 def is_split_node(name: str) -> bool:
@@ -128,7 +149,7 @@ def spread_parts(assignment: Mapping[str, str], splits: Iterable[Split], devices
     out = dict(assignment)
     for s in splits:
         for i in range(s.parts):
-            for name in (s.op, s.read, s.placeholder):
+            for name in (s.op, s.read, s.placeholder, *s.updates):
                 out[split_name(name, i)] = devices[i % len(devices)]
     return out
 
@@ -164,20 +185,28 @@ def part_bounds(n: int, k: int) -> list[tuple[int, int]]:
 
 @dataclass(frozen=True)
 class Split:
-    """One op split by its weight's output columns.
+    """One op split by its weight's output columns (or its table's rows).
 
     Attributes
     ----------
     op : str
-        The op (a product whose second input is the weight's read).
+        The op (a product whose second input is the weight's read, or a lookup whose first input is the
+        table's read).
     read : str
         The weight's read (its only reader is ``op``).
     placeholder : str
-        The weight variable's resource placeholder (read by ``read`` only).
+        The weight variable's resource placeholder (read by ``read``, and otherwise only by reads nothing
+        consumes).
     columns : int
-        The output columns (the weight's columns).
+        The size of the weight along the split axis: its output columns (``kind="rows"``: its rows).
     parts : int
         How many parts (2 … ``columns``).
+    kind : str
+        One of :data:`SPLIT_KINDS`.
+    updates : tuple of str
+        The sparse updates of the weight in a training step (``ResourceScatterSub``/``Add`` on its placeholder,
+        ``kind="rows"``): each becomes one update per part, of the rows its shard holds, on the shard's device;
+        the update's own node waits for them.
     """
 
     op: str
@@ -185,14 +214,20 @@ class Split:
     placeholder: str
     columns: int
     parts: int
+    kind: str = "columns"
+    updates: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if self.kind not in SPLIT_KINDS:
+            raise GraphError(f"{self.op}: split kind {self.kind!r} is not one of {SPLIT_KINDS}")
+        if self.updates and self.kind != "rows":
+            raise GraphError(f"{self.op}: only a lookup's table (kind='rows') is split with its updates")
         if self.parts < 2 or self.parts > self.columns:
-            raise GraphError(f"{self.op}: cannot split {self.columns} columns into {self.parts} parts")
+            raise GraphError(f"{self.op}: cannot split {self.columns} {self.kind} into {self.parts} parts")
 
     @property
     def bounds(self) -> list[tuple[int, int]]:
-        """Each part's columns ``[start, stop)``."""
+        """Each part's columns (or rows) ``[start, stop)``."""
         return part_bounds(self.columns, self.parts)
 
 
@@ -227,10 +262,19 @@ def split_graph(graph: nx.DiGraph, splits: Iterable[Split]) -> nx.DiGraph:
             if name not in g:
                 raise GraphError(f"cannot split {s.op}: {name} is not in the graph")
         data_out = [v for v in g.successors(s.read) if not g.edges[s.read, v].get(CONTROL)]
-        if data_out != [s.op] or list(g.successors(s.placeholder)) != [s.read]:
+        for u in s.updates:
+            if u not in g:
+                raise GraphError(f"cannot split {s.op}: its update {u} is not in the graph")
+        if data_out != [s.op] or any(v != s.read and v not in s.updates and not _dead_read(g, v)
+                                     for v in g.successors(s.placeholder)):
             raise GraphError(f"cannot split {s.op}: its weight {s.placeholder} is read by other ops too")
         _split_one(g, s)
     return g
+
+
+def _dead_read(g: nx.DiGraph, v: str) -> bool:
+    """Whether ``v`` reads a variable for control only (nothing consumes its value: Keras' shape reads)."""
+    return g.nodes[v].get(OP_TYPE) == "ReadVariableOp" and all(g.edges[v, w].get(CONTROL) for w in g.successors(v))
 
 
 def fused_after(g: nx.DiGraph, op: str) -> list[str]:
@@ -260,42 +304,61 @@ def _added(a: object, b: object) -> object:
 
 def _split_one(g: nx.DiGraph, s: Split) -> None:
     op, layer = g.nodes[s.op], g.nodes[s.op].get(LAYER, s.op)
-    for v in fused_after(g, s.op):  # the fused kernel's time is the product's
+    rows = s.kind == "rows"
+    for v in [] if rows else fused_after(g, s.op):  # the fused kernel's time is the product's
         op[COMPUTE_US] = _added(op.get(COMPUTE_US, 0.0), g.nodes[v].get(COMPUTE_US, 0.0))
         g.nodes[v][COMPUTE_US] = _copy_us(g.nodes[v].get(COMPUTE_US, 0.0), int(g.nodes[v].get(OUTPUT_BYTES, 0)))
     ph, read = dict(g.nodes[s.placeholder]), dict(g.nodes[s.read])
     into = [(u, dict(d)) for u, _, d in g.in_edges(s.op, data=True) if u != s.read]
-    controls = [v for v in g.successors(s.read) if v != s.op]
+    dead = [v for v in g.successors(s.placeholder) if v != s.read and v not in s.updates]
+    controls = [(v, dict(d)) for r in (s.read, *dead) for v, d in g.adj[r].items()
+                if v != s.op and v not in s.updates]
     out_bytes = int(op.get(OUTPUT_BYTES, 0))
     weight = g.edges[s.read, s.op]
     for i, (start, stop) in enumerate(s.bounds):
         share = (stop - start) / s.columns
+        # a lookup's part gathers every id (zeros where another part holds the row): its time and output whole
+        work = 1.0 if rows else share
         part_layer = split_name(layer, i)
         p, r, n = split_name(s.placeholder, i), split_name(s.read, i), split_name(s.op, i)
+        what = f"[{start}:{stop}]" if rows else f"[:, {start}:{stop}]"
         g.add_node(p, **{**ph, MEMORY_BYTES: int(round(ph.get(MEMORY_BYTES, 0) * share)), LAYER: part_layer,
-                         COLOCATION: p, VARIABLE: f"{ph.get(VARIABLE, s.placeholder)}[:, {start}:{stop}]"})
+                         COLOCATION: p, VARIABLE: f"{ph.get(VARIABLE, s.placeholder)}{what}"})
         g.add_node(r, **{**read, LAYER: part_layer, COLOCATION: p})
-        g.add_node(n, **{**op, COMPUTE_US: _scaled(op.get(COMPUTE_US, 0.0), share),
-                         OUTPUT_BYTES: int(round(out_bytes * share)), LAYER: part_layer, COLOCATION: None})
+        g.add_node(n, **{**op, COMPUTE_US: _scaled(op.get(COMPUTE_US, 0.0), work),
+                         OUTPUT_BYTES: int(round(out_bytes * work)), LAYER: part_layer, COLOCATION: None})
         g.add_edge(p, r, **dict(g.edges[s.placeholder, s.read]))
         wb = int(round(weight.get(BYTES, 0) * share))
         g.add_edge(r, n, **{BYTES: wb, TENSORS: (f"{r}:0",), TENSOR_BYTES: (wb,), CONTROL: False})
         for u, d in into:
             g.add_edge(u, n, **d)
-        pb = int(round(out_bytes * share))
+        pb = int(round(out_bytes * work))
         g.add_edge(n, s.op, **{BYTES: pb, TENSORS: (f"{n}:0",), TENSOR_BYTES: (pb,), CONTROL: False})
-        for v in controls:
-            g.add_edge(r, v, **dict(g.edges[s.read, v]))
-    axis = axis_name(s.op)
-    g.add_node(axis, **{OP_TYPE: "Const", COMPUTE_US: _scaled(op.get(COMPUTE_US, 0.0), 0.0), OUTPUT_BYTES: 4,
-                        MEMORY_BYTES: 0, LAYER: layer, COLOCATION: None})
-    g.add_edge(axis, s.op, **{BYTES: 4, TENSORS: (f"{axis}:0",), TENSOR_BYTES: (4,), CONTROL: False})
+        for v, d in controls:
+            g.add_edge(r, v, **d)
+        for u in s.updates:  # the rows of each update this shard holds (the others add zeros): on its device
+            un = split_name(u, i)
+            g.add_node(un, **{**g.nodes[u], LAYER: part_layer, COLOCATION: p})
+            g.add_edge(p, un, **dict(g.edges[s.placeholder, u]))
+            for w, _, d in list(g.in_edges(u, data=True)):
+                if w != s.placeholder and not is_split_node(w):
+                    g.add_edge(w if w not in (s.read, *dead) else r, un, **d)
+            g.add_edge(un, u, **{BYTES: 0, CONTROL: True})
+    for u in s.updates:  # the update itself: a no-op after its parts
+        for w in [w for w in g.predecessors(u) if w != s.placeholder and not is_split_node(w)]:
+            g.remove_edge(w, u)
+        g.nodes[u].update({OP_TYPE: "NoOp", COMPUTE_US: _scaled(g.nodes[u].get(COMPUTE_US, 0.0), 0.0),
+                           OUTPUT_BYTES: 0, MEMORY_BYTES: 0, COLOCATION: None})
+    if not rows:
+        axis = axis_name(s.op)
+        g.add_node(axis, **{OP_TYPE: "Const", COMPUTE_US: _scaled(op.get(COMPUTE_US, 0.0), 0.0), OUTPUT_BYTES: 4,
+                            MEMORY_BYTES: 0, LAYER: layer, COLOCATION: None})
+        g.add_edge(axis, s.op, **{BYTES: 4, TENSORS: (f"{axis}:0",), TENSOR_BYTES: (4,), CONTROL: False})
     for u, _ in into:
         g.remove_edge(u, s.op)
-    g.remove_nodes_from([s.read, s.placeholder])
-    op[COMPUTE_US] = _copy_us(op.get(COMPUTE_US, 0.0), out_bytes)
-    op[OP_TYPE] = "ConcatV2"
-
+    g.remove_nodes_from([s.read, s.placeholder, *dead])
+    op[COMPUTE_US] = _copy_us(op.get(COMPUTE_US, 0.0), out_bytes * (s.parts if rows else 1))
+    op[OP_TYPE] = "AddN" if rows else "ConcatV2"
 
 
 def with_measured_parts(split: nx.DiGraph, measured: nx.DiGraph, whole: nx.DiGraph, splits: Iterable[Split]
@@ -324,8 +387,8 @@ def with_measured_parts(split: nx.DiGraph, measured: nx.DiGraph, whole: nx.DiGra
     out = split.copy()
     changed: set[str] = set()
     for s in splits:
-        changed |= {s.op, *fused_after(whole, s.op), axis_name(s.op)}
-        changed |= {split_name(n, i) for i in range(s.parts) for n in (s.op, s.read, s.placeholder)}
+        changed |= {s.op, axis_name(s.op), *s.updates, *([] if s.kind == "rows" else fused_after(whole, s.op))}
+        changed |= {split_name(n, i) for i in range(s.parts) for n in (s.op, s.read, s.placeholder, *s.updates)}
     for v in changed:
         if v in out and v in measured:
             out.nodes[v][COMPUTE_US] = measured.nodes[v][COMPUTE_US]

@@ -43,7 +43,7 @@ from .codecs import CompressedEdge
 from .emit import EmittedModel, observed_devices
 from .export import export_saved_model
 from .measuring import measure_forward, measure_training
-from .placement import Placement
+from .placement import Placement, ReplicatedVariable
 from .replicas import replicated_train_step
 from .report import Report
 from .trace import TracedModel, input_keys, model_inputs, random_batch, trace_model, trace_step
@@ -305,7 +305,13 @@ class PlacedModel(keras.Model):
         if isinstance(data, tuple):  # train_on_batch / test_on_batch pass (x, y, None): drop what is absent
             data = keras.utils.pack_x_y_sample_weight(*keras.utils.unpack_x_y_sample_weight(data))
         structure = tf.nest.map_structure(_spec_of, data)
-        return self._run(self._placed.functions.step(step, structure).function, tf.nest.flatten(data))
+        try:
+            return self._run(self._placed.functions.step(step, structure).function, tf.nest.flatten(data))
+        finally:
+            if step == "train" and tf.executing_eagerly():
+                for v in self.variables:
+                    if isinstance(v, ReplicatedVariable):
+                        v.mark_trained()
 
     def _run(self, fn: Any, args: Sequence[Any]) -> Any:
         """``fn(*args)``; watched when it runs eagerly (inside Keras' functions the watch is on those)."""
@@ -316,8 +322,23 @@ class PlacedModel(keras.Model):
     # Keras runs fit/evaluate/predict through these functions: each is watched like a direct call.
     def make_train_function(self, force: bool = False) -> Any:  # noqa: D102
         super().make_train_function(force)
-        self.train_function = self._watched(self.train_function)
+        self.train_function = self._trained(self._watched(self.train_function))
         return self.train_function
+
+    def _trained(self, fn: Any) -> Any:
+        """``fn`` (Keras' train function), then the sharded weights noted as trained (their next read gathers
+        their shards: :meth:`ReplicatedVariable.mark_trained`)."""
+        sharded = [v for v in self.variables if isinstance(v, ReplicatedVariable)] if self._placement else []
+        if fn is None or not sharded:
+            return fn
+
+        def train(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                for v in sharded:
+                    v.mark_trained()
+        return train
 
     def make_test_function(self, force: bool = False) -> Any:  # noqa: D102
         super().make_test_function(force)

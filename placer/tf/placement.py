@@ -33,6 +33,7 @@ from ..core.compression import CompressionPolicy
 from ..core.devices import DeviceSet
 from ..core.plan import Plan
 from ..core.replicas import device_groups
+from ..errors import GraphError
 from ..planner import PlanOptions
 from .emit import EmittedModel, emit, rewrite_context, rewrite_graph_def
 from .graphdef import layer_devices_of
@@ -77,8 +78,36 @@ class ReplicatedVariable(keras.Variable):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._mirrors: dict[str, tf.Variable] = {}  # device → the copy there
-        self._shards: dict[Shard, tf.Variable] = {}  # shard → the variable holding it
+        self._shards: dict[tuple[str, int, int, int], tuple[Shard, tf.Variable]] = {}  # (device, slice) → shard
+        self._stale = False  # a placed training step updated the shards since the value was last gathered
         super().__init__(*args, **kwargs)
+
+    @property
+    def value(self) -> Any:
+        """The variable's value; after a placed training step updated its shards, gathered from them first
+        (eagerly: the shards are the trained weight)."""
+        if self._stale and tf.executing_eagerly():
+            self.gather_shards()
+        return super().value
+
+    def mark_trained(self) -> None:
+        """Note that a training step updated the shards (the next eager read gathers them)."""
+        self._stale = bool(self._shards)
+
+    def gather_shards(self) -> None:
+        """Assign the variable the concatenation of its shards (where it lives; the shards keep their values)."""
+        self._stale = False
+        if not self._shards:
+            return
+        pieces = sorted(self._shards.values(), key=lambda sv: sv[0].start)
+        axis = pieces[0][0].axis
+        covered = [(sh.start, sh.stop) for sh, _ in pieces]
+        if covered[0][0] != 0 or covered[-1][1] != self.shape[axis] or any(
+                a[1] != b[0] for a, b in zip(covered, covered[1:])):
+            raise GraphError(f"the shards of {self.path} cover {covered} of its {self.shape[axis]} entries along "
+                             f"axis {axis}, not all of them once; place the model again")
+        with tf.device(self._value.device):
+            self._value.assign(tf.concat([v.read_value() for _, v in pieces], axis=axis))
 
     @property
     def mirrors(self) -> list[tf.Variable]:
@@ -88,22 +117,31 @@ class ReplicatedVariable(keras.Variable):
     @property
     def shards(self) -> list[tf.Variable]:
         """The shards made so far."""
-        return list(self._shards.values())
+        return [v for _, v in self._shards.values()]
 
     def _direct_assign(self, value: Any) -> None:
+        self._stale = False
         super()._direct_assign(value)
         for m in self._mirrors.values():
             m.assign(self.value)
-        for shard, v in self._shards.items():
-            v.assign(shard.slice_of(self.value.read_value()))
+        for shard, v in self._shards.values():
+            v.assign(self._slice(shard))
+
+    def _slice(self, shard: Shard) -> tf.Tensor:
+        """``shard``'s slice of the value, cut where the variable lives (only the slice travels to the shard)."""
+        with tf.device(self.value.device):
+            return shard.slice_of(self.value.read_value())
 
     def shard_on(self, shard: Shard) -> tf.Variable:
-        """The variable on ``shard.device`` holding ``shard``'s slice of this one (made on first use)."""
-        if shard not in self._shards:
+        """The variable on ``shard.device`` holding ``shard``'s slice of this one (made on first use; the whole
+        value never goes to ``shard.device``)."""
+        key = (shard.device, shard.start, shard.stop, shard.axis)  # every trace of the model shares it
+        if key not in self._shards:
+            value = self._slice(shard)
             with tf.device(shard.device):
-                self._shards[shard] = tf.Variable(shard.slice_of(self.value.read_value()), trainable=False,
-                                                  name=f"{self.name.split('/')[-1]}_shard_{shard.start}")
-        return self._shards[shard]
+                self._shards[key] = (shard, tf.Variable(value, trainable=False,
+                                                        name=f"{self.name.split('/')[-1]}_shard_{shard.start}"))
+        return self._shards[key][1]
 
     def mirror_on(self, device: str) -> tf.Variable:
         """The copy of this variable on ``device`` (made on first use, equal to the variable)."""

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from cost_models import SimResult
@@ -57,12 +58,12 @@ from cost_models.simulate import SimOptions
 
 from ..core.build import BuiltProblem, build_problem, check_total_memory
 from ..core.compression import CODECS, CompressionPolicy
-from ..core.devices import DeviceSet, SharedProcessor, resolve_devices
+from ..core.devices import DeviceSet, SharedProcessor, device_kind, resolve_devices
 from ..core.microbatch import SmallBatchCosts, candidate_microbatches, simulate_pipeline
 from ..core.plan import Plan
 from ..core.attrs import COMPUTE_US, MEMORY_BYTES
 from ..core.replicas import device_groups, simulate_replicas
-from ..core.splits import Split, split_graph, spread_parts, with_measured_parts
+from ..core.splits import Split, helper_owner, split_graph, spread_parts, with_measured_parts
 from ..errors import AutoplaceError, InputSignatureError, PlanError, TrainingError
 from ..measure.hosts import executor_ready_order, sharing_groups
 from ..measure.links import calibrate_links
@@ -218,6 +219,36 @@ def _split(op_graph: OpGraph, splits: Sequence[Split]) -> OpGraph:
     return replace(op_graph, graph=split_graph(op_graph.graph, splits))
 
 
+def _resident_bytes(traced: TracedModel) -> int:
+    """Bytes of the trace's variables together."""
+    return sum(variable_bytes(v) for v in traced.fixed_captures[0].values())
+
+
+def _profile_devices(traced: TracedModel, devset: DeviceSet) -> list[str]:
+    """The devices :func:`~placer.tf.costs.compute_costs` may profile ``traced`` on: each kind's devices that
+    hold its variables whole (profiling puts all of them on one device). Where none does (a model that runs
+    only split), that kind is profiled in this process."""
+    need, cap = _resident_bytes(traced), devset.arrays()[2]
+    out = [d.name for d, c in zip(devset.devices, cap) if need <= c]
+    for kind in sorted({d.kind for d in devset.devices} - {device_kind(n) for n in out}):
+        log.info("costs: the model's %s bytes of weights fit no %s device whole; its ops are profiled in this "
+                 "process's %s instead", f"{need:,}", kind, kind)
+    return out
+
+
+def _required_splits(traced: TracedModel, devset: DeviceSet, opts: PlacementOptions) -> list[Split]:
+    """The splits without which no placement of whole ops fits: each weight larger than every device's memory,
+    split into one part per device (``splits="none"``: none; the solve then fails naming it)."""
+    cap = float(np.max(devset.arrays()[2]))
+    if opts.split.splits == "none" or len(devset) < 2 or not np.isfinite(cap):
+        return []
+    variables = traced.fixed_captures[0]
+    large = {ph for ph, v in variables.items() if variable_bytes(v) > cap}
+    if not large:
+        return []
+    return [s for s in split_candidates(traced.fixed.graph, variables, len(devset)) if s.placeholder in large]
+
+
 def _prompt_sends(opts: PlacementOptions, devset: DeviceSet) -> bool:
     """Whether the placed functions acknowledge awaited transfers (:mod:`placer.tf.rewrites.sends`)."""
     return opts.emit.sends == "prompt" or (opts.emit.sends == "auto" and devset.ready_order == "lifo")
@@ -240,12 +271,18 @@ def _measured_parts(traced: TracedModel, op_graph: OpGraph, splits: Mapping[str,
     kind that was measured: what :func:`~placer.core.splits.with_measured_parts` takes each subset's changed
     ops' times from (the other ops keep the trace's profile)."""
     kinds = sorted({d.kind for d in devset.devices})
-    measured = compute_costs(traced, kinds, replace(opts.costs, runtime=False), devset.names, splits=splits)
+    measured = compute_costs(traced, kinds, replace(opts.costs, runtime=False), _profile_devices(traced, devset),
+                             splits=splits)
     g = op_graph.graph.copy()
     for kind in kinds:
         if not measured.source[kind].startswith("measured"):
             continue
-        table, factor = measured.us[kind], costs.runtime_factor.get(kind, 1.0)
+        factor = costs.runtime_factor.get(kind, 1.0)
+        table = dict(measured.us[kind])
+        for name, us in measured.us[kind].items():  # a part's helpers (its ids and mask) are its work
+            owner = helper_owner(name)
+            if owner is not None and owner in table:
+                table[owner] += us
         for name in g:
             if name in table and isinstance(g.nodes[name][COMPUTE_US], dict):
                 g.nodes[name][COMPUTE_US] = {**g.nodes[name][COMPUTE_US], kind: table[name] * factor}
@@ -374,7 +411,8 @@ def _microbatches(model: keras.Model, built: BuiltProblem, plan: Plan, devset: D
     small = None
     if smallest < batch:
         traced, _ = _trace(PlacedModel(model), model, opts, smallest)
-        costs = compute_costs(traced, sorted({d.kind for d in devset.devices}), opts.costs, devset.names)
+        costs = compute_costs(traced, sorted({d.kind for d in devset.devices}), opts.costs,
+                              _profile_devices(traced, devset))
         other = build_problem(build_op_graph(traced, costs.us).graph, devset, group_by=opts.solve.group_by)
         row = {name: i for i, name in enumerate(other.nodes)}
         durations = built.schedule.durations_s * (smallest / batch)  # ops this trace lacks: scaled
@@ -445,7 +483,8 @@ def _first_stages(model: Any, devices: Sequence[Any], opts: PlacementOptions, ti
         check_total_memory([(v.path, variable_bytes(v)) for v in traced.fixed_captures[0].values()],
                            devset.arrays()[2], "the model")
     with timer.stage("costs"):
-        costs = compute_costs(traced, sorted({d.kind for d in devset.devices}), opts.costs, devset.names)
+        costs = compute_costs(traced, sorted({d.kind for d in devset.devices}), opts.costs,
+                              _profile_devices(traced, devset))
     return _FirstStages(opts, devset, tuple(groups), shell, traced, tuple(input_specs), costs)
 
 
@@ -466,6 +505,13 @@ def _hosts(model: keras.Model, traced: TracedModel, devset: DeviceSet, opts: Pla
     devset = replace(devset, ready_order=order)
     calibrate = hosts.calibrate_links and len({d.host for d in devset.devices}) > 1
     groups = sharing_groups(devset) if hosts.shared_capacity is not None else []
+    if hosts.shared_capacity == "measure":  # measuring runs the model whole on each device of a group
+        need, cap = _resident_bytes(traced), devset.arrays()[2]
+        unfit = [g for g in groups if any(need > cap[i] for i in g[0])]
+        for group, _ in unfit:
+            log.info("devices %s: their shared capacity is not measured (the model does not fit one of them "
+                     "whole); planned as separate processors", [devset.names[i] for i in group])
+        groups = [g for g in groups if g not in unfit]
     measure_shared = bool(groups) and hosts.shared_capacity == "measure"
     cache = opts.costs.profile_cache() if calibrate or measure_shared else None
     key = _host_key(traced, devset, calibrate, measure_shared, costs) if cache is not None else None
@@ -715,24 +761,36 @@ def _autoplace(model: Any, devices: Sequence[Any], plan: Plan | str | os.PathLik
         devset, hosts_note = _hosts(model, traced, first.devices, opts, first.costs)
     with timer.stage("graph"):
         op_graph = build_op_graph(traced, first.costs.us)
+        required = _required_splits(traced, devset, opts) if given is None else []
         if given is not None and given.splits:  # a saved plan places the parts of its split ops
             op_graph = _split(op_graph, split_candidates(traced.fixed.graph, traced.fixed_captures[0], given.splits))
+        elif required:  # weights no device holds whole: split before the solve, parts profiled
+            required_splits = {s.op: s.parts for s in required}
+            op_graph = _measured_parts(traced, _split(op_graph, required), required_splits, first.costs, devset, opts)
+            log.info("operator splits: %s split %d ways (their weights exceed every device's memory)",
+                     ", ".join(sorted(required_splits)), len(devset))
     with timer.stage("problem"):
         built = build_problem(op_graph.graph, devset, group_by=opts.solve.group_by)
     with timer.stage("solve"):
         placed_plan = _solve(built, opts.solve, given, traced.batch_size, opts.emit.compression)
         notes = _inputs_note(first.costs, hosts_note)
-        placed_plan = replace(placed_plan, log=(*placed_plan.log, *notes),
-                              splits=dict(given.splits) if given is not None else {})
+        splits = dict(given.splits) if given is not None else {s.op: s.parts for s in required}
+        notes = (*notes, *([f"operator splits: {', '.join(sorted(splits))} split {len(devset)} ways: their "
+                            "weights exceed every device's memory (no other split tried)"] if required else []))
+        placed_plan = replace(placed_plan, log=(*placed_plan.log, *notes), splits=splits)
     with timer.stage("microbatches"):
-        placed_plan, small = _microbatches(
-            model, built, placed_plan, devset, opts,
-            opts.microbatch.microbatches if given is None or "microbatches" in options else given.microbatches,
-            given is None and opts.solve.algorithm == DEFAULT_SOLVER,
-            opts.microbatch.pipeline if given is None or "pipeline" in options else given.pipeline,
-            opts.train.replicas if given is None or "replicas" in options else given.replicas)
+        small = None
+        if required:  # neither one device nor a copy per device holds the model; its parts run in one go
+            log.info("micro-batches and replicas: not tried for a plan that must split (one micro-batch, one copy)")
+        else:
+            placed_plan, small = _microbatches(
+                model, built, placed_plan, devset, opts,
+                opts.microbatch.microbatches if given is None or "microbatches" in options else given.microbatches,
+                given is None and opts.solve.algorithm == DEFAULT_SOLVER,
+                opts.microbatch.pipeline if given is None or "pipeline" in options else given.pipeline,
+                opts.train.replicas if given is None or "replicas" in options else given.replicas)
     with timer.stage("splits"):
-        if given is None:
+        if given is None and not required:
             placed_plan, graphs = _splits(traced, _Graphs(op_graph, built), placed_plan, devset, opts, first.costs,
                                           notes)
             if placed_plan.splits:  # made on the split graph, in one micro-batch

@@ -268,3 +268,47 @@ def schedule_split(rewrites: Sequence[Rewrite]) -> int:
                          f"{rewrites[split].name!r}; list every schedule rewrite last")
     return split
 
+
+def template(fn: Callable[..., list[tf.Tensor] | tf.Tensor],
+              specs: Sequence[tf.TensorSpec]) -> tuple[list, list[str], list[str]]:
+    """Trace ``fn`` on placeholders of ``specs``: (its nodes, the placeholders' names, the output tensors' names):
+    a piece of graph a rewrite copies in with :func:`splice`."""
+    g = tf.Graph()
+    with g.as_default():
+        phs = [tf.compat.v1.placeholder(s.dtype, s.shape, name=f"in{i}") for i, s in enumerate(specs)]
+        outs = fn(*phs)
+        outs = outs if isinstance(outs, list) else [outs]
+    return list(g.as_graph_def().node), [p.op.name for p in phs], [o.name for o in outs]
+
+
+def splice(gd: tf.compat.v1.GraphDef, nodes: list, placeholders: list[str], inputs: Sequence[str],
+            outputs: list[str], prefix: str, device: str) -> list[str]:
+    """Copy :func:`template` ``nodes`` into ``gd`` under ``prefix`` on ``device`` (``""``: the devices rewrite
+    places them), its ``placeholders`` bound to ``inputs``; returns the new output refs.
+
+    Examples
+    --------
+    >>> gd = tf.compat.v1.GraphDef()
+    >>> nodes, phs, outs = template(lambda x: [tf.negative(x, name="neg")], [tf.TensorSpec((2,), tf.float32)])
+    >>> splice(gd, nodes, phs, ["x:0"], outs, "y", "/CPU:0"), [(n.name, list(n.input)) for n in gd.node]
+    (['y/neg'], [('y/neg', ['x:0'])])
+    """
+    bound = dict(zip(placeholders, inputs))
+
+    def ref(name: str) -> str:
+        ctrl = name.startswith("^")
+        op, _, idx = name.lstrip("^").partition(":")
+        if op in bound:
+            return bound[op] if not idx or idx == "0" else f"{bound[op]}:{idx}"
+        new = f"{prefix}/{op}" + (f":{idx}" if idx and idx != "0" else "")
+        return ("^" if ctrl else "") + new
+
+    for n in nodes:
+        if n.name in bound:
+            continue
+        c = gd.node.add()
+        c.CopyFrom(n)
+        c.name, c.device = f"{prefix}/{n.name}", device
+        del c.input[:]
+        c.input.extend(ref(i) for i in n.input)
+    return [ref(o) for o in outputs]

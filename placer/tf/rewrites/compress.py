@@ -14,7 +14,7 @@ allow it.
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping
 
 import tensorflow as tf
 
@@ -22,42 +22,7 @@ from ...core.compression import CODECS, CompressionPolicy
 from ...core.splits import is_split_node
 from ..codecs import TF_CODECS, CompressedEdge
 from ..graphdef import GRADIENT_SCOPE, tensor_bytes
-from .base import Rewrite, RewriteContext, RewriteRecord
-
-
-def _template(fn: Callable[..., list[tf.Tensor] | tf.Tensor],
-              specs: Sequence[tf.TensorSpec]) -> tuple[list, list[str], list[str]]:
-    """Trace ``fn`` on placeholders: (nodes, placeholder names, output tensor names)."""
-    g = tf.Graph()
-    with g.as_default():
-        phs = [tf.compat.v1.placeholder(s.dtype, s.shape, name=f"in{i}") for i, s in enumerate(specs)]
-        outs = fn(*phs)
-        outs = outs if isinstance(outs, list) else [outs]
-    return list(g.as_graph_def().node), [p.op.name for p in phs], [o.name for o in outs]
-
-
-def _splice(gd: tf.compat.v1.GraphDef, nodes: list, placeholders: list[str], inputs: Sequence[str],
-            outputs: list[str], prefix: str, device: str) -> list[str]:
-    """Copy template ``nodes`` into ``gd`` under ``prefix`` on ``device``; returns the new output refs."""
-    bound = dict(zip(placeholders, inputs))
-
-    def ref(name: str) -> str:
-        ctrl = name.startswith("^")
-        op, _, idx = name.lstrip("^").partition(":")
-        if op in bound:
-            return bound[op] if not idx or idx == "0" else f"{bound[op]}:{idx}"
-        new = f"{prefix}/{op}" + (f":{idx}" if idx and idx != "0" else "")
-        return ("^" if ctrl else "") + new
-
-    for n in nodes:
-        if n.name in bound:
-            continue
-        c = gd.node.add()
-        c.CopyFrom(n)
-        c.name, c.device = f"{prefix}/{n.name}", device
-        del c.input[:]
-        c.input.extend(ref(i) for i in n.input)
-    return [ref(o) for o in outputs]
+from .base import Rewrite, RewriteContext, RewriteRecord, splice, template
 
 
 def _backward(op_name: str, optimizer_scope: str | None) -> bool:
@@ -103,12 +68,12 @@ def insert_codecs(gd: tf.compat.v1.GraphDef, graph: tf.Graph, devices: Mapping[s
             encode, decode = TF_CODECS[codec]
             safe = tname.replace(":", "_")
             if (tname, codec) not in encoded:
-                nodes, phs, outs = _template(encode, [tf.TensorSpec(shape, t.dtype)])
-                encoded[(tname, codec)] = _splice(gd, nodes, phs, [inp], outs, f"{safe}/autoplace_{codec}_enc",
+                nodes, phs, outs = template(encode, [tf.TensorSpec(shape, t.dtype)])
+                encoded[(tname, codec)] = splice(gd, nodes, phs, [inp], outs, f"{safe}/autoplace_{codec}_enc",
                                                   src_dev)
             wire = encoded[(tname, codec)]
-            nodes, phs, outs = _template(decode, _wire_specs(encode, shape, t.dtype))
-            out = _splice(gd, nodes, phs, wire, outs, f"{safe}/autoplace_{codec}_dec_{len(decoded)}", dst_dev)[0]
+            nodes, phs, outs = template(decode, _wire_specs(encode, shape, t.dtype))
+            out = splice(gd, nodes, phs, wire, outs, f"{safe}/autoplace_{codec}_dec_{len(decoded)}", dst_dev)[0]
             decoded[(tname, dst_dev)] = out
             node.input[i] = out
             edges.append(CompressedEdge(tname, src_dev, dst_dev, codec, nbytes,

@@ -1,5 +1,8 @@
 """Rewrite: every node gets its planned device (``context.devices``, the plan completed for this trace).
 
+A split's helper nodes (:func:`placer.core.splits.helper_owner`: a lookup part's local ids and mask, not in the
+op graph) run on their part's device.
+
 Record: how many nodes were placed.
 """
 
@@ -7,6 +10,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from ...core.splits import helper_owner
 from ...errors import GraphError
 from .base import Rewrite, RewriteContext, RewriteRecord
 
@@ -28,11 +32,16 @@ def assign_devices(gd: tf.compat.v1.GraphDef, context: RewriteContext) -> Rewrit
     >>> gd.node[0].device
     '/CPU:1'
     """
-    missing = [n.name for n in gd.node if n.name not in context.devices]
+    devices = dict(context.devices)
+    for n in gd.node:
+        owner = helper_owner(n.name) if n.name not in devices else None
+        if owner in devices:
+            devices[n.name] = devices[owner]
+    missing = [n.name for n in gd.node if n.name not in devices]
     if missing:
         raise GraphError(f"{len(missing)} nodes have no planned device, e.g. {missing[:5]}")
     for node in gd.node:
-        node.device = context.devices[node.name]
+        node.device = devices[node.name]
     return RewriteRecord("devices", changes=len(gd.node))
 
 

@@ -34,7 +34,7 @@ import tensorflow as tf
 from ...core.splits import Split, axis_name, split_name
 from ...errors import GraphError, PlanError
 from ..graphdef import source
-from .base import Rewrite, RewriteContext, RewriteRecord
+from .base import Rewrite, RewriteContext, RewriteRecord, splice, template
 
 
 @dataclass(frozen=True)
@@ -85,10 +85,18 @@ class SplitRule:
         weight's axes holds the output columns (``None``: this op cannot be split so).
     join_axis : int
         The axis of the op's output the parts are concatenated along (``-1``: the last).
+    kind : str
+        ``"columns"`` (parts concatenated) or ``"rows"`` (parts masked and summed):
+        :data:`~placer.core.splits.SPLIT_KINDS`.
+    updates : frozenset of str
+        The op types that may update the weight in a training step and are split with it (each part updates the
+        rows its shard holds); a weight updated otherwise (a dense optimizer update) is not split.
     """
 
     weight: Callable[[tf.Operation], tuple[int, int] | None]
     join_axis: int = -1
+    kind: str = "columns"
+    updates: frozenset[str] = frozenset()
 
 
 def _matmul_weight(op: tf.Operation) -> tuple[int, int] | None:
@@ -97,15 +105,25 @@ def _matmul_weight(op: tf.Operation) -> tuple[int, int] | None:
     return 1, 0 if op.get_attr("transpose_b") else 1
 
 
-#: Op type → its split rule. Dense products by output columns; embeddings, convolutions and
-#: ``BatchMatMulV2``/``Einsum`` are not split yet (``docs/limitations.md``).
-SPLIT_RULES: Mapping[str, SplitRule] = {"MatMul": SplitRule(_matmul_weight)}
+def _gather_table(op: tf.Operation) -> tuple[int, int] | None:
+    """A lookup of whole rows: ``GatherV2(table, ids, axis=0)`` with ``batch_dims=0``."""
+    axis = op.inputs[2].op
+    if op.get_attr("batch_dims") != 0 or axis.type != "Const" or tf.make_ndarray(axis.get_attr("value")) != 0:
+        return None
+    return 0, 0
+
+
+#: Op type → its split rule. Dense products by output columns; lookups (an ``Embedding``'s ``GatherV2``) by
+#: table rows; convolutions and ``BatchMatMulV2``/``Einsum`` are not split yet (``docs/limitations.md``).
+SPLIT_RULES: Mapping[str, SplitRule] = {"MatMul": SplitRule(_matmul_weight),
+                                        "GatherV2": SplitRule(_gather_table, kind="rows", updates=frozenset(
+                                            {"ResourceScatterAdd", "ResourceScatterSub"}))}
 
 
 def _weight_of(op: tf.Operation, captured: Mapping[str, object]
-               ) -> tuple[int, tf.Operation, tf.Operation, int] | None:
-    """``(input index, read, placeholder, weight axis)`` of a splittable ``op`` whose weight is a captured variable
-    read by it alone, else ``None``."""
+               ) -> tuple[int, tf.Operation, tf.Operation, int, tuple[tf.Operation, ...]] | None:
+    """``(input index, read, placeholder, weight axis, updates)`` of a splittable ``op`` whose weight is a captured
+    variable read by it alone (and updated only by its rule's sparse updates), else ``None``."""
     rule = SPLIT_RULES.get(op.type)
     found = rule.weight(op) if rule is not None else None
     if found is None:
@@ -115,10 +133,16 @@ def _weight_of(op: tf.Operation, captured: Mapping[str, object]
     if read.type != "ReadVariableOp" or read.inputs[0].op.name not in captured:
         return None
     ph = read.inputs[0].op
+    updates = tuple(c for c in ph.outputs[0].consumers() if c.type in rule.updates and c.inputs[0].op is ph)
     if [c.name for c in read.outputs[0].consumers()] != [op.name] or \
-            [c.name for c in ph.outputs[0].consumers()] != [read.name]:
+            any(c is not read and c not in updates and not _dead_read(c) for c in ph.outputs[0].consumers()):
         return None
-    return index, read, ph, axis
+    return index, read, ph, axis, updates
+
+
+def _dead_read(op: tf.Operation) -> bool:
+    """A read whose value nothing consumes (Keras' shape reads; at most control inputs of others)."""
+    return op.type == "ReadVariableOp" and not op.outputs[0].consumers()
 
 
 def splittable(graph: tf.Graph, op: str, captured: Mapping[str, object]) -> bool:
@@ -161,16 +185,79 @@ def split_candidates(graph: tf.Graph, captured: Mapping[str, object], parts: int
         shape = found[1].outputs[0].shape if found is not None else None
         if found is None or shape.rank != 2 or not shape.is_fully_defined():
             continue
-        _, read, ph, axis = found
+        _, read, ph, axis, updates = found
         columns = int(shape[axis])
         if shape.num_elements() * read.outputs[0].dtype.size < min_weight_bytes or columns < k:
             continue
-        out.append(Split(op.name, read=read.name, placeholder=ph.name, columns=columns, parts=k))
+        out.append(Split(op.name, read=read.name, placeholder=ph.name, columns=columns, parts=k,
+                         kind=SPLIT_RULES[op.type].kind, updates=tuple(u.name for u in updates)))
     if named is not None and len(out) != len(named):
         missing = sorted(set(named) - {s.op for s in out})
         raise PlanError(f"the plan splits {missing[:3]}, which this model's trace does not have or cannot split "
                         "that many ways; solve again without plan=")
     return out
+
+
+def _rows_part(start: int, stop: int, first: bool, last: bool) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
+    """A lookup's part over rows ``[start, stop)`` of the table as a :func:`~.base.template` ``(ids, shard) ->
+    rows``: the rows of the ids it holds, zeros for the others. Ids outside the whole table stay outside the
+    first part's (below) or last part's (above) shard, so the lookup fails as the unsplit one does."""
+    def part(ids: tf.Tensor, shard: tf.Tensor) -> tf.Tensor:
+        local = ids - tf.constant(start, ids.dtype, name="start") if start else ids
+        if not first:
+            local = tf.maximum(local, tf.constant(0, ids.dtype), name="above")
+        if not last:
+            local = tf.minimum(local, tf.constant(stop - start - 1, ids.dtype), name="below")
+        got = tf.gather(shard, tf.identity(local, name="local"), axis=0, name="gather")
+        held = [c for c in ([] if first else [ids >= start]) + ([] if last else [ids < stop])]
+        inside = held[0] if len(held) == 1 else tf.logical_and(*held)
+        return tf.where(tf.expand_dims(inside, -1), got, tf.zeros_like(got), name="out")
+    return part
+
+
+def _rows_update(start: int, stop: int, extra_rank: int) -> Callable[[tf.Tensor, tf.Tensor], list[tf.Tensor]]:
+    """A sparse update's part over rows ``[start, stop)`` as a :func:`~.base.template` ``(indices, updates) ->
+    [local indices, updates]``: the updates of rows another shard holds become zeros (added to a row of this
+    shard: no change), so each part updates exactly its rows, in the order the whole update does."""
+    def part(indices: tf.Tensor, updates: tf.Tensor) -> list[tf.Tensor]:
+        local = tf.clip_by_value(indices - tf.constant(start, indices.dtype, name="start"),
+                                 tf.constant(0, indices.dtype), tf.constant(stop - start - 1, indices.dtype))
+        inside = tf.logical_and(indices >= start, indices < stop)
+        for _ in range(extra_rank):
+            inside = tf.expand_dims(inside, -1)
+        return [tf.identity(local, name="local"), tf.where(inside, updates, tf.zeros_like(updates), name="rows")]
+    return part
+
+
+def _split_update(gd: tf.compat.v1.GraphDef, node: tf.compat.v1.NodeDef, update: tf.Operation, s: Split, i: int,
+                  start: int, stop: int) -> None:
+    """Part ``i`` of sparse ``update`` (``node``): the same update of shard ``i``'s rows, on its device."""
+    indices, values = update.inputs[1], update.inputs[2]
+    if indices.shape.rank is None or values.shape.rank is None:
+        raise GraphError(f"cannot split the update {update.name} of {s.placeholder}: its indices or updates have "
+                         "an unknown rank; place with splits='none'")
+    name = split_name(update.name, i)
+    specs = [tf.TensorSpec(indices.shape, indices.dtype), tf.TensorSpec(values.shape, values.dtype)]
+    nodes, phs, outs = template(_rows_update(start, stop, values.shape.rank - indices.shape.rank), specs)
+    local, rows = splice(gd, nodes, phs, [node.input[1], node.input[2]], outs, name, "")
+    part = gd.node.add()
+    part.CopyFrom(node)
+    part.name = name
+    del part.input[:]
+    part.input.extend([split_name(s.placeholder, i), local, rows] + [x for x in node.input if x.startswith("^")])
+
+
+def _add_shard(gd: tf.compat.v1.GraphDef, by_name: Mapping[str, tf.compat.v1.NodeDef], s: Split, i: int) -> str:
+    """Part ``i``'s shard placeholder and its read (copies of the weight's); returns the read's name."""
+    p = gd.node.add()
+    p.CopyFrom(by_name[s.placeholder])
+    p.name = split_name(s.placeholder, i)
+    r = gd.node.add()
+    r.CopyFrom(by_name[s.read])
+    r.name = split_name(s.read, i)
+    del r.input[:]
+    r.input.append(p.name)
+    return r.name
 
 
 def split_ops(gd: tf.compat.v1.GraphDef, context: RewriteContext) -> RewriteRecord:
@@ -198,50 +285,72 @@ def split_ops(gd: tf.compat.v1.GraphDef, context: RewriteContext) -> RewriteReco
             raise GraphError(f"the plan splits {name} ({op.type}), which cannot be split here: its weight is not "
                              "a captured variable read by it alone; place again without plan= (or with "
                              "splits='none')")
-        index, read, ph, axis = found
-        columns = int(read.outputs[0].shape[axis])
-        s = Split(name, read=read.name, placeholder=ph.name, columns=columns, parts=parts)
+        index, read, ph, axis, updates = found
+        rule = SPLIT_RULES[op.type]
+        s = Split(name, read=read.name, placeholder=ph.name, columns=int(read.outputs[0].shape[axis]), parts=parts,
+                  kind=rule.kind, updates=tuple(u.name for u in updates))
+        dead = [c.name for c in ph.outputs[0].consumers() if c is not read and c not in updates]
         node = by_name[name]
         for i, (start, stop) in enumerate(s.bounds):
-            p_name, r_name, n_name = split_name(ph.name, i), split_name(read.name, i), split_name(name, i)
-            missing = [x for x in (p_name, r_name, n_name) if x not in context.devices]
+            p_name, n_name = split_name(ph.name, i), split_name(name, i)
+            missing = [x for x in (p_name, split_name(read.name, i), n_name, *(split_name(u, i) for u in s.updates))
+                       if x not in context.devices]
             if missing:
                 raise GraphError(f"the plan splits {name} but places none of {missing}; solve again")
-            p = gd.node.add()
-            p.CopyFrom(by_name[ph.name])
-            p.name = p_name
-            r = gd.node.add()
-            r.CopyFrom(by_name[read.name])
-            r.name = r_name
-            del r.input[:]
-            r.input.append(p_name)
-            part = gd.node.add()
-            part.CopyFrom(node)
-            part.name = n_name
-            part.input[index] = r_name
+            r_name = _add_shard(gd, by_name, s, i)
+            if rule.kind == "rows":
+                nodes, phs, outs = template(_rows_part(start, stop, i == 0, i == parts - 1), [
+                    tf.TensorSpec(op.inputs[1].shape, op.inputs[1].dtype),
+                    tf.TensorSpec((stop - start, *read.outputs[0].shape[1:]), read.outputs[0].dtype)])
+                out = splice(gd, nodes, phs, [node.input[1], r_name], outs, n_name, "")[0].partition(":")[0]
+                next(n for n in gd.node if n.name == out).name = n_name
+            else:
+                part = gd.node.add()
+                part.CopyFrom(node)
+                part.name = n_name
+                part.input[index] = r_name
+            for u in updates:
+                _split_update(gd, by_name[u.name], u, s, i, start, stop)
             shards.append(Shard(p_name, ph.name, context.devices[p_name], start, stop, axis))
-            renamed_controls.setdefault("^" + read.name, []).append("^" + r_name)
-        rank = op.outputs[0].shape.rank
-        join_axis = SPLIT_RULES[op.type].join_axis % (rank if rank else 2)
-        a = gd.node.add()
-        a.name, a.op = axis_name(name), "Const"
-        a.attr["dtype"].type = tf.int32.as_datatype_enum
-        a.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(join_axis, tf.int32))
+            for r in (read.name, *dead):
+                renamed_controls.setdefault("^" + r, []).append("^" + r_name)
+        for u in updates:  # the whole update: a no-op after its parts (what waited for it still does)
+            whole = by_name[u.name]
+            whole.op = "NoOp"
+            whole.ClearField("attr")
+            del whole.input[:]
+            whole.input.extend("^" + split_name(u.name, i) for i in range(parts))
         controls = [x for x in node.input if x.startswith("^")]
-        node.op = "ConcatV2"
-        dtype = node.attr["T"].type
+        dtype = node.attr["Tparams" if rule.kind == "rows" else "T"].type
         node.ClearField("attr")
         node.attr["T"].type = dtype
         node.attr["N"].i = parts
-        node.attr["Tidx"].type = tf.int32.as_datatype_enum
         del node.input[:]
-        node.input.extend([split_name(name, i) for i in range(parts)] + [a.name] + controls)
-        drop |= {read.name, ph.name}
+        if rule.kind == "rows":  # one part holds each id's row, the others zeros
+            node.op = "AddN"
+            node.input.extend([split_name(name, i) for i in range(parts)] + controls)
+        else:
+            rank = op.outputs[0].shape.rank
+            a = gd.node.add()
+            a.name, a.op = axis_name(name), "Const"
+            a.attr["dtype"].type = tf.int32.as_datatype_enum
+            a.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(rule.join_axis % (rank if rank else 2), tf.int32))
+            node.op = "ConcatV2"
+            node.attr["Tidx"].type = tf.int32.as_datatype_enum
+            node.input.extend([split_name(name, i) for i in range(parts)] + [a.name] + controls)
+        drop |= {read.name, ph.name, *dead}
     for n in gd.node:
         if any(x in renamed_controls for x in n.input):
             new = [y for x in n.input for y in renamed_controls.get(x, [x])]
             del n.input[:]
             n.input.extend(new)
+    for n in gd.node:  # colocation with a removed read (a gradient's shape constant): dropped
+        if "_class" in n.attr:
+            keep = [c for c in n.attr["_class"].list.s if c.decode().removeprefix("loc:@") not in drop]
+            if keep:
+                n.attr["_class"].list.s[:] = keep
+            else:
+                del n.attr["_class"]
     left = [n.name for n in gd.node if n.name not in drop and any(source(x)[0] in drop for x in n.input)]
     if left:
         raise GraphError(f"split weights are still read by {left[:3]}")
@@ -272,7 +381,7 @@ def split_graph_def(graph: tf.Graph, captured: Mapping[str, object], splits: Map
     for s in found:
         devices[axis_name(s.op)] = device
         for i in range(s.parts):
-            devices.update((split_name(n, i), device) for n in (s.op, s.read, s.placeholder))
+            devices.update((split_name(n, i), device) for n in (s.op, s.read, s.placeholder, *s.updates))
     context = RewriteContext(graph=graph, step="predict", devices=devices, captured=tuple(captured), splits=splits)
     gd = graph.as_graph_def()
     return gd, split_ops(gd, context).detail
