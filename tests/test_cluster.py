@@ -113,7 +113,8 @@ def test_a_shaped_loopback_is_what_the_link_calibration_measures():
 @pytest.mark.skipif(not _namespace_works(), reason="needs unshare -rn and ip (util-linux, iproute2) for a "
                                                    "loopback-only network namespace")
 def test_a_workers_memory_limit_is_enforced_and_planned_against():
-    # a worker limited to its runtime + 256 MiB: a 128 MiB tensor fits, a 512 MiB one is a ResourceExhaustedError
+    # a worker limited to its runtime, its transfers' pool + 256 MiB: a 128 MiB tensor fits, a 768 MiB one is a
+    # ResourceExhaustedError
     # (not a kill: the worker answers after it), and a model whose weights exceed what is left is refused
     # before anything runs, the error naming the largest weights and the shortfall
     script = (
@@ -123,7 +124,7 @@ def test_a_workers_memory_limit_is_enforced_and_planned_against():
         "out = {}\n"
         "with LocalCluster(1, memory_limit_bytes=MIN_WORKER_MEMORY_BYTES) as c:\n"
         "    devices = placer.connect(c)\n"
-        "    for mib in (128, 512):\n"
+        "    for mib in (128, 768):\n"
         "        try:\n"
         "            with tf.device(devices[0]):\n"
         "                v = tf.Variable(tf.zeros([mib << 18]))\n"
@@ -145,7 +146,7 @@ def test_a_workers_memory_limit_is_enforced_and_planned_against():
     assert r.returncode == 0, r.stderr[-2000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["128"] == 0.0, out
-    assert out["512"].startswith("ResourceExhaustedError: OOM when allocating"), out
+    assert out["768"].startswith("ResourceExhaustedError: OOM when allocating"), out
     assert out["alive"] and out["memory"] == 256 << 20
     assert out["refused"] and "big" in out["refused"] and "short" in out["refused"], out
 

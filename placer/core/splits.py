@@ -149,8 +149,8 @@ def spread_parts(assignment: Mapping[str, str], splits: Iterable[Split], devices
     out = dict(assignment)
     for s in splits:
         for i in range(s.parts):
-            for name in (s.op, s.read, s.placeholder, *s.updates):
-                out[split_name(name, i)] = devices[i % len(devices)]
+            for name in s.part_nodes(i):
+                out[name] = devices[i % len(devices)]
     return out
 
 
@@ -230,6 +230,16 @@ class Split:
         """Each part's columns (or rows) ``[start, stop)``."""
         return part_bounds(self.columns, self.parts)
 
+    def part_nodes(self, i: int) -> tuple[str, ...]:
+        """The nodes of part ``i``: its shard's placeholder, its read (a product's: a lookup's part gathers its
+        rows from the shard itself), the part, and the part of each update.
+
+        >>> Split("e", read="r", placeholder="p", columns=8, parts=2, kind="rows", updates=("u",)).part_nodes(1)
+        ('p/autoplace_split_1', 'e/autoplace_split_1', 'u/autoplace_split_1')
+        """
+        reads = () if self.kind == "rows" else (self.read,)
+        return tuple(split_name(n, i) for n in (self.placeholder, *reads, self.op, *self.updates))
+
 
 def _scaled(costs: object, share: float) -> object:
     if isinstance(costs, dict):
@@ -242,7 +252,8 @@ def split_graph(graph: nx.DiGraph, splits: Iterable[Split]) -> nx.DiGraph:
 
     Part ``i`` of a split op ``n`` reading weight read ``r`` of placeholder ``p``: the nodes
     ``split_name(p, i)`` (a shard of the variable: its share of ``p``'s memory, colocated with its read),
-    ``split_name(r, i)`` and ``split_name(n, i)`` (its share of ``n``'s time and output), on a layer of their own;
+    ``split_name(r, i)`` and ``split_name(n, i)`` (its share of ``n``'s time and output), on a layer of their own
+    (a lookup's part ``split_name(n, i)`` gathers from the shard itself, colocated with it: no read);
     ``n`` keeps its name and consumers and becomes the join (``ConcatV2`` of the parts, with the axis constant
     ``axis_name(n)``); ``r`` and ``p`` are removed (their control successors follow each shard's read).
 
@@ -324,12 +335,16 @@ def _split_one(g: nx.DiGraph, s: Split) -> None:
         what = f"[{start}:{stop}]" if rows else f"[:, {start}:{stop}]"
         g.add_node(p, **{**ph, MEMORY_BYTES: int(round(ph.get(MEMORY_BYTES, 0) * share)), LAYER: part_layer,
                          COLOCATION: p, VARIABLE: f"{ph.get(VARIABLE, s.placeholder)}{what}"})
-        g.add_node(r, **{**read, LAYER: part_layer, COLOCATION: p})
         g.add_node(n, **{**op, COMPUTE_US: _scaled(op.get(COMPUTE_US, 0.0), work),
-                         OUTPUT_BYTES: int(round(out_bytes * work)), LAYER: part_layer, COLOCATION: None})
-        g.add_edge(p, r, **dict(g.edges[s.placeholder, s.read]))
-        wb = int(round(weight.get(BYTES, 0) * share))
-        g.add_edge(r, n, **{BYTES: wb, TENSORS: (f"{r}:0",), TENSOR_BYTES: (wb,), CONTROL: False})
+                         OUTPUT_BYTES: int(round(out_bytes * work)), LAYER: part_layer, COLOCATION: p if rows else None})
+        if rows:  # the part gathers its rows from its shard (a resource op: on the shard's device)
+            r = n
+            g.add_edge(p, n, **dict(g.edges[s.placeholder, s.read]))
+        else:
+            g.add_node(r, **{**read, LAYER: part_layer, COLOCATION: p})
+            g.add_edge(p, r, **dict(g.edges[s.placeholder, s.read]))
+            wb = int(round(weight.get(BYTES, 0) * share))
+            g.add_edge(r, n, **{BYTES: wb, TENSORS: (f"{r}:0",), TENSOR_BYTES: (wb,), CONTROL: False})
         for u, d in into:
             g.add_edge(u, n, **d)
         pb = int(round(out_bytes * work))
@@ -388,7 +403,7 @@ def with_measured_parts(split: nx.DiGraph, measured: nx.DiGraph, whole: nx.DiGra
     changed: set[str] = set()
     for s in splits:
         changed |= {s.op, axis_name(s.op), *s.updates, *([] if s.kind == "rows" else fused_after(whole, s.op))}
-        changed |= {split_name(n, i) for i in range(s.parts) for n in (s.op, s.read, s.placeholder, *s.updates)}
+        changed |= {n for i in range(s.parts) for n in s.part_nodes(i)}
     for v in changed:
         if v in out and v in measured:
             out.nodes[v][COMPUTE_US] = measured.nodes[v][COMPUTE_US]

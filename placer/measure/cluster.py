@@ -150,11 +150,21 @@ def rerun_in_loopback_namespace(argv: list[str]) -> int | None:
 
 
 #: The data memory (``VmData``: heap, thread stacks, private mappings) a one-thread worker's runtime holds
-#: before any tensor of a model: measured 1.07 GB at start and 1.14 GB after its first op (TF 2.21), with a
-#: margin. :meth:`LocalCluster.device_specs` plans a limited worker's tensors in what is left.
-WORKER_RUNTIME_BYTES = 1200 << 20
-#: The least ``memory_limit_bytes`` of a worker: its runtime and 256 MiB for tensors.
-MIN_WORKER_MEMORY_BYTES = WORKER_RUNTIME_BYTES + (256 << 20)
+#: besides its tensors: measured 1.04 GiB at start and 0.17 GiB more once autoplace has calibrated its links
+#: (gRPC buffers, glibc's heap; the same with oneDNN off), with a margin (TF 2.21).
+WORKER_RUNTIME_BYTES = 1280 << 20
+#: The environment variable that caps the pool of TensorFlow's oneDNN CPU allocator (``mklcpu``, the one it
+#: uses with oneDNN on: tensors of 256 KiB and more are carved from regions it keeps, each new region up to
+#: twice the last). A limited worker's pool is capped at its limit less :data:`WORKER_RUNTIME_BYTES`, so a
+#: tensor past it fails there cleanly: uncapped, a 360 MiB tensor reserved a 512 MiB region (``VmData`` +528 MB)
+#: and crossed the OS limit where the tensor alone fit.
+POOL_CAP_VARIABLE = "TF_MKL_ALLOC_MAX_BYTES"
+#: What a limited worker's capped pool keeps of transfers that are no model's tensors (link calibration sends
+#: payloads up to 16 MiB; the pool keeps their regions): with a 400 MiB cap a 360 MiB tensor no longer fit after
+#: calibration. :meth:`LocalCluster.device_specs` leaves it out of what a plan may use.
+WORKER_TRANSFER_POOL_BYTES = 128 << 20
+#: The least ``memory_limit_bytes`` of a worker: its runtime, the transfers' pool and 256 MiB for tensors.
+MIN_WORKER_MEMORY_BYTES = WORKER_RUNTIME_BYTES + WORKER_TRANSFER_POOL_BYTES + (256 << 20)
 
 
 def _die_with_parent() -> None:
@@ -241,8 +251,11 @@ class LocalCluster:
         An OS-enforced limit on each worker's data memory (``RLIMIT_DATA``, set before the worker starts; at
         least :data:`MIN_WORKER_MEMORY_BYTES`, what TensorFlow's runtime takes itself): an allocation over it
         fails with TensorFlow's ``ResourceExhaustedError`` (an ``InsufficientMemoryError`` in a placed call), not
-        a kill. :meth:`device_specs` gives each worker's device this capacity less
-        :data:`WORKER_RUNTIME_BYTES`, so plans are made against the limit. ``None`` (default): no limit.
+        a kill. The worker's oneDNN allocator pool is capped at the limit less :data:`WORKER_RUNTIME_BYTES`
+        (:data:`POOL_CAP_VARIABLE`), so a tensor past it fails in TensorFlow's allocator. :meth:`device_specs`
+        gives each worker's device what is left for a model's tensors, so plans are made against the limit.
+        ``None`` (default): no limit. An allocation outside TensorFlow's allocator that crosses the limit (gRPC
+        receiving a message larger than what is left) kills the worker (SIGSEGV), not a clean error.
     """
 
     def __init__(self, workers: int = 2, *, pin_cores: bool = True, threads: int = 1, start_timeout_s: float = 90.0,
@@ -283,15 +296,17 @@ class LocalCluster:
 
     def device_specs(self, devices: Sequence[str]) -> list[DeviceSpec]:
         """``devices`` (what :func:`connect` returned for this cluster) with the memory each may plan for: the
-        worker's ``memory_limit_bytes`` less :data:`WORKER_RUNTIME_BYTES` (no limit: ``memory_bytes=None``).
+        worker's ``memory_limit_bytes`` less :data:`WORKER_RUNTIME_BYTES` and :data:`WORKER_TRANSFER_POOL_BYTES`
+        (no limit: ``memory_bytes=None``).
 
         Examples
         --------
         >>> LocalCluster(2, memory_limit_bytes=2 << 30).device_specs(
-        ...     ["/job:worker/replica:0/task:1/device:CPU:0"])[0].memory_bytes == (2 << 30) - WORKER_RUNTIME_BYTES
-        True
+        ...     ["/job:worker/replica:0/task:1/device:CPU:0"])[0].memory_bytes >> 20
+        640
         """
-        memory = None if self.memory_limit_bytes is None else self.memory_limit_bytes - WORKER_RUNTIME_BYTES
+        memory = None if self.memory_limit_bytes is None else (
+            self.memory_limit_bytes - WORKER_RUNTIME_BYTES - WORKER_TRANSFER_POOL_BYTES)
         return [DeviceSpec(d, memory_bytes=memory) for d in devices]
 
     @property
@@ -357,7 +372,9 @@ class LocalCluster:
         self.ports = self.requested_ports or [_free_port() for _ in range(self.workers)]
         self.profiler_ports = [_free_port() for _ in range(self.workers)] if self.profiler else []
         cores = os.cpu_count() or 1
-        env = child_environment({"TF_CPP_MIN_LOG_LEVEL": "2", **self.env})
+        pool = {} if self.memory_limit_bytes is None else {
+            POOL_CAP_VARIABLE: str(self.memory_limit_bytes - WORKER_RUNTIME_BYTES)}
+        env = child_environment({"TF_CPP_MIN_LOG_LEVEL": "2", **pool, **self.env})
         env.pop("AUTOPLACE_CACHE_DIR", None)
         log.warning("starting %d TensorFlow gRPC workers (ports %s); they accept unauthenticated connections",
                     self.workers, self.ports)

@@ -22,6 +22,7 @@ placed variables, the functions); nothing is set on the placed model after.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol, Sequence
 
@@ -49,6 +50,43 @@ from .trace import TracedModel
 #: Where a split op's whole weight lives: the CPU of the process that placed the model (with gRPC workers, the
 #: client; its parts read shards on the workers).
 CLIENT_DEVICE = "/job:localhost/replica:0/task:0/device:CPU:0"
+#: The most bytes one transfer of a shard carries (its rows in pieces): a tensor sent whole needs its size
+#: again in the receiver's gRPC buffers, which a worker under a memory limit may not have (an allocation that
+#: fails there kills the worker, not a clean error).
+SHARD_CHUNK_BYTES = 16 << 20
+
+
+def _row_chunks(shape: Sequence[int], itemsize: int) -> list[tuple[int, int]]:
+    """``[start, stop)`` rows of a tensor of ``shape`` in pieces of at most :data:`SHARD_CHUNK_BYTES`.
+
+    >>> _row_chunks((10, 1 << 20), 4)[:2]
+    [(0, 4), (4, 8)]
+    """
+    row = max(1, int(itemsize * math.prod(shape[1:])))
+    step = max(1, SHARD_CHUNK_BYTES // row)
+    return [(a, min(a + step, shape[0])) for a in range(0, max(1, shape[0]), step)]
+
+
+def write_rows(variable: tf.Variable, value: tf.Tensor) -> None:
+    """Assign ``variable`` (on any device) ``value`` (a tensor here) in pieces of rows
+    (:data:`SHARD_CHUNK_BYTES`)."""
+    for a, b in _row_chunks(value.shape, value.dtype.size):
+        with tf.device(value.device):  # cut where the value is: only the piece travels
+            piece = value[a:b]
+        with tf.device(variable.device):
+            variable.scatter_update(tf.IndexedSlices(piece, tf.range(a, b)))
+
+
+def read_rows(variable: tf.Variable) -> tf.Tensor:
+    """``variable``'s value, fetched here in pieces of rows (:data:`SHARD_CHUNK_BYTES`)."""
+    pieces = []
+    for a, b in _row_chunks(variable.shape, variable.dtype.size):
+        with tf.device(variable.device):
+            piece = variable.sparse_read(tf.range(a, b))
+        with tf.device(CLIENT_DEVICE):
+            pieces.append(tf.identity(piece))
+    with tf.device(CLIENT_DEVICE):
+        return tf.concat(pieces, axis=0)
 
 
 class StepTracer(Protocol):
@@ -107,7 +145,7 @@ class ReplicatedVariable(keras.Variable):
             raise GraphError(f"the shards of {self.path} cover {covered} of its {self.shape[axis]} entries along "
                              f"axis {axis}, not all of them once; place the model again")
         with tf.device(self._value.device):
-            self._value.assign(tf.concat([v.read_value() for _, v in pieces], axis=axis))
+            self._value.assign(tf.concat([read_rows(v) for _, v in pieces], axis=axis))
 
     @property
     def mirrors(self) -> list[tf.Variable]:
@@ -125,7 +163,10 @@ class ReplicatedVariable(keras.Variable):
         for m in self._mirrors.values():
             m.assign(self.value)
         for shard, v in self._shards.values():
-            v.assign(self._slice(shard))
+            if tf.executing_eagerly():
+                write_rows(v, self._slice(shard))
+            else:  # inside a tf.function (a Keras write there): one assign, where the shard lives
+                v.assign(self._slice(shard))
 
     def _slice(self, shard: Shard) -> tf.Tensor:
         """``shard``'s slice of the value, cut where the variable lives (only the slice travels to the shard)."""
@@ -138,9 +179,11 @@ class ReplicatedVariable(keras.Variable):
         key = (shard.device, shard.start, shard.stop, shard.axis)  # every trace of the model shares it
         if key not in self._shards:
             value = self._slice(shard)
-            with tf.device(shard.device):
-                self._shards[key] = (shard, tf.Variable(value, trainable=False,
-                                                        name=f"{self.name.split('/')[-1]}_shard_{shard.start}"))
+            with tf.device(shard.device):  # made there as zeros, then filled in pieces
+                variable = tf.Variable(tf.zeros(value.shape, value.dtype), trainable=False,
+                                       name=f"{self.name.split('/')[-1]}_shard_{shard.start}")
+            write_rows(variable, value)
+            self._shards[key] = (shard, variable)
         return self._shards[key][1]
 
     def mirror_on(self, device: str) -> tf.Variable:

@@ -198,17 +198,21 @@ def split_candidates(graph: tf.Graph, captured: Mapping[str, object], parts: int
     return out
 
 
-def _rows_part(start: int, stop: int, first: bool, last: bool) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
+def _rows_part(start: int, stop: int, first: bool, last: bool, dtype: tf.DType
+               ) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
     """A lookup's part over rows ``[start, stop)`` of the table as a :func:`~.base.template` ``(ids, shard) ->
-    rows``: the rows of the ids it holds, zeros for the others. Ids outside the whole table stay outside the
-    first part's (below) or last part's (above) shard, so the lookup fails as the unsplit one does."""
+    rows`` (``shard``: the shard variable's handle): the rows of the ids it holds, gathered from the shard
+    (``ResourceGather``: no read of the whole shard, which a variable with sparse updates would copy), zeros for
+    the others. Ids outside the whole table stay outside the first part's (below) or last part's (above) shard,
+    so the lookup fails as the unsplit one does."""
     def part(ids: tf.Tensor, shard: tf.Tensor) -> tf.Tensor:
         local = ids - tf.constant(start, ids.dtype, name="start") if start else ids
         if not first:
             local = tf.maximum(local, tf.constant(0, ids.dtype), name="above")
         if not last:
             local = tf.minimum(local, tf.constant(stop - start - 1, ids.dtype), name="below")
-        got = tf.gather(shard, tf.identity(local, name="local"), axis=0, name="gather")
+        got = tf.raw_ops.ResourceGather(resource=shard, indices=tf.identity(local, name="local"), dtype=dtype,
+                                        name="gather")
         held = [c for c in ([] if first else [ids >= start]) + ([] if last else [ids < stop])]
         inside = held[0] if len(held) == 1 else tf.logical_and(*held)
         return tf.where(tf.expand_dims(inside, -1), got, tf.zeros_like(got), name="out")
@@ -248,10 +252,13 @@ def _split_update(gd: tf.compat.v1.GraphDef, node: tf.compat.v1.NodeDef, update:
 
 
 def _add_shard(gd: tf.compat.v1.GraphDef, by_name: Mapping[str, tf.compat.v1.NodeDef], s: Split, i: int) -> str:
-    """Part ``i``'s shard placeholder and its read (copies of the weight's); returns the read's name."""
+    """Part ``i``'s shard placeholder and its read (copies of the weight's; a lookup's part reads none); returns
+    the name of what the part's readers wait for (the read, or the part)."""
     p = gd.node.add()
     p.CopyFrom(by_name[s.placeholder])
     p.name = split_name(s.placeholder, i)
+    if s.kind == "rows":
+        return split_name(s.op, i)
     r = gd.node.add()
     r.CopyFrom(by_name[s.read])
     r.name = split_name(s.read, i)
@@ -293,16 +300,15 @@ def split_ops(gd: tf.compat.v1.GraphDef, context: RewriteContext) -> RewriteReco
         node = by_name[name]
         for i, (start, stop) in enumerate(s.bounds):
             p_name, n_name = split_name(ph.name, i), split_name(name, i)
-            missing = [x for x in (p_name, split_name(read.name, i), n_name, *(split_name(u, i) for u in s.updates))
-                       if x not in context.devices]
+            missing = [x for x in s.part_nodes(i) if x not in context.devices]
             if missing:
                 raise GraphError(f"the plan splits {name} but places none of {missing}; solve again")
             r_name = _add_shard(gd, by_name, s, i)
             if rule.kind == "rows":
-                nodes, phs, outs = template(_rows_part(start, stop, i == 0, i == parts - 1), [
-                    tf.TensorSpec(op.inputs[1].shape, op.inputs[1].dtype),
-                    tf.TensorSpec((stop - start, *read.outputs[0].shape[1:]), read.outputs[0].dtype)])
-                out = splice(gd, nodes, phs, [node.input[1], r_name], outs, n_name, "")[0].partition(":")[0]
+                nodes, phs, outs = template(_rows_part(start, stop, i == 0, i == parts - 1, read.outputs[0].dtype),
+                                            [tf.TensorSpec(op.inputs[1].shape, op.inputs[1].dtype),
+                                             tf.TensorSpec((), tf.resource)])
+                out = splice(gd, nodes, phs, [node.input[1], p_name], outs, n_name, "")[0].partition(":")[0]
                 next(n for n in gd.node if n.name == out).name = n_name
             else:
                 part = gd.node.add()
@@ -381,7 +387,7 @@ def split_graph_def(graph: tf.Graph, captured: Mapping[str, object], splits: Map
     for s in found:
         devices[axis_name(s.op)] = device
         for i in range(s.parts):
-            devices.update((split_name(n, i), device) for n in (s.op, s.read, s.placeholder, *s.updates))
+            devices.update((n, device) for n in s.part_nodes(i))
     context = RewriteContext(graph=graph, step="predict", devices=devices, captured=tuple(captured), splits=splits)
     gd = graph.as_graph_def()
     return gd, split_ops(gd, context).detail
