@@ -335,8 +335,8 @@ def _split_one(g: nx.DiGraph, s: Split) -> None:
         what = f"[{start}:{stop}]" if rows else f"[:, {start}:{stop}]"
         g.add_node(p, **{**ph, MEMORY_BYTES: int(round(ph.get(MEMORY_BYTES, 0) * share)), LAYER: part_layer,
                          COLOCATION: p, VARIABLE: f"{ph.get(VARIABLE, s.placeholder)}{what}"})
-        g.add_node(n, **{**op, COMPUTE_US: _scaled(op.get(COMPUTE_US, 0.0), work),
-                         OUTPUT_BYTES: int(round(out_bytes * work)), LAYER: part_layer, COLOCATION: p if rows else None})
+        g.add_node(n, **{**op, COMPUTE_US: _scaled(op.get(COMPUTE_US, 0.0), work), LAYER: part_layer,
+                         OUTPUT_BYTES: int(round(out_bytes * work)), COLOCATION: p if rows else None})
         if rows:  # the part gathers its rows from its shard (a resource op: on the shard's device)
             r = n
             g.add_edge(p, n, **dict(g.edges[s.placeholder, s.read]))
