@@ -371,6 +371,24 @@ def test_a_table_larger_than_every_device_is_split_and_trains_as_model_fit(train
     np.testing.assert_array_equal(np.concatenate([v.numpy() for v in table.shards]), reference.weights[0].numpy())
 
 
+def test_a_trained_split_table_saves_loads_and_syncs_whole(trained_split, tmp_path):
+    placed, reference, x, _, _ = trained_split
+    y = np.ones((8, 1), "float32")
+    placed.train_on_batch(x[:8], y)  # the shards move on; the whole table is gathered when read
+    trained = [w.copy() for w in placed.get_weights()]
+    path = str(tmp_path / "split.weights.h5")
+    placed.save_weights(path)
+    other = recommender(ROWS, DIM)
+    placed.sync_to(other)
+    for a, b in zip(other.get_weights(), trained):
+        np.testing.assert_array_equal(a, b)
+    placed.train_on_batch(x[8:16], y)  # away from the saved weights …
+    placed.load_weights(path)  # … and back: the shards hold the loaded rows again
+    table = next(w for w in placed.weights if isinstance(w, ReplicatedVariable) and w.shards)
+    np.testing.assert_array_equal(np.concatenate([v.numpy() for v in table.shards]), trained[0])
+    np.testing.assert_allclose(placed.predict(x, verbose=0), other.predict(x, verbose=0), rtol=1e-6, atol=1e-7)
+
+
 def test_a_table_no_device_holds_is_refused_without_splits(devices):
     with pytest.raises(InsufficientMemoryError, match="items.*splits='auto'"):
         placer.autoplace(recommender(ROWS, DIM), _limited(devices), batch_size=8, training=True, splits="none",

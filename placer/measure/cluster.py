@@ -150,9 +150,11 @@ def rerun_in_loopback_namespace(argv: list[str]) -> int | None:
 
 
 #: The data memory (``VmData``: heap, thread stacks, private mappings) a one-thread worker's runtime holds
-#: besides its tensors: measured 1.04 GiB at start and 0.17 GiB more once autoplace has calibrated its links
-#: (gRPC buffers, glibc's heap; the same with oneDNN off), with a margin (TF 2.21).
-WORKER_RUNTIME_BYTES = 1280 << 20
+#: besides its tensors: measured 1.04 GiB at start, 0.17 GiB more once autoplace has calibrated its links
+#: (gRPC buffers, glibc's heap; the same with oneDNN off), 1.16-1.24 GiB after placing and training the
+#: recommender of ``benchmarks/splitting.py`` (its pool full), with a margin (TF 2.21): with 1.25 GiB two
+#: runs of three crossed the limit outside TensorFlow's allocator and the worker died.
+WORKER_RUNTIME_BYTES = 1408 << 20
 #: The environment variable that caps the pool of TensorFlow's oneDNN CPU allocator (``mklcpu``, the one it
 #: uses with oneDNN on: tensors of 256 KiB and more are carved from regions it keeps, each new region up to
 #: twice the last). A limited worker's pool is capped at its limit less :data:`WORKER_RUNTIME_BYTES`, so a
@@ -303,7 +305,7 @@ class LocalCluster:
         --------
         >>> LocalCluster(2, memory_limit_bytes=2 << 30).device_specs(
         ...     ["/job:worker/replica:0/task:1/device:CPU:0"])[0].memory_bytes >> 20
-        640
+        512
         """
         memory = None if self.memory_limit_bytes is None else (
             self.memory_limit_bytes - WORKER_RUNTIME_BYTES - WORKER_TRANSFER_POOL_BYTES)

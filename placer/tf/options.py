@@ -208,10 +208,14 @@ class SplitOptions:
         least ``split_min_bytes`` are candidates; the largest one, the largest half and all of them are split
         by output columns into one part per device and each graph placed again; the best of those plans is
         kept where its simulated step is predicted at least ``split_margin`` (the solve group's) shorter than
-        the plan of whole ops. ``"all"``: every candidate split and kept regardless (to measure it).
-        ``"none"``: every op whole. Training steps are not split yet (``docs/limitations.md``).
+        the plan of whole ops. In any step (training included), a weight larger than every device is split
+        before the solve: a dense product's by output columns, a lookup's (an ``Embedding``) table by rows with
+        its sparse updates. ``"all"``: every candidate (products and lookups) split and kept regardless (to
+        measure it). ``"none"``: every op whole (a weight no device holds is an ``InsufficientMemoryError``).
+        A product in a training step is not split (its gradient and update read the whole weight:
+        ``docs/limitations.md``).
     split_min_bytes : int
-        The least bytes of a weight whose product is split.
+        The least bytes of a weight whose product is split for speed.
     """
 
     splits: str = "auto"

@@ -325,6 +325,20 @@ class PlacedModel(keras.Model):
         self.train_function = self._trained(self._watched(self.train_function))
         return self.train_function
 
+    def reset_metrics(self) -> None:
+        """Keras' ``reset_metrics``, then waits until the resets are done where the metric variables live.
+
+        Keras resets metrics eagerly before ``train_on_batch``/``test_on_batch`` and each epoch. On a worker those
+        writes are queued, and the placed step called next reaches the worker another way and could overtake
+        them: one ``train_on_batch`` in 20 reported half its loss (the count's reset landed after the step's
+        update). Reading the last reset variable of each device back orders the step after the resets.
+        """
+        super().reset_metrics()
+        if self._placement is not None and not self._tracing and tf.executing_eagerly():
+            last = {v.value.device: v for metric in self.metrics for v in metric.variables}
+            for v in last.values():  # a device runs its queued writes in order: its last one read back
+                v.numpy()
+
     def _trained(self, fn: Any) -> Any:
         """``fn`` (Keras' train function), then the sharded weights noted as trained (their next read gathers
         their shards: :meth:`ReplicatedVariable.mark_trained`)."""

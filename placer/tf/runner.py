@@ -308,6 +308,8 @@ def _splits(traced: TracedModel, graphs: _Graphs, plan: Plan, devset: DeviceSet,
         log.info("operator splits: not tried for a training step (forward passes only, for now)")
         return plan, graphs
     found = split_candidates(traced.fixed.graph, traced.fixed_captures[0], len(devset), opts.split.split_min_bytes)
+    if mode == "auto":  # a lookup's every part gathers all ids: split for memory (_required_splits), never for speed
+        found = [s for s in found if s.kind == "columns"]
     if not found:
         log.info("operator splits: no dense product reads a weight of %d bytes or more", opts.split.split_min_bytes)
         return plan, graphs

@@ -10,7 +10,7 @@ a new resource placeholder ``split_name(p, i)`` (the shard of ``n``'s weight
 the concatenation of the parts along the output's last axis, so its
 consumers are unchanged. The caller feeds each shard's placeholder with a
 variable on the part's device that holds those columns
-(:meth:`placer.tf.placement.ReplicatedVariable.view_on`): the weight is
+(:meth:`placer.tf.placement.ReplicatedVariable.shard_on`): the weight is
 sharded, no device reads it whole.
 
 Which ops can be split, and how, is per-op knowledge: :data:`SPLIT_RULES`
@@ -19,6 +19,18 @@ output columns: a part computes ``x @ W[:, start:stop]``, every output element
 the same dot product as the whole op's (bit-exact where the kernel sums each
 dot product the same way at the narrower width; oneDNN's blocking may
 change the order, within float rounding).
+
+Lookups (``GatherV2`` of whole rows: an ``Embedding``) are split by the table's
+rows: part ``i`` (``split_name(n, i)``, helper nodes in its name scope:
+:func:`~placer.core.splits.helper_owner`) gathers the ids in ``[start, stop)``
+from its shard with ``ResourceGather`` (no read of the whole shard) and zeros for
+the others; ``n`` becomes the ``AddN`` of the parts (each row from one part, the
+others adding zeros: the same values). An id outside the table stays outside the
+first or last shard, so the lookup fails as the unsplit one does. The table's
+sparse updates in a training step (``ResourceScatterSub``/``Add``, SGD's) are
+split with it: part ``i`` of update ``u`` updates shard ``i`` with the rows it
+holds (zeros at a clipped index for the others: no change), in the same order;
+``u`` becomes a ``NoOp`` after its parts.
 
 Applies when ``context.splits`` names ops. Record detail: the shards
 (:class:`Shard`) the caller feeds.
