@@ -169,6 +169,46 @@ def test_the_split_rewrite_equals_the_unsplit_op_forward_and_backward(batch, row
                                    rtol=1e-5, atol=1e-5)
 
 
+@settings(max_examples=6, deadline=None)
+@given(batch=st.integers(1, 3), seq=st.integers(1, 4), c=st.integers(1, 12), heads=st.integers(2, 6),
+       h=st.integers(1, 5), parts=st.integers(2, 4), seed=st.integers(0, 1000))
+def test_an_einsum_dense_split_by_heads_equals_the_unsplit_layer_forward_and_backward(batch, seq, c, heads, h, parts,
+                                                                                      seed):
+    # EinsumDense traces to Reshape(kernel (c, heads, h) → (c, heads·h)) and BatchMatMulV2: split by whole heads
+    parts = min(parts, heads)
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential([keras.Input((seq, c)), keras.layers.EinsumDense(
+        "abc,cde->abde", output_shape=(seq, heads, h), bias_axes="de", name="proj")])
+    traced = trace_model(model, batch_size=batch)
+    found = split_candidates(traced.fixed.graph, traced.variables, parts)
+    assert [(s.kind, s.columns, s.reshape is not None) for s in found] == [("columns", heads, True)]
+    sp = found[0]
+    devices = {op.name: "/CPU:0" for op in traced.dynamic.graph.get_operations()}
+    for i in range(parts):
+        devices.update({n: f"/CPU:{i % 2}" for n in sp.part_nodes(i)})
+    devices[axis_name(sp.op)] = "/CPU:0"
+    variables = {ph: ReplicatedVariable(v.value.read_value(), name=v.name) for ph, v in traced.variables.items()}
+    emitted = emit(traced, variables, rewrite_context(traced, devices, splits={sp.op: parts}),
+                   shard=lambda v, s: v.shard_on(s))
+    assert [(s.start, s.stop, s.axis) for s in emitted.shards] == [(a, b, 1) for a, b in part_bounds(heads, parts)]
+    kernel = next(v for v in variables.values() if len(v.shape) == 3)
+    x = tf.constant(np.random.default_rng(seed).standard_normal((batch, seq, c)).astype("float32"))
+    weights = tf.constant(np.random.default_rng(seed + 1).standard_normal((batch, seq, heads, h)).astype("float32"))
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        for v in kernel.shards:
+            tape.watch(v)
+        ours, theirs = emitted.function(x), model(x)
+        loss_ours, loss_theirs = tf.reduce_sum(ours * weights), tf.reduce_sum(theirs * weights)
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(tape.gradient(loss_ours, x).numpy(), tape.gradient(loss_theirs, x).numpy(),
+                               rtol=1e-5, atol=1e-5)
+    whole = tape.gradient(loss_theirs, model.layers[0].kernel).numpy()
+    for shard, v in zip(emitted.shards, kernel.shards):  # each shard's gradient: its heads of the kernel's
+        np.testing.assert_allclose(tape.gradient(loss_ours, v).numpy(), whole[:, shard.start:shard.stop],
+                                   rtol=1e-5, atol=1e-5)
+
+
 @settings(max_examples=8, deadline=None)
 @given(batch=st.integers(1, 5), length=st.integers(1, 6), rows=st.integers(2, 40), dim=st.integers(1, 8),
        parts=st.integers(2, 4), seed=st.integers(0, 1000))
@@ -393,3 +433,16 @@ def test_a_table_no_device_holds_is_refused_without_splits(devices):
     with pytest.raises(InsufficientMemoryError, match="items.*splits='auto'"):
         placer.autoplace(recommender(ROWS, DIM), _limited(devices), batch_size=8, training=True, splits="none",
                          time_limit_s=1)
+
+
+def test_attention_projections_are_split_by_heads(devices):
+    # MultiHeadAttention's query/key/value/output projections are EinsumDense layers: the first three split by
+    # whole heads, the output projection (kernel (heads, h, d) read as (heads·h, d)) by d
+    keras.utils.set_random_seed(3)
+    inp = keras.Input((6, 32))
+    model = keras.Model(inp, keras.layers.MultiHeadAttention(4, 16, name="mha")(inp, inp))
+    placed = placer.autoplace(model, devices[:2], batch_size=2, splits="all", split_min_bytes=1000, time_limit_s=1)
+    split = sorted(op.split("/")[-2] for op in placed.plan.splits)
+    assert split == ["attention_output_1", "key_1", "query_1", "value_1"], split
+    x = np.random.default_rng(4).standard_normal((2, 6, 32)).astype("float32")
+    np.testing.assert_allclose(placed(x).numpy(), model(x).numpy(), rtol=1e-5, atol=1e-6)

@@ -207,6 +207,11 @@ class Split:
         The sparse updates of the weight in a training step (``ResourceScatterSub``/``Add`` on its placeholder,
         ``kind="rows"``): each becomes one update per part, of the rows its shard holds, on the shard's device;
         the update's own node waits for them.
+    reshape : str or None
+        A ``Reshape`` between the read and the op that makes the weight 2-D (an ``EinsumDense`` kernel
+        ``(c, heads, h)`` read as ``(c, heads · h)``, split along its axis 1: whole heads; or ``(heads, h, d)`` read
+        as ``(heads · h, d)``, split along ``d``); ``columns`` counts the split axis; each part reshapes its
+        shard.
     """
 
     op: str
@@ -216,10 +221,13 @@ class Split:
     parts: int
     kind: str = "columns"
     updates: tuple[str, ...] = ()
+    reshape: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in SPLIT_KINDS:
             raise GraphError(f"{self.op}: split kind {self.kind!r} is not one of {SPLIT_KINDS}")
+        if self.reshape is not None and self.kind != "columns":
+            raise GraphError(f"{self.op}: only a product's weight is split through a reshape")
         if self.updates and self.kind != "rows":
             raise GraphError(f"{self.op}: only a lookup's table (kind='rows') is split with its updates")
         if self.parts < 2 or self.parts > self.columns:
@@ -237,7 +245,7 @@ class Split:
         >>> Split("e", read="r", placeholder="p", columns=8, parts=2, kind="rows", updates=("u",)).part_nodes(1)
         ('p/autoplace_split_1', 'e/autoplace_split_1', 'u/autoplace_split_1')
         """
-        reads = () if self.kind == "rows" else (self.read,)
+        reads = () if self.kind == "rows" else (self.read,) if self.reshape is None else (self.read, self.reshape)
         return tuple(split_name(n, i) for n in (self.placeholder, *reads, self.op, *self.updates))
 
 
@@ -272,7 +280,13 @@ def split_graph(graph: nx.DiGraph, splits: Iterable[Split]) -> nx.DiGraph:
         for name in (s.op, s.read, s.placeholder):
             if name not in g:
                 raise GraphError(f"cannot split {s.op}: {name} is not in the graph")
-        data_out = [v for v in g.successors(s.read) if not g.edges[s.read, v].get(CONTROL)]
+        reader = s.read
+        if s.reshape is not None:
+            if s.reshape not in g or [v for v in g.successors(s.read) if not g.edges[s.read, v].get(CONTROL)] != [
+                    s.reshape]:
+                raise GraphError(f"cannot split {s.op}: its weight's read {s.read} does not feed {s.reshape} alone")
+            reader = s.reshape
+        data_out = [v for v in g.successors(reader) if not g.edges[reader, v].get(CONTROL)]
         for u in s.updates:
             if u not in g:
                 raise GraphError(f"cannot split {s.op}: its update {u} is not in the graph")
@@ -320,12 +334,15 @@ def _split_one(g: nx.DiGraph, s: Split) -> None:
         op[COMPUTE_US] = _added(op.get(COMPUTE_US, 0.0), g.nodes[v].get(COMPUTE_US, 0.0))
         g.nodes[v][COMPUTE_US] = _copy_us(g.nodes[v].get(COMPUTE_US, 0.0), int(g.nodes[v].get(OUTPUT_BYTES, 0)))
     ph, read = dict(g.nodes[s.placeholder]), dict(g.nodes[s.read])
-    into = [(u, dict(d)) for u, _, d in g.in_edges(s.op, data=True) if u != s.read]
+    weight_in = s.read if s.reshape is None else s.reshape  # what the op reads its weight from
+    into = [(u, dict(d)) for u, _, d in g.in_edges(s.op, data=True) if u != weight_in]
     dead = [v for v in g.successors(s.placeholder) if v != s.read and v not in s.updates]
     controls = [(v, dict(d)) for r in (s.read, *dead) for v, d in g.adj[r].items()
-                if v != s.op and v not in s.updates]
+                if v not in (s.op, s.reshape) and v not in s.updates]
     out_bytes = int(op.get(OUTPUT_BYTES, 0))
-    weight = g.edges[s.read, s.op]
+    weight = g.edges[weight_in, s.op]
+    shape_consts = [] if s.reshape is None else [
+        u for u in g.predecessors(s.reshape) if u != s.read and list(g.successors(u)) == [s.reshape]]
     for i, (start, stop) in enumerate(s.bounds):
         share = (stop - start) / s.columns
         # a lookup's part gathers every id (zeros where another part holds the row): its time and output whole
@@ -344,7 +361,12 @@ def _split_one(g: nx.DiGraph, s: Split) -> None:
             g.add_node(r, **{**read, LAYER: part_layer, COLOCATION: p})
             g.add_edge(p, r, **dict(g.edges[s.placeholder, s.read]))
             wb = int(round(weight.get(BYTES, 0) * share))
-            g.add_edge(r, n, **{BYTES: wb, TENSORS: (f"{r}:0",), TENSOR_BYTES: (wb,), CONTROL: False})
+            src = r
+            if s.reshape is not None:  # the shard's read, reshaped as the whole weight was
+                src = split_name(s.reshape, i)
+                g.add_node(src, **{**g.nodes[s.reshape], LAYER: part_layer, COLOCATION: None})
+                g.add_edge(r, src, **{BYTES: wb, TENSORS: (f"{r}:0",), TENSOR_BYTES: (wb,), CONTROL: False})
+            g.add_edge(src, n, **{BYTES: wb, TENSORS: (f"{src}:0",), TENSOR_BYTES: (wb,), CONTROL: False})
         for u, d in into:
             g.add_edge(u, n, **d)
         pb = int(round(out_bytes * work))
@@ -371,7 +393,7 @@ def _split_one(g: nx.DiGraph, s: Split) -> None:
         g.add_edge(axis, s.op, **{BYTES: 4, TENSORS: (f"{axis}:0",), TENSOR_BYTES: (4,), CONTROL: False})
     for u, _ in into:
         g.remove_edge(u, s.op)
-    g.remove_nodes_from([s.read, s.placeholder, *dead])
+    g.remove_nodes_from([s.read, s.placeholder, *dead, *([s.reshape] if s.reshape else []), *shape_consts])
     op[COMPUTE_US] = _copy_us(op.get(COMPUTE_US, 0.0), out_bytes * (s.parts if rows else 1))
     op[OP_TYPE] = "AddN" if rows else "ConcatV2"
 

@@ -117,6 +117,13 @@ def _matmul_weight(op: tf.Operation) -> tuple[int, int] | None:
     return 1, 0 if op.get_attr("transpose_b") else 1
 
 
+def _batch_matmul_weight(op: tf.Operation) -> tuple[int, int] | None:
+    """A batched product with a 2-D weight (``x @ W`` for ``x`` of rank 3 and more: ``EinsumDense``)."""
+    if op.get_attr("adj_x") or op.inputs[1].shape.rank != 2:
+        return None
+    return 1, 0 if op.get_attr("adj_y") else 1
+
+
 def _gather_table(op: tf.Operation) -> tuple[int, int] | None:
     """A lookup of whole rows: ``GatherV2(table, ids, axis=0)`` with ``batch_dims=0``."""
     axis = op.inputs[2].op
@@ -125,31 +132,60 @@ def _gather_table(op: tf.Operation) -> tuple[int, int] | None:
     return 0, 0
 
 
-#: Op type → its split rule. Dense products by output columns; lookups (an ``Embedding``'s ``GatherV2``) by
-#: table rows; convolutions and ``BatchMatMulV2``/``Einsum`` are not split yet (``docs/limitations.md``).
+#: Op type → its split rule. Dense products (``MatMul``; ``BatchMatMulV2`` with a 2-D weight, read directly or
+#: reshaped from an ``EinsumDense`` kernel) by output columns; lookups (an ``Embedding``'s ``GatherV2``) by table
+#: rows; convolutions and ``Einsum`` ops (attention's scores) are not split (``docs/limitations.md``).
 SPLIT_RULES: Mapping[str, SplitRule] = {"MatMul": SplitRule(_matmul_weight),
+                                        "BatchMatMulV2": SplitRule(_batch_matmul_weight),
                                         "GatherV2": SplitRule(_gather_table, kind="rows", updates=frozenset(
                                             {"ResourceScatterAdd", "ResourceScatterSub"}))}
 
 
-def _weight_of(op: tf.Operation, captured: Mapping[str, object]
-               ) -> tuple[int, tf.Operation, tf.Operation, int, tuple[tf.Operation, ...]] | None:
-    """``(input index, read, placeholder, weight axis, updates)`` of a splittable ``op`` whose weight is a captured
-    variable read by it alone (and updated only by its rule's sparse updates), else ``None``."""
+@dataclass(frozen=True)
+class _Weight:
+    """Where a splittable op reads its weight: input ``index`` is ``read`` of ``placeholder`` (through
+    ``reshape`` where an ``EinsumDense`` merges the kernel's trailing axes), split along the variable's ``axis``;
+    ``updates``: the rule's sparse updates of it."""
+
+    index: int
+    read: tf.Operation
+    placeholder: tf.Operation
+    axis: int
+    updates: tuple[tf.Operation, ...]
+    reshape: tf.Operation | None = None
+
+
+def _weight_of(op: tf.Operation, captured: Mapping[str, object]) -> _Weight | None:
+    """The weight of a splittable ``op``: a captured variable read by it alone (and updated only by its rule's
+    sparse updates), else ``None``."""
     rule = SPLIT_RULES.get(op.type)
     found = rule.weight(op) if rule is not None else None
     if found is None:
         return None
     index, axis = found
-    read = op.inputs[index].op
+    read, reshape = op.inputs[index].op, None
+    if read.type == "Reshape" and rule.kind == "columns" and axis == 1:  # an EinsumDense kernel, its heads merged
+        reshape, read = read, read.inputs[0].op
+        if [c.name for c in reshape.outputs[0].consumers()] != [op.name]:
+            return None
     if read.type != "ReadVariableOp" or read.inputs[0].op.name not in captured:
         return None
+    if reshape is not None:  # (c, heads, h) → (c, heads·h): split whole heads; (heads, h, d) → (heads·h, d): d
+        whole, merged = read.outputs[0].shape, reshape.outputs[0].shape
+        if not (whole.is_fully_defined() and merged.is_fully_defined() and whole.rank >= 3):
+            return None
+        if merged.as_list() == [whole[0], whole[1:].num_elements()]:
+            axis = 1
+        elif merged.as_list() == [whole[:-1].num_elements(), whole[-1]]:
+            axis = whole.rank - 1
+        else:
+            return None
     ph = read.inputs[0].op
     updates = tuple(c for c in ph.outputs[0].consumers() if c.type in rule.updates and c.inputs[0].op is ph)
-    if [c.name for c in read.outputs[0].consumers()] != [op.name] or \
+    if [c.name for c in read.outputs[0].consumers()] != [(reshape or op).name] or \
             any(c is not read and c not in updates and not _dead_read(c) for c in ph.outputs[0].consumers()):
         return None
-    return index, read, ph, axis, updates
+    return _Weight(index, read, ph, axis, updates, reshape)
 
 
 def _dead_read(op: tf.Operation) -> bool:
@@ -164,6 +200,13 @@ def splittable(graph: tf.Graph, op: str, captured: Mapping[str, object]) -> bool
         return _weight_of(graph.get_operation_by_name(op), captured) is not None
     except KeyError:
         return False
+
+
+def _split_of(op: tf.Operation, w: _Weight, parts: int) -> Split:
+    """The :class:`~placer.core.splits.Split` of ``op`` (its weight ``w``) into ``parts``."""
+    return Split(op.name, read=w.read.name, placeholder=w.placeholder.name,
+                 columns=int(w.read.outputs[0].shape[w.axis]), parts=parts, kind=SPLIT_RULES[op.type].kind,
+                 updates=tuple(u.name for u in w.updates), reshape=None if w.reshape is None else w.reshape.name)
 
 
 def split_candidates(graph: tf.Graph, captured: Mapping[str, object], parts: int | Mapping[str, int],
@@ -193,16 +236,14 @@ def split_candidates(graph: tf.Graph, captured: Mapping[str, object], parts: int
         if named is not None and op.name not in named:
             continue
         k = named[op.name] if named is not None else int(parts)  # type: ignore[arg-type]
-        found = _weight_of(op, captured)
-        shape = found[1].outputs[0].shape if found is not None else None
-        if found is None or shape.rank != 2 or not shape.is_fully_defined():
+        w = _weight_of(op, captured)
+        shape = w.read.outputs[0].shape if w is not None else None
+        if w is None or not shape.is_fully_defined() or (shape.rank != 2 and w.reshape is None):
             continue
-        _, read, ph, axis, updates = found
-        columns = int(shape[axis])
-        if shape.num_elements() * read.outputs[0].dtype.size < min_weight_bytes or columns < k:
+        columns = int(shape[w.axis])
+        if shape.num_elements() * w.read.outputs[0].dtype.size < min_weight_bytes or columns < k:
             continue
-        out.append(Split(op.name, read=read.name, placeholder=ph.name, columns=columns, parts=k,
-                         kind=SPLIT_RULES[op.type].kind, updates=tuple(u.name for u in updates)))
+        out.append(_split_of(op, w, k))
     if named is not None and len(out) != len(named):
         missing = sorted(set(named) - {s.op for s in out})
         raise PlanError(f"the plan splits {missing[:3]}, which this model's trace does not have or cannot split "
@@ -263,6 +304,26 @@ def _split_update(gd: tf.compat.v1.GraphDef, node: tf.compat.v1.NodeDef, update:
     part.input.extend([split_name(s.placeholder, i), local, rows] + [x for x in node.input if x.startswith("^")])
 
 
+def _reshaped(gd: tf.compat.v1.GraphDef, reshape: tf.compat.v1.NodeDef, w: _Weight, i: int, read: str,
+              size: int) -> str:
+    """Part ``i``'s copy of the kernel's ``reshape`` applied to its shard's ``read`` (``size`` entries of the
+    variable's split axis): ``(c, size · the rest)`` or ``(the leading axes, size)``; returns its name."""
+    whole = w.read.outputs[0].shape
+    merged = [int(whole[0]), size * int(whole[2:].num_elements())] if w.axis == 1 else [
+        int(whole[:-1].num_elements()), size]
+    r = gd.node.add()
+    r.CopyFrom(reshape)
+    r.name = split_name(w.reshape.name, i)
+    shape = gd.node.add()
+    shape.name, shape.op = f"{r.name}/shape", "Const"  # a helper of the part's reshape: on its device
+    dtype = tf.as_dtype(reshape.attr["Tshape"].type)
+    shape.attr["dtype"].type = dtype.as_datatype_enum
+    shape.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(merged, dtype))
+    del r.input[:]
+    r.input.extend([read, shape.name])
+    return r.name
+
+
 def _add_shard(gd: tf.compat.v1.GraphDef, by_name: Mapping[str, tf.compat.v1.NodeDef], s: Split, i: int) -> str:
     """Part ``i``'s shard placeholder and its read (copies of the weight's; a lookup's part reads none); returns
     the name of what the part's readers wait for (the read, or the part)."""
@@ -299,15 +360,14 @@ def split_ops(gd: tf.compat.v1.GraphDef, context: RewriteContext) -> RewriteReco
         except KeyError:
             raise GraphError(f"the plan splits {name}, which this trace does not have; place again without "
                              "plan= (or with splits='none')") from None
-        found = _weight_of(op, dict.fromkeys(context.captured))
-        if found is None:
+        w = _weight_of(op, dict.fromkeys(context.captured))
+        if w is None:
             raise GraphError(f"the plan splits {name} ({op.type}), which cannot be split here: its weight is not "
                              "a captured variable read by it alone; place again without plan= (or with "
                              "splits='none')")
-        index, read, ph, axis, updates = found
+        index, read, ph, axis, updates = w.index, w.read, w.placeholder, w.axis, w.updates
         rule = SPLIT_RULES[op.type]
-        s = Split(name, read=read.name, placeholder=ph.name, columns=int(read.outputs[0].shape[axis]), parts=parts,
-                  kind=rule.kind, updates=tuple(u.name for u in updates))
+        s = _split_of(op, w, parts)
         dead = [c.name for c in ph.outputs[0].consumers() if c is not read and c not in updates]
         node = by_name[name]
         for i, (start, stop) in enumerate(s.bounds):
@@ -326,7 +386,8 @@ def split_ops(gd: tf.compat.v1.GraphDef, context: RewriteContext) -> RewriteReco
                 part = gd.node.add()
                 part.CopyFrom(node)
                 part.name = n_name
-                part.input[index] = r_name
+                part.input[index] = r_name if w.reshape is None else _reshaped(gd, by_name[w.reshape.name], w, i,
+                                                                              r_name, stop - start)
             for u in updates:
                 _split_update(gd, by_name[u.name], u, s, i, start, stop)
             shards.append(Shard(p_name, ph.name, context.devices[p_name], start, stop, axis))
@@ -357,6 +418,11 @@ def split_ops(gd: tf.compat.v1.GraphDef, context: RewriteContext) -> RewriteReco
             node.attr["Tidx"].type = tf.int32.as_datatype_enum
             node.input.extend([split_name(name, i) for i in range(parts)] + [a.name] + controls)
         drop |= {read.name, ph.name, *dead}
+        if w.reshape is not None:  # the whole kernel's reshape, and its shape where nothing else reads it
+            drop.add(w.reshape.name)
+            shape = w.reshape.inputs[1].op
+            if shape.type == "Const" and [c.name for c in shape.outputs[0].consumers()] == [w.reshape.name]:
+                drop.add(shape.name)
     for n in gd.node:
         if any(x in renamed_controls for x in n.input):
             new = [y for x in n.input for y in renamed_controls.get(x, [x])]
