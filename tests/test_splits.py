@@ -446,3 +446,17 @@ def test_attention_projections_are_split_by_heads(devices):
     assert split == ["attention_output_1", "key_1", "query_1", "value_1"], split
     x = np.random.default_rng(4).standard_normal((2, 6, 32)).astype("float32")
     np.testing.assert_allclose(placed(x).numpy(), model(x).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_variables_travel_in_pieces_of_rows(devices, monkeypatch):
+    from placer.tf import remote
+
+    monkeypatch.setattr(remote, "SHARD_CHUNK_BYTES", 64)  # 3 rows of 5 float32 per piece
+    assert remote._row_chunks((37, 5), 4)[:2] == [(0, 3), (3, 6)] and remote._row_chunks((37, 5), 4)[-1] == (36, 37)
+    rng = np.random.default_rng(7)
+    for shape in [(37, 5), (9, 2, 3), (), (2,)]:
+        value = tf.constant(rng.standard_normal(shape).astype("float32"))
+        v = remote.variable_on(devices[1], value)
+        assert tf.DeviceSpec.from_string(v.device).device_index == 1 and not v.trainable
+        np.testing.assert_array_equal(v.numpy(), value.numpy())
+        np.testing.assert_array_equal(remote.read_rows(v).numpy(), value.numpy())

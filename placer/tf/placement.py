@@ -22,7 +22,6 @@ placed variables, the functions); nothing is set on the placed model after.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol, Sequence
 
@@ -35,11 +34,12 @@ from ..core.devices import DeviceSet
 from ..core.plan import Plan
 from ..core.replicas import device_groups
 from ..errors import GraphError
+from ..measure.links import CLIENT_DEVICE as CLIENT
 from ..planner import PlanOptions
 from .emit import EmittedModel, emit, rewrite_context, rewrite_graph_def
 from .graphdef import layer_devices_of
 from .opgraph import OpGraph
-from .remote import Watchdog
+from .remote import Watchdog, read_rows, variable_on, write_rows
 from .replicas import replica_assignment
 from .report import Report
 from .rewrites import find_record
@@ -49,45 +49,7 @@ from .trace import TracedModel
 
 #: Where a split op's whole weight lives: the CPU of the process that placed the model (with gRPC workers, the
 #: client; its parts read shards on the workers).
-CLIENT_DEVICE = "/job:localhost/replica:0/task:0/device:CPU:0"
-#: The most bytes one transfer of a shard carries (its rows in pieces): a tensor sent whole needs its size
-#: again in the receiver's gRPC buffers, which a worker under a memory limit may not have (an allocation that
-#: fails there kills the worker, not a clean error).
-SHARD_CHUNK_BYTES = 16 << 20
-
-
-def _row_chunks(shape: Sequence[int], itemsize: int) -> list[tuple[int, int]]:
-    """``[start, stop)`` rows of a tensor of ``shape`` in pieces of at most :data:`SHARD_CHUNK_BYTES`.
-
-    >>> _row_chunks((10, 1 << 20), 4)[:2]
-    [(0, 4), (4, 8)]
-    """
-    row = max(1, int(itemsize * math.prod(shape[1:])))
-    step = max(1, SHARD_CHUNK_BYTES // row)
-    return [(a, min(a + step, shape[0])) for a in range(0, max(1, shape[0]), step)]
-
-
-def write_rows(variable: tf.Variable, value: tf.Tensor) -> None:
-    """Assign ``variable`` (on any device) ``value`` (a tensor here) in pieces of rows
-    (:data:`SHARD_CHUNK_BYTES`)."""
-    for a, b in _row_chunks(value.shape, value.dtype.size):
-        with tf.device(value.device):  # cut where the value is: only the piece travels
-            piece = value[a:b]
-        with tf.device(variable.device):
-            variable.scatter_update(tf.IndexedSlices(piece, tf.range(a, b)))
-
-
-def read_rows(variable: tf.Variable) -> tf.Tensor:
-    """``variable``'s value, fetched here in pieces of rows (:data:`SHARD_CHUNK_BYTES`)."""
-    pieces = []
-    for a, b in _row_chunks(variable.shape, variable.dtype.size):
-        with tf.device(variable.device):
-            piece = variable.sparse_read(tf.range(a, b))
-        with tf.device(CLIENT_DEVICE):
-            pieces.append(tf.identity(piece))
-    with tf.device(CLIENT_DEVICE):
-        return tf.concat(pieces, axis=0)
-
+CLIENT_DEVICE = CLIENT
 
 class StepTracer(Protocol):
     """What traces the functions a placement emits: the placed model's shell
@@ -178,20 +140,15 @@ class ReplicatedVariable(keras.Variable):
         value never goes to ``shard.device``)."""
         key = (shard.device, shard.start, shard.stop, shard.axis)  # every trace of the model shares it
         if key not in self._shards:
-            value = self._slice(shard)
-            with tf.device(shard.device):  # made there as zeros, then filled in pieces
-                variable = tf.Variable(tf.zeros(value.shape, value.dtype), trainable=False,
-                                       name=f"{self.name.split('/')[-1]}_shard_{shard.start}")
-            write_rows(variable, value)
-            self._shards[key] = (shard, variable)
+            self._shards[key] = (shard, variable_on(shard.device, self._slice(shard),
+                                                    name=f"{self.name.split('/')[-1]}_shard_{shard.start}"))
         return self._shards[key][1]
 
     def mirror_on(self, device: str) -> tf.Variable:
         """The copy of this variable on ``device`` (made on first use, equal to the variable)."""
         if device not in self._mirrors:
-            with tf.device(device):
-                self._mirrors[device] = tf.Variable(self.value.read_value(), trainable=False,
-                                                    name=self.name.split("/")[-1] + "_mirror")
+            self._mirrors[device] = variable_on(device, self.value.read_value(),
+                                                name=self.name.split("/")[-1] + "_mirror")
         return self._mirrors[device]
 
 

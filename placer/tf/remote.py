@@ -32,15 +32,17 @@ Examples
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import tensorflow as tf
 from tensorflow.python.eager import context
 
 from ..errors import WorkerError
 from ..measure.health import WorkerStatus, probe_worker
+from ..measure.links import CLIENT_DEVICE
 
 #: A call that has not returned after this many seconds gets its workers probed.
 PROBE_AFTER_S = 2.0
@@ -155,3 +157,72 @@ class Watchdog:
             raise WorkerError(f"a placed call failed with TensorFlow's {type(e).__name__} although every worker "
                               f"({', '.join(sorted(self.workers))}) answers now: the connection "
                               "broke during the call. Run it again; if it keeps failing, restart the cluster") from e
+
+
+#: The most bytes one transfer of a variable's value to or from a worker carries (its rows in pieces): a tensor
+#: sent whole needs its size again in the receiver's gRPC buffers, which a worker under a memory limit may not
+#: have (an allocation that fails there kills the worker, not a clean error).
+SHARD_CHUNK_BYTES = 16 << 20
+
+
+def _row_chunks(shape: Sequence[int], itemsize: int) -> list[tuple[int, int]]:
+    """``[start, stop)`` rows of a tensor of ``shape`` in pieces of at most :data:`SHARD_CHUNK_BYTES`.
+
+    >>> _row_chunks((10, 1 << 20), 4)[:2]
+    [(0, 4), (4, 8)]
+    """
+    row = max(1, int(itemsize * math.prod(shape[1:])))
+    step = max(1, SHARD_CHUNK_BYTES // row)
+    return [(a, min(a + step, shape[0])) for a in range(0, max(1, shape[0]), step)]
+
+
+def _small(shape: Sequence[int], itemsize: int) -> bool:
+    """Whether a tensor of ``shape`` is a scalar or fits one piece (:data:`SHARD_CHUNK_BYTES`)."""
+    return len(shape) == 0 or itemsize * math.prod(shape) <= SHARD_CHUNK_BYTES
+
+
+def write_rows(variable: tf.Variable, value: tf.Tensor) -> None:
+    """Assign ``variable`` (on any device) ``value`` (a tensor here) in pieces of rows
+    (:data:`SHARD_CHUNK_BYTES`; a dense slice assignment, so the variable's reads stay aliases: a sparse update
+    would put it in copy-on-read mode)."""
+    if _small(value.shape, value.dtype.size):
+        with tf.device(variable.device):
+            variable.assign(value)
+        return
+    rest = list(value.shape[1:])
+    for a, b in _row_chunks(value.shape, value.dtype.size):
+        with tf.device(value.device):  # cut where the value is: only the piece travels
+            piece = value[a:b]
+        with tf.device(variable.device):
+            tf.raw_ops.ResourceStridedSliceAssign(ref=variable.handle, begin=[a] + [0] * len(rest), end=[b] + rest,
+                                                  strides=[1] * (1 + len(rest)), value=piece)
+
+
+def read_rows(variable: tf.Variable) -> tf.Tensor:
+    """``variable``'s value, fetched here in pieces of rows (:data:`SHARD_CHUNK_BYTES`; gathered, so a variable
+    in copy-on-read mode, as a table with sparse updates is, is never copied whole where it lives)."""
+    if _small(variable.shape, variable.dtype.size):
+        with tf.device(CLIENT_DEVICE):
+            return tf.identity(variable.read_value())
+    pieces = []
+    for a, b in _row_chunks(variable.shape, variable.dtype.size):
+        with tf.device(variable.device):
+            piece = variable.sparse_read(tf.range(a, b))
+        with tf.device(CLIENT_DEVICE):
+            pieces.append(tf.identity(piece))
+    with tf.device(CLIENT_DEVICE):
+        return tf.concat(pieces, axis=0)
+
+
+def variable_on(device: str, value: tf.Tensor, *, name: str | None = None) -> tf.Variable:
+    """A non-trainable variable on ``device`` holding ``value`` (a tensor here): made there as zeros, then
+    filled in pieces of rows (:func:`write_rows`), so no transfer carries more than :data:`SHARD_CHUNK_BYTES`.
+
+    >>> v = variable_on("/CPU:0", tf.reshape(tf.range(6.0), (3, 2)))
+    >>> v.numpy().tolist(), v.trainable
+    ([[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]], False)
+    """
+    with tf.device(device):
+        variable = tf.Variable(tf.zeros(value.shape, value.dtype), trainable=False, name=name)
+    write_rows(variable, value)
+    return variable
