@@ -107,7 +107,8 @@ class ReplicatedVariable(keras.Variable):
             raise GraphError(f"the shards of {self.path} cover {covered} of its {self.shape[axis]} entries along "
                              f"axis {axis}, not all of them once; place the model again")
         with tf.device(self._value.device):
-            self._value.assign(tf.concat([read_rows(v) for _, v in pieces], axis=axis))
+            self._value.assign(tf.concat([read_rows(v) if sh.pieces else v.read_value() for sh, v in pieces],
+                                         axis=axis))
 
     @property
     def mirrors(self) -> list[tf.Variable]:
@@ -125,9 +126,9 @@ class ReplicatedVariable(keras.Variable):
         for m in self._mirrors.values():
             m.assign(self.value)
         for shard, v in self._shards.values():
-            if tf.executing_eagerly():
+            if shard.pieces and tf.executing_eagerly():
                 write_rows(v, self._slice(shard))
-            else:  # inside a tf.function (a Keras write there): one assign, where the shard lives
+            else:  # a product's shard, or inside a tf.function (a Keras write there): one assign where it lives
                 v.assign(self._slice(shard))
 
     def _slice(self, shard: Shard) -> tf.Tensor:
@@ -140,15 +141,21 @@ class ReplicatedVariable(keras.Variable):
         value never goes to ``shard.device``)."""
         key = (shard.device, shard.start, shard.stop, shard.axis)  # every trace of the model shares it
         if key not in self._shards:
-            self._shards[key] = (shard, variable_on(shard.device, self._slice(shard),
-                                                    name=f"{self.name.split('/')[-1]}_shard_{shard.start}"))
+            name = f"{self.name.split('/')[-1]}_shard_{shard.start}"
+            if shard.pieces:  # a table's shard: in pieces (read and updated sparsely in any case)
+                variable = variable_on(shard.device, self._slice(shard), name=name)
+            else:  # a product's weight shard, read whole every step: sent whole (remote.variable_on)
+                with tf.device(shard.device):
+                    variable = tf.Variable(self._slice(shard), trainable=False, name=name)
+            self._shards[key] = (shard, variable)
         return self._shards[key][1]
 
     def mirror_on(self, device: str) -> tf.Variable:
         """The copy of this variable on ``device`` (made on first use, equal to the variable)."""
         if device not in self._mirrors:
-            self._mirrors[device] = variable_on(device, self.value.read_value(),
-                                                name=self.name.split("/")[-1] + "_mirror")
+            with tf.device(device):
+                self._mirrors[device] = tf.Variable(self.value.read_value(), trainable=False,
+                                                    name=self.name.split("/")[-1] + "_mirror")
         return self._mirrors[device]
 
 

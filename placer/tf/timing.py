@@ -40,7 +40,6 @@ from ..measure.hosts import (BUDGET_S, DEFAULT_ROUNDS, MAX_REFERENCE_ROUNDS, MAX
                              compute_seconds, enough_rounds)
 from ..measure.links import CallInterface, TensorAt, measure_call, stand_in
 from .graphdef import IMPORT_PREFIX, complete_assignment, layer_devices_of, tf_variable
-from .remote import variable_on
 from .trace import TracedModel, random_batch
 
 log = logging.getLogger(__name__)
@@ -189,9 +188,10 @@ def weight_copies(traced: TracedModel, devices: Sequence[str]) -> dict[str, dict
     """device → (placeholder → a non-trainable copy of that weight on the device): where a plan puts
     them, so that a timed copy does not read its weights across processes."""
     out = {}
-    for device in devices:  # in pieces: a large weight sent whole is one huge gRPC message
-        out[device] = {ph: variable_on(device, tf_variable(v).read_value())
-                       for ph, v in traced.fixed_captures[0].items()}
+    for device in devices:
+        with tf.device(device):
+            out[device] = {ph: tf.Variable(tf_variable(v).read_value(), trainable=False)
+                           for ph, v in traced.fixed_captures[0].items()}
     return out
 
 

@@ -66,6 +66,9 @@ class Shard:
         The shard's slice of the variable along ``axis``.
     axis : int
         The axis of the variable that is sharded.
+    pieces : bool
+        Whether the shard is read and updated sparsely (a lookup's table): it travels in pieces of rows
+        (:func:`placer.tf.remote.variable_on`); a product's shard is read whole and travels whole.
     """
 
     placeholder: str
@@ -74,6 +77,7 @@ class Shard:
     start: int
     stop: int
     axis: int
+    pieces: bool = False
 
     def slice_of(self, value: tf.Tensor) -> tf.Tensor:
         """This shard's slice of ``value`` (the whole variable's value).
@@ -390,7 +394,8 @@ def split_ops(gd: tf.compat.v1.GraphDef, context: RewriteContext) -> RewriteReco
                                                                               r_name, stop - start)
             for u in updates:
                 _split_update(gd, by_name[u.name], u, s, i, start, stop)
-            shards.append(Shard(p_name, ph.name, context.devices[p_name], start, stop, axis))
+            shards.append(Shard(p_name, ph.name, context.devices[p_name], start, stop, axis,
+                                pieces=rule.kind == "rows"))
             for r in (read.name, *dead):
                 renamed_controls.setdefault("^" + r, []).append("^" + r_name)
         for u in updates:  # the whole update: a no-op after its parts (what waited for it still does)
