@@ -204,7 +204,8 @@ class SplitOptions:
     Attributes
     ----------
     splits : {"auto", "none", "all"}
-        ``"auto"`` (default): for a forward pass on several devices, the dense products whose weight holds at
+        ``"auto"`` (default): for a forward pass on several devices (not one process's logical CPUs: they share
+        its threads), the dense products whose weight holds at
         least ``split_min_bytes`` are candidates; the largest one, the largest half and all of them are split
         by output columns into one part per device and each graph placed again; the best of those plans is
         kept where its simulated step is predicted at least ``split_margin`` (the solve group's) shorter than

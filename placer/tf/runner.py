@@ -58,7 +58,7 @@ from cost_models.simulate import SimOptions
 
 from ..core.build import BuiltProblem, build_problem, check_total_memory
 from ..core.compression import CODECS, CompressionPolicy
-from ..core.devices import DeviceSet, SharedProcessor, device_kind, resolve_devices
+from ..core.devices import DeviceSet, SharedProcessor, device_host, device_kind, resolve_devices
 from ..core.microbatch import SmallBatchCosts, candidate_microbatches, simulate_pipeline
 from ..core.plan import Plan
 from ..core.attrs import COMPUTE_US, MEMORY_BYTES
@@ -304,6 +304,13 @@ def _splits(traced: TracedModel, graphs: _Graphs, plan: Plan, devset: DeviceSet,
     mode = opts.split.splits
     if mode == "none" or len(devset) < 2:
         return plan, graphs
+    if mode == "auto" and len({device_host(n) for n in devset.names}) == 1 and \
+            {device_kind(n) for n in devset.names} == {"CPU"}:
+        # one process's logical CPUs run their ops on one pool of threads: parts side by side there are
+        # predicted faster only by a noisy shared-capacity measurement, and a split may round differently
+        line = "operator splits: not tried (the devices are one process's CPUs, sharing its threads)"
+        log.info(line)
+        return replace(plan, log=(*plan.log, line)), graphs
     if traced.step != "predict":
         log.info("operator splits: not tried for a training step (forward passes only, for now)")
         return plan, graphs
