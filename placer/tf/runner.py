@@ -304,6 +304,9 @@ def _splits(traced: TracedModel, graphs: _Graphs, plan: Plan, devset: DeviceSet,
     mode = opts.split.splits
     if mode == "none" or len(devset) < 2:
         return plan, graphs
+    if traced.step != "predict":
+        log.info("operator splits: not tried for a training step (forward passes only, for now)")
+        return plan, graphs
     if mode == "auto" and len({device_host(n) for n in devset.names}) == 1 and \
             {device_kind(n) for n in devset.names} == {"CPU"}:
         # one process's logical CPUs run their ops on one pool of threads: parts side by side there are
@@ -311,9 +314,6 @@ def _splits(traced: TracedModel, graphs: _Graphs, plan: Plan, devset: DeviceSet,
         line = "operator splits: not tried (the devices are one process's CPUs, sharing its threads)"
         log.info(line)
         return replace(plan, log=(*plan.log, line)), graphs
-    if traced.step != "predict":
-        log.info("operator splits: not tried for a training step (forward passes only, for now)")
-        return plan, graphs
     found = split_candidates(traced.fixed.graph, traced.fixed_captures[0], len(devset), opts.split.split_min_bytes)
     if mode == "auto":  # a lookup's every part gathers all ids: split for memory (_required_splits), never for speed
         found = [s for s in found if s.kind == "columns"]
