@@ -309,9 +309,7 @@ class PlacedModel(keras.Model):
             return self._run(self._placed.functions.step(step, structure).function, tf.nest.flatten(data))
         finally:
             if step == "train" and tf.executing_eagerly():
-                for v in self.variables:
-                    if isinstance(v, ReplicatedVariable):
-                        v.mark_trained()
+                self._mark_trained()
 
     def _run(self, fn: Any, args: Sequence[Any]) -> Any:
         """``fn(*args)``; watched when it runs eagerly (inside Keras' functions the watch is on those)."""
@@ -339,19 +337,25 @@ class PlacedModel(keras.Model):
             for v in last.values():  # a device runs its queued writes in order: its last one read back
                 v.numpy()
 
+    def _mark_trained(self) -> None:
+        """Note that a placed training step ran: each placed weight with shards gathers them on its next read
+        (:meth:`ReplicatedVariable.mark_trained`)."""
+        for v in self.variables:
+            if isinstance(v, ReplicatedVariable):
+                v.mark_trained()
+
     def _trained(self, fn: Any) -> Any:
-        """``fn`` (Keras' train function), then the sharded weights noted as trained (their next read gathers
-        their shards: :meth:`ReplicatedVariable.mark_trained`)."""
-        sharded = [v for v in self.variables if isinstance(v, ReplicatedVariable)] if self._placement else []
-        if fn is None or not sharded:
+        """``fn`` (Keras' train function), then :meth:`_mark_trained` (``fn`` itself where no weight has
+        shards or mirrors: nothing to note)."""
+        if fn is None or self._placement is None or not any(isinstance(v, ReplicatedVariable)
+                                                            for v in self.variables):
             return fn
 
         def train(*args: Any, **kwargs: Any) -> Any:
             try:
                 return fn(*args, **kwargs)
             finally:
-                for v in sharded:
-                    v.mark_trained()
+                self._mark_trained()
         return train
 
     def make_test_function(self, force: bool = False) -> Any:  # noqa: D102

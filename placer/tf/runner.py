@@ -219,20 +219,21 @@ def _split(op_graph: OpGraph, splits: Sequence[Split]) -> OpGraph:
     return replace(op_graph, graph=split_graph(op_graph.graph, splits))
 
 
-def _resident_bytes(traced: TracedModel) -> int:
-    """Bytes of the trace's variables together."""
-    return sum(variable_bytes(v) for v in traced.fixed_captures[0].values())
+def _holds_whole(traced: TracedModel, devset: DeviceSet) -> list[bool]:
+    """Per device of ``devset``: whether it holds the trace's variables together (what profiling and measuring
+    a shared capacity put on one device)."""
+    need = sum(variable_bytes(v) for v in traced.fixed_captures[0].values())
+    return [need <= c for c in devset.arrays()[2]]
 
 
 def _profile_devices(traced: TracedModel, devset: DeviceSet) -> list[str]:
     """The devices :func:`~placer.tf.costs.compute_costs` may profile ``traced`` on: each kind's devices that
-    hold its variables whole (profiling puts all of them on one device). Where none does (a model that runs
-    only split), that kind is profiled in this process."""
-    need, cap = _resident_bytes(traced), devset.arrays()[2]
-    out = [d.name for d, c in zip(devset.devices, cap) if need <= c]
+    hold its variables whole (:func:`_holds_whole`). Where none does (a model that runs only split), that kind
+    is profiled in this process."""
+    out = [d.name for d, fits in zip(devset.devices, _holds_whole(traced, devset)) if fits]
     for kind in sorted({d.kind for d in devset.devices} - {device_kind(n) for n in out}):
-        log.info("costs: the model's %s bytes of weights fit no %s device whole; its ops are profiled in this "
-                 "process's %s instead", f"{need:,}", kind, kind)
+        log.info("costs: the model's weights fit no %s device whole; its ops are profiled in this process's %s "
+                 "instead", kind, kind)
     return out
 
 
@@ -515,8 +516,8 @@ def _hosts(model: keras.Model, traced: TracedModel, devset: DeviceSet, opts: Pla
     calibrate = hosts.calibrate_links and len({d.host for d in devset.devices}) > 1
     groups = sharing_groups(devset) if hosts.shared_capacity is not None else []
     if hosts.shared_capacity == "measure":  # measuring runs the model whole on each device of a group
-        need, cap = _resident_bytes(traced), devset.arrays()[2]
-        unfit = [g for g in groups if any(need > cap[i] for i in g[0])]
+        fits = _holds_whole(traced, devset)
+        unfit = [g for g in groups if not all(fits[i] for i in g[0])]
         for group, _ in unfit:
             log.info("devices %s: their shared capacity is not measured (the model does not fit one of them "
                      "whole); planned as separate processors", [devset.names[i] for i in group])
@@ -774,18 +775,19 @@ def _autoplace(model: Any, devices: Sequence[Any], plan: Plan | str | os.PathLik
         if given is not None and given.splits:  # a saved plan places the parts of its split ops
             op_graph = _split(op_graph, split_candidates(traced.fixed.graph, traced.fixed_captures[0], given.splits))
         elif required:  # weights no device holds whole: split before the solve, parts profiled
-            required_splits = {s.op: s.parts for s in required}
-            op_graph = _measured_parts(traced, _split(op_graph, required), required_splits, first.costs, devset, opts)
-            log.info("operator splits: %s split %d ways (their weights exceed every device's memory)",
-                     ", ".join(sorted(required_splits)), len(devset))
+            op_graph = _measured_parts(traced, _split(op_graph, required), {s.op: s.parts for s in required},
+                                       first.costs, devset, opts)
     with timer.stage("problem"):
         built = build_problem(op_graph.graph, devset, group_by=opts.solve.group_by)
     with timer.stage("solve"):
         placed_plan = _solve(built, opts.solve, given, traced.batch_size, opts.emit.compression)
         notes = _inputs_note(first.costs, hosts_note)
         splits = dict(given.splits) if given is not None else {s.op: s.parts for s in required}
-        notes = (*notes, *([f"operator splits: {', '.join(sorted(splits))} split {len(devset)} ways: their "
-                            "weights exceed every device's memory (no other split tried)"] if required else []))
+        if required:
+            line = (f"operator splits: {', '.join(sorted(splits))} split {len(devset)} ways: their weights exceed "
+                    "every device's memory (no other split tried)")
+            log.info(line)
+            notes = (*notes, line)
         placed_plan = replace(placed_plan, log=(*placed_plan.log, *notes), splits=splits)
     with timer.stage("microbatches"):
         small = None

@@ -270,7 +270,7 @@ def _rows_part(start: int, stop: int, first: bool, last: bool, dtype: tf.DType
             local = tf.minimum(local, tf.constant(stop - start - 1, ids.dtype), name="below")
         got = tf.raw_ops.ResourceGather(resource=shard, indices=tf.identity(local, name="local"), dtype=dtype,
                                         name="gather")
-        held = [c for c in ([] if first else [ids >= start]) + ([] if last else [ids < stop])]
+        held = ([] if first else [ids >= start]) + ([] if last else [ids < stop])
         inside = held[0] if len(held) == 1 else tf.logical_and(*held)
         return tf.where(tf.expand_dims(inside, -1), got, tf.zeros_like(got), name="out")
     return part
