@@ -24,7 +24,7 @@ from placer.core.splits import (Split, axis_name, even_parts, part_bounds, split
 from placer.errors import AutoplaceError, ExportError, GraphError, InsufficientMemoryError, PlanError
 from placer.tf.emit import emit, rewrite_context
 from placer.tf.placement import ReplicatedVariable
-from placer.tf.rewrites.split import split_candidates
+from placer.tf.rewrites.split import Shard, split_candidates
 from placer.tf.trace import trace_model
 
 
@@ -458,3 +458,22 @@ def test_variables_travel_in_pieces_of_rows(devices, monkeypatch):
         assert tf.DeviceSpec.from_string(v.device).device_index == 1 and not v.trainable
         np.testing.assert_array_equal(v.numpy(), value.numpy())
         np.testing.assert_array_equal(remote.read_rows(v).numpy(), value.numpy())
+
+
+def test_inconsistent_splits_are_refused():
+    # a product split through a reshape that does not feed it alone, and shards that leave rows uncovered
+    g = nx.DiGraph()
+    for name, kind in [("w", "Placeholder"), ("r", "ReadVariableOp"), ("shape", "Const"), ("rs", "Reshape"),
+                       ("m", "BatchMatMulV2"), ("other", "Identity")]:
+        g.add_node(name, compute_us=1.0, op_type=kind)
+    g.add_edges_from([("w", "r"), ("r", "rs"), ("shape", "rs"), ("rs", "m"), ("r", "other")], bytes=4)
+    with pytest.raises(GraphError, match="does not feed rs alone"):
+        split_graph(g, [Split("m", read="r", placeholder="w", columns=4, parts=2, reshape="rs")])
+    with pytest.raises(GraphError, match="through a reshape"):
+        Split("m", read="r", placeholder="w", columns=4, parts=2, kind="rows", reshape="rs")
+    table = ReplicatedVariable(tf.reshape(tf.range(12.0), (6, 2)), name="t")
+    table.shard_on(Shard("p/autoplace_split_0", "p", "/CPU:0", 0, 3, axis=0, pieces=True))
+    table.mark_trained()  # one shard of two: its rows 3-5 are nowhere
+    for _ in range(2):  # and again: never the stale whole value instead
+        with pytest.raises(GraphError, match=r"cover \[\(0, 3\)\] of its 6 entries.*place the model again"):
+            table.numpy()

@@ -34,7 +34,7 @@ from ..core.devices import DeviceSet
 from ..core.plan import Plan
 from ..core.replicas import device_groups
 from ..errors import GraphError
-from ..measure.links import CLIENT_DEVICE as CLIENT
+from ..measure.links import CLIENT_DEVICE
 from ..planner import PlanOptions
 from .emit import EmittedModel, emit, rewrite_context, rewrite_graph_def
 from .graphdef import layer_devices_of
@@ -47,9 +47,9 @@ from .rewrites.sends import acknowledged_nodes, send_rule
 from .rewrites.split import Shard, split_candidates, splittable
 from .trace import TracedModel
 
-#: Where a split op's whole weight lives: the CPU of the process that placed the model (with gRPC workers, the
-#: client; its parts read shards on the workers).
-CLIENT_DEVICE = CLIENT
+# A split op's whole weight lives on CLIENT_DEVICE: the CPU of the process that placed the model (with gRPC
+# workers, the client; its parts read shards on the workers).
+
 
 class StepTracer(Protocol):
     """What traces the functions a placement emits: the placed model's shell
@@ -96,8 +96,8 @@ class ReplicatedVariable(keras.Variable):
 
     def gather_shards(self) -> None:
         """Assign the variable the concatenation of its shards (where it lives; the shards keep their values)."""
-        self._stale = False
         if not self._shards:
+            self._stale = False
             return
         pieces = sorted(self._shards.values(), key=lambda sv: sv[0].start)
         axis = pieces[0][0].axis
@@ -109,6 +109,7 @@ class ReplicatedVariable(keras.Variable):
         with tf.device(self._value.device):
             self._value.assign(tf.concat([read_rows(v) if sh.pieces else v.read_value() for sh, v in pieces],
                                          axis=axis))
+        self._stale = False  # only once gathered: a refused gather refuses every read after it too
 
     @property
     def mirrors(self) -> list[tf.Variable]:
