@@ -126,6 +126,23 @@ def test_spread_parts_puts_each_part_on_its_device():
 
 # --- the GraphDef rewrite, forward and gradient ---------------------------------------------------------------
 
+def _split_emitted(model: keras.Model, batch: int, parts: int):
+    """``model`` traced at ``batch`` with its one splittable op split ``parts`` ways, part ``i`` on logical CPU
+    ``i % 2``: (the split, the emitted graph, the variables)."""
+    traced = trace_model(model, batch_size=batch)
+    found = split_candidates(traced.fixed.graph, traced.variables, parts)
+    assert len(found) == 1
+    sp = found[0]
+    devices = {op.name: "/CPU:0" for op in traced.dynamic.graph.get_operations()}
+    for i in range(parts):
+        devices.update({n: f"/CPU:{i % 2}" for n in sp.part_nodes(i)})
+    devices[axis_name(sp.op)] = "/CPU:0"
+    variables = {ph: ReplicatedVariable(v.value.read_value(), name=v.name) for ph, v in traced.variables.items()}
+    emitted = emit(traced, variables, rewrite_context(traced, devices, splits={sp.op: parts}),
+                   shard=lambda v, s: v.shard_on(s))
+    return sp, emitted, variables
+
+
 @settings(max_examples=8, deadline=None)
 @given(batch=st.integers(1, 5), rows=st.integers(1, 24), cols=st.integers(2, 24), parts=st.integers(2, 4),
        seed=st.integers(0, 1000))
@@ -133,18 +150,7 @@ def test_the_split_rewrite_equals_the_unsplit_op_forward_and_backward(batch, row
     parts = min(parts, cols)
     keras.utils.set_random_seed(seed)
     model = keras.Sequential([keras.Input((rows,)), keras.layers.Dense(cols, name="d")])
-    traced = trace_model(model, batch_size=batch)
-    found = split_candidates(traced.fixed.graph, traced.variables, parts)
-    assert len(found) == 1
-    sp = found[0]
-    graph = traced.dynamic.graph
-    devices = {op.name: "/CPU:0" for op in graph.get_operations()}
-    for i in range(parts):
-        devices.update({split_name(n, i): f"/CPU:{i % 2}" for n in (sp.op, sp.read, sp.placeholder)})
-    devices[axis_name(sp.op)] = "/CPU:0"
-    variables = {ph: ReplicatedVariable(v.value.read_value(), name=v.name) for ph, v in traced.variables.items()}
-    context = rewrite_context(traced, devices, splits={sp.op: parts})
-    emitted = emit(traced, variables, context, shard=lambda v, s: v.shard_on(s))
+    sp, emitted, variables = _split_emitted(model, batch, parts)
     assert len(emitted.shards) == parts and {s.device for s in emitted.shards} == {"/CPU:0", "/CPU:1"}
     kernel = next(v for v in variables.values() if len(v.shape) == 2)
     bounds = [(s.start, s.stop) for s in emitted.shards]
@@ -179,17 +185,8 @@ def test_an_einsum_dense_split_by_heads_equals_the_unsplit_layer_forward_and_bac
     keras.utils.set_random_seed(seed)
     model = keras.Sequential([keras.Input((seq, c)), keras.layers.EinsumDense(
         "abc,cde->abde", output_shape=(seq, heads, h), bias_axes="de", name="proj")])
-    traced = trace_model(model, batch_size=batch)
-    found = split_candidates(traced.fixed.graph, traced.variables, parts)
-    assert [(s.kind, s.columns, s.reshape is not None) for s in found] == [("columns", heads, True)]
-    sp = found[0]
-    devices = {op.name: "/CPU:0" for op in traced.dynamic.graph.get_operations()}
-    for i in range(parts):
-        devices.update({n: f"/CPU:{i % 2}" for n in sp.part_nodes(i)})
-    devices[axis_name(sp.op)] = "/CPU:0"
-    variables = {ph: ReplicatedVariable(v.value.read_value(), name=v.name) for ph, v in traced.variables.items()}
-    emitted = emit(traced, variables, rewrite_context(traced, devices, splits={sp.op: parts}),
-                   shard=lambda v, s: v.shard_on(s))
+    sp, emitted, variables = _split_emitted(model, batch, parts)
+    assert (sp.kind, sp.columns, sp.reshape is not None) == ("columns", heads, True)
     assert [(s.start, s.stop, s.axis) for s in emitted.shards] == [(a, b, 1) for a, b in part_bounds(heads, parts)]
     kernel = next(v for v in variables.values() if len(v.shape) == 3)
     x = tf.constant(np.random.default_rng(seed).standard_normal((batch, seq, c)).astype("float32"))
@@ -216,17 +213,8 @@ def test_the_lookup_split_equals_the_unsplit_lookup_forward_and_backward(batch, 
     parts = min(parts, rows)
     keras.utils.set_random_seed(seed)
     model = keras.Sequential([keras.Input((length,), dtype="int32"), keras.layers.Embedding(rows, dim, name="e")])
-    traced = trace_model(model, batch_size=batch)
-    found = split_candidates(traced.fixed.graph, traced.variables, parts)
-    assert [s.kind for s in found] == ["rows"] and found[0].columns == rows
-    sp = found[0]
-    graph = traced.dynamic.graph
-    devices = {op.name: "/CPU:0" for op in graph.get_operations()}
-    for i in range(parts):
-        devices.update({split_name(n, i): f"/CPU:{i % 2}" for n in (sp.op, sp.read, sp.placeholder)})
-    variables = {ph: ReplicatedVariable(v.value.read_value(), name=v.name) for ph, v in traced.variables.items()}
-    emitted = emit(traced, variables, rewrite_context(traced, devices, splits={sp.op: parts}),
-                   shard=lambda v, s: v.shard_on(s))
+    sp, emitted, variables = _split_emitted(model, batch, parts)
+    assert sp.kind == "rows" and sp.columns == rows
     table = next(iter(variables.values()))
     assert [(s.start, s.stop, s.axis) for s in emitted.shards] == [(a, b, 0) for a, b in part_bounds(rows, parts)]
     # every part of the lookup, its ids and mask run where its shard is
@@ -253,6 +241,45 @@ def test_the_lookup_split_equals_the_unsplit_lookup_forward_and_backward(batch, 
                                    rtol=1e-6, atol=1e-6)
     with pytest.raises(tf.errors.InvalidArgumentError):  # an id past the table fails as the unsplit lookup does
         emitted.function(tf.fill((batch, length), rows))
+
+
+@settings(max_examples=8, deadline=None)
+@given(dims=st.sampled_from([1, 2, 3]), batch=st.integers(1, 3), size=st.integers(3, 6), cin=st.integers(1, 4),
+       cout=st.integers(2, 12), kernel=st.integers(1, 3), parts=st.integers(2, 4), seed=st.integers(0, 1000))
+def test_a_convolution_split_by_output_channels_equals_the_unsplit_one_forward_and_backward(
+        dims, batch, size, cin, cout, kernel, parts, seed):
+    parts = min(parts, cout)
+    keras.utils.set_random_seed(seed)
+    conv = {1: keras.layers.Conv1D, 2: keras.layers.Conv2D, 3: keras.layers.Conv3D}[dims]
+    model = keras.Sequential([keras.Input((size,) * dims + (cin,)), conv(cout, kernel, padding="same", name="c")])
+    sp, emitted, variables = _split_emitted(model, batch, parts)
+    assert sp.columns == cout and (sp.reshape is not None) == (dims == 1)  # Conv1D: its filter's ExpandDims
+    assert [(s.start, s.stop, s.axis) for s in emitted.shards] == [(a, b, dims + 1) for a, b in
+                                                                     part_bounds(cout, parts)]
+    kernel_var = next(v for v in variables.values() if len(v.shape) == dims + 2)
+    rng = np.random.default_rng(seed)
+    x = tf.constant(rng.standard_normal((batch,) + (size,) * dims + (cin,)).astype("float32"))
+    weights = tf.constant(rng.standard_normal((batch,) + (size,) * dims + (cout,)).astype("float32"))
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        for v in kernel_var.shards:
+            tape.watch(v)
+        ours, theirs = emitted.function(x), model(x)
+        loss_ours, loss_theirs = tf.reduce_sum(ours * weights), tf.reduce_sum(theirs * weights)
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(tape.gradient(loss_ours, x).numpy(), tape.gradient(loss_theirs, x).numpy(),
+                               rtol=1e-5, atol=1e-5)
+    whole = tape.gradient(loss_theirs, model.layers[0].kernel).numpy()
+    for shard, v in zip(emitted.shards, kernel_var.shards):  # each shard's gradient: its output channels'
+        np.testing.assert_allclose(tape.gradient(loss_ours, v).numpy(), whole[..., shard.start:shard.stop],
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_grouped_and_depthwise_convolutions_are_not_split():
+    for layer in (keras.layers.Conv2D(8, 3, groups=2), keras.layers.DepthwiseConv2D(3),
+                  keras.layers.Conv2DTranspose(6, 3)):
+        traced = trace_model(keras.Sequential([keras.Input((8, 8, 4)), layer]), batch_size=2)
+        assert split_candidates(traced.fixed.graph, traced.variables, 2) == [], layer
 
 
 # --- real models placed with splits -------------------------------------------------------------------------
@@ -301,6 +328,24 @@ def test_split_placement_equals_the_model_and_runs_each_part_on_its_device(split
     for w, theirs in sharded:
         assert np.array_equal(np.concatenate([s.numpy() for s in w.shards], axis=1), theirs.numpy())
         assert {tf.DeviceSpec.from_string(s.device).to_string() for s in w.shards} <= set(full.values())
+
+
+def test_a_cnn_placed_with_its_convolutions_split_equals_the_model(devices):
+    keras.utils.set_random_seed(3)
+    model = keras.Sequential([keras.Input((12, 12, 3)), keras.layers.Conv2D(16, 3, activation="relu", name="c1"),
+                              keras.layers.Conv2D(24, 3, activation="relu", name="c2"),
+                              keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(5, name="head")])
+    placed = placer.autoplace(model, devices[:2], batch_size=2, splits="all", split_min_bytes=1024, time_limit_s=1)
+    split = {op.split("/")[1].rsplit("_", 1)[0]: k for op, k in placed.plan.splits.items()}
+    assert split == {"c1": 2, "c2": 2}  # the head's 24×5 kernel is under split_min_bytes
+    x = np.random.default_rng(2).standard_normal((2, 12, 12, 3)).astype("float32")
+    np.testing.assert_allclose(placed(x).numpy(), model(x).numpy(), rtol=1e-5, atol=1e-5)
+    emitted = placed.placement.functions.forward(False)
+    assert [s.axis for s in emitted.shards] == [3] * 4
+    assert all(s.device == placed.plan.assignment[s.placeholder] for s in emitted.shards)  # where the plan put them
+    for w, theirs in zip(placed.weights, model.weights):  # the kernels sharded by output channels, whole again
+        if isinstance(w, ReplicatedVariable) and w.shards:
+            assert np.array_equal(np.concatenate([s.numpy() for s in w.shards], axis=3), theirs.numpy())
 
 
 def test_writes_reach_the_shards(devices):

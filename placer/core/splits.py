@@ -210,8 +210,8 @@ class Split:
     reshape : str or None
         A ``Reshape`` between the read and the op that makes the weight 2-D (an ``EinsumDense`` kernel
         ``(c, heads, h)`` read as ``(c, heads · h)``, split along its axis 1: whole heads; or ``(heads, h, d)`` read
-        as ``(heads · h, d)``, split along ``d``); ``columns`` counts the split axis; each part reshapes its
-        shard.
+        as ``(heads · h, d)``, split along ``d``), or an ``ExpandDims`` (a ``Conv1D`` filter ``(k, in, out)`` read
+        as ``(1, k, in, out)``); ``columns`` counts the split axis; each part reshapes its shard.
     """
 
     op: str

@@ -129,18 +129,33 @@ def _batch_matmul_weight(op: tf.Operation) -> tuple[int, int] | None:
 
 
 def _gather_table(op: tf.Operation) -> tuple[int, int] | None:
-    """A lookup of whole rows: ``GatherV2(table, ids, axis=0)`` with ``batch_dims=0``."""
+    """A lookup of whole rows: ``GatherV2(table, ids, axis=0)`` of a 2-D table with ``batch_dims=0``."""
     axis = op.inputs[2].op
-    if op.get_attr("batch_dims") != 0 or axis.type != "Const" or tf.make_ndarray(axis.get_attr("value")) != 0:
+    if op.get_attr("batch_dims") != 0 or axis.type != "Const" or tf.make_ndarray(axis.get_attr("value")) != 0 or \
+            op.inputs[0].shape.rank != 2:
         return None
     return 0, 0
 
 
+def _conv_weight(op: tf.Operation) -> tuple[int, int] | None:
+    """A convolution with its output channels last (``NHWC``/``NDHWC``) and one group: its filter
+    ``(spatial…, in, out)`` split by ``out``."""
+    x, f = op.inputs[0].shape, op.inputs[1].shape
+    if not op.get_attr("data_format").decode().endswith("C") or f.rank is None or x.rank is None or \
+            x[-1] is None or f[-2] is None or x[-1] != f[-2]:  # grouped: a part's channels would cross groups
+        return None
+    return 1, f.rank - 1
+
+
 #: Op type → its split rule. Dense products (``MatMul``; ``BatchMatMulV2`` with a 2-D weight, read directly or
-#: reshaped from an ``EinsumDense`` kernel) by output columns; lookups (an ``Embedding``'s ``GatherV2``) by table
-#: rows; convolutions and ``Einsum`` ops (attention's scores) are not split (``docs/limitations.md``).
+#: reshaped from an ``EinsumDense`` kernel) by output columns; convolutions (``Conv2D``, ``Conv3D``; a ``Conv1D``'s
+#: filter through its ``ExpandDims``) by output channels; lookups (an ``Embedding``'s ``GatherV2``) by table rows.
+#: Depthwise and grouped convolutions and ``Einsum`` ops (attention's scores) are not split
+#: (``docs/limitations.md``).
 SPLIT_RULES: Mapping[str, SplitRule] = {"MatMul": SplitRule(_matmul_weight),
                                         "BatchMatMulV2": SplitRule(_batch_matmul_weight),
+                                        "Conv2D": SplitRule(_conv_weight),
+                                        "Conv3D": SplitRule(_conv_weight),
                                         "GatherV2": SplitRule(_gather_table, kind="rows", updates=frozenset(
                                             {"ResourceScatterAdd", "ResourceScatterSub"}))}
 
@@ -159,6 +174,17 @@ class _Weight:
     reshape: tf.Operation | None = None
 
 
+def _expanded_axis(expand: tf.Operation, axis: int) -> int | None:
+    """The variable's axis that ``expand`` (an ``ExpandDims`` of the weight's read, a ``Conv1D`` filter
+    ``(k, in, out)`` → ``(1, k, in, out)``) moves to ``axis`` of its output, or ``None``."""
+    dim = expand.inputs[1].op
+    if dim.type != "Const":
+        return None
+    rank = expand.outputs[0].shape.rank
+    at = int(tf.make_ndarray(dim.get_attr("value"))) % rank
+    return None if at == axis else axis - (at < axis)
+
+
 def _weight_of(op: tf.Operation, captured: Mapping[str, object]) -> _Weight | None:
     """The weight of a splittable ``op``: a captured variable read by it alone (and updated only by its rule's
     sparse updates), else ``None``."""
@@ -168,13 +194,17 @@ def _weight_of(op: tf.Operation, captured: Mapping[str, object]) -> _Weight | No
         return None
     index, axis = found
     read, reshape = op.inputs[index].op, None
-    if read.type == "Reshape" and rule.kind == "columns" and axis == 1:  # an EinsumDense kernel, its heads merged
-        reshape, read = read, read.inputs[0].op
+    if rule.kind == "columns" and ((read.type == "Reshape" and axis == 1) or read.type == "ExpandDims"):
+        reshape, read = read, read.inputs[0].op  # an EinsumDense kernel, its heads merged; a Conv1D's filter
         if [c.name for c in reshape.outputs[0].consumers()] != [op.name]:
             return None
     if read.type != "ReadVariableOp" or read.inputs[0].op.name not in captured:
         return None
-    if reshape is not None:  # (c, heads, h) → (c, heads·h): split whole heads; (heads, h, d) → (heads·h, d): d
+    if reshape is not None and reshape.type == "ExpandDims":
+        axis = _expanded_axis(reshape, axis)
+        if axis is None:
+            return None
+    elif reshape is not None:  # (c, heads, h) → (c, heads·h): split whole heads; (heads, h, d) → (heads·h, d): d
         whole, merged = read.outputs[0].shape, reshape.outputs[0].shape
         if not (whole.is_fully_defined() and merged.is_fully_defined() and whole.rank >= 3):
             return None
@@ -242,7 +272,7 @@ def split_candidates(graph: tf.Graph, captured: Mapping[str, object], parts: int
         k = named[op.name] if named is not None else int(parts)  # type: ignore[arg-type]
         w = _weight_of(op, captured)
         shape = w.read.outputs[0].shape if w is not None else None
-        if w is None or not shape.is_fully_defined() or (shape.rank != 2 and w.reshape is None):
+        if w is None or not shape.is_fully_defined():
             continue
         columns = int(shape[w.axis])
         if shape.num_elements() * w.read.outputs[0].dtype.size < min_weight_bytes or columns < k:
@@ -311,18 +341,23 @@ def _split_update(gd: tf.compat.v1.GraphDef, node: tf.compat.v1.NodeDef, update:
 def _reshaped(gd: tf.compat.v1.GraphDef, reshape: tf.compat.v1.NodeDef, w: _Weight, i: int, read: str,
               size: int) -> str:
     """Part ``i``'s copy of the kernel's ``reshape`` applied to its shard's ``read`` (``size`` entries of the
-    variable's split axis): ``(c, size · the rest)`` or ``(the leading axes, size)``; returns its name."""
-    whole = w.read.outputs[0].shape
-    merged = [int(whole[0]), size * int(whole[2:].num_elements())] if w.axis == 1 else [
-        int(whole[:-1].num_elements()), size]
+    variable's split axis): ``(c, size · the rest)`` or ``(the leading axes, size)``; an ``ExpandDims`` at the
+    same axis; returns its name."""
     r = gd.node.add()
     r.CopyFrom(reshape)
     r.name = split_name(w.reshape.name, i)
     shape = gd.node.add()
-    shape.name, shape.op = f"{r.name}/shape", "Const"  # a helper of the part's reshape: on its device
-    dtype = tf.as_dtype(reshape.attr["Tshape"].type)
+    shape.op = "Const"  # a helper of the part's reshape (its scope): on its device
+    if reshape.op == "ExpandDims":
+        shape.name, dtype = f"{r.name}/dim", tf.as_dtype(reshape.attr["Tdim"].type)
+        value = tf.make_ndarray(w.reshape.inputs[1].op.get_attr("value"))
+    else:
+        whole = w.read.outputs[0].shape
+        value = [int(whole[0]), size * int(whole[2:].num_elements())] if w.axis == 1 else [
+            int(whole[:-1].num_elements()), size]
+        shape.name, dtype = f"{r.name}/shape", tf.as_dtype(reshape.attr["Tshape"].type)
     shape.attr["dtype"].type = dtype.as_datatype_enum
-    shape.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(merged, dtype))
+    shape.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value, dtype))
     del r.input[:]
     r.input.extend([read, shape.name])
     return r.name
