@@ -44,7 +44,7 @@ from .core.devices import DeviceSet
 from .core.graph_io import PLAN_OPTIONS_KEY, as_device_set
 from .core.microbatch import best_microbatches, pipeline_order, pipeline_stages, simulate_pipeline
 from .core.objectives import DEFAULT_OBJECTIVE, OBJECTIVES, get_objective
-from .core.plan import BaselineResult, Plan
+from .core.plan import KEPT, BaselineResult, Candidate, Plan
 from .core.replicas import best_replicas, simulate_replicas
 from .core.problem import PlacementProblem, evaluate
 from .core.validate import MAX_SEED, MAX_TIME_LIMIT_S, integer, real
@@ -383,7 +383,8 @@ def _on_one_device(built: BuiltProblem, options: PlanOptions, plan: Plan, group_
     in its log and ``plan``'s baselines, batch, compression and solve time."""
     single = plan_problem(built, options, given=built.node_devices(group_assignment))
     return replace(single, solver="single", status="heuristic", log=(*plan.log, note), baselines=plan.baselines,
-                   batch_size=plan.batch_size, compression=plan.compression, solve_time_s=plan.solve_time_s)
+                   batch_size=plan.batch_size, compression=plan.compression, solve_time_s=plan.solve_time_s,
+                   candidates=plan.candidates)
 
 
 def pipeline_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_size: int,
@@ -412,25 +413,38 @@ def pipeline_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_s
     m, step = best_microbatches(built, a, batch_size, candidates, small=small)
     if plan.op_order and (m == 1 or plan.predicted_step_time_s <= step):
         m, step = 1, plan.predicted_step_time_s  # in its own order (which no pipeline keeps)
-    if fallback and options.objective != "memory" and len(np.unique(a)) > 1:
+    used = len(np.unique(a))
+    peak = max(plan.predicted_peak_memory_bytes, default=None) if m == 1 else None
+    plan = plan.scored(Candidate("split" if plan.splits else "placement", plan.solver, used, 1, m, len(plan.splits),
+                                 step, peak, KEPT), kept=True)
+    if fallback and options.objective != "memory" and used > 1:
         try:
             one = solve_problem(built.problem, "single", options.solve_options(built))
         except NoFeasiblePlanError as e:  # nothing fits one device: the spread plan stands
             log.info("one device is not an alternative to the pipeline: %s", e)
             one = None
+            plan = plan.scored(Candidate("one device", "single", 1, 1, 1, 0, None, None,
+                                         f"does not fit: {e}"), kept=False)
         if one is not None:
             m1, step1 = best_microbatches(built, one.assignment, batch_size, candidates, small=small)
-            if step1 < step * (1 + split_margin) and not _over(
-                    simulate_pipeline(built, one.assignment, m1, SimOptions(), small=small,
-                                      batch_size=batch_size).peak_memory_bytes,
-                    built.problem.capacity_bytes).size:  # peak simulated only if it wins
+            peak1 = None
+            if step1 < step * (1 + split_margin):  # peak simulated only if it wins
+                peak1 = simulate_pipeline(built, one.assignment, m1, SimOptions(), small=small,
+                                          batch_size=batch_size).peak_memory_bytes
+            single = Candidate("one device", "single", 1, 1, m1, 0, step1,
+                               None if peak1 is None else float(np.max(peak1)), KEPT)
+            if peak1 is not None and not _over(peak1, built.problem.capacity_bytes).size:
                 faster = ("faster than" if step1 < step else
                           f"within {100 * split_margin:.0f}% (split_margin, the cost model's error) of")
                 note = (f"one device at {m1} micro-batch(es) is predicted {faster} the {plan.solver} plan at its "
                         f"best {m} ({1e3 * step1:.3f} ms against {1e3 * step:.3f} ms): placed on one device")
                 log.info(note)
-                plan = _on_one_device(built, options, plan, one.assignment, note)
+                plan = _on_one_device(built, options, plan, one.assignment, note).scored(single, kept=True)
                 m, step, a = m1, step1, one.assignment
+            else:
+                plan = plan.scored(single.with_outcome(
+                    "over memory" if peak1 is not None else
+                    f"not within {100 * split_margin:.0f}% (split_margin) of the {plan.solver} plan"), kept=False)
     choice = pipeline_order(built, a, m, order, small=small, batch_size=batch_size)
     stages: tuple[str, ...] = ()
     if choice.order == "1f1b":
@@ -481,19 +495,22 @@ def replica_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_si
                         "larger batch_size, or replicas='auto'")
     r, m, step = best
     zero = np.zeros(len(built.problem.names), dtype=int)
+    copies = Candidate("copies", "single", 1, r, m, 0, step, None, KEPT)
     if replicas == "auto" and step >= plan.predicted_step_time_s:
         note = (f"{r} data-parallel copies at {m} micro-batch(es) each are predicted slower than the "
                 f"{plan.solver} plan ({1e3 * step:.3f} ms against {1e3 * plan.predicted_step_time_s:.3f} ms): "
                 "one copy")
         log.info(note)
-        return replace(plan, log=(*plan.log, note))
+        return replace(plan, log=(*plan.log, note)).scored(copies.with_outcome(
+            f"slower than the {plan.solver} plan ({1e3 * plan.predicted_step_time_s:.3f} ms)"), kept=False)
     peak = simulate_replicas(built, zero, r, m, SimOptions(), small=small, batch_size=batch_size).peak_memory_bytes
+    copies = replace(copies, predicted_peak_memory_bytes=float(np.max(peak)))
     over = _over(peak, built.problem.capacity_bytes)
     if over.size:
         if replicas == "auto":
             note = f"{r} data-parallel copies would be faster but do not fit the devices' memory: one copy"
             log.info(note)
-            return replace(plan, log=(*plan.log, note))
+            return replace(plan, log=(*plan.log, note)).scored(copies.with_outcome("over memory"), kept=False)
         raise _peak_error(built, peak, f"replicas={r}: the copies")
     note = (f"{r} data-parallel copies at {m} micro-batch(es) each are predicted "
             + (f"faster than the {plan.solver} plan at {plan.microbatches} ({1e3 * step:.3f} ms against "
@@ -502,7 +519,7 @@ def replica_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_si
     log.info(note)
     return replace(_on_one_device(built, options, plan, zero, note), replicas=r, microbatches=m,
                    predicted_step_time_s=step, op_order={}, pipeline="gpipe", stages=(),
-                   predicted_peak_memory_bytes=tuple(float(x) for x in peak))
+                   predicted_peak_memory_bytes=tuple(float(x) for x in peak)).scored(copies, kept=True)
 
 
 def solve(graph: nx.DiGraph, devices: Sequence[Any] | DeviceSet, **options: Any) -> Plan:

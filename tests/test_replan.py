@@ -106,6 +106,15 @@ def test_bad_plan_files_are_refused(tmp_path, placed):
         placer.Plan.from_dict({**data, "format": "other"})
     with pytest.raises(PlanError, match="malformed plan"):
         placer.Plan.from_dict({k: v for k, v in data.items() if k != "assignment"})
+    # the strategies scored travel with the plan; a malformed one is refused, naming what is wrong
+    assert data["candidates"] and placer.Plan.from_dict(data).candidates == placed["latency"].plan.candidates
+    one = data["candidates"][0]
+    for bad_candidate, match in (({**one, "strategy": "magic"}, "candidate strategy 'magic'"),
+                                 ({**one, "replicas": -1}, "candidate replicas"),
+                                 ({**one, "predicted_step_time_s": "fast"}, "candidate predicted_step_time_s"),
+                                 ({k: v for k, v in one.items() if k != "outcome"}, "malformed plan"), (3, "malformed")):
+        with pytest.raises(PlanError, match=match):
+            placer.Plan.from_dict({**data, "candidates": [bad_candidate]})
     elsewhere = dict(data["assignment"])
     elsewhere[next(iter(elsewhere))] = "/job:localhost/replica:0/task:0/device:CPU:9"
     with pytest.raises(PlanError, match="device list"):

@@ -200,6 +200,20 @@ def test_replicas_auto_chooses_what_is_predicted_faster_and_says_why(devices):
         assert "predicted faster" in said[-1]
     else:
         assert "predicted slower" in said[-1] or "do not fit" in said[-1]
+    # the strategies scored, in order: the solver's placement (its best micro-batches), one device where the
+    # placement spread, the copies; one kept, the one the plan runs, every other saying why it lost
+    strategies = [c.strategy for c in plan.candidates]
+    assert strategies[0] == "placement" and strategies[-1] == "copies", strategies
+    assert [c.outcome for c in plan.candidates].count("kept") == 1 and plan.kept is not None
+    kept = plan.kept
+    assert (kept.replicas, kept.microbatches) == (plan.replicas, plan.microbatches)
+    assert kept.predicted_step_time_s == pytest.approx(plan.predicted_step_time_s - plan.call_overhead_s)
+    copies = plan.candidates[-1]
+    assert copies.replicas == 2 and (copies.outcome == "kept") == (plan.replicas == 2)
+    for c in plan.candidates:
+        if c is not kept:
+            assert c.outcome.startswith(("replaced", "slower", "over memory", "not within", "does not fit")), c
+    assert "strategies scored (predicted):" in plan.summary() and kept.describe() in plan.summary()
     x = np.random.default_rng(3).standard_normal((8, 16)).astype("float32")
     np.testing.assert_allclose(placed(x).numpy(), model(x).numpy(), rtol=1e-6, atol=1e-6)
 
@@ -247,3 +261,6 @@ def test_the_report_shows_the_copies(replicated, tmp_path):
     assert on_second == {"mb1"}, on_second
     assert placed.report(tmp_path / "r.html").endswith(".html")
     assert any("data-parallel copies" in line for line in data["plan"]["log"])
+    assert [c["strategy"] for c in data["plan"]["candidates"]][-1] == "copies"  # asked: replicas=2, kept
+    assert data["plan"]["candidates"][-1]["outcome"] == "kept"
+    assert "Strategies scored" in (tmp_path / "r.html").read_text(encoding="utf-8")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import os
 from collections import Counter
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -51,6 +52,78 @@ class BaselineResult:
 
     value: float
     predicted_step_time_s: float
+
+
+#: What a :class:`Candidate` runs: the solver's placement of whole ops; every op on one device; a copy of the
+#: model per device (data parallelism); the solver's placement with large ops split over devices.
+STRATEGIES = ("placement", "one device", "copies", "split")
+#: :attr:`Candidate.outcome` of the candidate a plan runs (every other says why it lost).
+KEPT = "kept"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One strategy the search scored for a plan (every figure predicted by the cost model).
+
+    Attributes
+    ----------
+    strategy : str
+        One of :data:`STRATEGIES`.
+    solver : str
+        The placement's solver (``single`` for one device).
+    devices_used : int
+        Devices that run ops of one copy.
+    replicas, microbatches : int
+        Data-parallel copies, and micro-batches per copy.
+    splits : int
+        Ops split over devices.
+    predicted_step_time_s : float or None
+        Its simulated step (pipelined or copied where it is; without the plan's measured ``call_overhead_s``;
+        ``None``: not scored, see ``outcome``).
+    predicted_peak_memory_bytes : float or None
+        The largest device's simulated peak (``None``: not simulated; simulated only where it could win).
+    outcome : str
+        :data:`KEPT`, or why it lost ("slower than …", "over memory", …).
+
+    Examples
+    --------
+    >>> c = Candidate("copies", "single", 1, 2, 4, 0, 0.010, 2e6, KEPT)
+    >>> c.describe()
+    'copies: 2 copies × 4 micro-batches, predicted 10.000 ms, peak 1.9 MiB: kept'
+    """
+
+    strategy: str
+    solver: str
+    devices_used: int
+    replicas: int
+    microbatches: int
+    splits: int
+    predicted_step_time_s: float | None
+    predicted_peak_memory_bytes: float | None
+    outcome: str
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise PlanError(f"candidate strategy {self.strategy!r} is not one of {STRATEGIES}")
+        for name in ("predicted_step_time_s", "predicted_peak_memory_bytes"):  # numpy scalars as JSON numbers
+            value = getattr(self, name)
+            if isinstance(value, numbers.Real) and not isinstance(value, bool):
+                object.__setattr__(self, name, float(value))
+
+    def describe(self) -> str:
+        """One line: what ran, its predicted step and peak, and its outcome."""
+        shape = (f"{self.replicas} copies × " if self.replicas > 1 else
+                 f"{self.devices_used} device{'s' if self.devices_used != 1 else ''} ({self.solver}), ")
+        shape += f"{self.microbatches} micro-batch{'es' if self.microbatches != 1 else ''}"
+        shape += f", {self.splits} ops split" if self.splits else ""
+        peak = ("" if self.predicted_peak_memory_bytes is None else
+                f", peak {self.predicted_peak_memory_bytes / 2**20:.1f} MiB")
+        step = "" if self.predicted_step_time_s is None else f", predicted {1e3 * self.predicted_step_time_s:.3f} ms"
+        return f"{self.strategy}: {shape}{step}{peak}: {self.outcome}"
+
+    def with_outcome(self, outcome: str) -> "Candidate":
+        """This candidate with another outcome."""
+        return replace(self, outcome=outcome)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,6 +194,9 @@ class Plan:
         Ops split over devices (op → parts, :mod:`placer.core.splits`: products by their weight's output columns,
         lookups by their table's rows): the assignment
         places each part, its weight shard and the join; empty: every op whole.
+    candidates : tuple of Candidate
+        The strategies :func:`placer.autoplace`'s search scored, in the order scored: the one this plan runs
+        has outcome :data:`KEPT`, every other says why it lost (empty: a plan made otherwise).
     """
 
     devices: tuple[str, ...]
@@ -153,6 +229,34 @@ class Plan:
     op_order: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     replicas: int = 1
     splits: Mapping[str, int] = field(default_factory=dict)
+    candidates: tuple[Candidate, ...] = ()
+
+    def scored(self, candidate: Candidate, *, kept: bool) -> "Plan":
+        """This plan with ``candidate`` added to :attr:`candidates`; ``kept``: it replaces the kept one (whose
+        outcome then names it and both steps), else its outcome stands.
+
+        >>> p = Plan(devices=("/d:0",), assignment={}, objective="latency", unit="s", value=0.0, lower_bound=0.0,
+        ...          gap=0.0, solver="x", status="heuristic")
+        >>> p = p.scored(Candidate("placement", "x", 2, 1, 1, 0, 0.02, None, KEPT), kept=True)
+        >>> p = p.scored(Candidate("copies", "single", 1, 2, 1, 0, 0.01, 1e6, KEPT), kept=True)
+        >>> [c.outcome for c in p.candidates]
+        ['replaced: copies predicted 10.000 ms against 20.000 ms', 'kept']
+        """
+        cands = self.candidates
+        if kept:
+            why = f"replaced by {candidate.strategy}"
+            if candidate.predicted_step_time_s is not None:
+                why = f"replaced: {candidate.strategy} predicted {1e3 * candidate.predicted_step_time_s:.3f} ms"
+            cands = tuple(c.with_outcome(why + ("" if c.predicted_step_time_s is None else
+                                                f" against {1e3 * c.predicted_step_time_s:.3f} ms"))
+                          if c.outcome == KEPT else c for c in cands)
+            candidate = candidate.with_outcome(KEPT)
+        return replace(self, candidates=(*cands, candidate))
+
+    @property
+    def kept(self) -> Candidate | None:
+        """The candidate this plan runs (``None``: none recorded)."""
+        return next((c for c in reversed(self.candidates) if c.outcome == KEPT), None)
 
     def ops_per_device(self) -> dict[str, int]:
         """Number of nodes on each device (devices with none included)."""
@@ -176,6 +280,9 @@ class Plan:
             if isinstance(v, float) and not math.isfinite(v):
                 d[k] = None
         d["splits"] = dict(self.splits)
+        d["candidates"] = [asdict(c) for c in self.candidates]
+        if not self.candidates:
+            del d["candidates"]
         if self.replicas == 1:
             del d["replicas"]
         if not self.splits:
@@ -208,10 +315,11 @@ class Plan:
             values["op_order"] = {str(dev): tuple(str(v) for v in ops)
                                   for dev, ops in values.get("op_order", {}).items()}
             values["splits"] = dict(values.get("splits", {}))
+            values["candidates"] = tuple(Candidate(**c) for c in values.get("candidates", ()))
             for name in ("value", "lower_bound", "gap"):
                 values[name] = math.inf if values.get(name) is None else float(values[name])
             plan = cls(**values)
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, PlanError) as e:
             raise PlanError(f"malformed plan: {e!r}; write plans with Plan.save or Plan.to_dict") from None
         plan = _checked_fields(plan)
         bad = sorted({d for d in plan.assignment.values() if d not in plan.devices}
@@ -288,6 +396,9 @@ class Plan:
             lines.append(f"  {len(self.splits)} ops split over devices (products by output columns, lookups by "
                          f"table rows), each part reading its shard of the weight: {named}"
                          + (" …" if len(self.splits) > 4 else ""))
+        if len(self.candidates) > 1:
+            lines.append("  strategies scored (predicted):")
+            lines += [f"    {c.describe()}" for c in self.candidates]
         if self.compression != "none":
             lines.append(f"  compression of cut float edges: {self.compression} (the report lists each compressed edge)")
         return "\n".join(lines)
@@ -324,6 +435,14 @@ def _checked_fields(plan: "Plan") -> "Plan":
     for name in ("predicted_device_load_s", "device_memory_bytes", "predicted_peak_memory_bytes"):
         for x in getattr(plan, name):
             real(f"plan {name} entry", x, error=PlanError)
+    for c in plan.candidates:
+        for name in ("devices_used", "replicas", "microbatches", "splits"):
+            integer(f"plan candidate {name}", getattr(c, name), minimum=0, maximum=MAX_BATCH_SIZE, error=PlanError)
+        for name in ("predicted_step_time_s", "predicted_peak_memory_bytes"):
+            if getattr(c, name) is not None:
+                real(f"plan candidate {name}", getattr(c, name), error=PlanError)
+        if not isinstance(c.solver, str) or not isinstance(c.outcome, str):
+            raise PlanError(f"malformed plan: a candidate's solver and outcome must be strings, got {c!r}")
     splits = {}
     for op, parts in plan.splits.items():
         if not isinstance(op, str):

@@ -453,6 +453,14 @@ def render_html(data: Mapping[str, Any]) -> str:
                   for k, b in plan["baselines"].items()]
     parts.append(_table(["placement", f"{plan['objective']} (predicted)", "step (simulated)"], base_rows,
                         numeric=(1, 2)))
+    if plan.get("candidates"):
+        parts += ["<h3>Strategies scored</h3>", _table(
+            ["strategy", "solver", "devices", "copies", "micro-batches", "ops split", "step (predicted)",
+             "peak memory (predicted)", "outcome"],
+            [(c["strategy"], c["solver"], c["devices_used"], c["replicas"], c["microbatches"], c["splits"],
+              _ms(c["predicted_step_time_s"]) if c["predicted_step_time_s"] is not None else "not scored",
+              _mb(c["predicted_peak_memory_bytes"]) if c["predicted_peak_memory_bytes"] is not None else "",
+              c["outcome"]) for c in plan["candidates"]], numeric=(2, 3, 4, 5, 6, 7))]
     if plan.get("call_overhead_s"):
         parts.append(f'<p class="note">The plan\'s predicted step, {_esc(_ms(plan["predicted_step_time_s"]))}, is '
                      f'its simulated step plus {_esc(_ms(plan["call_overhead_s"]))} of measured fixed cost per '

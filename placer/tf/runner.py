@@ -60,7 +60,7 @@ from ..core.build import BuiltProblem, build_problem, check_total_memory
 from ..core.compression import CODECS, CompressionPolicy
 from ..core.devices import DeviceSet, SharedProcessor, device_host, device_kind, resolve_devices
 from ..core.microbatch import SmallBatchCosts, candidate_microbatches, simulate_pipeline
-from ..core.plan import Plan
+from ..core.plan import KEPT, Candidate, Plan
 from ..core.attrs import COMPUTE_US, MEMORY_BYTES
 from ..core.replicas import device_groups, simulate_replicas
 from ..core.splits import Split, helper_owner, split_graph, spread_parts, with_measured_parts
@@ -250,6 +250,12 @@ def _required_splits(traced: TracedModel, devset: DeviceSet, opts: PlacementOpti
     return [s for s in split_candidates(traced.fixed.graph, variables, len(devset)) if s.placeholder in large]
 
 
+def _kept(plan: Plan) -> str:
+    """The strategy ``plan`` runs, in words (its kept candidate)."""
+    kept = plan.kept
+    return kept.describe() if kept is not None else f"{plan.replicas} data-parallel copies"
+
+
 def _prompt_sends(opts: PlacementOptions, devset: DeviceSet) -> bool:
     """Whether the placed functions acknowledge awaited transfers (:mod:`placer.tf.rewrites.sends`)."""
     return opts.emit.sends == "prompt" or (opts.emit.sends == "auto" and devset.ready_order == "lifo")
@@ -346,19 +352,30 @@ def _splits(traced: TracedModel, graphs: _Graphs, plan: Plan, devset: DeviceSet,
             log.info("operator splits: %d parts side by side do not fit (%s)", len(subset), e)
         for p in plans:
             scored.append((_step_with_sends(traced, p, split, prompt), len(scored), p, split))
-    best_s, _, best, split = min(scored, key=lambda t: t[:2])
+    best_s, best_i, best, split = min(scored, key=lambda t: t[:2])
     margin = opts.solve.split_margin or 0.0
     faster = best_s < whole_s * (1.0 - margin)
     what = (f"{len(best.splits)} of {len(found)} dense products split {len(devset)} ways (the largest weights, "
             f"sharded; {best.solver}) predicted {1e3 * best_s:.3f} ms against {1e3 * whole_s:.3f} ms whole"
             + (" (both with the transfers prompt sends acknowledge)" if prompt else ""))
-    if mode == "all" or faster:
+    keep = mode == "all" or faster
+    out = replace(best, log=(*best.log, *notes), candidates=plan.candidates) if keep else plan
+    for step_s, i, p, _ in scored:
+        cand = Candidate("split", p.solver, len(set(p.assignment.values())), 1, 1, len(p.splits), step_s,
+                         max(p.predicted_peak_memory_bytes, default=None), KEPT)
+        if i != best_i:
+            cand = cand.with_outcome(f"slower than the best split ({1e3 * best_s:.3f} ms)")
+        elif not keep:
+            cand = cand.with_outcome(f"not {100 * margin:.0f}% (split_margin) faster than whole ops "
+                                     f"({1e3 * whole_s:.3f} ms as emitted)")
+        out = out.scored(cand, kept=keep and i == best_i)
+    if keep:
         line = f"operator splits: {what}: split" + ("" if faster else " (splits='all')")
         log.info(line)
-        return replace(best, log=(*best.log, *notes, line)), split
+        return replace(out, log=(*out.log, line)), split
     line = f"operator splits: {what}: kept whole (a split must be predicted {100 * margin:.0f}% faster)"
     log.info(line)
-    return replace(plan, log=(*plan.log, line)), graphs
+    return replace(out, log=(*out.log, line)), graphs
 
 
 def _trace(shell: PlacedModel, model: keras.Model, opts: PlacementOptions, batch_size: int | None,
@@ -793,6 +810,10 @@ def _autoplace(model: Any, devices: Sequence[Any], plan: Plan | str | os.PathLik
         small = None
         if required:  # neither one device nor a copy per device holds the model; its parts run in one go
             log.info("micro-batches and replicas: not tried for a plan that must split (one micro-batch, one copy)")
+            placed_plan = placed_plan.scored(Candidate(
+                "split", placed_plan.solver, len(set(placed_plan.assignment.values())), 1, 1, len(splits),
+                placed_plan.predicted_step_time_s, max(placed_plan.predicted_peak_memory_bytes, default=None),
+                KEPT), kept=True)
         else:
             placed_plan, small = _microbatches(
                 model, built, placed_plan, devset, opts,
@@ -808,11 +829,12 @@ def _autoplace(model: Any, devices: Sequence[Any], plan: Plan | str | os.PathLik
                 op_graph, built, small = graphs.op_graph, graphs.built, None
     if traced.step == "train" and placed_plan.replicas > 1 and opts.train.replicas == "auto":
         # auto chose data parallelism: trace and plan one replica's step
-        log.info("replicas='auto': %s; tracing and planning one replica's step", placed_plan.log[-1])
+        log.info("replicas='auto': %s; tracing and planning one replica's step", _kept(placed_plan))
         return _autoplace(model, devices, None, {**options, "replicas": placed_plan.replicas}, chosen=placed_plan)
     if chosen is not None:  # one replica's plan, with the data-parallel step predicted on all devices
-        placed_plan = replace(placed_plan, log=(*placed_plan.log, chosen.log[-1]),
-                              predicted_step_time_s=chosen.predicted_step_time_s)
+        placed_plan = replace(placed_plan, log=(*placed_plan.log, f"chosen on the full batch's trace: "
+                                                                  f"{_kept(chosen)}"),
+                              predicted_step_time_s=chosen.predicted_step_time_s, candidates=chosen.candidates)
     if opts.hosts.measure_call:
         with timer.stage("calls"):
             placed_plan = _call_overhead(traced, placed_plan)
