@@ -439,7 +439,8 @@ def pipeline_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_s
                 note = (f"one device at {m1} micro-batch(es) is predicted {faster} the {plan.solver} plan at its "
                         f"best {m} ({1e3 * step1:.3f} ms against {1e3 * step:.3f} ms): placed on one device")
                 log.info(note)
-                plan = _on_one_device(built, options, plan, one.assignment, note).scored(single, kept=True)
+                plan = _on_one_device(built, options, plan, one.assignment, note).scored(
+                    replace(single, note=note), kept=True)
                 m, step, a = m1, step1, one.assignment
             else:
                 plan = plan.scored(single.with_outcome(
@@ -501,7 +502,7 @@ def replica_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_si
                 f"{plan.solver} plan ({1e3 * step:.3f} ms against {1e3 * plan.predicted_step_time_s:.3f} ms): "
                 "one copy")
         log.info(note)
-        return replace(plan, log=(*plan.log, note)).scored(copies.with_outcome(
+        return replace(plan, log=(*plan.log, note)).scored(replace(copies, note=note).with_outcome(
             f"slower than the {plan.solver} plan ({1e3 * plan.predicted_step_time_s:.3f} ms)"), kept=False)
     peak = simulate_replicas(built, zero, r, m, SimOptions(), small=small, batch_size=batch_size).peak_memory_bytes
     copies = replace(copies, predicted_peak_memory_bytes=float(np.max(peak)))
@@ -510,7 +511,8 @@ def replica_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_si
         if replicas == "auto":
             note = f"{r} data-parallel copies would be faster but do not fit the devices' memory: one copy"
             log.info(note)
-            return replace(plan, log=(*plan.log, note)).scored(copies.with_outcome("over memory"), kept=False)
+            return replace(plan, log=(*plan.log, note)).scored(
+                replace(copies, note=note).with_outcome("over memory"), kept=False)
         raise _peak_error(built, peak, f"replicas={r}: the copies")
     note = (f"{r} data-parallel copies at {m} micro-batch(es) each are predicted "
             + (f"faster than the {plan.solver} plan at {plan.microbatches} ({1e3 * step:.3f} ms against "
@@ -519,7 +521,8 @@ def replica_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_si
     log.info(note)
     return replace(_on_one_device(built, options, plan, zero, note), replicas=r, microbatches=m,
                    predicted_step_time_s=step, op_order={}, pipeline="gpipe", stages=(),
-                   predicted_peak_memory_bytes=tuple(float(x) for x in peak)).scored(copies, kept=True)
+                   predicted_peak_memory_bytes=tuple(float(x) for x in peak)).scored(replace(copies, note=note),
+                                                                                     kept=True)
 
 
 def solve(graph: nx.DiGraph, devices: Sequence[Any] | DeviceSet, **options: Any) -> Plan:

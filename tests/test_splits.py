@@ -21,7 +21,7 @@ from placer.core.attrs import COMPUTE_US, MEMORY_BYTES
 from placer.core.plan import Plan
 from placer.core.splits import (Split, axis_name, even_parts, part_bounds, split_graph, split_name, spread_parts,
                                  with_measured_parts)
-from placer.errors import AutoplaceError, ExportError, GraphError, InsufficientMemoryError, PlanError
+from placer.errors import AutoplaceError, GraphError, InsufficientMemoryError, PlanError
 from placer.tf.emit import emit, rewrite_context
 from placer.tf.placement import ReplicatedVariable
 from placer.tf.rewrites.split import Shard, split_candidates
@@ -385,6 +385,36 @@ def test_splits_none_and_auto_on_shared_cores_keep_ops_whole(devices):
     assert auto.plan.splits == {} and len(said) == 1 and "one process's CPUs" in said[0], said
 
 
+def test_a_split_placement_exports_serves_and_loads_on_its_devices_and_on_fewer(split_placed, devices, tmp_path):
+    from placer.tf.export import LOAD_OPTIONS
+
+    model, placed = split_placed
+    x = np.random.default_rng(4).standard_normal((4, 48)).astype("float32")
+    expected = placed(x).numpy()
+    path = placed.export(tmp_path / "export")
+    # TensorFlow serves it alone: each shard a saved variable on its device
+    served = tf.saved_model.load(path, options=LOAD_OPTIONS).signatures["serving_default"]
+    (arg,) = served.structured_input_signature[1]
+    np.testing.assert_array_equal(served(**{arg: tf.constant(x)})["output_0"].numpy(), expected)
+    loaded = placer.load(path)
+    assert not loaded.remapped and loaded.plan.splits == placed.plan.splits
+    np.testing.assert_array_equal(loaded(x).numpy(), expected)
+    assert {s.device for s in loaded.shards} == {s.device for s in placed.placement.functions.forward(False).shards}
+    # the logical weights: each split kernel whole again, equal to the model's
+    logical = loaded.logical_weights()
+    kernels = {w.path: w.numpy() for w in model.weights if len(w.shape) == 2}
+    assert len(logical) == 2
+    for value in logical.values():
+        assert any(v.shape == value.shape and np.array_equal(v, value) for v in kernels.values())
+    # re-mapped onto one device: the parts (and their shards) placed again, together
+    one = placer.load(path, devices=devices[:1])
+    assert one.remapped and len(set(one.op_devices.values())) == 1 and len({s.device for s in one.shards}) == 1
+    np.testing.assert_allclose(one(x).numpy(), expected, rtol=1e-6, atol=1e-6)
+    again = placer.load(one.export(tmp_path / "again"))  # and saved again, its shards' slices kept
+    assert [(s.variable, s.start, s.stop) for s in again.shards] == [(s.variable, s.start, s.stop) for s in one.shards]
+    np.testing.assert_allclose(again(x).numpy(), expected, rtol=1e-6, atol=1e-6)
+
+
 def test_bad_split_requests_are_typed(split_placed, devices, tmp_path):
     model, placed = split_placed
     traced = trace_model(model, batch_size=4)
@@ -396,8 +426,6 @@ def test_bad_split_requests_are_typed(split_placed, devices, tmp_path):
             emit(traced, variables, rewrite_context(traced, everywhere, splits=splits))
     with pytest.raises(AutoplaceError, match="splits must be one of"):
         placer.autoplace(model, devices[:2], batch_size=4, splits="rows")
-    with pytest.raises(ExportError, match="splits='none' to export"):
-        placed.export(tmp_path / "export")
     data = placed.plan.to_dict()
     data["splits"] = {"wide_1/nowhere/MatMul": 2}
     with pytest.raises(PlanError, match="nowhere"):

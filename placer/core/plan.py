@@ -84,6 +84,8 @@ class Candidate:
         The largest device's simulated peak (``None``: not simulated; simulated only where it could win).
     outcome : str
         :data:`KEPT`, or why it lost ("slower than …", "over memory", …).
+    note : str
+        The plan log's sentence on the decision this candidate won or lost (empty: none).
 
     Examples
     --------
@@ -101,6 +103,7 @@ class Candidate:
     predicted_step_time_s: float | None
     predicted_peak_memory_bytes: float | None
     outcome: str
+    note: str = ""
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -441,8 +444,8 @@ def _checked_fields(plan: "Plan") -> "Plan":
         for name in ("predicted_step_time_s", "predicted_peak_memory_bytes"):
             if getattr(c, name) is not None:
                 real(f"plan candidate {name}", getattr(c, name), error=PlanError)
-        if not isinstance(c.solver, str) or not isinstance(c.outcome, str):
-            raise PlanError(f"malformed plan: a candidate's solver and outcome must be strings, got {c!r}")
+        if not isinstance(c.solver, str) or not isinstance(c.outcome, str) or not isinstance(c.note, str):
+            raise PlanError(f"malformed plan: a candidate's solver, outcome and note must be strings, got {c!r}")
     splits = {}
     for op, parts in plan.splits.items():
         if not isinstance(op, str):

@@ -53,8 +53,10 @@ from ..errors import AutoplaceError, DeviceError, ExportError, OutputError, Plan
 from ..planner import MODEL_MEMORY, PlanOptions, plan_problem
 from .emit import EmittedModel, copies_in, import_function, observed_devices, rewrite_graph_def
 from .graphdef import complete_assignment, layer_devices_of, tf_variable
+from .remote import variable_on
 from .rewrites import RewriteContext, find_record
 from .rewrites.sends import send_rule
+from .rewrites.split import Shard
 
 log = logging.getLogger(__name__)
 
@@ -130,10 +132,13 @@ def _variable_key(i: int) -> str:
 
 
 def export_saved_model(emitted: EmittedModel, path: str | os.PathLike, *, plan: Plan, op_graph: Any,
-                       devices: DeviceSet) -> str:
+                       devices: DeviceSet, shards: Sequence[Shard] | None = None) -> str:
     """Save the placed forward function with a ``serving_default`` signature, and what re-mapping needs.
 
-    The variables are ``emitted.variables`` (feeding ``emitted.variable_placeholders``). The
+    The variables are ``emitted.variables`` (feeding ``emitted.variable_placeholders``) that the placed graph
+    reads, and the shards of split ops' weights (``emitted.shard_variables``, each on its device: what
+    serving runs); the manifest's ``shards`` maps each shard to its slice of the logical weight (``shards``:
+    those of an export being saved again; default ``emitted.shards``). The
     signature takes the model's inputs by name (``input_0``… when a name is
     unusable) and returns ``{"output_0": …, "output_1": …}`` in the flattened
     order of the model's outputs.
@@ -143,23 +148,23 @@ def export_saved_model(emitted: EmittedModel, path: str | os.PathLike, *, plan: 
     OutputError
         If ``path`` is a file or a non-empty directory, or cannot be written (a full disk, say).
     ExportError
-        If TensorFlow cannot save the function, or the plan splits ops (not stored yet).
+        If TensorFlow cannot save the function.
 
     Nothing is left behind on failure: the SavedModel is written to a temporary
     sibling directory and renamed to ``path`` when complete.
     """
     path = os.fspath(path)
-    if plan.splits:
-        raise ExportError(f"this placement splits {len(plan.splits)} ops over devices (plan.splits), which exports "
-                          "cannot store yet; place with splits='none' to export, or save the plan (plan.save) and "
-                          "place again from it")
     input_specs = emitted.input_specs
     names = [_arg_name(s, i) for i, s in enumerate(input_specs)]
     if len(set(names)) != len(names):
         names = [f"input_{i}" for i in range(len(names))]
     specs = [tf.TensorSpec(s.shape, s.dtype, name=n) for s, n in zip(input_specs, names)]
     function = emitted.function
-    variables = [tf_variable(v) for v in emitted.variables]
+    shards = tuple(emitted.shards if shards is None else shards)
+    present = {n.name for n in emitted.placed_graph_def.node}  # a split weight's placeholder is gone: its shards
+    held = [(ph, tf_variable(v)) for ph, v in zip(emitted.variable_placeholders, emitted.variables) if ph in present]
+    held += [(s.placeholder, tf_variable(v)) for s, v in zip(emitted.shards, emitted.shard_variables)]
+    placeholders, variables = [ph for ph, _ in held], [v for _, v in held]
 
     def serve(*xs: tf.Tensor) -> dict[str, tf.Tensor]:
         flat = tf.nest.flatten(function(*xs))
@@ -180,7 +185,10 @@ def export_saved_model(emitted: EmittedModel, path: str | os.PathLike, *, plan: 
         "outputs": list(emitted.output_names), "output_structure": _structure(emitted.structured_outputs),
         "variables": [{"placeholder": ph, "key": _variable_key(i), "device": v.device, "dtype": v.dtype.name,
                        "shape": v.shape.as_list()}
-                      for i, (ph, v) in enumerate(zip(emitted.variable_placeholders, variables))],
+                      for i, (ph, v) in enumerate(zip(placeholders, variables))],
+        # each saved shard of a split op's weight: its slice of the logical (unsplit) variable
+        "shards": [{"placeholder": s.placeholder, "variable": s.variable, "start": s.start, "stop": s.stop,
+                    "axis": s.axis, "pieces": s.pieces} for s in shards],
         "remappable": not_remappable is None, "not_remappable_because": not_remappable,
         "microbatches": emitted.microbatches // emitted.replicas,
         "replicas": emitted.replicas,
@@ -260,6 +268,13 @@ MANIFEST_SCHEMA: Mapping[str, Any] = {
         "replicas": {"type": "integer", "minimum": 1, "maximum": 1 << 10},
         "sends": {"enum": ["executor", "prompt"]},
         "constants": {"type": "array", "maxItems": 1000000, "items": _NAME},
+        "shards": {"type": "array", "maxItems": 1000000, "items": {
+            "type": "object", "required": ["placeholder", "variable", "start", "stop", "axis"],
+            "properties": {"placeholder": _NAME, "variable": _NAME,
+                           "start": {"type": "integer", "minimum": 0, "maximum": 2**40},
+                           "stop": {"type": "integer", "minimum": 1, "maximum": 2**40},
+                           "axis": {"type": "integer", "minimum": 0, "maximum": 63},
+                           "pieces": {"type": "boolean"}}}},
     },
 }
 #: At most this many nodes in the graph that runs (micro-batch copies included): a manifest that asks for more
@@ -334,6 +349,10 @@ def _check_names(path: str, manifest: Mapping[str, Any], gd: tf.compat.v1.GraphD
     missing = sorted(captured - set(placeholders))
     if missing:
         raise _fail(path, where, f"the graph's variables {missing[:3]} have no saved value")
+    for i, shard in enumerate(manifest.get("shards", [])):
+        if shard["placeholder"] not in placeholders or shard["start"] >= shard["stop"]:
+            raise _fail(path, where, f"shards/{i} {shard['placeholder']!r} is not a saved variable, or its slice "
+                        f"[{shard['start']}, {shard['stop']}) is empty")
     for i, name in enumerate(manifest.get("constants", [])):
         if name not in nodes or nodes[name].op != "Const":
             raise _fail(path, where, f"constants/{i} {name!r} is not a constant of graph_def.pb")
@@ -469,9 +488,14 @@ class LoadedModel(tf.Module):
         self.order_edges = () if order is None else order.detail
         self.records = records
         placed = []
+        in_pieces = {s["placeholder"] for s in m.get("shards", []) if s.get("pieces")}
         for v, value in zip(m["variables"], export.values):
-            with tf.device(self.op_devices[v["placeholder"]]):
-                placed.append(tf.Variable(value, name=v["placeholder"].split("/")[-1]))
+            name, device = v["placeholder"].split("/")[-1], self.op_devices[v["placeholder"]]
+            if v["placeholder"] in in_pieces:  # a table's shard: sent in pieces (placer.tf.remote.variable_on)
+                placed.append(variable_on(device, tf.constant(value), name=name))
+                continue
+            with tf.device(device):
+                placed.append(tf.Variable(value, name=name))
         self.placed_variables = placed
         self.plan, self.devices, self.remapped = plan, tuple(plan.devices), remapped
         self._device_set = devices
@@ -517,7 +541,34 @@ class LoadedModel(tf.Module):
                                      for s in self.forward.input_signature),
                                int(m.get("microbatches", 1)) * self.plan.replicas, self.plan.replicas)
         return export_saved_model(emitted, path, plan=self.plan, op_graph=self._export.op_graph,
-                                  devices=self._device_set)
+                                  devices=self._device_set, shards=self.shards)
+
+    @property
+    def shards(self) -> tuple[Shard, ...]:
+        """The saved shards of split ops' weights, each on the device this load put it (empty: none split)."""
+        return tuple(Shard(s["placeholder"], s["variable"], self.op_devices[s["placeholder"]], s["start"], s["stop"],
+                           s["axis"], bool(s.get("pieces", False))) for s in self._export.manifest.get("shards", []))
+
+    def logical_weights(self) -> dict[str, Any]:
+        """Each split op's weight whole again (its saved shards concatenated), by the traced variable's
+        placeholder name: what the model's own weight holds.
+
+        Examples
+        --------
+        >>> import keras, numpy as np, os, tempfile, placer
+        >>> m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8)])
+        >>> placed = placer.autoplace(m, ["/CPU:0", "/CPU:1"], batch_size=2, splits="all", split_min_bytes=0,
+        ...                           time_limit_s=1)
+        >>> loaded = placer.load(placed.export(os.path.join(tempfile.mkdtemp(), "saved")))
+        >>> [bool(np.array_equal(w, m.layers[0].kernel.numpy())) for w in loaded.logical_weights().values()]
+        [True]
+        """
+        values = dict(zip((v["placeholder"] for v in self._export.manifest["variables"]), self.placed_variables))
+        parts: dict[str, list[Shard]] = {}
+        for s in self.shards:
+            parts.setdefault(s.variable, []).append(s)
+        return {name: tf.concat([values[s.placeholder] for s in sorted(shards, key=lambda s: s.start)],
+                                axis=shards[0].axis).numpy() for name, shards in parts.items()}
 
 
 def load(path: str | os.PathLike, devices: Sequence[Any] | None = None, *, time_limit_s: float | None = None,

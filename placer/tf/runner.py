@@ -251,9 +251,11 @@ def _required_splits(traced: TracedModel, devset: DeviceSet, opts: PlacementOpti
 
 
 def _kept(plan: Plan) -> str:
-    """The strategy ``plan`` runs, in words (its kept candidate)."""
+    """Why ``plan`` runs the strategy it does, in words (its kept candidate's note, else the candidate)."""
     kept = plan.kept
-    return kept.describe() if kept is not None else f"{plan.replicas} data-parallel copies"
+    if kept is None:
+        return f"{plan.replicas} data-parallel copies"
+    return kept.note or kept.describe()
 
 
 def _prompt_sends(opts: PlacementOptions, devset: DeviceSet) -> bool:
@@ -359,23 +361,20 @@ def _splits(traced: TracedModel, graphs: _Graphs, plan: Plan, devset: DeviceSet,
             f"sharded; {best.solver}) predicted {1e3 * best_s:.3f} ms against {1e3 * whole_s:.3f} ms whole"
             + (" (both with the transfers prompt sends acknowledge)" if prompt else ""))
     keep = mode == "all" or faster
+    line = f"operator splits: {what}: " + (("split" + ("" if faster else " (splits='all')")) if keep else
+                                           f"kept whole (a split must be predicted {100 * margin:.0f}% faster)")
+    log.info(line)
     out = replace(best, log=(*best.log, *notes), candidates=plan.candidates) if keep else plan
     for step_s, i, p, _ in scored:
         cand = Candidate("split", p.solver, len(set(p.assignment.values())), 1, 1, len(p.splits), step_s,
-                         max(p.predicted_peak_memory_bytes, default=None), KEPT)
+                         max(p.predicted_peak_memory_bytes, default=None), KEPT, note=line if i == best_i else "")
         if i != best_i:
             cand = cand.with_outcome(f"slower than the best split ({1e3 * best_s:.3f} ms)")
         elif not keep:
             cand = cand.with_outcome(f"not {100 * margin:.0f}% (split_margin) faster than whole ops "
                                      f"({1e3 * whole_s:.3f} ms as emitted)")
         out = out.scored(cand, kept=keep and i == best_i)
-    if keep:
-        line = f"operator splits: {what}: split" + ("" if faster else " (splits='all')")
-        log.info(line)
-        return replace(out, log=(*out.log, line)), split
-    line = f"operator splits: {what}: kept whole (a split must be predicted {100 * margin:.0f}% faster)"
-    log.info(line)
-    return replace(out, log=(*out.log, line)), graphs
+    return replace(out, log=(*out.log, line)), (split if keep else graphs)
 
 
 def _trace(shell: PlacedModel, model: keras.Model, opts: PlacementOptions, batch_size: int | None,
