@@ -396,8 +396,9 @@ class Plan:
             lines.append(f"  runs as a pipeline of {self.microbatches} micro-batches per batch{order}")
         if self.splits:
             named = ", ".join(f"{op} ({k} parts)" for op, k in list(self.splits.items())[:4])
-            lines.append(f"  {len(self.splits)} ops split over devices (products by output columns, lookups by "
-                         f"table rows), each part reading its shard of the weight: {named}"
+            lines.append(f"  {len(self.splits)} ops split over devices (products by output columns, a product "
+                         "after another split one by input rows: a pair of products column then row, one sum; "
+                         f"lookups by table rows), each part reading its shard of the weight: {named}"
                          + (" …" if len(self.splits) > 4 else ""))
         if len(self.candidates) > 1:
             lines.append("  strategies scored (predicted):")

@@ -183,6 +183,53 @@ def part_bounds(n: int, k: int) -> list[tuple[int, int]]:
     return out
 
 
+def split_map(splits: Iterable["Split"]) -> dict[str, int]:
+    """``Plan.splits`` of ``splits``: every op they split → its parts (a pair names both products).
+
+    Examples
+    --------
+    >>> split_map([Split("a", read="r", placeholder="p", columns=4, parts=2, pair=Pair("b", "rb", "pb"))])
+    {'a': 2, 'b': 2}
+    """
+    return {op: s.parts for s in splits for op in s.ops}
+
+
+@dataclass(frozen=True)
+class Pair:
+    """The product that takes a column split's parts as its input rows (Megatron-LM's MLP: a column-parallel
+    layer, then a row-parallel one, and one sum).
+
+    Part ``i`` of the column split runs ``chain`` (element-wise ops: a bias add with its bias's columns
+    ``[start, stop)``, an activation) on its own columns, then multiplies them by rows ``[start, stop)`` of this
+    product's weight; the product becomes the sum (``AddN``) of those partial products, so its consumers see
+    the same tensor (the sum adds the parts in another order: equal to float rounding). The column split's
+    join and the whole chain are gone: no part's output travels before the sum.
+
+    Attributes
+    ----------
+    op : str
+        The row-split product (its input 0 the chain's end, or the column split's op).
+    read, placeholder : str
+        Its weight's read and the weight variable's resource placeholder.
+    chain : tuple of str
+        The element-wise ops between the two products, in order.
+    bias_read, bias_placeholder : str or None
+        The bias the chain's ``BiasAdd`` adds (split by the same columns), or ``None``.
+    """
+
+    op: str
+    read: str
+    placeholder: str
+    chain: tuple[str, ...] = ()
+    bias_read: str | None = None
+    bias_placeholder: str | None = None
+
+    def part_nodes(self, i: int) -> tuple[str, ...]:
+        """The nodes of part ``i`` this pair adds (the chain's, the bias shard's, the product's and its shard's)."""
+        bias = () if self.bias_placeholder is None else (self.bias_placeholder, self.bias_read)
+        return tuple(split_name(n, i) for n in (*self.chain, *bias, self.placeholder, self.read, self.op))
+
+
 @dataclass(frozen=True)
 class Split:
     """One op split by its weight's output columns (or its table's rows).
@@ -212,6 +259,8 @@ class Split:
         ``(c, heads, h)`` read as ``(c, heads · h)``, split along its axis 1: whole heads; or ``(heads, h, d)`` read
         as ``(heads · h, d)``, split along ``d``), or an ``ExpandDims`` (a ``Conv1D`` filter ``(k, in, out)`` read
         as ``(1, k, in, out)``); ``columns`` counts the split axis; each part reshapes its shard.
+    pair : Pair or None
+        The product that takes this column split's parts as its rows (no join between them), or ``None``.
     """
 
     op: str
@@ -222,6 +271,7 @@ class Split:
     kind: str = "columns"
     updates: tuple[str, ...] = ()
     reshape: str | None = None
+    pair: Pair | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in SPLIT_KINDS:
@@ -230,8 +280,23 @@ class Split:
             raise GraphError(f"{self.op}: only a product's weight is split through a reshape")
         if self.updates and self.kind != "rows":
             raise GraphError(f"{self.op}: only a lookup's table (kind='rows') is split with its updates")
+        if self.pair is not None and (self.kind != "columns" or self.reshape is not None):
+            raise GraphError(f"{self.op}: only a product read without a reshape pairs with the next product")
         if self.parts < 2 or self.parts > self.columns:
             raise GraphError(f"{self.op}: cannot split {self.columns} {self.kind} into {self.parts} parts")
+
+    @property
+    def ops(self) -> tuple[str, ...]:
+        """The ops this split splits (the op, and its pair's product): the names ``Plan.splits`` holds."""
+        return (self.op,) if self.pair is None else (self.op, self.pair.op)
+
+    @property
+    def placeholders(self) -> tuple[str, ...]:
+        """The variables this split shards (its weight's; a pair's product weight and bias too)."""
+        if self.pair is None:
+            return (self.placeholder,)
+        bias = () if self.pair.bias_placeholder is None else (self.pair.bias_placeholder,)
+        return (self.placeholder, self.pair.placeholder, *bias)
 
     @property
     def bounds(self) -> list[tuple[int, int]]:
@@ -246,7 +311,8 @@ class Split:
         ('p/autoplace_split_1', 'e/autoplace_split_1', 'u/autoplace_split_1')
         """
         reads = () if self.kind == "rows" else (self.read,) if self.reshape is None else (self.read, self.reshape)
-        return tuple(split_name(n, i) for n in (self.placeholder, *reads, self.op, *self.updates))
+        own = tuple(split_name(n, i) for n in (self.placeholder, *reads, self.op, *self.updates))
+        return own if self.pair is None else own + self.pair.part_nodes(i)
 
 
 def _scaled(costs: object, share: float) -> object:
@@ -293,8 +359,97 @@ def split_graph(graph: nx.DiGraph, splits: Iterable[Split]) -> nx.DiGraph:
         if data_out != [s.op] or any(v != s.read and v not in s.updates and not _dead_read(g, v)
                                      for v in g.successors(s.placeholder)):
             raise GraphError(f"cannot split {s.op}: its weight {s.placeholder} is read by other ops too")
+        if s.pair is not None:
+            if s.pair.op in seen:
+                raise GraphError(f"{s.pair.op} is split twice")
+            seen.add(s.pair.op)
+            _check_pair(g, s)
         _split_one(g, s)
+        if s.pair is not None:
+            _pair_one(g, s)
     return g
+
+
+def _data_successors(g: nx.DiGraph, u: str) -> list[str]:
+    return [v for v in g.successors(u) if not g.edges[u, v].get(CONTROL)]
+
+
+def _check_pair(g: nx.DiGraph, s: Split) -> None:
+    """That ``s``'s op feeds its pair's product through the chain alone, and each weight is read there alone."""
+    p = s.pair
+    assert p is not None
+    path = [s.op, *p.chain, p.op]
+    for name in path[1:] + [p.read, p.placeholder] + ([p.bias_read, p.bias_placeholder] if p.bias_read else []):
+        if name not in g:
+            raise GraphError(f"cannot pair {s.op} with {p.op}: {name} is not in the graph")
+    for u, v in zip(path, path[1:]):
+        if list(g.successors(u)) != [v] or g.edges[u, v].get(CONTROL):
+            raise GraphError(f"cannot pair {s.op} with {p.op}: {u} feeds other ops than {v}")
+    for read, ph, user in ((p.read, p.placeholder, p.op), (p.bias_read, p.bias_placeholder, None)):
+        if read is None:
+            continue
+        if len(_data_successors(g, read)) != 1 or (user is not None and _data_successors(g, read) != [user]) or \
+                any(v != read and not _dead_read(g, v) for v in g.successors(ph)):
+            raise GraphError(f"cannot pair {s.op} with {p.op}: the weight {ph} is read by other ops too")
+
+
+def _shard_nodes(g: nx.DiGraph, placeholder: str, read: str, i: int, start: int, stop: int, share: float,
+                 layer: str) -> str:
+    """Part ``i``'s shard of ``placeholder`` (its ``share`` of the memory) and its read, on ``layer``; returns
+    the read."""
+    ph = g.nodes[placeholder]
+    p, r = split_name(placeholder, i), split_name(read, i)
+    g.add_node(p, **{**ph, MEMORY_BYTES: int(round(ph.get(MEMORY_BYTES, 0) * share)), LAYER: layer, COLOCATION: p,
+                     VARIABLE: f"{ph.get(VARIABLE, placeholder)}[{start}:{stop}]"})
+    g.add_node(r, **{**g.nodes[read], LAYER: layer, COLOCATION: p})
+    g.add_edge(p, r, **dict(g.edges[placeholder, read]))
+    return r
+
+
+def _pair_one(g: nx.DiGraph, s: Split) -> None:
+    """``s``'s column split (its join ``s.op``) joined by its pair instead: each part runs the chain on its
+    columns and its share of the pair's product; the product becomes the ``AddN`` of those (:class:`Pair`)."""
+    p = s.pair
+    assert p is not None
+    layer = g.nodes[s.op].get(LAYER, s.op)
+    b = g.nodes[p.op]
+    for v in fused_after(g, p.op):  # the pair's fused kernel's time is its product's
+        b[COMPUTE_US] = _added(b.get(COMPUTE_US, 0.0), g.nodes[v].get(COMPUTE_US, 0.0))
+        g.nodes[v][COMPUTE_US] = _copy_us(g.nodes[v].get(COMPUTE_US, 0.0), int(g.nodes[v].get(OUTPUT_BYTES, 0)))
+    out_bytes = int(b.get(OUTPUT_BYTES, 0))
+    weight_bytes = int(g.edges[p.read, p.op].get(BYTES, 0))
+    for i, (start, stop) in enumerate(s.bounds):
+        share, part_layer = (stop - start) / s.columns, split_name(layer, i)
+        prev = split_name(s.op, i)
+        for c in p.chain:
+            n = split_name(c, i)
+            pb = int(round(int(g.nodes[c].get(OUTPUT_BYTES, 0)) * share))
+            g.add_node(n, **{**g.nodes[c], COMPUTE_US: _scaled(g.nodes[c].get(COMPUTE_US, 0.0), share),
+                             OUTPUT_BYTES: pb, LAYER: part_layer, COLOCATION: None})
+            xb = int(g.nodes[prev].get(OUTPUT_BYTES, 0))
+            g.add_edge(prev, n, **{BYTES: xb, TENSORS: (f"{prev}:0",), TENSOR_BYTES: (xb,), CONTROL: False})
+            if p.bias_read is not None and p.bias_read in g.predecessors(c):
+                r = _shard_nodes(g, p.bias_placeholder, p.bias_read, i, start, stop, share, part_layer)
+                bb = int(round(int(g.edges[p.bias_read, c].get(BYTES, 0)) * share))
+                g.add_edge(r, n, **{BYTES: bb, TENSORS: (f"{r}:0",), TENSOR_BYTES: (bb,), CONTROL: False})
+            prev = n
+        n = split_name(p.op, i)
+        g.add_node(n, **{**b, COMPUTE_US: _scaled(b.get(COMPUTE_US, 0.0), share), LAYER: part_layer,
+                         COLOCATION: None})
+        r = _shard_nodes(g, p.placeholder, p.read, i, start, stop, share, part_layer)
+        wb = int(round(weight_bytes * share))
+        xb = int(g.nodes[prev].get(OUTPUT_BYTES, 0))
+        g.add_edge(prev, n, **{BYTES: xb, TENSORS: (f"{prev}:0",), TENSOR_BYTES: (xb,), CONTROL: False})
+        g.add_edge(r, n, **{BYTES: wb, TENSORS: (f"{r}:0",), TENSOR_BYTES: (wb,), CONTROL: False})
+        g.add_edge(n, p.op, **{BYTES: out_bytes, TENSORS: (f"{n}:0",), TENSOR_BYTES: (out_bytes,), CONTROL: False})
+    dead = [v for ph in (p.placeholder, p.bias_placeholder) if ph is not None for v in g.successors(ph)
+            if v not in (p.read, p.bias_read)]
+    for u in [u for u in g.predecessors(p.op) if not is_split_node(u)]:
+        g.remove_edge(u, p.op)
+    g.remove_nodes_from([s.op, axis_name(s.op), *p.chain, p.read, p.placeholder, *dead,
+                         *([p.bias_read, p.bias_placeholder] if p.bias_read else [])])
+    b[COMPUTE_US] = _copy_us(b.get(COMPUTE_US, 0.0), out_bytes * s.parts)
+    b[OP_TYPE] = "AddN"
 
 
 def _dead_read(g: nx.DiGraph, v: str) -> bool:
@@ -425,6 +580,8 @@ def with_measured_parts(split: nx.DiGraph, measured: nx.DiGraph, whole: nx.DiGra
     changed: set[str] = set()
     for s in splits:
         changed |= {s.op, axis_name(s.op), *s.updates, *([] if s.kind == "rows" else fused_after(whole, s.op))}
+        if s.pair is not None:
+            changed |= {s.pair.op, *fused_after(whole, s.pair.op)}
         changed |= {n for i in range(s.parts) for n in s.part_nodes(i)}
     for v in changed:
         if v in out and v in measured:

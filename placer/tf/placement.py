@@ -173,7 +173,8 @@ def place_variables(traced: TracedModel, plan: Plan, devices: DeviceSet, variabl
     """
     replicated = plan.replicas > 1 and traced.step == "predict"
     captured = traced.fixed_captures[0]
-    sharded = {id(captured[s.placeholder]) for s in split_candidates(traced.fixed.graph, captured, plan.splits)}
+    sharded = {id(captured[ph]) for s in split_candidates(traced.fixed.graph, captured, plan.splits)
+               for ph in s.placeholders}
     home: dict[int, str] = {}
     # the plan names the placeholders of the trace it was made on (the fixed-batch one): a capture named by a
     # counter ("…/1804", a variable a nested function reads) has another name in every other trace

@@ -63,7 +63,7 @@ from ..core.microbatch import SmallBatchCosts, candidate_microbatches, simulate_
 from ..core.plan import KEPT, Candidate, Plan
 from ..core.attrs import COMPUTE_US, MEMORY_BYTES
 from ..core.replicas import device_groups, simulate_replicas
-from ..core.splits import Split, helper_owner, split_graph, spread_parts, with_measured_parts
+from ..core.splits import Split, helper_owner, split_graph, split_map, spread_parts, with_measured_parts
 from ..errors import AutoplaceError, InputSignatureError, PlanError, TrainingError
 from ..measure.hosts import executor_ready_order, sharing_groups
 from ..measure.links import calibrate_links
@@ -247,7 +247,9 @@ def _required_splits(traced: TracedModel, devset: DeviceSet, opts: PlacementOpti
     large = {ph for ph, v in variables.items() if variable_bytes(v) > cap}
     if not large:
         return []
-    return [s for s in split_candidates(traced.fixed.graph, variables, len(devset)) if s.placeholder in large]
+    # paired where a pair can be (a saved plan's splits pair the products both named: the same rule)
+    return [s for s in split_candidates(traced.fixed.graph, variables, len(devset), pairs=True)
+            if large & set(s.placeholders)]
 
 
 def _kept(plan: Plan) -> str:
@@ -323,17 +325,18 @@ def _splits(traced: TracedModel, graphs: _Graphs, plan: Plan, devset: DeviceSet,
         line = "operator splits: not tried (the devices are one process's CPUs, sharing its threads)"
         log.info(line)
         return replace(plan, log=(*plan.log, line)), graphs
-    found = split_candidates(traced.fixed.graph, traced.fixed_captures[0], len(devset), opts.split.split_min_bytes)
+    found = split_candidates(traced.fixed.graph, traced.fixed_captures[0], len(devset), opts.split.split_min_bytes,
+                             pairs=True)
     if mode == "auto":  # a lookup's every part gathers all ids: split for memory (_required_splits), never for speed
         found = [s for s in found if s.kind == "columns"]
     if not found:
         log.info("operator splits: no dense product reads a weight of %d bytes or more", opts.split.split_min_bytes)
         return plan, graphs
     # one profile of every candidate split; the largest weights split first: 1, half of them, all
-    measured = _measured_parts(traced, _split(graphs.op_graph, found), {s.op: s.parts for s in found}, costs,
-                               devset, opts)
+    measured = _measured_parts(traced, _split(graphs.op_graph, found), split_map(found), costs, devset, opts)
     whole = graphs.op_graph.graph
-    ranked = sorted(found, key=lambda s: (-int(whole.nodes[s.placeholder].get(MEMORY_BYTES, 0)), s.op))
+    ranked = sorted(found, key=lambda s: (-sum(int(whole.nodes[ph].get(MEMORY_BYTES, 0)) for ph in s.placeholders),
+                                          s.op))
     prompt = _prompt_sends(opts, devset)
     whole_s = _step_with_sends(traced, plan, graphs, prompt)
     scored = []
@@ -342,7 +345,7 @@ def _splits(traced: TracedModel, graphs: _Graphs, plan: Plan, devset: DeviceSet,
         op_graph = replace(measured, graph=with_measured_parts(split_graph(whole, subset), measured.graph, whole,
                                                                subset))
         split = _Graphs(op_graph, build_problem(op_graph.graph, devset, group_by=opts.solve.group_by))
-        splits = {s.op: s.parts for s in subset}
+        splits = split_map(subset)
         solved = replace(_solve(split.built, opts.solve, None, traced.batch_size, opts.emit.compression),
                          splits=splits)
         plans = [solved]
@@ -357,7 +360,8 @@ def _splits(traced: TracedModel, graphs: _Graphs, plan: Plan, devset: DeviceSet,
     best_s, best_i, best, split = min(scored, key=lambda t: t[:2])
     margin = opts.solve.split_margin or 0.0
     faster = best_s < whole_s * (1.0 - margin)
-    what = (f"{len(best.splits)} of {len(found)} dense products split {len(devset)} ways (the largest weights, "
+    what = (f"{len(best.splits)} of {len(split_map(found))} products split {len(devset)} ways ("
+            f"candidates with {sum(s.pair is not None for s in found)} column-then-row pairs; the largest weights, "
             f"sharded; {best.solver}) predicted {1e3 * best_s:.3f} ms against {1e3 * whole_s:.3f} ms whole"
             + (" (both with the transfers prompt sends acknowledge)" if prompt else ""))
     keep = mode == "all" or faster
@@ -791,14 +795,14 @@ def _autoplace(model: Any, devices: Sequence[Any], plan: Plan | str | os.PathLik
         if given is not None and given.splits:  # a saved plan places the parts of its split ops
             op_graph = _split(op_graph, split_candidates(traced.fixed.graph, traced.fixed_captures[0], given.splits))
         elif required:  # weights no device holds whole: split before the solve, parts profiled
-            op_graph = _measured_parts(traced, _split(op_graph, required), {s.op: s.parts for s in required},
-                                       first.costs, devset, opts)
+            op_graph = _measured_parts(traced, _split(op_graph, required), split_map(required), first.costs,
+                                       devset, opts)
     with timer.stage("problem"):
         built = build_problem(op_graph.graph, devset, group_by=opts.solve.group_by)
     with timer.stage("solve"):
         placed_plan = _solve(built, opts.solve, given, traced.batch_size, opts.emit.compression)
         notes = _inputs_note(first.costs, hosts_note)
-        splits = dict(given.splits) if given is not None else {s.op: s.parts for s in required}
+        splits = dict(given.splits) if given is not None else split_map(required)
         if required:
             line = (f"operator splits: {', '.join(sorted(splits))} split {len(devset)} ways: their weights exceed "
                     "every device's memory (no other split tried)")

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
-from ...core.splits import Split, axis_name, split_name
+from ...core.splits import Pair, Split, axis_name, split_map, split_name
 from ...errors import GraphError, PlanError
 from ..graphdef import source
 from .base import Rewrite, RewriteContext, RewriteRecord, splice, template
@@ -222,6 +222,70 @@ def _weight_of(op: tf.Operation, captured: Mapping[str, object]) -> _Weight | No
     return _Weight(index, read, ph, axis, updates, reshape)
 
 
+#: Element-wise ops a column split's parts may run on their own columns before the product that takes them as
+#: its input rows (:class:`~placer.core.splits.Pair`): a bias add (its bias split by the same columns) and
+#: activations of one input.
+PAIR_CHAIN_OPS = frozenset({"BiasAdd", "Relu", "Relu6", "Elu", "Selu", "Tanh", "Sigmoid", "Softplus", "Softsign",
+                            "LeakyRelu", "Identity"})
+
+
+def _bias_of(op: tf.Operation, captured: Mapping[str, object]) -> tuple[tf.Operation, tf.Operation] | None:
+    """The ``(read, placeholder)`` of a ``BiasAdd``'s bias, a 1-D captured variable read by it alone."""
+    read = op.inputs[1].op
+    if op.get_attr("data_format") != b"NHWC" or read.type != "ReadVariableOp" or \
+            read.inputs[0].op.name not in captured or op.inputs[1].shape.rank != 1:
+        return None
+    ph = read.inputs[0].op
+    if [c.name for c in read.outputs[0].consumers()] != [op.name] or \
+            any(c is not read and not _dead_read(c) for c in ph.outputs[0].consumers()):
+        return None
+    return read, ph
+
+
+def _only_consumer(op: tf.Operation) -> tf.Operation | None:
+    """The one op that consumes ``op`` (its one output, once, and no control edge), else ``None``."""
+    users = op.outputs[0].consumers() if len(op.outputs) == 1 else []
+    # (TensorFlow keeps an op's control successors in the private _control_outputs: no public accessor)
+    if len(users) != 1 or sum(x is op.outputs[0] for x in users[0].inputs) != 1 or op._control_outputs:
+        return None
+    return users[0]
+
+
+def _pair_of(op: tf.Operation, captured: Mapping[str, object]) -> Pair | None:
+    """The product that can take ``op``'s column parts as its input rows (:class:`~placer.core.splits.Pair`):
+    ``op`` (a ``MatMul``) feeds it through :data:`PAIR_CHAIN_OPS` alone, it multiplies them (untransposed) by a
+    weight of as many rows as ``op`` has output columns, a captured variable it alone reads; else ``None``."""
+    if op.type != "MatMul":
+        return None
+    chain, bias, cur = [], None, op
+    while True:
+        nxt = _only_consumer(cur)
+        if nxt is None:
+            return None
+        if nxt.type == "MatMul" and nxt.inputs[0] is cur.outputs[0]:
+            break
+        if nxt.type not in PAIR_CHAIN_OPS or nxt.inputs[0] is not cur.outputs[0]:
+            return None
+        if nxt.type == "BiasAdd":
+            if bias is not None:
+                return None
+            bias = _bias_of(nxt, captured)
+            if bias is None:
+                return None
+        elif len(nxt.inputs) != 1:
+            return None
+        chain.append(nxt)
+        cur = nxt
+    if nxt.get_attr("transpose_a"):
+        return None
+    w = _weight_of(nxt, captured)
+    if w is None or w.reshape is not None or w.read.outputs[0].shape[1 - w.axis] != op.outputs[0].shape[-1]:
+        return None
+    return Pair(nxt.name, read=w.read.name, placeholder=w.placeholder.name, chain=tuple(c.name for c in chain),
+                bias_read=None if bias is None else bias[0].name,
+                bias_placeholder=None if bias is None else bias[1].name)
+
+
 def _dead_read(op: tf.Operation) -> bool:
     """A read whose value nothing consumes (Keras' shape reads; at most control inputs of others)."""
     return op.type == "ReadVariableOp" and not op.outputs[0].consumers()
@@ -236,19 +300,22 @@ def splittable(graph: tf.Graph, op: str, captured: Mapping[str, object]) -> bool
         return False
 
 
-def _split_of(op: tf.Operation, w: _Weight, parts: int) -> Split:
-    """The :class:`~placer.core.splits.Split` of ``op`` (its weight ``w``) into ``parts``."""
+def _split_of(op: tf.Operation, w: _Weight, parts: int, pair: Pair | None = None) -> Split:
+    """The :class:`~placer.core.splits.Split` of ``op`` (its weight ``w``) into ``parts`` (with ``pair``)."""
     return Split(op.name, read=w.read.name, placeholder=w.placeholder.name,
                  columns=int(w.read.outputs[0].shape[w.axis]), parts=parts, kind=SPLIT_RULES[op.type].kind,
-                 updates=tuple(u.name for u in w.updates), reshape=None if w.reshape is None else w.reshape.name)
+                 updates=tuple(u.name for u in w.updates), reshape=None if w.reshape is None else w.reshape.name,
+                 pair=pair)
 
 
 def split_candidates(graph: tf.Graph, captured: Mapping[str, object], parts: int | Mapping[str, int],
-                     min_weight_bytes: int = 0) -> list[Split]:
+                     min_weight_bytes: int = 0, *, pairs: bool = False) -> list[Split]:
     """The ops of ``graph`` that can be split ``parts`` ways (:data:`SPLIT_RULES`), whose weight (a captured
     variable of ``captured`` read by that op alone) holds at least ``min_weight_bytes``, as
     :class:`~placer.core.splits.Split`\\ s. ``parts`` may name the ops (op → parts, a saved plan's
-    ``splits``): only those, each its way.
+    ``splits``): only those, each its way (a named op whose pair's product is named too: the pair).
+    ``pairs``: each product that can, paired with the product after it (:func:`_pair_of`; in graph order,
+    the paired product not split otherwise).
 
     Raises
     ------
@@ -265,9 +332,10 @@ def split_candidates(graph: tf.Graph, captured: Mapping[str, object], parts: int
     [(32, 2)]
     """
     named = parts if isinstance(parts, Mapping) else None
-    out = []
+    out: list[Split] = []
+    paired: set[str] = set()
     for op in graph.get_operations():
-        if named is not None and op.name not in named:
+        if (named is not None and op.name not in named) or op.name in paired:
             continue
         k = named[op.name] if named is not None else int(parts)  # type: ignore[arg-type]
         w = _weight_of(op, captured)
@@ -277,9 +345,14 @@ def split_candidates(graph: tf.Graph, captured: Mapping[str, object], parts: int
         columns = int(shape[w.axis])
         if shape.num_elements() * w.read.outputs[0].dtype.size < min_weight_bytes or columns < k:
             continue
-        out.append(_split_of(op, w, k))
-    if named is not None and len(out) != len(named):
-        missing = sorted(set(named) - {s.op for s in out})
+        pair = _pair_of(op, captured) if (pairs or named is not None) else None
+        if pair is not None and named is not None and named.get(pair.op) != k:
+            pair = None  # a saved plan pairs only what it names, the same number of ways
+        if pair is not None:
+            paired.add(pair.op)
+        out.append(_split_of(op, w, k, pair))
+    if named is not None and len(split_map(out)) != len(named):
+        missing = sorted(set(named) - set(split_map(out)))
         raise PlanError(f"the plan splits {missing[:3]}, which this model's trace does not have or cannot split "
                         "that many ways; solve again without plan=")
     return out
@@ -379,6 +452,84 @@ def _add_shard(gd: tf.compat.v1.GraphDef, by_name: Mapping[str, tf.compat.v1.Nod
     return r.name
 
 
+def _named_pairs(graph: tf.Graph, splits: Mapping[str, int], captured: Mapping[str, object]) -> dict[str, Pair]:
+    """The pairs among ``splits`` (op → parts): a named product whose :func:`_pair_of` is named too, the same
+    number of ways (:func:`split_candidates` pairs the same ones)."""
+    out = {}
+    for name, parts in splits.items():
+        try:
+            op = graph.get_operation_by_name(name)
+        except KeyError:
+            continue
+        pair = _pair_of(op, captured) if _weight_of(op, captured) is not None else None
+        if pair is not None and splits.get(pair.op) == parts:
+            out[name] = pair
+    return out
+
+
+def _paired_nodes(graph: tf.Graph, s: Split) -> set[str]:
+    """What a pair's parts replace: the column split's join and axis, the chain, the pair's weight and bias
+    reads and placeholders (with Keras' dead reads of them)."""
+    p = s.pair
+    assert p is not None
+    out = {s.op, axis_name(s.op), *p.chain, p.read, p.placeholder}
+    for ph in (p.placeholder, p.bias_placeholder):
+        if ph is not None:
+            out |= {c.name for c in graph.get_operation_by_name(ph).outputs[0].consumers()}
+    if p.bias_read is not None:
+        out |= {p.bias_read, p.bias_placeholder}
+    return out
+
+
+def _copy_node(gd: tf.compat.v1.GraphDef, node: tf.compat.v1.NodeDef, name: str, inputs: list[str]) -> None:
+    """A copy of ``node`` named ``name`` reading ``inputs`` (its control inputs kept)."""
+    n = gd.node.add()
+    n.CopyFrom(node)
+    n.name = name
+    controls = [x for x in node.input if x.startswith("^")]
+    del n.input[:]
+    n.input.extend(inputs + controls)
+
+
+def _pair_parts(gd: tf.compat.v1.GraphDef, by_name: Mapping[str, tf.compat.v1.NodeDef], graph: tf.Graph, s: Split,
+                context: RewriteContext) -> list[Shard]:
+    """``s``'s pair in ``gd``: part ``i`` runs the chain on part ``i`` of the column split (the bias's columns
+    from its shard) and multiplies it by its rows of the pair's weight; the pair's product becomes the ``AddN``
+    of those (its consumers unchanged). Returns the shards the parts read (bias, pair's weight)."""
+    p = s.pair
+    assert p is not None
+    b = graph.get_operation_by_name(p.op)
+    rows_axis = 1 if b.get_attr("transpose_b") else 0
+    out = []
+    for i, (start, stop) in enumerate(s.bounds):
+        prev = split_name(s.op, i)
+        for c in p.chain:
+            node = by_name[c]
+            data = [prev]
+            if node.op == "BiasAdd":
+                data.append(_add_shard(gd, by_name, Split(c, read=p.bias_read, placeholder=p.bias_placeholder,
+                                                          columns=s.columns, parts=s.parts), i))
+                out.append(Shard(split_name(p.bias_placeholder, i), p.bias_placeholder,
+                                 context.devices[split_name(p.bias_placeholder, i)], start, stop, 0))
+            _copy_node(gd, node, split_name(c, i), data)
+            prev = split_name(c, i)
+        weight = _add_shard(gd, by_name, Split(p.op, read=p.read, placeholder=p.placeholder, columns=s.columns,
+                                               parts=s.parts), i)
+        _copy_node(gd, by_name[p.op], split_name(p.op, i), [prev, weight])
+        out.append(Shard(split_name(p.placeholder, i), p.placeholder, context.devices[split_name(p.placeholder, i)],
+                         start, stop, rows_axis))
+    node = by_name[p.op]
+    controls = [x for x in node.input if x.startswith("^")]
+    dtype = node.attr["T"].type
+    node.op = "AddN"
+    node.ClearField("attr")
+    node.attr["T"].type = dtype
+    node.attr["N"].i = s.parts
+    del node.input[:]
+    node.input.extend([split_name(p.op, i) for i in range(s.parts)] + controls)
+    return out
+
+
 def split_ops(gd: tf.compat.v1.GraphDef, context: RewriteContext) -> RewriteRecord:
     """Split each op of ``context.splits`` (module docstring) in ``gd`` (in place).
 
@@ -393,7 +544,11 @@ def split_ops(gd: tf.compat.v1.GraphDef, context: RewriteContext) -> RewriteReco
     shards: list[Shard] = []
     drop: set[str] = set()
     renamed_controls: dict[str, list[str]] = {}
+    pairs = _named_pairs(graph, context.splits, dict.fromkeys(context.captured))
+    paired = {p.op for p in pairs.values()}
     for name, parts in sorted(context.splits.items()):
+        if name in paired:  # split with the product it pairs with
+            continue
         try:
             op = graph.get_operation_by_name(name)
         except KeyError:
@@ -406,7 +561,7 @@ def split_ops(gd: tf.compat.v1.GraphDef, context: RewriteContext) -> RewriteReco
                              "splits='none')")
         index, read, ph, axis, updates = w.index, w.read, w.placeholder, w.axis, w.updates
         rule = SPLIT_RULES[op.type]
-        s = _split_of(op, w, parts)
+        s = _split_of(op, w, parts, pairs.get(name))
         dead = [c.name for c in ph.outputs[0].consumers() if c is not read and c not in updates]
         node = by_name[name]
         for i, (start, stop) in enumerate(s.bounds):
@@ -458,6 +613,18 @@ def split_ops(gd: tf.compat.v1.GraphDef, context: RewriteContext) -> RewriteReco
             node.attr["Tidx"].type = tf.int32.as_datatype_enum
             node.input.extend([split_name(name, i) for i in range(parts)] + [a.name] + controls)
         drop |= {read.name, ph.name, *dead}
+        if s.pair is not None:
+            shards += _pair_parts(gd, by_name, graph, s, context)
+            gone = _paired_nodes(graph, s)
+            drop |= gone
+            pr = s.pair
+            bias = () if pr.bias_read is None else (pr.bias_read,)
+            for whole in (s.op, *pr.chain, pr.read, *bias):  # what waited for a replaced node waits for its parts
+                renamed_controls.setdefault("^" + whole, []).extend("^" + split_name(whole, i) for i in range(parts))
+            for dead_read in gone - {s.op, axis_name(s.op), *pr.chain, pr.read, pr.placeholder, *bias,
+                                     *([pr.bias_placeholder] if pr.bias_placeholder else [])}:
+                renamed_controls.setdefault("^" + dead_read, []).extend(
+                    "^" + split_name(pr.read, i) for i in range(parts))
         if w.reshape is not None:  # the whole kernel's reshape, and its shape where nothing else reads it
             drop.add(w.reshape.name)
             shape = w.reshape.inputs[1].op
