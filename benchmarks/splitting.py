@@ -21,9 +21,11 @@ interleaved in one run:
   each (batch ≥ 2);
 * ``autoplace splits='none'``: autoplace's best plan of whole ops (model parallelism, micro-batches or a
   copy per worker: ``replicas="auto"``), the tool's alternative without splitting;
-* ``autoplace default``: ``placer.autoplace(model, devices, batch_size=b)`` (``splits="auto"``: each
-  large product split by output columns into one part per worker, its weight sharded, where predicted
-  faster).
+* ``autoplace, products by columns only``: ``split_pairs=False`` (each split product joins its columns before
+  the next layer: the plan the default made before Megatron pairs);
+* ``autoplace default``: ``placer.autoplace(model, devices, batch_size=b)`` (``splits="auto"``: large
+  products split into one part per worker, their weights sharded, consecutive ones paired — the first by
+  output columns, the next by input rows, one sum — where predicted faster).
 
 Each step fetches its outputs. Medians of ``--repeats`` interleaved rounds, spread = half the IQR, the
 predicted step of every autoplace row beside its measurement, and the split outputs' largest relative
@@ -276,7 +278,9 @@ def run_wide(args: argparse.Namespace, out: MarkdownOut) -> None:
                 ("one worker", lambda f=one: f(xs).numpy(), None, None)]
             if batch >= 2:
                 configs.append(("copy per worker (by hand)", lambda: by_hand(xs).numpy(), None, None))
-            for label, options in (("autoplace splits='none'", dict(splits="none")), ("autoplace default", {})):
+            for label, options in (("autoplace splits='none'", dict(splits="none")),
+                                   ("autoplace, products by columns only", dict(split_pairs=False)),
+                                   ("autoplace default", {})):
                 t = time.perf_counter()
                 p = placer.autoplace(model, devices, batch_size=batch, **options)
                 plan = p.plan
@@ -291,7 +295,8 @@ def run_wide(args: argparse.Namespace, out: MarkdownOut) -> None:
                 detail, diff = "", ""
                 if p is not None:
                     plan = p.plan
-                    detail = (f" ({len(plan.splits)} ops split {max(plan.splits.values())} ways)" if plan.splits else
+                    detail = (f" ({len(plan.splits)} ops split {max(plan.splits.values())} ways, "
+                              f"{len(plan.pairs)} pairs)" if plan.splits else
                               f" ({plan.replicas} copies)" if plan.replicas > 1 else
                               f" (whole ops, m={plan.microbatches}, {len(set(plan.assignment.values()))} worker(s))")
                     got = step()

@@ -19,7 +19,7 @@ import placer
 from tests.models import dense_chain, recommender
 from placer.core.attrs import COMPUTE_US, MEMORY_BYTES
 from placer.core.plan import Plan
-from placer.core.splits import (Pair, Split, axis_name, even_parts, part_bounds, split_graph, split_map,
+from placer.core.splits import (Pair, Split, axis_name, even_parts, pair_ops, part_bounds, split_graph, split_map,
                                  split_name, spread_parts, with_measured_parts)
 from placer.errors import AutoplaceError, GraphError, InsufficientMemoryError, PlanError
 from placer.tf.emit import emit, rewrite_context
@@ -168,7 +168,8 @@ def _split_emitted(model: keras.Model, batch: int, parts: int, pairs: bool = Fal
         devices.update({n: f"/CPU:{i % 2}" for n in sp.part_nodes(i)})
     devices[axis_name(sp.op)] = "/CPU:0"
     variables = {ph: ReplicatedVariable(v.value.read_value(), name=v.name) for ph, v in traced.variables.items()}
-    emitted = emit(traced, variables, rewrite_context(traced, devices, splits=split_map([sp])),
+    emitted = emit(traced, variables, rewrite_context(traced, devices, splits=split_map([sp]),
+                                                      pairs=frozenset(pair_ops([sp]))),
                    shard=lambda v, s: v.shard_on(s))
     return sp, emitted, variables
 
@@ -362,13 +363,15 @@ def test_products_pair_only_through_element_wise_ops_and_saved_plans_pair_what_t
     traced = trace_model(model, batch_size=2)
     found = split_candidates(traced.fixed.graph, traced.variables, 2, pairs=True)
     assert [s.pair is not None for s in found] == [True, False]
-    named = split_map(found)
-    assert len(named) == 3
-    again = split_candidates(traced.fixed.graph, traced.variables, named)  # a saved plan: the same pair
+    named, pairs = split_map(found), pair_ops(found)
+    assert len(named) == 3 and pairs == (found[0].op,)
+    again = split_candidates(traced.fixed.graph, traced.variables, named, pairs=pairs)  # a saved plan: the pair
     assert [s.pair for s in again] == [s.pair for s in found]
+    alone = split_candidates(traced.fixed.graph, traced.variables, named)  # the same ops, not paired: by columns
+    assert [s.pair for s in alone] == [None, None, None]
     d1, d2 = found[0].op, found[0].pair.op
-    alone = split_candidates(traced.fixed.graph, traced.variables, {d1: 2, d2: 3})  # not the same ways: no pair
-    assert [s.pair for s in alone] == [None, None]
+    with pytest.raises(PlanError, match=f"pairs {d1}"):  # a pair split two ways and three
+        split_candidates(traced.fixed.graph, traced.variables, {d1: 2, d2: 3}, pairs=pairs)
     g, _ = _chain(2, [8, 8, 8], 2)  # l0 → BiasAdd → Relu → l1, the BiasAdd's bias not a variable
     pair = Pair("l1/MatMul", "l1/read", "l1/w", chain=("l0/BiasAdd", "l0/Relu"))
     ok = split_graph(g, [Split("l0/MatMul", read="l0/read", placeholder="l0/w", columns=8, parts=2, pair=pair)])
@@ -482,11 +485,23 @@ def test_a_saved_split_plan_is_reapplied(split_placed, devices, tmp_path):
     model, placed = split_placed
     path = placed.plan.save(tmp_path / "plan.json")
     again = Plan.load(path)
-    assert again.splits == placed.plan.splits and again.to_dict()["version"] == 3
+    assert again.splits == placed.plan.splits and again.pairs == placed.plan.pairs and len(again.pairs) == 1
+    assert again.to_dict()["version"] == 4  # pairs: an older autoplace refuses it instead of splitting otherwise
     replaced = placer.autoplace(model, devices[:2], batch_size=4, plan=path)
     assert replaced.plan.splits == placed.plan.splits and replaced.plan.assignment == placed.plan.assignment
     x = np.random.default_rng(2).standard_normal((4, 48)).astype("float32")
     np.testing.assert_array_equal(replaced(x).numpy(), placed(x).numpy())
+
+
+def test_without_pairs_each_product_is_split_by_columns(devices):
+    model = _wide()
+    placed = placer.autoplace(model, devices[:2], batch_size=4, splits="all", split_min_bytes=4096,
+                              split_pairs=False, time_limit_s=1)
+    assert len(placed.plan.splits) == 2 and placed.plan.pairs == ()
+    types = {n.name: n.op for n in placed.placement.functions.forward(False).graph_def.node}
+    assert sorted(types[op] for op in placed.plan.splits) == ["ConcatV2", "ConcatV2"]  # each joins its columns
+    x = np.random.default_rng(7).standard_normal((4, 48)).astype("float32")
+    np.testing.assert_allclose(placed(x).numpy(), model(x).numpy(), rtol=1e-6, atol=1e-6)
 
 
 def test_splits_none_and_auto_on_shared_cores_keep_ops_whole(devices):
@@ -539,7 +554,12 @@ def test_bad_split_requests_are_typed(split_placed, devices, tmp_path):
             emit(traced, variables, rewrite_context(traced, everywhere, splits=splits))
     with pytest.raises(AutoplaceError, match="splits must be one of"):
         placer.autoplace(model, devices[:2], batch_size=4, splits="rows")
+    with pytest.raises(AutoplaceError, match="split_pairs"):
+        placer.autoplace(model, devices[:2], batch_size=4, split_pairs="yes")
     data = placed.plan.to_dict()
+    with pytest.raises(PlanError, match="pairs names"):  # a pair whose products the plan does not split
+        Plan.from_dict({**data, "splits": {"wide_1/nowhere/MatMul": 2}})
+    data["pairs"] = []
     data["splits"] = {"wide_1/nowhere/MatMul": 2}
     with pytest.raises(PlanError, match="nowhere"):
         placer.autoplace(model, devices[:2], batch_size=4, plan=Plan.from_dict(data))

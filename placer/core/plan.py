@@ -41,9 +41,9 @@ _PIPELINES = ("gpipe", "1f1b")
 #: Identifies the JSON written by :meth:`Plan.to_dict`.
 PLAN_FORMAT = "autoplace-plan"
 #: Version of that format; :meth:`Plan.from_dict` reads this and older versions. Version 2 adds ``replicas``,
-#: version 3 ``splits``; a plan with one copy and no split op is still written as version 1 (an older reader
-#: places it the same).
-PLAN_VERSION = 3
+#: version 3 ``splits``, version 4 ``pairs``; a plan with one copy and no split op is still written as version 1
+#: (an older reader places it the same).
+PLAN_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -197,6 +197,9 @@ class Plan:
         Ops split over devices (op → parts, :mod:`placer.core.splits`: products by their weight's output columns,
         lookups by their table's rows): the assignment
         places each part, its weight shard and the join; empty: every op whole.
+    pairs : tuple of str
+        The split products whose next product takes their parts as its input rows (:class:`placer.core.splits.Pair`,
+        both named in ``splits``; empty: none).
     candidates : tuple of Candidate
         The strategies :func:`placer.autoplace`'s search scored, in the order scored: the one this plan runs
         has outcome :data:`KEPT`, every other says why it lost (empty: a plan made otherwise).
@@ -232,6 +235,7 @@ class Plan:
     op_order: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     replicas: int = 1
     splits: Mapping[str, int] = field(default_factory=dict)
+    pairs: tuple[str, ...] = ()
     candidates: tuple[Candidate, ...] = ()
 
     def scored(self, candidate: Candidate, *, kept: bool) -> "Plan":
@@ -290,7 +294,10 @@ class Plan:
             del d["replicas"]
         if not self.splits:
             del d["splits"]
-        version = 3 if self.splits else 2 if self.replicas > 1 else 1
+        d["pairs"] = list(self.pairs)
+        if not self.pairs:
+            del d["pairs"]
+        version = 4 if self.pairs else 3 if self.splits else 2 if self.replicas > 1 else 1
         return {"format": PLAN_FORMAT, "version": version, **d}
 
     @classmethod
@@ -318,6 +325,7 @@ class Plan:
             values["op_order"] = {str(dev): tuple(str(v) for v in ops)
                                   for dev, ops in values.get("op_order", {}).items()}
             values["splits"] = dict(values.get("splits", {}))
+            values["pairs"] = tuple(values.get("pairs", ()))
             values["candidates"] = tuple(Candidate(**c) for c in values.get("candidates", ()))
             for name in ("value", "lower_bound", "gap"):
                 values[name] = math.inf if values.get(name) is None else float(values[name])
@@ -452,4 +460,7 @@ def _checked_fields(plan: "Plan") -> "Plan":
         if not isinstance(op, str):
             raise PlanError(f"malformed plan: splits must map op names to parts, got {op!r}")
         splits[op] = integer(f"plan splits of {op}", parts, minimum=2, maximum=1 << 16, error=PlanError)
+    bad_pairs = [op for op in plan.pairs if not isinstance(op, str) or op not in splits]
+    if bad_pairs:
+        raise PlanError(f"malformed plan: pairs names {bad_pairs[:3]}, which splits does not split")
     return replace(plan, microbatches=microbatches, batch_size=batch, replicas=replicas, splits=splits)

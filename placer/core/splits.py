@@ -194,6 +194,15 @@ def split_map(splits: Iterable["Split"]) -> dict[str, int]:
     return {op: s.parts for s in splits for op in s.ops}
 
 
+def pair_ops(splits: Iterable["Split"]) -> tuple[str, ...]:
+    """``Plan.pairs`` of ``splits``: the first product of each pair (sorted).
+
+    >>> pair_ops([Split("a", read="r", placeholder="p", columns=4, parts=2, pair=Pair("b", "rb", "pb"))])
+    ('a',)
+    """
+    return tuple(sorted(s.op for s in splits if s.pair is not None))
+
+
 @dataclass(frozen=True)
 class Pair:
     """The product that takes a column split's parts as its input rows (Megatron-LM's MLP: a column-parallel

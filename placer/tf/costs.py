@@ -32,6 +32,7 @@ from cost_models.cache import CacheKey, ProfileCache, default_cache_dir, fingerp
 from cost_models.profile import GraphProfiler
 
 from ..core.devices import device_host, device_kind
+from ..core.splits import Split
 from ..core.validate import boolean, integer
 from ..errors import CostError, WorkerError
 from ..measure.health import probe_worker
@@ -165,10 +166,10 @@ def hardware_spec(value: Any) -> HardwareSpec:
 
 
 def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOptions = ProfileOptions(),
-                  devices: Sequence[str] = (), splits: Mapping[str, int] | None = None) -> ComputeCosts:
+                  devices: Sequence[str] = (), splits: Sequence[Split] = ()) -> ComputeCosts:
     """µs of every op of ``traced.fixed`` on each device kind.
 
-    ``splits`` (op → parts): the trace with those ops split (:func:`placer.tf.rewrites.split.split_graph_def`,
+    ``splits``: the trace with those ops split (:func:`placer.tf.rewrites.split.split_graph_def`,
     each shard fed its slice of the weight) is profiled instead, so a split op's parts and join have measured
     times of their own (analytic kinds estimate the unsplit trace).
 

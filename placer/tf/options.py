@@ -217,16 +217,21 @@ class SplitOptions:
         ``docs/limitations.md``).
     split_min_bytes : int
         The least bytes of a weight whose product is split for speed.
+    split_pairs : bool
+        Whether a split product pairs with the product after it where it can (Megatron-LM's column then row
+        split, one sum instead of two joins: :class:`placer.core.splits.Pair`); ``False``: each by columns.
     """
 
     splits: str = "auto"
     split_min_bytes: int = 1 << 20
+    split_pairs: bool = True
 
     def __post_init__(self) -> None:
         if self.splits not in SPLITS:
             raise AutoplaceError(f"splits must be one of {', '.join(map(repr, SPLITS))}, got {self.splits!r}")
         object.__setattr__(self, "split_min_bytes", integer("split_min_bytes", self.split_min_bytes, minimum=0,
                                                            maximum=1 << 50))
+        object.__setattr__(self, "split_pairs", boolean("split_pairs", self.split_pairs))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -173,8 +173,8 @@ def place_variables(traced: TracedModel, plan: Plan, devices: DeviceSet, variabl
     """
     replicated = plan.replicas > 1 and traced.step == "predict"
     captured = traced.fixed_captures[0]
-    sharded = {id(captured[ph]) for s in split_candidates(traced.fixed.graph, captured, plan.splits)
-               for ph in s.placeholders}
+    sharded = {id(captured[ph]) for s in split_candidates(traced.fixed.graph, captured, plan.splits,
+                                                          pairs=plan.pairs) for ph in s.placeholders}
     home: dict[int, str] = {}
     # the plan names the placeholders of the trace it was made on (the fixed-batch one): a capture named by a
     # counter ("…/1804", a variable a nested function reads) has another name in every other trace
@@ -279,7 +279,7 @@ class PlacedFunctions:
             replicas=groups, mirrored=frozenset(ph for ph, v in by_var.items() if isinstance(v, ReplicatedVariable)),
             pipeline=plan.pipeline, pipeline_devices=tuple(plan.stages), sends=self._sends,
             order=plan.op_order if plan.microbatches == 1 and plan.replicas == 1 and not self.replica_groups else {},
-            splits=splits)
+            splits=splits, pairs=frozenset(op for op in plan.pairs if op in splits))
         return emit(traced, by_var, context, mirror=lambda variable, device: variable.mirror_on(device),
                     shard=lambda variable, shard: variable.shard_on(shard))
 
@@ -292,7 +292,7 @@ def predicted_acknowledgements(traced: TracedModel, plan: Plan, op_graph: OpGrap
     trace's GraphDef as :func:`placer.tf.emit.emit` runs them, without importing it. A plan's predicted step is
     scored so before it is emitted (the splits stage compares plans by it)."""
     context = rewrite_context(traced, plan.assignment, layer_devices=layer_devices_of(plan.assignment),
-                              batch_size=plan.batch_size or 1, splits=plan.splits,
+                              batch_size=plan.batch_size or 1, splits=plan.splits, pairs=frozenset(plan.pairs),
                               sends=send_rule(plan, op_graph.graph))
     records = rewrite_graph_def(traced.dynamic.graph.as_graph_def(), context)[2]
     sends = find_record(records, "sends")

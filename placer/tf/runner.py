@@ -63,7 +63,7 @@ from ..core.microbatch import SmallBatchCosts, candidate_microbatches, simulate_
 from ..core.plan import KEPT, Candidate, Plan
 from ..core.attrs import COMPUTE_US, MEMORY_BYTES
 from ..core.replicas import device_groups, simulate_replicas
-from ..core.splits import Split, helper_owner, split_graph, split_map, spread_parts, with_measured_parts
+from ..core.splits import Split, helper_owner, pair_ops, split_graph, split_map, spread_parts, with_measured_parts
 from ..errors import AutoplaceError, InputSignatureError, PlanError, TrainingError
 from ..measure.hosts import executor_ready_order, sharing_groups
 from ..measure.links import calibrate_links
@@ -248,7 +248,7 @@ def _required_splits(traced: TracedModel, devset: DeviceSet, opts: PlacementOpti
     if not large:
         return []
     # paired where a pair can be (a saved plan's splits pair the products both named: the same rule)
-    return [s for s in split_candidates(traced.fixed.graph, variables, len(devset), pairs=True)
+    return [s for s in split_candidates(traced.fixed.graph, variables, len(devset), pairs=opts.split.split_pairs)
             if large & set(s.placeholders)]
 
 
@@ -275,7 +275,7 @@ def _step_with_sends(traced: TracedModel, plan: Plan, graphs: _Graphs, prompt: b
                                  SimOptions(acknowledged=acks)).step_time_s
 
 
-def _measured_parts(traced: TracedModel, op_graph: OpGraph, splits: Mapping[str, int], costs: ComputeCosts,
+def _measured_parts(traced: TracedModel, op_graph: OpGraph, splits: Sequence[Split], costs: ComputeCosts,
                     devset: DeviceSet, opts: PlacementOptions) -> OpGraph:
     """``op_graph`` (split) with the op times of the split trace, profiled as the costs stage profiles the trace
     (:func:`~placer.tf.costs.compute_costs` with ``splits``; scaled by the trace's runtime factors), for each
@@ -326,14 +326,14 @@ def _splits(traced: TracedModel, graphs: _Graphs, plan: Plan, devset: DeviceSet,
         log.info(line)
         return replace(plan, log=(*plan.log, line)), graphs
     found = split_candidates(traced.fixed.graph, traced.fixed_captures[0], len(devset), opts.split.split_min_bytes,
-                             pairs=True)
+                             pairs=opts.split.split_pairs)
     if mode == "auto":  # a lookup's every part gathers all ids: split for memory (_required_splits), never for speed
         found = [s for s in found if s.kind == "columns"]
     if not found:
         log.info("operator splits: no dense product reads a weight of %d bytes or more", opts.split.split_min_bytes)
         return plan, graphs
     # one profile of every candidate split; the largest weights split first: 1, half of them, all
-    measured = _measured_parts(traced, _split(graphs.op_graph, found), split_map(found), costs, devset, opts)
+    measured = _measured_parts(traced, _split(graphs.op_graph, found), found, costs, devset, opts)
     whole = graphs.op_graph.graph
     ranked = sorted(found, key=lambda s: (-sum(int(whole.nodes[ph].get(MEMORY_BYTES, 0)) for ph in s.placeholders),
                                           s.op))
@@ -345,14 +345,15 @@ def _splits(traced: TracedModel, graphs: _Graphs, plan: Plan, devset: DeviceSet,
         op_graph = replace(measured, graph=with_measured_parts(split_graph(whole, subset), measured.graph, whole,
                                                                subset))
         split = _Graphs(op_graph, build_problem(op_graph.graph, devset, group_by=opts.solve.group_by))
-        splits = split_map(subset)
+        splits, pairs = split_map(subset), pair_ops(subset)
         solved = replace(_solve(split.built, opts.solve, None, traced.batch_size, opts.emit.compression),
-                         splits=splits)
+                         splits=splits, pairs=pairs)
         plans = [solved]
         parts_apart = replace(solved, assignment=spread_parts(solved.assignment, subset, devset.names), op_order={})
         try:
             plans.append(replace(_solve(split.built, opts.solve, parts_apart, traced.batch_size,
-                                        opts.emit.compression), splits=splits, solver=f"{solved.solver}, parts spread"))
+                                        opts.emit.compression), splits=splits, pairs=pairs,
+                                 solver=f"{solved.solver}, parts spread"))
         except PlanError as e:  # the parts side by side exceed a device's memory: the solver's plan alone
             log.info("operator splits: %d parts side by side do not fit (%s)", len(subset), e)
         for p in plans:
@@ -793,22 +794,23 @@ def _autoplace(model: Any, devices: Sequence[Any], plan: Plan | str | os.PathLik
         op_graph = build_op_graph(traced, first.costs.us)
         required = _required_splits(traced, devset, opts) if given is None else []
         if given is not None and given.splits:  # a saved plan places the parts of its split ops
-            op_graph = _split(op_graph, split_candidates(traced.fixed.graph, traced.fixed_captures[0], given.splits))
+            op_graph = _split(op_graph, split_candidates(traced.fixed.graph, traced.fixed_captures[0], given.splits,
+                                                         pairs=given.pairs))
         elif required:  # weights no device holds whole: split before the solve, parts profiled
-            op_graph = _measured_parts(traced, _split(op_graph, required), split_map(required), first.costs,
-                                       devset, opts)
+            op_graph = _measured_parts(traced, _split(op_graph, required), required, first.costs, devset, opts)
     with timer.stage("problem"):
         built = build_problem(op_graph.graph, devset, group_by=opts.solve.group_by)
     with timer.stage("solve"):
         placed_plan = _solve(built, opts.solve, given, traced.batch_size, opts.emit.compression)
         notes = _inputs_note(first.costs, hosts_note)
         splits = dict(given.splits) if given is not None else split_map(required)
+        pairs = tuple(given.pairs) if given is not None else pair_ops(required)
         if required:
             line = (f"operator splits: {', '.join(sorted(splits))} split {len(devset)} ways: their weights exceed "
                     "every device's memory (no other split tried)")
             log.info(line)
             notes = (*notes, line)
-        placed_plan = replace(placed_plan, log=(*placed_plan.log, *notes), splits=splits)
+        placed_plan = replace(placed_plan, log=(*placed_plan.log, *notes), splits=splits, pairs=pairs)
     with timer.stage("microbatches"):
         small = None
         if required:  # neither one device nor a copy per device holds the model; its parts run in one go

@@ -126,6 +126,8 @@ class RewriteContext:
     splits : Mapping[str, int]
         Ops split by their weight's output columns (``Plan.splits``: op → parts; :mod:`~placer.tf.rewrites.split`);
         ``devices`` names every part's device.
+    pairs : frozenset of str
+        Those of ``splits`` whose next product, split the same ways, takes their parts as its rows (``Plan.pairs``).
 
     Raises
     ------
@@ -150,6 +152,7 @@ class RewriteContext:
     pipeline_devices: tuple[str, ...] = ()
     sends: SendRule | None = None
     splits: Mapping[str, int] = field(default_factory=dict)
+    pairs: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if self.replicas and (self.step != "predict" or len({len(g) for g in self.replicas}) != 1):

@@ -38,12 +38,12 @@ Applies when ``context.splits`` names ops. Record detail: the shards
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from typing import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import tensorflow as tf
 
-from ...core.splits import Pair, Split, axis_name, split_map, split_name
+from ...core.splits import Pair, Split, axis_name, pair_ops, split_map, split_name
 from ...errors import GraphError, PlanError
 from ..graphdef import source
 from .base import Rewrite, RewriteContext, RewriteRecord, splice, template
@@ -309,13 +309,13 @@ def _split_of(op: tf.Operation, w: _Weight, parts: int, pair: Pair | None = None
 
 
 def split_candidates(graph: tf.Graph, captured: Mapping[str, object], parts: int | Mapping[str, int],
-                     min_weight_bytes: int = 0, *, pairs: bool = False) -> list[Split]:
+                     min_weight_bytes: int = 0, *, pairs: bool | Collection[str] = False) -> list[Split]:
     """The ops of ``graph`` that can be split ``parts`` ways (:data:`SPLIT_RULES`), whose weight (a captured
     variable of ``captured`` read by that op alone) holds at least ``min_weight_bytes``, as
     :class:`~placer.core.splits.Split`\\ s. ``parts`` may name the ops (op → parts, a saved plan's
-    ``splits``): only those, each its way (a named op whose pair's product is named too: the pair).
-    ``pairs``: each product that can, paired with the product after it (:func:`_pair_of`; in graph order,
-    the paired product not split otherwise).
+    ``splits``): only those, each its way. ``pairs``: ``True``, each product that can, paired with the product
+    after it (:func:`_pair_of`; in graph order, the paired product not split otherwise); with named ops, the
+    first products of the pairs (a saved plan's ``pairs``), whose pair must be named the same ways.
 
     Raises
     ------
@@ -345,9 +345,11 @@ def split_candidates(graph: tf.Graph, captured: Mapping[str, object], parts: int
         columns = int(shape[w.axis])
         if shape.num_elements() * w.read.outputs[0].dtype.size < min_weight_bytes or columns < k:
             continue
-        pair = _pair_of(op, captured) if (pairs or named is not None) else None
-        if pair is not None and named is not None and named.get(pair.op) != k:
-            pair = None  # a saved plan pairs only what it names, the same number of ways
+        wanted = pairs is True or (not isinstance(pairs, bool) and op.name in pairs)
+        pair = _pair_of(op, captured) if wanted else None
+        if wanted and not isinstance(pairs, bool) and (pair is None or named is None or named.get(pair.op) != k):
+            raise PlanError(f"the plan pairs {op.name} with the product after it, which this model's trace does "
+                            f"not have or splits otherwise; solve again without plan=")
         if pair is not None:
             paired.add(pair.op)
         out.append(_split_of(op, w, k, pair))
@@ -452,18 +454,22 @@ def _add_shard(gd: tf.compat.v1.GraphDef, by_name: Mapping[str, tf.compat.v1.Nod
     return r.name
 
 
-def _named_pairs(graph: tf.Graph, splits: Mapping[str, int], captured: Mapping[str, object]) -> dict[str, Pair]:
-    """The pairs among ``splits`` (op → parts): a named product whose :func:`_pair_of` is named too, the same
-    number of ways (:func:`split_candidates` pairs the same ones)."""
+def _named_pairs(graph: tf.Graph, context: RewriteContext) -> dict[str, Pair]:
+    """The pairs of ``context`` (its ``pairs``: first products of ``splits``), each checked: its next product
+    named in ``splits`` the same ways."""
     out = {}
-    for name, parts in splits.items():
+    for name in context.pairs:
         try:
             op = graph.get_operation_by_name(name)
         except KeyError:
-            continue
+            raise GraphError(f"the plan pairs {name}, which this trace does not have; place again without plan= "
+                             "(or with splits='none')") from None
+        captured = dict.fromkeys(context.captured)
         pair = _pair_of(op, captured) if _weight_of(op, captured) is not None else None
-        if pair is not None and splits.get(pair.op) == parts:
-            out[name] = pair
+        if pair is None or context.splits.get(pair.op) != context.splits.get(name):
+            raise GraphError(f"the plan pairs {name} with the product after it, which this trace does not have or "
+                             "splits otherwise; place again without plan= (or with splits='none')")
+        out[name] = pair
     return out
 
 
@@ -544,7 +550,7 @@ def split_ops(gd: tf.compat.v1.GraphDef, context: RewriteContext) -> RewriteReco
     shards: list[Shard] = []
     drop: set[str] = set()
     renamed_controls: dict[str, list[str]] = {}
-    pairs = _named_pairs(graph, context.splits, dict.fromkeys(context.captured))
+    pairs = _named_pairs(graph, context)
     paired = {p.op for p in pairs.values()}
     for name, parts in sorted(context.splits.items()):
         if name in paired:  # split with the product it pairs with
@@ -652,7 +658,7 @@ def split_ops(gd: tf.compat.v1.GraphDef, context: RewriteContext) -> RewriteReco
                          f"{len(shards)} parts, each reading its weight's shard", detail=tuple(shards))
 
 
-def split_graph_def(graph: tf.Graph, captured: Mapping[str, object], splits: Mapping[str, int],
+def split_graph_def(graph: tf.Graph, captured: Mapping[str, object], splits: Sequence[Split],
                     device: str = "") -> tuple[tf.compat.v1.GraphDef, tuple[Shard, ...]]:
     """``graph``'s GraphDef with ``splits`` applied, every part (and its shard) on ``device``: the split graph
     as the costs stage profiles it (:func:`placer.tf.costs.compute_costs` with ``splits``).
@@ -662,18 +668,17 @@ def split_graph_def(graph: tf.Graph, captured: Mapping[str, object], splits: Map
     >>> import keras
     >>> from placer.tf.trace import trace_model
     >>> t = trace_model(keras.Sequential([keras.Input((8,)), keras.layers.Dense(6)]), batch_size=2)
-    >>> gd, shards = split_graph_def(t.fixed.graph, t.variables, {s.op: 2 for s in split_candidates(
-    ...     t.fixed.graph, t.variables, 2)})
+    >>> gd, shards = split_graph_def(t.fixed.graph, t.variables, split_candidates(t.fixed.graph, t.variables, 2))
     >>> [(s.start, s.stop) for s in shards], sum(n.op == "ConcatV2" for n in gd.node)
     ([(0, 3), (3, 6)], 1)
     """
-    found = split_candidates(graph, captured, splits)
     devices = {op.name: device for op in graph.get_operations()}
-    for s in found:
+    for s in splits:
         devices[axis_name(s.op)] = device
         for i in range(s.parts):
             devices.update((n, device) for n in s.part_nodes(i))
-    context = RewriteContext(graph=graph, step="predict", devices=devices, captured=tuple(captured), splits=splits)
+    context = RewriteContext(graph=graph, step="predict", devices=devices, captured=tuple(captured),
+                             splits=split_map(splits), pairs=frozenset(pair_ops(splits)))
     gd = graph.as_graph_def()
     return gd, split_ops(gd, context).detail
 
