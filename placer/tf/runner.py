@@ -303,9 +303,10 @@ def _measured_parts(traced: TracedModel, op_graph: OpGraph, splits: Sequence[Spl
 def _splits(traced: TracedModel, graphs: _Graphs, plan: Plan, devset: DeviceSet, opts: PlacementOptions,
             costs: ComputeCosts, notes: Sequence[str] = ()) -> tuple[Plan, _Graphs]:
     """The splits stage: the forward pass's large dense products split into one part per device, their weights
-    sharded (:mod:`placer.core.splits`): the split trace profiled once, then the largest one, the largest half
-    and all of them split (:func:`~placer.core.splits.with_measured_parts`; ``splits="all"``: all), each split
-    graph placed twice: by the same solver, and with each split's parts side by side
+    sharded (:mod:`placer.core.splits`), in two families where products can pair (consecutive products paired,
+    and each by columns; ``splits="all"``: the first): each family's split trace profiled once, then the
+    largest one, the largest half and all of them split (:func:`~placer.core.splits.with_measured_parts`;
+    ``splits="all"``: all), each split graph placed twice: by the same solver, and with each split's parts side by side
     (:func:`~placer.core.splits.spread_parts`; the solver's simulation does not see the acknowledged transfers
     that let parts overlap on one-thread workers). The best of them, scored
     as it will be emitted (prompt sends included: :func:`_step_with_sends`), replaces ``plan`` (with the
@@ -332,16 +333,22 @@ def _splits(traced: TracedModel, graphs: _Graphs, plan: Plan, devset: DeviceSet,
     if not found:
         log.info("operator splits: no dense product reads a weight of %d bytes or more", opts.split.split_min_bytes)
         return plan, graphs
-    # one profile of every candidate split; the largest weights split first: 1, half of them, all
-    measured = _measured_parts(traced, _split(graphs.op_graph, found), found, costs, devset, opts)
+    families = [found]  # with pairs where they can be, and (auto) each product by columns: the search picks
+    if mode == "auto" and any(s.pair is not None for s in found):
+        families.append([s for s in split_candidates(traced.fixed.graph, traced.fixed_captures[0], len(devset),
+                                                     opts.split.split_min_bytes) if s.kind == "columns"])
     whole = graphs.op_graph.graph
-    ranked = sorted(found, key=lambda s: (-sum(int(whole.nodes[ph].get(MEMORY_BYTES, 0)) for ph in s.placeholders),
-                                          s.op))
     prompt = _prompt_sends(opts, devset)
     whole_s = _step_with_sends(traced, plan, graphs, prompt)
     scored = []
-    for n in [len(ranked)] if mode == "all" else sorted({1, (len(ranked) + 1) // 2, len(ranked)}):
-        subset = ranked[:n]
+    subsets = []
+    for family in families:  # one profile of each family's splits; the largest weights first: 1, half, all
+        measured = _measured_parts(traced, _split(graphs.op_graph, family), family, costs, devset, opts)
+        ranked = sorted(family, key=lambda s: (-sum(int(whole.nodes[ph].get(MEMORY_BYTES, 0))
+                                                     for ph in s.placeholders), s.op))
+        subsets += [(measured, ranked[:n]) for n in ([len(ranked)] if mode == "all" else
+                                                     sorted({1, (len(ranked) + 1) // 2, len(ranked)}))]
+    for measured, subset in subsets:
         op_graph = replace(measured, graph=with_measured_parts(split_graph(whole, subset), measured.graph, whole,
                                                                subset))
         split = _Graphs(op_graph, build_problem(op_graph.graph, devset, group_by=opts.solve.group_by))
@@ -362,7 +369,7 @@ def _splits(traced: TracedModel, graphs: _Graphs, plan: Plan, devset: DeviceSet,
     margin = opts.solve.split_margin or 0.0
     faster = best_s < whole_s * (1.0 - margin)
     what = (f"{len(best.splits)} of {len(split_map(found))} products split {len(devset)} ways ("
-            f"candidates with {sum(s.pair is not None for s in found)} column-then-row pairs; the largest weights, "
+            f"{len(best.pairs)} column-then-row pairs, of {len(scored)} split plans scored; the largest weights, "
             f"sharded; {best.solver}) predicted {1e3 * best_s:.3f} ms against {1e3 * whole_s:.3f} ms whole"
             + (" (both with the transfers prompt sends acknowledge)" if prompt else ""))
     keep = mode == "all" or faster
