@@ -23,6 +23,8 @@ interleaved in one run:
   copy per worker: ``replicas="auto"``), the tool's alternative without splitting;
 * ``autoplace, products by columns only``: ``split_pairs=False`` (each split product joins its columns before
   the next layer: the plan the default made before Megatron pairs);
+* ``autoplace splits='all' (pairs)``: every product split, consecutive ones as Megatron pairs, kept whatever
+  the prediction (to measure the pairs beside the columns);
 * ``autoplace default``: ``placer.autoplace(model, devices, batch_size=b)`` (``splits="auto"``: large
   products split into one part per worker, their weights sharded, consecutive ones paired — the first by
   output columns, the next by input rows, one sum — where predicted faster).
@@ -280,6 +282,7 @@ def run_wide(args: argparse.Namespace, out: MarkdownOut) -> None:
                 configs.append(("copy per worker (by hand)", lambda: by_hand(xs).numpy(), None, None))
             for label, options in (("autoplace splits='none'", dict(splits="none")),
                                    ("autoplace, products by columns only", dict(split_pairs=False)),
+                                   ("autoplace splits='all' (pairs)", dict(splits="all")),
                                    ("autoplace default", {})):
                 t = time.perf_counter()
                 p = placer.autoplace(model, devices, batch_size=batch, **options)
