@@ -562,6 +562,46 @@ def _split_one(g: nx.DiGraph, s: Split) -> None:
     op[OP_TYPE] = "AddN" if rows else "ConcatV2"
 
 
+def _slowest_us(costs: object) -> float:
+    return max((float(v) for v in costs.values()), default=0.0) if isinstance(costs, dict) else float(costs)
+
+
+def split_saving_s(graph: nx.DiGraph, s: Split, bandwidth_bytes_per_s: float, latency_s: float) -> float:
+    """An optimistic bound, before any part is profiled, of the step time that splitting ``s`` over ``s.parts``
+    devices can save: its op's time (and the fused ops' after it; a pair: both products') shared perfectly
+    between the parts, less the transfers every split makes — the op's other inputs sent to ``parts - 1``
+    devices and the parts' outputs gathered (a pair's partial sums are the whole output each) at
+    ``bandwidth_bytes_per_s``, two transfers' ``latency_s``. Negative: the split cannot pay. A lookup split
+    by rows saves nothing (each part gathers every id).
+
+    Examples
+    --------
+    >>> g = nx.DiGraph()
+    >>> g.add_node("x", compute_us=0.0, output_bytes=4096)
+    >>> g.add_node("m", compute_us=1000.0, output_bytes=4096)
+    >>> g.add_edge("x", "m", bytes=4096)
+    >>> g.add_edge("r", "m", bytes=10**6)
+    >>> s = Split("m", read="r", placeholder="p", columns=8, parts=2)
+    >>> round(split_saving_s(g, s, 1e9, 1e-4) * 1e6)  # 500 µs saved, 4096 + 2048 bytes and 2 latencies spent
+    294
+    >>> split_saving_s(g, s, 1e6, 1e-4) < 0  # at 1 MB/s the transfers cost more
+    True
+    """
+    if s.kind == "rows":
+        return 0.0
+    k = s.parts
+    ops = [s.op, *fused_after(graph, s.op)]
+    if s.pair is not None:
+        ops += [s.pair.op, *fused_after(graph, s.pair.op)]
+    work_s = 1e-6 * sum(_slowest_us(graph.nodes[n].get(COMPUTE_US, 0.0)) for n in ops)
+    weight_in = s.reshape if s.reshape is not None else s.read
+    inputs = sum(int(d.get(BYTES, 0)) for u, _, d in graph.in_edges(s.op, data=True)
+                 if u != weight_in and not d.get(CONTROL))
+    out = int(graph.nodes[s.pair.op if s.pair is not None else s.op].get(OUTPUT_BYTES, 0))
+    gathered = out * (k - 1) if s.pair is not None else out * (k - 1) / k
+    return work_s * (1 - 1 / k) - (inputs * (k - 1) + gathered) / bandwidth_bytes_per_s - 2 * latency_s
+
+
 def with_measured_parts(split: nx.DiGraph, measured: nx.DiGraph, whole: nx.DiGraph, splits: Iterable[Split]
                         ) -> nx.DiGraph:
     """``split`` (``whole`` with ``splits`` applied) with the op times of ``measured`` (a graph with at least
