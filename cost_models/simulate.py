@@ -234,6 +234,11 @@ class SimOptions:
         waiting nodes (a link latency). With ``transfer_cpu_s`` under
         ``"lifo"`` the send is then the only op the producer's device can
         run, as on a one-thread TensorFlow worker.
+    inline_first : frozenset of int
+        Nodes that run before every other op that is ready with them on their device, under ``"lifo"``
+        (TensorFlow's executor runs an inexpensive op inline before expensive ones, whatever their profiled
+        times: a fused product's ``MatMul`` profiles at 0 s, the fused kernel's time on the op it is named
+        after). :func:`simulate` sets it for the acknowledgements it adds; the caller need not.
     snapshots : int
         Keep this many states of the simulation, evenly spaced over its ops,
         in ``SimResult.snapshots``, so that a simulation of a changed
@@ -250,6 +255,7 @@ class SimOptions:
     peak_memory: bool = True
     shared: tuple[tuple[tuple[int, ...], float] | tuple[tuple[int, ...], float, float], ...] = ()
     acknowledged: tuple[tuple[int, int, tuple[int, ...]], ...] = ()
+    inline_first: frozenset[int] = frozenset()
     snapshots: int = 0
 
     def checked_shares(self, k: int) -> tuple[tuple[tuple[int, ...], float, float], ...]:
@@ -419,7 +425,8 @@ def simulate(
     dev, heaps, stacks, release, waiting = _ready_queues(deps, a, k, lifo, start)
     consumers_of, ctrl_succ, receivers = deps.produced, deps.control_successors, deps.receivers
     seconds = durations[np.arange(n), a].tolist()
-    instant = [t == 0.0 for t in seconds] if lifo else []  # only the lifo stack reads it
+    first = options.inline_first  # only the lifo stack reads `instant`: 2 runs first, then 1 (no time), 0
+    instant = [2 if v in first else int(t == 0.0) for v, t in enumerate(seconds)] if lifo else []
     # Python lists in the event loop (numpy scalars are several times slower to index); arrays in _State
     if start is None:
         # Each device has `concurrency` slots; keep their free times in a heap.
@@ -629,9 +636,10 @@ class Snapshots:
         return position
 
 
-def _to_stack(heap: list[tuple[float, float, int]], stack: list[int], now: float, instant: Sequence[bool]) -> None:
+def _to_stack(heap: list[tuple[float, float, int]], stack: list[int], now: float, instant: Sequence[int]) -> None:
     """Move a device's ops that are ready by ``now`` from its heap onto its ready stack (``ready_order="lifo"``).
 
+    ``instant`` ranks each node: 2 (``SimOptions.inline_first``) above 1 (takes no time) above 0.
     Heap entries are ``(ready time, -cause, node)``, where the cause is when
     the op whose end made it ready ended (its last input's producer, or
     control predecessor): the top of the stack is the op that became ready
@@ -829,7 +837,7 @@ def _with_transfer_ops(durations: np.ndarray, tensors: Sequence[TensorEdge], a: 
     r = simulate(np.vstack(rows), new_tensors, devs, link_seconds, control_edges=control_edges,
                  link_latency_s=link_latency_s, memory=memory.padded(n, len(devs) - n, extra_alias),
                  options=SimOptions(concurrency=options.concurrency, ready_order=options.ready_order,
-                                    shared=options.shared))
+                                    shared=options.shared, inline_first=options.inline_first))
     timeline = tuple(x for x in r.timeline if x[0] < n)
     transfers = tuple((origin[ti], i, j, ts, te) for ti, i, j, ts, te in r.transfers)
     # what a send or receive op holds is its original tensor's, so its producer's
@@ -867,7 +875,8 @@ def _with_acknowledgements(durations: np.ndarray, tensors: Sequence[TensorEdge],
     r = simulate(np.vstack([durations, np.zeros((extra, k))]), grown, devs, link_seconds,
                  control_edges=control_edges, link_latency_s=link_latency_s,
                  memory=memory.padded(n, extra, [False] * extra),
-                 options=replace(options, acknowledged=(), time_factor=None, snapshots=0))
+                 options=replace(options, acknowledged=(), time_factor=None, snapshots=0,
+                                 inline_first=options.inline_first | frozenset(range(n, len(devs)))))
     timeline = tuple(x for x in r.timeline if x[0] < n)
     transfers = tuple(x for x in r.transfers if x[0] < len(tensors))
     return SimResult(r.step_time_s, r.busy_s, r.link_bytes, timeline, transfers, r.peak_memory_bytes,
@@ -896,7 +905,8 @@ def _simulate_shared(durations: np.ndarray, tensors: Sequence[TensorEdge], a: np
         slots[list(devs)] = max(options.concurrency, math.ceil(alone - 1e-9))
     deps = _checked(deps, n, tensors) or dependencies_of(n, tensors, control_edges)
     dev, heaps, stacks, release, _ = _ready_queues(deps, a, k, lifo)
-    instant = (durations[np.arange(n), a] == 0.0).tolist() if lifo else []
+    instant = ([2 if v in options.inline_first else int(t == 0.0)
+                for v, t in enumerate(durations[np.arange(n), a].tolist())] if lifo else [])
     consumers_of, ctrl_succ, receivers = deps.produced, deps.control_successors, deps.receivers
     running: dict[int, list[float]] = {}  # node -> [remaining work, start]
     on_device = np.zeros(k, dtype=int)
