@@ -158,7 +158,8 @@ def test_spread_parts_puts_each_part_on_its_device():
 
 def _split_emitted(model: keras.Model, batch: int, parts: int, pairs: bool = False):
     """``model`` traced at ``batch`` with its one splittable op (``pairs``: or pair) split ``parts`` ways, part
-    ``i`` on logical CPU ``i % 2``: (the split, the emitted graph, the variables)."""
+    ``i`` on logical CPU ``i % 2``: (the split, the emitted graph, the variables it reads, the model's own
+    variable of each placeholder)."""
     traced = trace_model(model, batch_size=batch)
     found = split_candidates(traced.fixed.graph, traced.variables, parts, pairs=pairs)
     assert len(found) == 1
@@ -171,7 +172,28 @@ def _split_emitted(model: keras.Model, batch: int, parts: int, pairs: bool = Fal
     emitted = emit(traced, variables, rewrite_context(traced, devices, splits=split_map([sp]),
                                                       pairs=frozenset(pair_ops([sp]))),
                    shard=lambda v, s: v.shard_on(s))
-    return sp, emitted, variables
+    return sp, emitted, variables, dict(traced.variables)  # …, placeholder → the model's own variable
+
+
+def _assert_split_equals_model(model: keras.Model, emitted, owners, x: tf.Tensor, rtol: float = 1e-6) -> None:
+    """``emitted`` (:func:`_split_emitted`) against ``model`` on ``x``: the outputs (within ``rtol``), the input's
+    gradient of a random weighting of them, and each shard's gradient — its slice of its whole weight's (the
+    shards are not trainable variables of their own: watched here)."""
+    out_shape = model(x).shape
+    weights = tf.constant(np.random.default_rng(1).standard_normal(out_shape).astype("float32"))
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        for v in emitted.shard_variables:
+            tape.watch(v)
+        ours, theirs = emitted.function(x), model(x)
+        loss_ours, loss_theirs = tf.reduce_sum(ours * weights), tf.reduce_sum(theirs * weights)
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=rtol, atol=rtol)
+    np.testing.assert_allclose(tape.gradient(loss_ours, x).numpy(), tape.gradient(loss_theirs, x).numpy(),
+                               rtol=1e-5, atol=1e-5)
+    for shard, v in zip(emitted.shards, emitted.shard_variables):
+        whole = tf.convert_to_tensor(tape.gradient(loss_theirs, owners[shard.variable].value))
+        np.testing.assert_allclose(tape.gradient(loss_ours, v).numpy(), shard.slice_of(whole).numpy(),
+                                   rtol=1e-5, atol=1e-5)
 
 
 @settings(max_examples=8, deadline=None)
@@ -181,29 +203,12 @@ def test_the_split_rewrite_equals_the_unsplit_op_forward_and_backward(batch, row
     parts = min(parts, cols)
     keras.utils.set_random_seed(seed)
     model = keras.Sequential([keras.Input((rows,)), keras.layers.Dense(cols, name="d")])
-    sp, emitted, variables = _split_emitted(model, batch, parts)
+    sp, emitted, variables, owners = _split_emitted(model, batch, parts)
     assert len(emitted.shards) == parts and {s.device for s in emitted.shards} == {"/CPU:0", "/CPU:1"}
-    kernel = next(v for v in variables.values() if len(v.shape) == 2)
     bounds = [(s.start, s.stop) for s in emitted.shards]
     assert bounds[0][0] == 0 and bounds[-1][1] == cols and all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
-    x = tf.constant(np.random.default_rng(seed).standard_normal((batch, rows)).astype("float32"))
-    weights = tf.constant(np.random.default_rng(seed + 1).standard_normal((batch, cols)).astype("float32"))
-    with tf.GradientTape(persistent=True) as tape:
-        tape.watch(x)
-        for v in kernel.shards:  # the shards are not trainable variables of their own: watched here
-            tape.watch(v)
-        ours = emitted.function(x)
-        theirs = model(x)
-        loss_ours = tf.reduce_sum(ours * weights)
-        loss_theirs = tf.reduce_sum(theirs * weights)
-    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(tape.gradient(loss_ours, x).numpy(), tape.gradient(loss_theirs, x).numpy(),
-                               rtol=1e-5, atol=1e-5)
-    # each shard's gradient is its columns of the whole kernel's
-    whole = tape.gradient(loss_theirs, model.layers[0].kernel).numpy()
-    for shard, v in zip(emitted.shards, kernel.shards):
-        np.testing.assert_allclose(tape.gradient(loss_ours, v).numpy(), whole[:, shard.start:shard.stop],
-                                   rtol=1e-5, atol=1e-5)
+    _assert_split_equals_model(model, emitted, owners, tf.constant(
+        np.random.default_rng(seed).standard_normal((batch, rows)).astype("float32")))
 
 
 @settings(max_examples=6, deadline=None)
@@ -216,25 +221,11 @@ def test_an_einsum_dense_split_by_heads_equals_the_unsplit_layer_forward_and_bac
     keras.utils.set_random_seed(seed)
     model = keras.Sequential([keras.Input((seq, c)), keras.layers.EinsumDense(
         "abc,cde->abde", output_shape=(seq, heads, h), bias_axes="de", name="proj")])
-    sp, emitted, variables = _split_emitted(model, batch, parts)
+    sp, emitted, variables, owners = _split_emitted(model, batch, parts)
     assert (sp.kind, sp.columns, sp.reshape is not None) == ("columns", heads, True)
     assert [(s.start, s.stop, s.axis) for s in emitted.shards] == [(a, b, 1) for a, b in part_bounds(heads, parts)]
-    kernel = next(v for v in variables.values() if len(v.shape) == 3)
-    x = tf.constant(np.random.default_rng(seed).standard_normal((batch, seq, c)).astype("float32"))
-    weights = tf.constant(np.random.default_rng(seed + 1).standard_normal((batch, seq, heads, h)).astype("float32"))
-    with tf.GradientTape(persistent=True) as tape:
-        tape.watch(x)
-        for v in kernel.shards:
-            tape.watch(v)
-        ours, theirs = emitted.function(x), model(x)
-        loss_ours, loss_theirs = tf.reduce_sum(ours * weights), tf.reduce_sum(theirs * weights)
-    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(tape.gradient(loss_ours, x).numpy(), tape.gradient(loss_theirs, x).numpy(),
-                               rtol=1e-5, atol=1e-5)
-    whole = tape.gradient(loss_theirs, model.layers[0].kernel).numpy()
-    for shard, v in zip(emitted.shards, kernel.shards):  # each shard's gradient: its heads of the kernel's
-        np.testing.assert_allclose(tape.gradient(loss_ours, v).numpy(), whole[:, shard.start:shard.stop],
-                                   rtol=1e-5, atol=1e-5)
+    _assert_split_equals_model(model, emitted, owners, tf.constant(
+        np.random.default_rng(seed).standard_normal((batch, seq, c)).astype("float32")))
 
 
 @settings(max_examples=8, deadline=None)
@@ -244,7 +235,7 @@ def test_the_lookup_split_equals_the_unsplit_lookup_forward_and_backward(batch, 
     parts = min(parts, rows)
     keras.utils.set_random_seed(seed)
     model = keras.Sequential([keras.Input((length,), dtype="int32"), keras.layers.Embedding(rows, dim, name="e")])
-    sp, emitted, variables = _split_emitted(model, batch, parts)
+    sp, emitted, variables, owners = _split_emitted(model, batch, parts)
     assert sp.kind == "rows" and sp.columns == rows
     table = next(iter(variables.values()))
     assert [(s.start, s.stop, s.axis) for s in emitted.shards] == [(a, b, 0) for a, b in part_bounds(rows, parts)]
@@ -283,27 +274,12 @@ def test_a_convolution_split_by_output_channels_equals_the_unsplit_one_forward_a
     keras.utils.set_random_seed(seed)
     conv = {1: keras.layers.Conv1D, 2: keras.layers.Conv2D, 3: keras.layers.Conv3D}[dims]
     model = keras.Sequential([keras.Input((size,) * dims + (cin,)), conv(cout, kernel, padding="same", name="c")])
-    sp, emitted, variables = _split_emitted(model, batch, parts)
+    sp, emitted, variables, owners = _split_emitted(model, batch, parts)
     assert sp.columns == cout and (sp.reshape is not None) == (dims == 1)  # Conv1D: its filter's ExpandDims
     assert [(s.start, s.stop, s.axis) for s in emitted.shards] == [(a, b, dims + 1) for a, b in
                                                                      part_bounds(cout, parts)]
-    kernel_var = next(v for v in variables.values() if len(v.shape) == dims + 2)
-    rng = np.random.default_rng(seed)
-    x = tf.constant(rng.standard_normal((batch,) + (size,) * dims + (cin,)).astype("float32"))
-    weights = tf.constant(rng.standard_normal((batch,) + (size,) * dims + (cout,)).astype("float32"))
-    with tf.GradientTape(persistent=True) as tape:
-        tape.watch(x)
-        for v in kernel_var.shards:
-            tape.watch(v)
-        ours, theirs = emitted.function(x), model(x)
-        loss_ours, loss_theirs = tf.reduce_sum(ours * weights), tf.reduce_sum(theirs * weights)
-    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(tape.gradient(loss_ours, x).numpy(), tape.gradient(loss_theirs, x).numpy(),
-                               rtol=1e-5, atol=1e-5)
-    whole = tape.gradient(loss_theirs, model.layers[0].kernel).numpy()
-    for shard, v in zip(emitted.shards, kernel_var.shards):  # each shard's gradient: its output channels'
-        np.testing.assert_allclose(tape.gradient(loss_ours, v).numpy(), whole[..., shard.start:shard.stop],
-                                   rtol=1e-5, atol=1e-5)
+    _assert_split_equals_model(model, emitted, owners, tf.constant(np.random.default_rng(seed).standard_normal(
+        (batch,) + (size,) * dims + (cin,)).astype("float32")), rtol=1e-5)
 
 
 @settings(max_examples=6, deadline=None)
@@ -318,7 +294,7 @@ def test_a_megatron_pair_equals_the_two_unsplit_layers_forward_and_backward(batc
     model = keras.Sequential([keras.Input((rows,)),
                               keras.layers.Dense(hidden, activation=activation, use_bias=bias, name="a"),
                               keras.layers.Dense(cols, use_bias=False, name="b")])
-    sp, emitted, variables = _split_emitted(model, batch, parts, pairs=True)
+    sp, emitted, variables, owners = _split_emitted(model, batch, parts, pairs=True)
     assert sp.pair is not None and len(sp.pair.chain) == int(bias) + int(activation is not None)
     bounds = part_bounds(hidden, parts)
     assert [(s.start, s.stop, s.axis) for s in emitted.shards if s.variable == sp.placeholder] == [
@@ -327,27 +303,8 @@ def test_a_megatron_pair_equals_the_two_unsplit_layers_forward_and_backward(batc
         (a, b, 0) for a, b in bounds]
     types = {n.name: n.op for n in emitted.graph_def.node}
     assert types[sp.pair.op] == "AddN" and sp.op not in types and not any(c in types for c in sp.pair.chain)
-    rng = np.random.default_rng(seed)
-    x = tf.constant(rng.standard_normal((batch, rows)).astype("float32"))
-    weights = tf.constant(rng.standard_normal((batch, cols)).astype("float32"))
-    sharded = [v for v in variables.values() if v.shards]
-    with tf.GradientTape(persistent=True) as tape:
-        tape.watch(x)
-        for v in sharded:
-            for shard in v.shards:
-                tape.watch(shard)
-        ours, theirs = emitted.function(x), model(x)
-        loss_ours, loss_theirs = tf.reduce_sum(ours * weights), tf.reduce_sum(theirs * weights)
-    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(tape.gradient(loss_ours, x).numpy(), tape.gradient(loss_theirs, x).numpy(),
-                               rtol=1e-5, atol=1e-5)
-    # each shard's gradient is its slice of its whole weight's (the weights told apart by their values)
-    whole = [(w.numpy(), g) for w, g in zip(model.weights, tape.gradient(loss_theirs, model.weights))]
-    for shard, v in zip(emitted.shards, emitted.shard_variables):
-        grad = next(g for value, g in whole if value.shape == tuple(variables[shard.variable].shape)
-                    and np.array_equal(value, variables[shard.variable].numpy()))
-        np.testing.assert_allclose(tape.gradient(loss_ours, v).numpy(), shard.slice_of(grad).numpy(),
-                                   rtol=1e-5, atol=1e-5)
+    _assert_split_equals_model(model, emitted, owners, tf.constant(
+        np.random.default_rng(seed).standard_normal((batch, rows)).astype("float32")), rtol=1e-5)
 
 
 def test_products_pair_only_through_element_wise_ops_and_saved_plans_pair_what_they_name():
