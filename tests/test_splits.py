@@ -403,6 +403,23 @@ def test_split_placement_equals_the_model_and_runs_each_part_on_its_device(split
     assert all(types[split_name(d1.replace("MatMul", op), i)] == op for op in ("BiasAdd", "Relu") for i in (0, 1))
 
 
+def test_the_report_says_which_ops_are_split_how_and_where_their_shards_are(split_placed, tmp_path):
+    from placer.reporting import validate_report
+
+    _, placed = split_placed
+    data = placed.report_data
+    validate_report(data)
+    d1, d2 = sorted(placed.plan.splits)
+    assert [(s["op"], s["parts"], s["kind"], s["paired_with"]) for s in data["splits"]] == [(d1, 2, "columns", d2)]
+    assert len(data["splits"][0]["variables"]) == 3  # d1's kernel and bias, d2's kernel
+    assert sorted((s["start"], s["stop"]) for s in data["shards"]) == [(0, 48), (0, 48), (0, 48), (48, 96),
+                                                                       (48, 96), (48, 96)]
+    page = (tmp_path / "r.html")
+    placed.report(page)
+    text = page.read_text(encoding="utf-8")
+    assert "Split operators" in text and f"input rows of {d2}" in text and "Weight shards" in text
+
+
 def test_a_cnn_placed_with_its_convolutions_split_equals_the_model(devices):
     keras.utils.set_random_seed(3)
     model = keras.Sequential([keras.Input((12, 12, 3)), keras.layers.Conv2D(16, 3, activation="relu", name="c1"),

@@ -429,6 +429,27 @@ def _sends(data: Mapping[str, Any]) -> str:
             + " The simulated step includes their round trips unless it is pipelined or replicated.</p>")
 
 
+def _splits(data: Mapping[str, Any]) -> str:
+    """Which ops are split, how, where their shards live, and the log's reason (a report with ``splits``)."""
+    splits = data.get("splits") or ()
+    if not splits:
+        return ""
+    rows = []
+    for s in splits:
+        how = ("by table rows (each part gathers its rows, the parts summed)" if s["kind"] == "rows" else
+               "by output columns" + (f", its parts taken as the input rows of {s['paired_with']} (a pair: its "
+                                      "parts' products summed, no join between the two)" if s["paired_with"]
+                                      else ", the parts concatenated"))
+        rows.append((s["op"], s["parts"], how))
+    shard_rows = [(s["variable"], f"[{s['start']}:{s['stop']}] on axis {s['axis']}", _short(s["device"]))
+                  for s in (data.get("shards") or ())]
+    why = [line for line in data["plan"].get("log", []) if line.startswith("operator splits:")]
+    return ("<h2>Split operators</h2>" + _table(["op", "parts", "split"], rows, numeric=(1,))
+            + ("<h3>Weight shards</h3>" + _table(["weight", "slice", "device"], shard_rows[:CUT_EDGE_ROWS])
+               if shard_rows else "")
+            + "".join(f'<p class="note">{_esc(line)}</p>' for line in why))
+
+
 def render_html(data: Mapping[str, Any]) -> str:
     """The report as a self-contained HTML page (see the module docstring)."""
     plan = data["plan"]
@@ -446,6 +467,7 @@ def render_html(data: Mapping[str, Any]) -> str:
         parts.append('<p class="note">This report was made from a plan JSON alone: it has no op graph, links or '
                      "timeline. Write the full report with <code>placed.report(\"x.json\")</code> or "
                      "<code>autoplace plan --report x.json</code>.</p>")
+    parts.append(_splits(data))
     parts += ["<h2>Why this plan</h2>", _baseline_chart(data)]
     base_rows = [("autoplace (" + plan["solver"] + ")", _value(plan["value"], plan["unit"]),
                   _ms(_simulated_step(plan)))]

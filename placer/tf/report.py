@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -21,6 +21,7 @@ from cost_models import SimResult
 from ..core.attrs import BYTES, COMPUTE_US, MEMORY_BYTES, OP_TYPE, OUTPUT_BYTES
 from ..core.build import BuiltProblem
 from ..core.plan import Plan
+from ..core.splits import Split
 from ..core.outputs import json_ready
 from ..reporting import REPORT_FORMAT, REPORT_VERSION, write_report
 from .costs import ComputeCosts
@@ -77,6 +78,11 @@ class Report:
     #: The placed step's acknowledged transfers (:mod:`placer.tf.rewrites.sends`): ``None`` where TensorFlow's executor
     #: orders the sends.
     prompt_sends: tuple[Mapping[str, str], ...] | None = None
+    #: The shards of split ops' weights the placed step reads (:class:`placer.tf.rewrites.split.Shard`, as dicts).
+    shards: tuple[Mapping[str, Any], ...] = ()
+    #: Each split (:class:`placer.core.splits.Split`): its op, parts, kind, the product paired with it, and the
+    #: variables it shards.
+    splits: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def copies(self) -> int:
@@ -125,6 +131,8 @@ class Report:
             "compressed_edges": list(self.compressed_edges),
             "sends": {"prompt": self.prompt_sends is not None,
                       "acknowledged": list(self.prompt_sends or ())},
+            "shards": list(self.shards),
+            "splits": list(self.splits),
         })
 
     def write(self, path: str | os.PathLike) -> str:
@@ -148,7 +156,8 @@ def _fit_quality(fit: Any) -> dict[str, Any] | None:
 
 def build_report(plan: Plan, op_graph: OpGraph, built: BuiltProblem, sim: SimResult, costs: ComputeCosts,
                  grappler: bool, emitted: EmittedModel, stage_seconds: Mapping[str, float],
-                 model_name: str = "model", pipeline_sim: SimResult | None = None) -> Report:
+                 model_name: str = "model", pipeline_sim: SimResult | None = None,
+                 splits: Sequence[Split] = ()) -> Report:
     """The report of one placement; ``sim`` is ``built.simulate`` of the plan, ``pipeline_sim`` the pipelined
     step when the plan has micro-batches (:func:`placer.core.microbatch.simulate_pipeline`)."""
     g = op_graph.graph
@@ -183,4 +192,8 @@ def build_report(plan: Plan, op_graph: OpGraph, built: BuiltProblem, sim: SimRes
                   {"name": model_name, "step": emitted.step}, shared_processors=shared,
                   pipeline_simulation=pipeline_sim, ready_order=built.problem.ready_order or "fifo",
                   prompt_sends=None if emitted.sends is None else tuple(
-                      {"tensor": tensor, "to": device} for tensor, device in emitted.sends.transfers))
+                      {"tensor": tensor, "to": device} for tensor, device in emitted.sends.transfers),
+                  shards=tuple(asdict(s) for s in emitted.shards),
+                  splits=tuple({"op": s.op, "parts": s.parts, "kind": s.kind,
+                                "paired_with": None if s.pair is None else s.pair.op,
+                                "variables": list(s.placeholders)} for s in splits))

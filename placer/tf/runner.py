@@ -709,8 +709,10 @@ def _report(first: _FirstStages, emitted: _Emitted, op_graph: OpGraph, built: Bu
     elif plan.microbatches > 1:
         piped = simulate_pipeline(built, built.group_assignment(plan.assignment), plan.microbatches, small=small,
                                   batch_size=plan.batch_size, order=plan.pipeline)
+    splits = split_candidates(first.traced.fixed.graph, first.traced.fixed_captures[0], plan.splits,
+                              pairs=plan.pairs) if plan.splits else []
     return build_report(plan, op_graph, built, emitted.simulation, first.costs, opts.costs.grappler,
-                        emitted.planned, dict(seconds), model_name, pipeline_sim=piped)
+                        emitted.planned, dict(seconds), model_name, pipeline_sim=piped, splits=splits)
 
 
 @dataclass(frozen=True)
