@@ -413,11 +413,8 @@ def pipeline_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_s
     m, step = best_microbatches(built, a, batch_size, candidates, small=small)
     if plan.op_order and (m == 1 or plan.predicted_step_time_s <= step):
         m, step = 1, plan.predicted_step_time_s  # in its own order (which no pipeline keeps)
-    used = len(np.unique(a))
-    peak = max(plan.predicted_peak_memory_bytes, default=None) if m == 1 else None
-    plan = plan.scored(Candidate("split" if plan.splits else "placement", plan.solver, used, 1, m, len(plan.splits),
-                                 step, peak, KEPT), kept=True)
-    if fallback and options.objective != "memory" and used > 1:
+    plan = plan.scored(plan.as_candidate(step, microbatches=m), kept=True)
+    if fallback and options.objective != "memory" and len(np.unique(a)) > 1:
         try:
             one = solve_problem(built.problem, "single", options.solve_options(built))
         except NoFeasiblePlanError as e:  # nothing fits one device: the spread plan stands

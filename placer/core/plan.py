@@ -260,6 +260,20 @@ class Plan:
             candidate = candidate.with_outcome(KEPT)
         return replace(self, candidates=(*cands, candidate))
 
+    def as_candidate(self, step_s: float, *, microbatches: int = 1, note: str = "") -> Candidate:
+        """This plan (whole ops, or with :attr:`splits`) as a candidate of the search, predicted at ``step_s``
+        in ``microbatches`` (its peak: the simulated one of one micro-batch; not simulated otherwise).
+
+        >>> p = Plan(devices=("/d:0", "/d:1"), assignment={"a": "/d:0", "b": "/d:1"}, objective="latency",
+        ...          unit="s", value=0.0, lower_bound=0.0, gap=0.0, solver="x", status="heuristic",
+        ...          predicted_peak_memory_bytes=(2e6, 3e6))
+        >>> p.as_candidate(0.01).describe()
+        'placement: 2 devices (x), 1 micro-batch, predicted 10.000 ms, peak 2.9 MiB: kept'
+        """
+        peak = max(self.predicted_peak_memory_bytes, default=None) if microbatches == 1 else None
+        return Candidate("split" if self.splits else "placement", self.solver, len(set(self.assignment.values())),
+                         1, microbatches, len(self.splits), step_s, peak, KEPT, note)
+
     @property
     def kept(self) -> Candidate | None:
         """The candidate this plan runs (``None``: none recorded)."""

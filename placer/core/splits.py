@@ -357,11 +357,10 @@ def split_graph(graph: nx.DiGraph, splits: Iterable[Split]) -> nx.DiGraph:
                 raise GraphError(f"cannot split {s.op}: {name} is not in the graph")
         reader = s.read
         if s.reshape is not None:
-            if s.reshape not in g or [v for v in g.successors(s.read) if not g.edges[s.read, v].get(CONTROL)] != [
-                    s.reshape]:
+            if s.reshape not in g or _data_successors(g, s.read) != [s.reshape]:
                 raise GraphError(f"cannot split {s.op}: its weight's read {s.read} does not feed {s.reshape} alone")
             reader = s.reshape
-        data_out = [v for v in g.successors(reader) if not g.edges[reader, v].get(CONTROL)]
+        data_out = _data_successors(g, reader)
         for u in s.updates:
             if u not in g:
                 raise GraphError(f"cannot split {s.op}: its update {u} is not in the graph")
@@ -380,6 +379,7 @@ def split_graph(graph: nx.DiGraph, splits: Iterable[Split]) -> nx.DiGraph:
 
 
 def _data_successors(g: nx.DiGraph, u: str) -> list[str]:
+    """The nodes that consume ``u``'s outputs (not its control successors)."""
     return [v for v in g.successors(u) if not g.edges[u, v].get(CONTROL)]
 
 
@@ -402,14 +402,19 @@ def _check_pair(g: nx.DiGraph, s: Split) -> None:
             raise GraphError(f"cannot pair {s.op} with {p.op}: the weight {ph} is read by other ops too")
 
 
-def _shard_nodes(g: nx.DiGraph, placeholder: str, read: str, i: int, start: int, stop: int, share: float,
-                 layer: str) -> str:
-    """Part ``i``'s shard of ``placeholder`` (its ``share`` of the memory) and its read, on ``layer``; returns
-    the read."""
+def _shard_placeholder(g: nx.DiGraph, placeholder: str, i: int, share: float, layer: str, where: str) -> str:
+    """Part ``i``'s shard of variable ``placeholder``: its ``share`` of the memory, on ``layer``, its variable
+    named with the slice ``where`` (``[a:b]``); returns its name."""
     ph = g.nodes[placeholder]
-    p, r = split_name(placeholder, i), split_name(read, i)
+    p = split_name(placeholder, i)
     g.add_node(p, **{**ph, MEMORY_BYTES: int(round(ph.get(MEMORY_BYTES, 0) * share)), LAYER: layer, COLOCATION: p,
-                     VARIABLE: f"{ph.get(VARIABLE, placeholder)}[{start}:{stop}]"})
+                     VARIABLE: f"{ph.get(VARIABLE, placeholder)}{where}"})
+    return p
+
+
+def _shard_read(g: nx.DiGraph, placeholder: str, read: str, i: int, layer: str) -> str:
+    """Part ``i``'s copy of ``read`` reading its shard of ``placeholder`` (colocated with it); returns its name."""
+    p, r = split_name(placeholder, i), split_name(read, i)
     g.add_node(r, **{**g.nodes[read], LAYER: layer, COLOCATION: p})
     g.add_edge(p, r, **dict(g.edges[placeholder, read]))
     return r
@@ -438,14 +443,16 @@ def _pair_one(g: nx.DiGraph, s: Split) -> None:
             xb = int(g.nodes[prev].get(OUTPUT_BYTES, 0))
             g.add_edge(prev, n, **{BYTES: xb, TENSORS: (f"{prev}:0",), TENSOR_BYTES: (xb,), CONTROL: False})
             if p.bias_read is not None and p.bias_read in g.predecessors(c):
-                r = _shard_nodes(g, p.bias_placeholder, p.bias_read, i, start, stop, share, part_layer)
+                _shard_placeholder(g, p.bias_placeholder, i, share, part_layer, f"[{start}:{stop}]")
+                r = _shard_read(g, p.bias_placeholder, p.bias_read, i, part_layer)
                 bb = int(round(int(g.edges[p.bias_read, c].get(BYTES, 0)) * share))
                 g.add_edge(r, n, **{BYTES: bb, TENSORS: (f"{r}:0",), TENSOR_BYTES: (bb,), CONTROL: False})
             prev = n
         n = split_name(p.op, i)
         g.add_node(n, **{**b, COMPUTE_US: _scaled(b.get(COMPUTE_US, 0.0), share), LAYER: part_layer,
                          COLOCATION: None})
-        r = _shard_nodes(g, p.placeholder, p.read, i, start, stop, share, part_layer)
+        _shard_placeholder(g, p.placeholder, i, share, part_layer, f"[{start}:{stop}]")
+        r = _shard_read(g, p.placeholder, p.read, i, part_layer)
         wb = int(round(weight_bytes * share))
         xb = int(g.nodes[prev].get(OUTPUT_BYTES, 0))
         g.add_edge(prev, n, **{BYTES: xb, TENSORS: (f"{prev}:0",), TENSOR_BYTES: (xb,), CONTROL: False})
@@ -463,7 +470,7 @@ def _pair_one(g: nx.DiGraph, s: Split) -> None:
 
 def _dead_read(g: nx.DiGraph, v: str) -> bool:
     """Whether ``v`` reads a variable for control only (nothing consumes its value: Keras' shape reads)."""
-    return g.nodes[v].get(OP_TYPE) == "ReadVariableOp" and all(g.edges[v, w].get(CONTROL) for w in g.successors(v))
+    return g.nodes[v].get(OP_TYPE) == "ReadVariableOp" and not _data_successors(g, v)
 
 
 def fused_after(g: nx.DiGraph, op: str) -> list[str]:
@@ -471,7 +478,7 @@ def fused_after(g: nx.DiGraph, op: str) -> list[str]:
     (:data:`~placer.core.attrs.FUSED_AFTER_PRODUCT_OP_TYPES`)."""
     chain, cur = [], op
     while True:
-        data = [v for v in g.successors(cur) if not g.edges[cur, v].get(CONTROL)]
+        data = _data_successors(g, cur)
         if len(data) != 1 or g.nodes[data[0]].get(OP_TYPE) not in FUSED_AFTER_PRODUCT_OP_TYPES:
             return chain
         if [u for u in g.predecessors(data[0]) if not g.edges[u, data[0]].get(CONTROL)
@@ -497,7 +504,6 @@ def _split_one(g: nx.DiGraph, s: Split) -> None:
     for v in [] if rows else fused_after(g, s.op):  # the fused kernel's time is the product's
         op[COMPUTE_US] = _added(op.get(COMPUTE_US, 0.0), g.nodes[v].get(COMPUTE_US, 0.0))
         g.nodes[v][COMPUTE_US] = _copy_us(g.nodes[v].get(COMPUTE_US, 0.0), int(g.nodes[v].get(OUTPUT_BYTES, 0)))
-    ph, read = dict(g.nodes[s.placeholder]), dict(g.nodes[s.read])
     weight_in = s.read if s.reshape is None else s.reshape  # what the op reads its weight from
     into = [(u, dict(d)) for u, _, d in g.in_edges(s.op, data=True) if u != weight_in]
     dead = [v for v in g.successors(s.placeholder) if v != s.read and v not in s.updates]
@@ -512,18 +518,16 @@ def _split_one(g: nx.DiGraph, s: Split) -> None:
         # a lookup's part gathers every id (zeros where another part holds the row): its time and output whole
         work = 1.0 if rows else share
         part_layer = split_name(layer, i)
-        p, r, n = split_name(s.placeholder, i), split_name(s.read, i), split_name(s.op, i)
-        what = f"[{start}:{stop}]" if rows else f"[:, {start}:{stop}]"
-        g.add_node(p, **{**ph, MEMORY_BYTES: int(round(ph.get(MEMORY_BYTES, 0) * share)), LAYER: part_layer,
-                         COLOCATION: p, VARIABLE: f"{ph.get(VARIABLE, s.placeholder)}{what}"})
+        n = split_name(s.op, i)
+        p = _shard_placeholder(g, s.placeholder, i, share, part_layer,
+                               f"[{start}:{stop}]" if rows else f"[:, {start}:{stop}]")
         g.add_node(n, **{**op, COMPUTE_US: _scaled(op.get(COMPUTE_US, 0.0), work), LAYER: part_layer,
                          OUTPUT_BYTES: int(round(out_bytes * work)), COLOCATION: p if rows else None})
         if rows:  # the part gathers its rows from its shard (a resource op: on the shard's device)
             r = n
             g.add_edge(p, n, **dict(g.edges[s.placeholder, s.read]))
         else:
-            g.add_node(r, **{**read, LAYER: part_layer, COLOCATION: p})
-            g.add_edge(p, r, **dict(g.edges[s.placeholder, s.read]))
+            r = _shard_read(g, s.placeholder, s.read, i, part_layer)
             wb = int(round(weight.get(BYTES, 0) * share))
             src = r
             if s.reshape is not None:  # the shard's read, reshaped as the whole weight was

@@ -60,7 +60,7 @@ from ..core.build import BuiltProblem, build_problem, check_total_memory
 from ..core.compression import CODECS, CompressionPolicy
 from ..core.devices import DeviceSet, SharedProcessor, device_host, device_kind, resolve_devices
 from ..core.microbatch import SmallBatchCosts, candidate_microbatches, simulate_pipeline
-from ..core.plan import KEPT, Candidate, Plan
+from ..core.plan import Plan
 from ..core.attrs import COMPUTE_US, MEMORY_BYTES
 from ..core.replicas import device_groups, simulate_replicas
 from ..core.splits import (Split, helper_owner, pair_ops, split_graph, split_map, split_saving_s, spread_parts,
@@ -248,7 +248,7 @@ def _required_splits(traced: TracedModel, devset: DeviceSet, opts: PlacementOpti
     large = {ph for ph, v in variables.items() if variable_bytes(v) > cap}
     if not large:
         return []
-    # paired where a pair can be (a saved plan's splits pair the products both named: the same rule)
+    # paired where a pair can be (Plan.pairs records which)
     return [s for s in split_candidates(traced.fixed.graph, variables, len(devset), pairs=opts.split.split_pairs)
             if large & set(s.placeholders)]
 
@@ -384,8 +384,7 @@ def _splits(traced: TracedModel, graphs: _Graphs, plan: Plan, devset: DeviceSet,
     log.info(line)
     out = replace(best, log=(*best.log, *notes), candidates=plan.candidates) if keep else plan
     for step_s, i, p, _ in scored:
-        cand = Candidate("split", p.solver, len(set(p.assignment.values())), 1, 1, len(p.splits), step_s,
-                         max(p.predicted_peak_memory_bytes, default=None), KEPT, note=line if i == best_i else "")
+        cand = p.as_candidate(step_s, note=line if i == best_i else "")
         if i != best_i:
             cand = cand.with_outcome(f"slower than the best split ({1e3 * best_s:.3f} ms)")
         elif not keep:
@@ -853,10 +852,7 @@ def _autoplace(model: Any, devices: Sequence[Any], plan: Plan | str | os.PathLik
         small = None
         if required:  # neither one device nor a copy per device holds the model; its parts run in one go
             log.info("micro-batches and replicas: not tried for a plan that must split (one micro-batch, one copy)")
-            placed_plan = placed_plan.scored(Candidate(
-                "split", placed_plan.solver, len(set(placed_plan.assignment.values())), 1, 1, len(splits),
-                placed_plan.predicted_step_time_s, max(placed_plan.predicted_peak_memory_bytes, default=None),
-                KEPT), kept=True)
+            placed_plan = placed_plan.scored(placed_plan.as_candidate(placed_plan.predicted_step_time_s), kept=True)
         else:
             placed_plan, small = _microbatches(
                 model, built, placed_plan, devset, opts,

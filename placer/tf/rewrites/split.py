@@ -406,11 +406,7 @@ def _split_update(gd: tf.compat.v1.GraphDef, node: tf.compat.v1.NodeDef, update:
     specs = [tf.TensorSpec(indices.shape, indices.dtype), tf.TensorSpec(values.shape, values.dtype)]
     nodes, phs, outs = template(_rows_update(start, stop, values.shape.rank - indices.shape.rank), specs)
     local, rows = splice(gd, nodes, phs, [node.input[1], node.input[2]], outs, name, "")
-    part = gd.node.add()
-    part.CopyFrom(node)
-    part.name = name
-    del part.input[:]
-    part.input.extend([split_name(s.placeholder, i), local, rows] + [x for x in node.input if x.startswith("^")])
+    _copy_node(gd, node, name, [split_name(s.placeholder, i), local, rows])
 
 
 def _reshaped(gd: tf.compat.v1.GraphDef, reshape: tf.compat.v1.NodeDef, w: _Weight, i: int, read: str,
@@ -438,20 +434,34 @@ def _reshaped(gd: tf.compat.v1.GraphDef, reshape: tf.compat.v1.NodeDef, w: _Weig
     return r.name
 
 
-def _add_shard(gd: tf.compat.v1.GraphDef, by_name: Mapping[str, tf.compat.v1.NodeDef], s: Split, i: int) -> str:
-    """Part ``i``'s shard placeholder and its read (copies of the weight's; a lookup's part reads none); returns
-    the name of what the part's readers wait for (the read, or the part)."""
+def _add_shard(gd: tf.compat.v1.GraphDef, by_name: Mapping[str, tf.compat.v1.NodeDef], placeholder: str,
+               read: str | None, i: int) -> str | None:
+    """Part ``i``'s copy of the weight's ``placeholder`` (its shard) and, given the weight's ``read``, a copy of
+    that reading the shard; returns the read's name (``None``: no read, a lookup's part gathers from the shard)."""
     p = gd.node.add()
-    p.CopyFrom(by_name[s.placeholder])
-    p.name = split_name(s.placeholder, i)
-    if s.kind == "rows":
-        return split_name(s.op, i)
+    p.CopyFrom(by_name[placeholder])
+    p.name = split_name(placeholder, i)
+    if read is None:
+        return None
     r = gd.node.add()
-    r.CopyFrom(by_name[s.read])
-    r.name = split_name(s.read, i)
+    r.CopyFrom(by_name[read])
+    r.name = split_name(read, i)
     del r.input[:]
     r.input.append(p.name)
     return r.name
+
+
+def _join(node: tf.compat.v1.NodeDef, op_type: str, dtype: int, parts: Sequence[str],
+          extra: Sequence[str] = ()) -> None:
+    """``node`` turned, in place, into the join ``op_type`` (``AddN`` or ``ConcatV2``) of ``parts`` (then
+    ``extra``: a concatenation's axis) of type ``dtype``; its control inputs kept."""
+    controls = [x for x in node.input if x.startswith("^")]
+    node.op = op_type
+    node.ClearField("attr")
+    node.attr["T"].type = dtype
+    node.attr["N"].i = len(parts)
+    del node.input[:]
+    node.input.extend([*parts, *extra, *controls])
 
 
 def _named_pairs(graph: tf.Graph, context: RewriteContext) -> dict[str, Pair]:
@@ -473,18 +483,17 @@ def _named_pairs(graph: tf.Graph, context: RewriteContext) -> dict[str, Pair]:
     return out
 
 
-def _paired_nodes(graph: tf.Graph, s: Split) -> set[str]:
+def _paired_nodes(graph: tf.Graph, s: Split) -> tuple[set[str], set[str]]:
     """What a pair's parts replace: the column split's join and axis, the chain, the pair's weight and bias
-    reads and placeholders (with Keras' dead reads of them)."""
+    reads and placeholders; and, apart, Keras' dead reads of those weights."""
     p = s.pair
     assert p is not None
-    out = {s.op, axis_name(s.op), *p.chain, p.read, p.placeholder}
-    for ph in (p.placeholder, p.bias_placeholder):
-        if ph is not None:
-            out |= {c.name for c in graph.get_operation_by_name(ph).outputs[0].consumers()}
+    replaced = {s.op, axis_name(s.op), *p.chain, p.read, p.placeholder}
     if p.bias_read is not None:
-        out |= {p.bias_read, p.bias_placeholder}
-    return out
+        replaced |= {p.bias_read, p.bias_placeholder}
+    dead = {c.name for ph in (p.placeholder, p.bias_placeholder) if ph is not None
+            for c in graph.get_operation_by_name(ph).outputs[0].consumers()} - replaced
+    return replaced, dead
 
 
 def _copy_node(gd: tf.compat.v1.GraphDef, node: tf.compat.v1.NodeDef, name: str, inputs: list[str]) -> None:
@@ -513,26 +522,16 @@ def _pair_parts(gd: tf.compat.v1.GraphDef, by_name: Mapping[str, tf.compat.v1.No
             node = by_name[c]
             data = [prev]
             if node.op == "BiasAdd":
-                data.append(_add_shard(gd, by_name, Split(c, read=p.bias_read, placeholder=p.bias_placeholder,
-                                                          columns=s.columns, parts=s.parts), i))
+                data.append(_add_shard(gd, by_name, p.bias_placeholder, p.bias_read, i))
                 out.append(Shard(split_name(p.bias_placeholder, i), p.bias_placeholder,
                                  context.devices[split_name(p.bias_placeholder, i)], start, stop, 0))
             _copy_node(gd, node, split_name(c, i), data)
             prev = split_name(c, i)
-        weight = _add_shard(gd, by_name, Split(p.op, read=p.read, placeholder=p.placeholder, columns=s.columns,
-                                               parts=s.parts), i)
-        _copy_node(gd, by_name[p.op], split_name(p.op, i), [prev, weight])
+        _copy_node(gd, by_name[p.op], split_name(p.op, i), [prev, _add_shard(gd, by_name, p.placeholder, p.read, i)])
         out.append(Shard(split_name(p.placeholder, i), p.placeholder, context.devices[split_name(p.placeholder, i)],
                          start, stop, rows_axis))
     node = by_name[p.op]
-    controls = [x for x in node.input if x.startswith("^")]
-    dtype = node.attr["T"].type
-    node.op = "AddN"
-    node.ClearField("attr")
-    node.attr["T"].type = dtype
-    node.attr["N"].i = s.parts
-    del node.input[:]
-    node.input.extend([split_name(p.op, i) for i in range(s.parts)] + controls)
+    _join(node, "AddN", node.attr["T"].type, [split_name(p.op, i) for i in range(s.parts)])
     return out
 
 
@@ -575,7 +574,7 @@ def split_ops(gd: tf.compat.v1.GraphDef, context: RewriteContext) -> RewriteReco
             missing = [x for x in s.part_nodes(i) if x not in context.devices]
             if missing:
                 raise GraphError(f"the plan splits {name} but places none of {missing}; solve again")
-            r_name = _add_shard(gd, by_name, s, i)
+            r_name = _add_shard(gd, by_name, ph.name, None if rule.kind == "rows" else read.name, i) or n_name
             if rule.kind == "rows":
                 nodes, phs, outs = template(_rows_part(start, stop, i == 0, i == parts - 1, read.outputs[0].dtype),
                                             [tf.TensorSpec(op.inputs[1].shape, op.inputs[1].dtype),
@@ -600,35 +599,27 @@ def split_ops(gd: tf.compat.v1.GraphDef, context: RewriteContext) -> RewriteReco
             whole.ClearField("attr")
             del whole.input[:]
             whole.input.extend("^" + split_name(u.name, i) for i in range(parts))
-        controls = [x for x in node.input if x.startswith("^")]
-        dtype = node.attr["Tparams" if rule.kind == "rows" else "T"].type
-        node.ClearField("attr")
-        node.attr["T"].type = dtype
-        node.attr["N"].i = parts
-        del node.input[:]
+        joined = [split_name(name, i) for i in range(parts)]
         if rule.kind == "rows":  # one part holds each id's row, the others zeros
-            node.op = "AddN"
-            node.input.extend([split_name(name, i) for i in range(parts)] + controls)
+            _join(node, "AddN", node.attr["Tparams"].type, joined)
         else:
             rank = op.outputs[0].shape.rank
             a = gd.node.add()
             a.name, a.op = axis_name(name), "Const"
             a.attr["dtype"].type = tf.int32.as_datatype_enum
             a.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(rule.join_axis % (rank if rank else 2), tf.int32))
-            node.op = "ConcatV2"
+            _join(node, "ConcatV2", node.attr["T"].type, joined, [a.name])
             node.attr["Tidx"].type = tf.int32.as_datatype_enum
-            node.input.extend([split_name(name, i) for i in range(parts)] + [a.name] + controls)
         drop |= {read.name, ph.name, *dead}
         if s.pair is not None:
             shards += _pair_parts(gd, by_name, graph, s, context)
-            gone = _paired_nodes(graph, s)
-            drop |= gone
+            replaced, dead_reads = _paired_nodes(graph, s)
+            drop |= replaced | dead_reads
             pr = s.pair
             bias = () if pr.bias_read is None else (pr.bias_read,)
             for whole in (s.op, *pr.chain, pr.read, *bias):  # what waited for a replaced node waits for its parts
                 renamed_controls.setdefault("^" + whole, []).extend("^" + split_name(whole, i) for i in range(parts))
-            for dead_read in gone - {s.op, axis_name(s.op), *pr.chain, pr.read, pr.placeholder, *bias,
-                                     *([pr.bias_placeholder] if pr.bias_placeholder else [])}:
+            for dead_read in dead_reads:
                 renamed_controls.setdefault("^" + dead_read, []).extend(
                     "^" + split_name(pr.read, i) for i in range(parts))
         if w.reshape is not None:  # the whole kernel's reshape, and its shape where nothing else reads it
