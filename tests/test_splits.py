@@ -7,6 +7,8 @@ the shards' devices and values, writes reaching the shards, saved plans re-apply
 typed refusals.
 """
 
+import json
+
 import networkx as nx
 import numpy as np
 import pytest
@@ -512,6 +514,12 @@ def test_a_split_placement_exports_serves_and_loads_on_its_devices_and_on_fewer(
     one = placer.load(path, devices=devices[:1])
     assert one.remapped and len(set(one.op_devices.values())) == 1 and len({s.device for s in one.shards}) == 1
     np.testing.assert_allclose(one(x).numpy(), expected, rtol=1e-6, atol=1e-6)
+    manifest = tmp_path / "export" / "assets.extra" / "autoplace" / "manifest.json"  # an edited shard: refused
+    edited = json.loads(manifest.read_text())
+    edited["shards"][0]["placeholder"] = "nowhere"
+    manifest.write_text(json.dumps(edited))
+    with pytest.raises(placer.ExportError, match="shards/0 'nowhere' is not a saved variable.*export it again"):
+        placer.load(path)
     again = placer.load(one.export(tmp_path / "again"))  # and saved again, its shards' slices kept
     assert [(s.variable, s.start, s.stop) for s in again.shards] == [(s.variable, s.start, s.stop) for s in one.shards]
     np.testing.assert_allclose(again(x).numpy(), expected, rtol=1e-6, atol=1e-6)
@@ -526,6 +534,11 @@ def test_bad_split_requests_are_typed(split_placed, devices, tmp_path):
                          ({"Identity": 2}, "cannot be split here")):
         with pytest.raises(GraphError, match=f"split rewrite.*{said}.*place again without plan="):
             emit(traced, variables, rewrite_context(traced, everywhere, splits=splits))
+    d1, d2 = sorted(placed.plan.splits)
+    for pairs, splits, said in (({"wide_1/nowhere/MatMul"}, {d1: 2, d2: 2}, "pairs wide_1/nowhere/MatMul, which"),
+                                ({d1}, {d1: 2, d2: 3}, f"pairs {d1} with the product after it")):
+        with pytest.raises(GraphError, match=f"split rewrite.*{said}.*place again without plan="):
+            emit(traced, variables, rewrite_context(traced, everywhere, splits=splits, pairs=frozenset(pairs)))
     with pytest.raises(AutoplaceError, match="splits must be one of"):
         placer.autoplace(model, devices[:2], batch_size=4, splits="rows")
     with pytest.raises(AutoplaceError, match="split_pairs"):
