@@ -715,6 +715,41 @@ def test_embedding_gradients_of_replicas_stay_sparse_and_equal_full_batch_traini
     fit_one_epoch_like(placed, ref, t)
 
 
+def test_asked_replicas_are_predicted_with_their_gradients_traffic(devices, monkeypatch):
+    # replicas=2 on two devices: the copies' step is predicted on the full batch's trace (each copy's forward and
+    # backward pass, the gradients sent to the variables' device and summed there), as replicas="auto" predicts
+    # it; before, the plan predicted one replica's step alone (24-85% short on the workers' benchmark)
+    import placer.core.replicas as core_replicas
+
+    model = keras.Sequential([keras.Input((256,)), keras.layers.Dense(64, activation="relu"), keras.layers.Dense(3)],
+                             name="asked")
+    model.compile(optimizer="sgd", loss="mse")
+    simulated = []
+    real = core_replicas.simulate_replicas
+
+    def spy(built, *args, **kwargs):
+        out = real(built, *args, **kwargs)
+        if "backward" in (built.phases or ()):
+            simulated.append(out.step_time_s)
+        return out
+
+    monkeypatch.setattr(core_replicas, "simulate_replicas", spy)
+    placed = placer.autoplace(model, devices[:2], training=True, batch_size=BATCH, replicas=2, microbatches=1,
+                              time_limit_s=1, shared_capacity=None)
+    kept = placed.plan.kept
+    assert kept is not None and kept.strategy == "copies" and "(asked)" in kept.note, placed.plan.candidates
+    assert kept.predicted_step_time_s in simulated      # the copies' training step, simulated on both devices
+    assert placed.plan.predicted_step_time_s == pytest.approx(kept.predicted_step_time_s
+                                                              + placed.plan.call_overhead_s)
+    assert [len(g) for g in placed.placement.replica_groups] == [1, 1]
+    assert any("chosen on the full batch's trace" in line for line in placed.plan.log), placed.plan.log
+    # a model whose copies would not give the full-batch step is refused, not quietly run as one copy
+    with pytest.raises(placer.TrainingError, match="batch normalization"):
+        placer.autoplace(small_cnn(), devices[:2], training=True, batch_size=BATCH, replicas=2, time_limit_s=1,
+                         shared_capacity=None, targets=tf.TensorSpec((None,), "int32"), optimizer="adam",
+                         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+
 def test_replicas_auto_trains_a_copy_per_device_where_predicted_faster_equal_to_model_fit(devices, monkeypatch):
     # where a copy per device is predicted faster (here made so: the simulated copies' step is scaled down, as
     # the measured op times of one run decide it otherwise; the simulation itself: tests/test_replicas.py),

@@ -108,6 +108,9 @@ class TrainingOptions:
         each variable lives and one update is applied (the full-batch step; models with batch
         normalization are refused, random ops draw per replica); ``"auto"`` for training predicts one copy per
         device (one micro-batch each) beside the placed plan and, where it is faster, plans with that ``R``.
+        ``R`` equal to the number of devices is predicted as ``"auto"`` predicts the copies (the full batch
+        traced first, the gradients' traffic included); groups of several devices are predicted as one
+        group's step (their gradients' traffic between groups is not counted).
     """
 
     training: bool = False

@@ -464,12 +464,15 @@ def _microbatches(model: keras.Model, built: BuiltProblem, plan: Plan, devset: D
     # replicas="auto" is the default solver's search, as the one-device fallback is; replicas=R is always honoured
     # (a training step's R groups are traced and planned as such: _first_stages)
     searched = replicas == "auto" and fallback
-    asked = replicas != "auto" and replicas != 1 and not opts.train.training
+    # (a training step traced as one replica's was asked for its copies: they are planned already)
+    asked = replicas != "auto" and replicas != 1 and (not opts.train.training or opts.train.training_replicas == 1)
     copies = len(devset) if len(devset) > 1 and (searched or asked) else 1
     if copies > 1 and opts.train.training:
         try:  # one micro-batch per replica: the replicas' parts must give the full-batch step
             check_replicable(model, copies, batch)
         except TrainingError as e:
+            if asked:
+                raise
             log.info("data parallelism is not an alternative for this training step: %s", e)
             copies = 1
     per_copy = ([1] if opts.train.training else [m for m in candidates if copies * m <= batch]) if copies > 1 else []
@@ -810,12 +813,18 @@ def autoplace(model: Any, devices: Sequence[Any], *, plan: Plan | str | os.PathL
 
 
 def _autoplace(model: Any, devices: Sequence[Any], plan: Plan | str | os.PathLike | None, options: Mapping[str, Any],
-               chosen: Plan | None = None) -> PlacedModel:
-    """:func:`autoplace`. ``chosen``: the decision of ``replicas="auto"`` for a training step (made on the full
-    batch's trace, with the data-parallel step predicted there), re-planned here with ``replicas=R``: its log
-    line and predicted step replace those of one replica's plan."""
+               chosen: Plan | None = None, asked: int | None = None) -> PlacedModel:
+    """:func:`autoplace`. ``chosen``: the decision of ``replicas="auto"`` (or of ``asked``) for a training step
+    (made on the full batch's trace, with the data-parallel step predicted there), re-planned here with
+    ``replicas=R``: its log line and predicted step replace those of one replica's plan. ``asked``: a training
+    step's ``replicas=R`` with one device per copy, traced whole (``options`` say ``replicas="auto"``) so that its
+    copies' step is predicted with their gradients' traffic, then re-planned as one replica's step."""
     opts = PlacementOptions(**options)
     given = _as_plan(plan)
+    if (asked is None and chosen is None and given is None and opts.train.training
+            and opts.train.training_replicas > 1 and opts.train.training_replicas == len(devices)):
+        # one replica's trace holds neither the other copies nor the gradients they send: decide on the whole
+        return _autoplace(model, devices, None, {**options, "replicas": "auto"}, asked=opts.train.training_replicas)
     if given is not None:  # a re-applied plan is grouped and scored as it was made
         for name in ("group_by", "objective"):
             if name in options and options[name] != getattr(given, name):
@@ -859,7 +868,7 @@ def _autoplace(model: Any, devices: Sequence[Any], plan: Plan | str | os.PathLik
                 opts.microbatch.microbatches if given is None or "microbatches" in options else given.microbatches,
                 given is None and opts.solve.algorithm == DEFAULT_SOLVER,
                 opts.microbatch.pipeline if given is None or "pipeline" in options else given.pipeline,
-                opts.train.replicas if given is None or "replicas" in options else given.replicas)
+                asked or (opts.train.replicas if given is None or "replicas" in options else given.replicas))
     with timer.stage("splits"):
         if given is None and not required:
             placed_plan, graphs = _splits(traced, _Graphs(op_graph, built), placed_plan, devset, opts, first.costs,
@@ -867,8 +876,8 @@ def _autoplace(model: Any, devices: Sequence[Any], plan: Plan | str | os.PathLik
             if placed_plan.splits:  # made on the split graph, in one micro-batch
                 op_graph, built, small = graphs.op_graph, graphs.built, None
     if traced.step == "train" and placed_plan.replicas > 1 and opts.train.replicas == "auto":
-        # auto chose data parallelism: trace and plan one replica's step
-        log.info("replicas='auto': %s; tracing and planning one replica's step", _kept(placed_plan))
+        # auto chose (or asked took) data parallelism: trace and plan one replica's step
+        log.info("replicas=%s: %s; tracing and planning one replica's step", asked or "'auto'", _kept(placed_plan))
         return _autoplace(model, devices, None, {**options, "replicas": placed_plan.replicas}, chosen=placed_plan)
     if chosen is not None:  # one replica's plan, with the data-parallel step predicted on all devices
         placed_plan = replace(placed_plan, log=(*placed_plan.log, f"chosen on the full batch's trace: "
