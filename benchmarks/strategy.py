@@ -49,7 +49,7 @@ sys.path.insert(0, str(HERE))
 
 from isolation import isolated  # noqa: E402
 from markdown import MarkdownOut  # noqa: E402
-from speedup import ROUNDS_TEXT, interleaved_times, median_spread  # noqa: E402
+from speedup import ROUNDS_TEXT, interleaved_times, median_spread, pipeline_ceiling  # noqa: E402
 
 from placer.measure.cluster import LINK_RATES, shape_loopback  # noqa: E402
 
@@ -85,6 +85,17 @@ def transformer() -> "object":
     return transformer_encoder(seq=64, dim=128, heads=4, layers=4)
 
 
+def wide(width: int = 4096, layers: int = 7, features: int = 1024) -> "object":
+    """A wide MLP of about 105M parameters (``layers`` dense layers of ``width``): data parallelism sums a
+    gradient as large as the model (420 MB) every step."""
+    import keras
+
+    h = inp = keras.Input((features,), name="features")
+    for i in range(layers):
+        h = keras.layers.Dense(width, activation="relu", name=f"wide{i}")(h)
+    return keras.Model(inp, keras.layers.Dense(16, name="head")(h), name="wide")
+
+
 #: name -> (builder, batch, input maker, training)
 CASES = {
     "decoder": (decoder, 32, lambda rng, n: rng.integers(0, 2000, (n, 64)).astype("int32"), False),
@@ -92,6 +103,7 @@ CASES = {
     "transformer_training": (transformer, 16, lambda rng, n: rng.standard_normal((n, 64, 128)).astype("float32"),
                              True),
     "towers_training": (towers, 256, lambda rng, n: rng.standard_normal((n, 256)).astype("float32"), True),
+    "wide_training": (wide, 32, lambda rng, n: rng.standard_normal((n, 1024)).astype("float32"), True),
 }
 
 
@@ -134,10 +146,10 @@ def run(args: argparse.Namespace) -> int:
                         "| | | | | |")
         shape_loopback("none")
         out()
-        for link, case, best_label, best_ms, auto_ms, auto_pred, chosen in summary:
+        for link, case, best_label, best_ms, auto_ms, auto_pred, chosen, ceiling in summary:
             out(f"- {case} at {link}: autoplace's default ({chosen}) {best_ms / auto_ms:.2f}× the best alternative "
                 f"measured ({best_label}); its prediction {100 * (auto_pred - auto_ms) / auto_ms:+.1f}% off its "
-                "measurement")
+                f"measurement{ceiling}")
         if errors:
             out(f"- predicted against measured over every autoplace row: median |error| "
                 f"{100 * float(np.median(np.abs(errors))):.1f}%, worst {100 * float(np.max(np.abs(errors))):.1f}%")
@@ -229,14 +241,15 @@ def _run_case(case: str, link: str, args: argparse.Namespace, out, devices: list
     auto = placed["autoplace default"].plan
     chosen = f"{auto.replicas} copies × m={auto.microbatches}" if auto.replicas > 1 else \
         f"one copy, m={auto.microbatches}, {len(set(auto.assignment.values()))} worker(s)"
-    return case, best_label, best_ms, medians[ia][0], configs[ia][2], chosen
+    return case, best_label, best_ms, medians[ia][0], configs[ia][2], chosen, ""
 
 
 def _run_training_case(case: str, link: str, args: argparse.Namespace, out, devices: list[str], errors: list[float],
                        model, x, batch: int) -> tuple:
-    """One training step (``train_on_batch``, SGD, MSE): one worker, ``replicas=2`` (data parallelism: no
-    ``tf.distribute`` strategy runs with one client and plain gRPC workers, see the note in the results),
-    autoplace's default and its one-copy plan."""
+    """One training step (``train_on_batch``, SGD, MSE): one worker (1 and 4 micro-batches: the perfect
+    two-stage pipeline's ceiling is computed from them, :func:`speedup.pipeline_ceiling`), ``replicas=2`` (data
+    parallelism: no ``tf.distribute`` strategy runs with one client and plain gRPC workers, see the note in the
+    results), autoplace's default, its one-copy plan and its pipeline search (``microbatches="auto"``)."""
     import keras
 
     import placer
@@ -244,24 +257,24 @@ def _run_training_case(case: str, link: str, args: argparse.Namespace, out, devi
     model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
     y = np.random.default_rng(1).standard_normal((batch, *model.outputs[0].shape[1:])).astype("float32")
     placed = {}
-    for label, options in (("one worker", dict(algorithm="single", replicas=1, calibrate_links=False)),
+    one = dict(algorithm="single", replicas=1, calibrate_links=False)
+    for label, options in (("one worker", one), ("one worker, 4 micro-batches", dict(one, microbatches=4)),
                            ("data parallel (autoplace replicas=2)", dict(replicas=2)),
-                           ("autoplace default", {}), ("autoplace replicas=1", dict(replicas=1))):
+                           ("autoplace default", {}), ("autoplace replicas=1", dict(replicas=1)),
+                           ("autoplace microbatches='auto'", dict(microbatches="auto"))):
         t = time.perf_counter()
         p = placer.autoplace(model, devices, batch_size=batch, training=True, profile_cache=False, **options)
-        groups = p.placement.replica_groups
-        print(f"  {case} {label}: placed in {time.perf_counter() - t:.1f} s: {len(groups) or 1} replica(s), "
+        print(f"  {case} {label}: placed in {time.perf_counter() - t:.1f} s: {_copies(p)} copies, "
               f"m {p.plan.microbatches}, {len(set(p.plan.assignment.values()))} device(s)", file=sys.stderr,
               flush=True)
         placed[label] = p
     labels = list(placed)
     times = interleaved_times([lambda p=placed[k]: p.train_on_batch(x, y) for k in labels], args.repeats)
     medians = [median_spread(ts) for ts in times]
-    one = medians[0][0]
+    one = min(medians[0][0], medians[1][0])
     for label, (med, spread) in zip(labels, medians):
         p = placed[label]
-        groups = p.placement.replica_groups
-        detail = (f" ({len(groups)} copies)" if groups else
+        detail = (f" ({_copies(p)} copies)" if _copies(p) > 1 else
                   f" (m={p.plan.microbatches}, {len(set(p.plan.assignment.values()))} worker(s))")
         pred = p.plan.predicted_step_time_s
         errors.append((pred - med) / med)
@@ -270,9 +283,22 @@ def _run_training_case(case: str, link: str, args: argparse.Namespace, out, devi
     ia = labels.index("autoplace default")
     best_ms, best_label = min((medians[i][0], labels[i]) for i in range(len(labels)) if i != ia)
     auto = placed["autoplace default"]
-    chosen = (f"{len(auto.placement.replica_groups)} copies" if auto.placement.replica_groups else
+    chosen = (f"{_copies(auto)} copies" if _copies(auto) > 1 else
               f"one copy, m={auto.plan.microbatches}, {len(set(auto.plan.assignment.values()))} worker(s)")
-    return case, best_label, best_ms, medians[ia][0], auto.plan.predicted_step_time_s, chosen
+    ceiling, cm = pipeline_ceiling({1: medians[0][0], 4: medians[1][0]})
+    ip = labels.index("autoplace microbatches='auto'")
+    pipe = placed["autoplace microbatches='auto'"].plan
+    # a perfect two-stage GPipe pipeline, from the one-worker steps at 1 and 4 micro-batches; a placement without
+    # micro-batches may pass it (a training step's weight and input gradients are independent ops)
+    reached = (f"; its pipeline search (`microbatches='auto'`) chose m={pipe.microbatches}, "
+               f"{one / medians[ip][0]:.2f}× one worker; a perfect two-stage pipeline's ceiling {ceiling:.2f}× at "
+               f"m={cm}" + (f" ({one / medians[ip][0] / ceiling:.2f} of it)" if pipe.microbatches > 1 else ""))
+    return case, best_label, best_ms, medians[ia][0], auto.plan.predicted_step_time_s, chosen, reached
+
+
+def _copies(placed) -> int:
+    """A training placement's data-parallel copies (its step's groups are copies × micro-batches)."""
+    return max(1, len(placed.placement.replica_groups) // placed.plan.microbatches)
 
 
 def main() -> int:
