@@ -89,9 +89,9 @@ def test_schedule_rewrites_come_last():
     noop = lambda gd, context: RewriteRecord("noop")  # noqa: E731
     with pytest.raises(GraphError, match="listed after the schedule's 'late'"):
         schedule_split([Rewrite("early", noop), Rewrite("late", noop, schedule=True), Rewrite("placed", noop)])
-    assert [r.name for r in REWRITES] == ["bypass", "split", "devices", "codecs", "update-after-reads", "order",
-                                          "gates", "copies", "sends"]
-    assert schedule_split(REWRITES) == 5
+    assert [r.name for r in REWRITES] == ["bypass", "split", "gathers", "devices", "codecs", "update-after-reads",
+                                          "order", "gates", "copies", "sends"]
+    assert schedule_split(REWRITES) == 6
 
 
 def test_the_placed_graph_is_the_graph_before_the_schedule(devices, tmp_path):
@@ -111,3 +111,37 @@ def test_the_placed_graph_is_the_graph_before_the_schedule(devices, tmp_path):
     assert [r.rewrite for r in loaded.records if r.changes] == ["devices", "copies"]
     x = np.random.default_rng(1).standard_normal((8, 8)).astype("float32")
     assert np.array_equal(loaded(x).numpy(), piped(x).numpy())
+
+
+def test_row_gathers_only_where_the_table_is_updated_by_rows_and_read_by_gathers_alone():
+    from placer.tf.graphdef import row_gathers
+    from placer.tf.rewrites.gathers import gather_rows
+
+    def graph(dense_read=False, sparse_update=True):
+        g = tf.Graph()
+        with g.as_default():
+            h = tf.raw_ops.VarHandleOp(dtype=tf.float32, shape=[4, 2], name="table")
+            read = tf.raw_ops.ReadVariableOp(resource=h, dtype=tf.float32, name="read")
+            rows = tf.gather(read, [1, 3], name="rows")
+            if dense_read:
+                tf.matmul(tf.raw_ops.ReadVariableOp(resource=h, dtype=tf.float32, name="whole"), tf.ones((2, 1)))
+            ids, ones = tf.constant([1]), tf.ones((1, 2) if sparse_update else (4, 2))
+            with tf.control_dependencies([read]):  # as automatic control dependencies order them
+                if sparse_update:
+                    tf.raw_ops.ResourceScatterSub(resource=h, indices=ids, updates=ones, name="upd")
+                else:
+                    tf.raw_ops.AssignSubVariableOp(resource=h, value=ones, name="upd")
+            tf.identity(rows, name="out")
+        return g
+
+    assert row_gathers(graph()) == {"rows": "table:0"}
+    assert row_gathers(graph(dense_read=True)) == {}      # a whole read elsewhere: TF copies it anyway
+    assert row_gathers(graph(sparse_update=False)) == {}  # no copy-on-read mode: nothing to save
+    g = graph()
+    gd = g.as_graph_def()
+    assert gather_rows(gd, row_gathers(g)) == ["rows"]
+    nodes = {n.name: n for n in gd.node}
+    assert "read" not in nodes and nodes["rows"].op == "ResourceGather"
+    assert "^rows" in nodes["upd"].input and "^read" not in nodes["upd"].input  # waits for the gather instead
+    with tf.Graph().as_default():  # the rewritten graph imports and gathers the same rows
+        tf.graph_util.import_graph_def(gd, name="")

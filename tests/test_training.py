@@ -683,16 +683,17 @@ def test_bad_calls_on_a_placed_model_are_typed_errors(trained, tmp_path, devices
                          compression_error=-1.0)
 
 
-def embedding_case() -> tuple[keras.Model, keras.Model, dict]:
+def embedding_case(optimizer: str = "adam") -> tuple[keras.Model, keras.Model, dict]:
     """A token model whose first layer is an ``Embedding`` (its gradient: ``tf.IndexedSlices``), compiled with
-    Adam (a sparse update), its Keras twin and 4 batches of ids that repeat within and across replicas."""
+    ``optimizer`` (Adam's update of the table is dense, SGD's a row scatter), its Keras twin and 4 batches of ids
+    that repeat within and across replicas."""
     keras.utils.set_random_seed(0)
     inp = keras.Input((6,), dtype="int32", name="ids")
     h = keras.layers.Embedding(40, 8, name="embed")(inp)
     h = keras.layers.Dense(16, activation="relu", name="mix")(h)
     h = keras.layers.GlobalAveragePooling1D(name="pool")(h)
     model = keras.Model(inp, keras.layers.Dense(3, name="head")(h), name="tokens")
-    settings = dict(optimizer="adam", loss="mse")
+    settings = dict(optimizer=optimizer, loss="mse")
     model.compile(**settings)
     ref = twin(model, settings)
     rng = np.random.default_rng(4)
@@ -713,6 +714,32 @@ def test_embedding_gradients_of_replicas_stay_sparse_and_equal_full_batch_traini
     summed = [n for n in step.graph_def.node if n.name.startswith(("autoplace_gradient_sum", "autoplace_gradient_total"))]
     assert any(n.op == "ConcatV2" for n in summed), sorted({n.op for n in summed})
     fit_one_epoch_like(placed, ref, t)
+
+
+@pytest.mark.parametrize("split", [dict(), dict(replicas=2, microbatches=2)])
+def test_a_sparsely_updated_table_is_gathered_from_without_a_whole_read(devices, split):
+    # SGD updates an Embedding's table by rows (ResourceScatterSub), which puts the variable in TF's copy-on-read
+    # mode: Keras' whole read before its gather then copied the table every step. The placed step gathers the
+    # rows from the variable (ResourceGather), and trains as model.fit does
+    model, ref, t = embedding_case("sgd")
+    placed = placer.autoplace(model, devices if split else devices[:2], training=True, batch_size=BATCH,
+                              algorithm="contiguous", time_limit_s=1, shared_capacity=None, **split)
+    step = placed.placement.functions.step("train", tf.nest.map_structure(
+        lambda a: tf.TensorSpec((None, *a.shape[1:]), tf.as_dtype(a.dtype)), (t["x"][:BATCH], t["y"][:BATCH])))
+    nodes = step.graph_def.node
+    assert placed.emitted.record("gathers").changes == max(1, len(placed.placement.replica_groups))  # per copy
+    gathered = [n.name for n in nodes if n.op == "ResourceGather"]
+    assert gathered and all("embed" in name for name in gathered), gathered
+    assert not [n.name for n in nodes if n.op == "ReadVariableOp" and "/embed" in n.name]  # no whole read left
+    scatter = [n for n in nodes if n.op == "ResourceScatterSub"]
+    if not split:  # the update waits for the gather as it waited for the whole read (automatic control deps)
+        assert len(scatter) == 1 and f"^{gathered[0]}" in scatter[0].input, list(scatter[0].input)
+    fit_one_epoch_like(placed, ref, t)
+    # Adam updates the table whole: its reads stay as Keras wrote them
+    adam, _, _ = embedding_case("adam")
+    dense = placer.autoplace(adam, devices[:2], training=True, batch_size=BATCH, time_limit_s=1,
+                             shared_capacity=None)
+    assert dense.emitted.record("gathers").changes == 0
 
 
 def test_asked_replicas_are_predicted_with_their_gradients_traffic(devices, monkeypatch):

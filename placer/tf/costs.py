@@ -38,6 +38,8 @@ from ..errors import CostError, WorkerError
 from ..measure.health import probe_worker
 from ..measure.hosts import clip_runtime_factor, enough_rounds
 from .remote import worker_addresses
+from .graphdef import row_gathers
+from .rewrites.gathers import gather_rows
 from .rewrites.split import split_graph_def
 from .timing import runtime_factor
 from .trace import TracedModel, random_batch
@@ -209,6 +211,7 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
     fixed_variables, fixed_constants = traced.fixed_captures
     gd, shards = (split_graph_def(traced.fixed.graph, fixed_variables, splits) if splits
                   else (traced.fixed.graph.as_graph_def(), ()))
+    gather_rows(gd, row_gathers(traced.fixed.graph))  # as the emitted step gathers them
     fp = fingerprint(gd.SerializeToString(deterministic=True))
     remote_of: dict[str, tuple[str, str]] = {}  # kind -> (device, grpc address) of its first device on a worker
     addresses = worker_addresses(devices)

@@ -15,7 +15,9 @@ export and the measurements read and name graphs through these:
   from constants alone (:func:`constant_nodes`);
 * **variables**: the ``tf.Variable`` and resource handle behind a Keras
   variable (:func:`tf_variable`, :func:`variable_handle`), the op types that
-  write one in place (:data:`VARIABLE_WRITES`);
+  write one in place (:data:`VARIABLE_WRITES`) or touch its rows
+  (:data:`SPARSE_VARIABLE_OPS`), the gathers that can read rows directly
+  (:func:`row_gathers`);
 * **devices**: every op of a trace given a device from a plan that names
   only some (:func:`complete_assignment`), and whether two devices are in one
   process (:func:`other_process`);
@@ -256,6 +258,86 @@ def tensor_bytes(t: Any, batch: int | None = None) -> int:
 def bypassable(op: tf.Operation) -> bool:
     """Whether ``op`` only passes its inputs through (:data:`PASS_THROUGH_OP_TYPES`, no control inputs)."""
     return op.type in PASS_THROUGH_OP_TYPES and not op.control_inputs
+
+
+#: Op types that read or write rows of a resource variable. Any of them puts the variable in TensorFlow's
+#: copy-on-read mode (``EnsureSparseVariableAccess``), after which every whole read (``ReadVariableOp``) copies it.
+SPARSE_VARIABLE_OPS = frozenset({
+    "ResourceGather", "ResourceGatherNd", "ResourceScatterAdd", "ResourceScatterSub", "ResourceScatterMul",
+    "ResourceScatterDiv", "ResourceScatterMin", "ResourceScatterMax", "ResourceScatterUpdate",
+    "ResourceScatterNdAdd", "ResourceScatterNdSub", "ResourceScatterNdUpdate", "ResourceScatterNdMax",
+    "ResourceScatterNdMin", "ResourceSparseApplyAdagrad", "ResourceSparseApplyAdagradV2",
+    "ResourceSparseApplyAdadelta", "ResourceSparseApplyAdam", "ResourceSparseApplyFtrl",
+    "ResourceSparseApplyFtrlV2", "ResourceSparseApplyMomentum", "ResourceSparseApplyKerasMomentum",
+    "ResourceSparseApplyRMSProp", "ResourceSparseApplyCenteredRMSProp", "ResourceSparseApplyProximalAdagrad",
+    "ResourceSparseApplyProximalGradientDescent"})
+
+
+def _row_gather(op: tf.Operation, read: tf.Operation) -> bool:
+    """Whether ``op`` gathers whole rows of ``read``'s output: ``GatherV2(read, ids, axis=0)``, ``batch_dims=0``."""
+    if op.type != "GatherV2" or op.inputs[0].op is not read or op.inputs[1].op is read:
+        return False
+    axis = op.inputs[2].op
+    return (axis.type == "Const" and op.get_attr("batch_dims") == 0
+            and int(tf.make_ndarray(axis.get_attr("value"))) == 0)
+
+
+def _ancestors(op: tf.Operation) -> set[str]:
+    """The names of ``op`` and every op it depends on (data or control)."""
+    seen, todo = {op.name}, [op]
+    while todo:
+        cur = todo.pop()
+        for p in [t.op for t in cur.inputs] + list(cur.control_inputs):
+            if p.name not in seen:
+                seen.add(p.name)
+                todo.append(p)
+    return seen
+
+
+def row_gathers(graph: tf.Graph) -> dict[str, str]:
+    """``GatherV2`` op name → the resource tensor it can gather its rows from directly (``ResourceGather``).
+
+    TensorFlow copies a whole variable on every ``ReadVariableOp`` once a sparse op has touched it (its
+    copy-on-read mode): Keras' ``Embedding`` reads its table whole and gathers the rows (``ops.take``), so a
+    training step that updates the table sparsely (SGD's ``ResourceScatterSub``) copies the whole table every
+    step (a 100 MB table: 12 ms of a 20 ms step on one core). Listed here: the gathers of a variable that
+    the step itself updates sparsely (:data:`SPARSE_VARIABLE_OPS`), whose every whole read is read by row
+    gathers alone (or by nothing), and that nothing else writes or reads: ``ResourceGather`` gives the same rows
+    without the copy (:mod:`placer.tf.rewrites.gathers`). A variable also read or written whole is left as it is.
+
+    Examples
+    --------
+    >>> g = tf.Graph()
+    >>> with g.as_default():
+    ...     h = tf.raw_ops.VarHandleOp(dtype=tf.float32, shape=[4, 2], name="table")
+    ...     rows = tf.gather(tf.raw_ops.ReadVariableOp(resource=h, dtype=tf.float32), [1, 3], name="rows")
+    ...     upd = tf.raw_ops.ResourceScatterSub(resource=h, indices=[1], updates=tf.ones((1, 2)), name="upd")
+    >>> row_gathers(g)
+    {'rows': 'table:0'}
+    """
+    gathers: dict[str, str] = {}
+    by_resource: dict[str, list[tf.Operation]] = {}
+    for op in graph.get_operations():
+        for t in op.inputs:
+            if t.dtype == tf.resource:
+                by_resource.setdefault(t.name, []).append(op)
+    for resource, users in by_resource.items():
+        if not any(u.type in SPARSE_VARIABLE_OPS for u in users):
+            continue
+        found: dict[str, str] = {}
+        for u in users:
+            if u.type in SPARSE_VARIABLE_OPS or u.type == "VariableShape":
+                continue
+            consumers = [c for t in u.outputs for c in t.consumers()]
+            if u.type != "ReadVariableOp" or not all(_row_gather(c, u) for c in consumers):
+                break  # read or written whole: the copies stay, and so does the graph
+            waiting = {c.name for c in u._control_outputs}  # noqa: SLF001  (no public accessor in TF 2.21)
+            if waiting and any(waiting & _ancestors(c.inputs[1].op) for c in consumers):
+                break  # an op ordered after the read feeds the ids: it cannot wait for the gather instead
+            found.update({c.name: resource for c in consumers})
+        else:
+            gathers.update(found)
+    return gathers
 
 
 def other_process(a: str, b: str) -> bool:

@@ -48,7 +48,8 @@ from ..core.attrs import (
     VARIABLE,
 )
 from ..errors import GraphError
-from .graphdef import GRADIENT_SCOPE, PASS_THROUGH_OP_TYPES, bypassable, layer_of, tensor_bytes, variable_bytes
+from .graphdef import (GRADIENT_SCOPE, PASS_THROUGH_OP_TYPES, bypassable, layer_of, row_gathers, tensor_bytes,
+                       variable_bytes)
 from .trace import TracedModel
 
 log = logging.getLogger(__name__)
@@ -235,6 +236,8 @@ def build_op_graph(traced: TracedModel, compute_us: Mapping[str, Mapping[str, fl
         for rule in COLOCATION_RULES:
             for other in rule(op):
                 uf.union(op.name, other)
+    for gather, resource in row_gathers(g).items():  # emitted as a ResourceGather of the variable
+        uf.union(gather, g.get_tensor_by_name(resource).op.name)
     for op in ops:
         # An op outside every layer scope that reads one layer's outputs only (the tape's gradient sums,
         # AddN_k; the optimizer's per-gradient Identity_k) belongs to that layer: a layer's backward pass

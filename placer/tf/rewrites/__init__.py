@@ -14,6 +14,7 @@ rewrite              schedule   what it does (applies when)
 ===================  =========  =====================================================
 bypass                          consumers of ``IdentityN`` read its inputs
 split                           the plan's split ops as parts reading weight shards
+gathers                         a sparse table's row gathers skip its copy (training)
 devices                         every node gets its planned device
 codecs                          cut float edges get the policy's codec
 update-after-reads              variable writes wait for their readers (training)
@@ -29,13 +30,14 @@ Adding a rewrite is one new file here with its ``REWRITE`` and one line in
 
 from __future__ import annotations
 
-from . import bypass, compress, copies, devices, gates, order, sends, split, update_after_reads
+from . import bypass, compress, copies, devices, gates, gathers, order, sends, split, update_after_reads
 from .base import Rewrite, RewriteContext, RewriteRecord, SendRule, find_record, run_rewrites, schedule_split
 
 #: The rewrites :func:`placer.tf.emit.emit` runs, in order (schedule rewrites last: :func:`schedule_split`).
 REWRITES: tuple[Rewrite, ...] = (
     bypass.REWRITE,
     split.REWRITE,
+    gathers.REWRITE,
     devices.REWRITE,
     compress.REWRITE,
     update_after_reads.REWRITE,
