@@ -41,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
     import tensorflow as tf
 
     import placer
+    from placer.tf.measuring import fit_step
 
     out = MarkdownOut()
     errors: list[float] = []
@@ -53,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
             "(`benchmarks/strategy.py`'s) placed on worker 0 alone (`algorithm=\"single\"`) at each micro-batch "
             f"count, {args.repeats} interleaved rounds ({ROUNDS_TEXT}); predicted = the plan's predicted step "
             "(simulated pipelined step plus its measured fixed cost per call). Inference rows fetch the outputs; "
-            "training rows run `train_on_batch` (SGD, MSE).")
+            "training rows run one Keras step as `fit` does (`placer.tf.measuring.fit_step`; SGD, MSE).")
         out()
         out("| workload (batch) | m | measured ms | ± | ÷ m=1 measured | predicted ms | ÷ m=1 predicted | "
             "prediction error |")
@@ -77,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
                                      microbatches=m, calibrate_links=False, profile_cache=False)
                 print(f"  {case} m={m}: placed in {time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)
                 placed.append((m, p))
-                steps.append((lambda p=p: p.train_on_batch(x, y)) if training else
+                steps.append((lambda p=p: fit_step(p, x, y)) if training else
                              (lambda p=p: [v.numpy() for v in tf.nest.flatten(p(xs))]))
             times = interleaved_times(steps, args.repeats)
             first_med = first_pred = None

@@ -18,8 +18,9 @@ workers calibrated) and measured, interleaved, on the same batch:
   (TensorFlow's own send order; the others use the default, prompt sends on
   these one-thread workers, :mod:`placer.tf.rewrites.sends`).
 
-Each measured step fetches its outputs (inference) or runs Keras'
-``train_on_batch`` (training). Prints and writes a table: measured
+Each measured step fetches its outputs (inference) or runs one Keras step
+as ``fit`` does (training, :func:`placer.tf.measuring.fit_step`; until
+2026-12-06 ``train_on_batch``, which adds a metric reset per call). Prints and writes a table: measured
 medians and spread (half the interquartile range), measured throughput
 speedup over the best single-worker configuration, the simulator's
 predicted speedup beside it, the predicted step's error against the
@@ -191,6 +192,7 @@ def _run_case(case: str, args: argparse.Namespace, out, summary: list, devices: 
     import workloads
 
     import placer
+    from placer.tf.measuring import fit_step
 
     builder_name, kwargs, batch, training = CASES[case]
     builder = getattr(workloads, {"resnet50": "resnet50", "inception_v3": "inception_v3",
@@ -248,7 +250,7 @@ def _run_case(case: str, args: argparse.Namespace, out, summary: list, devices: 
 
     def step_of(p):
         if training:
-            return lambda: p.train_on_batch(x, y)
+            return lambda: fit_step(p, x, y)
         return lambda: [t.numpy() for t in tf.nest.flatten(p(x))]
 
     times = interleaved_times([step_of(p) for _, p in configs], args.repeats)

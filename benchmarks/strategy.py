@@ -121,8 +121,9 @@ def run(args: argparse.Namespace) -> int:
             f"--repeats {args.repeats} --links {' '.join(args.links)}`; "
             f"{args.repeats} interleaved rounds after 2 warm-up calls ({ROUNDS_TEXT}); speedup = the best "
             "one-worker step / this step (the same batch); predicted = the plan's predicted step (simulated, plus "
-            "its measured fixed cost per call). Inference rows fetch the outputs; training rows run "
-            "`train_on_batch` (SGD, MSE). `tf.distribute`: `MirroredStrategy` over the two workers' CPUs is "
+            "its measured fixed cost per call). Inference rows fetch the outputs; training rows run one Keras step "
+            "as `fit` does (`placer.tf.measuring.fit_step`: no metric reset per step; SGD, MSE). "
+            "`tf.distribute`: `MirroredStrategy` over the two workers' CPUs is "
             "refused by TensorFlow 2.21 (in-graph multi-worker is not supported in eager mode); "
             "`MultiWorkerMirroredStrategy` and `ParameterServerStrategy` need the program running in every "
             "worker or a coordinator with parameter-server tasks, not one client on plain gRPC workers. So the "
@@ -246,13 +247,15 @@ def _run_case(case: str, link: str, args: argparse.Namespace, out, devices: list
 
 def _run_training_case(case: str, link: str, args: argparse.Namespace, out, devices: list[str], errors: list[float],
                        model, x, batch: int) -> tuple:
-    """One training step (``train_on_batch``, SGD, MSE): one worker (1 and 4 micro-batches: the perfect
-    two-stage pipeline's ceiling is computed from them, :func:`speedup.pipeline_ceiling`), ``replicas=2`` (data
-    parallelism: no ``tf.distribute`` strategy runs with one client and plain gRPC workers, see the note in the
-    results), autoplace's default, its one-copy plan and its pipeline search (``microbatches="auto"``)."""
+    """One training step (as ``fit`` runs it: :func:`placer.tf.measuring.fit_step`; SGD, MSE): one worker
+    (1 and 4 micro-batches: the perfect two-stage pipeline's ceiling is computed from them,
+    :func:`speedup.pipeline_ceiling`), ``replicas=2`` (data parallelism: no ``tf.distribute`` strategy runs with
+    one client and plain gRPC workers, see the note in the results), autoplace's default, its one-copy plan and
+    its pipeline search (``microbatches="auto"``)."""
     import keras
 
     import placer
+    from placer.tf.measuring import fit_step
 
     model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
     y = np.random.default_rng(1).standard_normal((batch, *model.outputs[0].shape[1:])).astype("float32")
@@ -269,7 +272,7 @@ def _run_training_case(case: str, link: str, args: argparse.Namespace, out, devi
               flush=True)
         placed[label] = p
     labels = list(placed)
-    times = interleaved_times([lambda p=placed[k]: p.train_on_batch(x, y) for k in labels], args.repeats)
+    times = interleaved_times([lambda p=placed[k]: fit_step(p, x, y) for k in labels], args.repeats)
     medians = [median_spread(ts) for ts in times]
     one = min(medians[0][0], medians[1][0])
     for label, (med, spread) in zip(labels, medians):

@@ -50,7 +50,8 @@ class StepMeasurement:
     predicted_step_s : float or None
         The cost model's step for this batch (``None`` when the plan was made at another batch size).
     step : str
-        What was timed: ``"predict"`` (the forward pass) or ``"train"`` (one ``train_on_batch``).
+        What was timed: ``"predict"`` (the forward pass) or ``"train"`` (one Keras training step as ``fit``
+        runs it, :func:`placer.tf.measuring.fit_step`).
     setup : str
         What exactly the original side was (where its ops and variables were, what was timed), for the
         report; empty: not said.

@@ -583,9 +583,11 @@ class PlacedModel(keras.Model):
 
         The step is the one the plan was made for. For inference, the placed forward pass on ``x``
         against the original run as one graph function with every op and a copy of every weight on the
-        plan's first device. For a placement of the training step, one ``train_on_batch(x, y)`` of this
+        plan's first device. For a placement of the training step, one training step on ``(x, y)`` of this
         model against one of a copy of the original (its current weights, the same compile settings,
-        every variable on the plan's first device): Keras' own step on both sides. Training steps change
+        every variable on the plan's first device): Keras' own step on both sides, as ``fit`` runs it
+        (:func:`placer.tf.measuring.fit_step`: no metric reset per step, which ``train_on_batch`` adds:
+        2–4 ms a call on a gRPC worker). Training steps change
         weights, so every variable of this model (weights, optimizer slots and iterations, metric totals) is
         restored afterwards; the user's model is never touched (:mod:`placer.tf.measuring`).
 
