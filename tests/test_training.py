@@ -742,6 +742,45 @@ def test_a_sparsely_updated_table_is_gathered_from_without_a_whole_read(devices,
     assert dense.emitted.record("gathers").changes == 0
 
 
+@pytest.mark.parametrize("split", [dict(microbatches=2), dict(replicas=2)])
+def test_split_batch_norm_follows_gpipes_semantics_computed_part_by_part(devices, split):
+    # split_batch_norm=True: each micro-batch (or replica) normalises by its own rows' statistics and updates the
+    # moving statistics once, in part order; the gradients are summed and one update applied. The reference is
+    # computed part by part here: the twin called on each half under one tape, its loss weighted by the share
+    keras.utils.set_random_seed(3)
+    inp = keras.Input((4,), name="x")
+    h = keras.layers.Dense(6, name="d")(inp)
+    h = keras.layers.BatchNormalization(momentum=0.9, name="bn")(h)
+    model = keras.Model(inp, keras.layers.Dense(1, name="out")(keras.layers.ReLU()(h)), name="bn_model")
+    settings = dict(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    model.compile(**settings)
+    ref = twin(model, settings)
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((BATCH, 4)).astype("float32")
+    y = rng.standard_normal((BATCH, 1)).astype("float32")
+    with pytest.raises(placer.TrainingError, match="split_batch_norm=True"):
+        placer.autoplace(model, devices[:2], training=True, batch_size=BATCH, time_limit_s=1, **split)
+    placed = placer.autoplace(model, devices[:2], training=True, batch_size=BATCH, time_limit_s=1,
+                              algorithm="contiguous", shared_capacity=None, split_batch_norm=True, **split)
+    moving0 = ref.get_layer("bn").moving_mean.numpy().copy()
+    loss = float(placed.train_on_batch(x, y))
+
+    halves = np.split(np.arange(BATCH), 2)
+    with tf.GradientTape() as tape:
+        total = tf.add_n([keras.losses.MeanSquaredError()(y[i], ref(x[i], training=True)) * 0.5 for i in halves])
+    grads = tape.gradient(total, ref.trainable_weights)
+    ref.optimizer.apply_gradients(zip(grads, ref.trainable_weights))
+    close(loss, float(total))
+    for a, b in zip(ref.get_weights(), placed.get_weights(), strict=True):  # kernels, gamma/beta, moving stats
+        close(a, b)
+    # the moving mean saw the halves one after the other, each with momentum 0.9
+    pre = x @ model.get_layer("d").kernel.numpy() + model.get_layer("d").bias.numpy()
+    mean0, mean1 = (pre[i].mean(axis=0) for i in halves)
+    expected = 0.9 * (0.9 * moving0 + 0.1 * mean0) + 0.1 * mean1
+    at = [w.path for w in model.weights].index(model.get_layer("bn").moving_mean.path)
+    close(placed.get_weights()[at], expected)
+
+
 def test_asked_replicas_are_predicted_with_their_gradients_traffic(devices, monkeypatch):
     # replicas=2 on two devices: the copies' step is predicted on the full batch's trace (each copy's forward and
     # backward pass, the gradients sent to the variables' device and summed there), as replicas="auto" predicts

@@ -111,6 +111,13 @@ class TrainingOptions:
         ``R`` equal to the number of devices is predicted as ``"auto"`` predicts the copies (the full batch
         traced first, the gradients' traffic included); groups of several devices are predicted as one
         group's step (their gradients' traffic between groups is not counted).
+    split_batch_norm : bool
+        Let a model with batch normalization train as micro-batches or replicas, with GPipe's semantics: each
+        part (micro-batch or replica) normalises by its own rows' statistics, and updates the moving mean and
+        variance once, in part order, so that the moving statistics see every part of the batch. This changes
+        the math of the step (``model.fit`` normalises by the whole batch's statistics and updates them once):
+        the losses follow another curve (``docs/training.md``). ``False`` (default): such a model is refused
+        (``TrainingError``) for explicit ``microbatches``/``replicas`` and trains whole under ``"auto"``.
     """
 
     training: bool = False
@@ -120,8 +127,10 @@ class TrainingOptions:
     loss_weights: Any = None
     targets: Any = None
     replicas: int | str = "auto"
+    split_batch_norm: bool = False
 
     def __post_init__(self) -> None:
+        boolean("split_batch_norm", self.split_batch_norm)
         if self.replicas != "auto":
             object.__setattr__(self, "replicas", integer("replicas (an integer or 'auto')", self.replicas,
                                                          minimum=1, error=TrainingError))

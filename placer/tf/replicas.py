@@ -52,7 +52,9 @@ def replicated_train_step(model: Any, data: Any, groups: Sequence[Sequence[str]]
     group) and the single optimizer update run where the variables live
     (the first group's devices); the metrics see the whole batch. Random
     ops draw per replica (dropout masks differ from the unsplit step); batch
-    normalization is refused (:func:`placer.tf.training.check_replicable`).
+    normalization is refused (:func:`placer.tf.training.check_replicable`) unless ``split_batch_norm``
+    accepts GPipe's semantics: each replica normalises by its own part's statistics and its moving-statistics
+    update runs in replica order (the tape's order: automatic control dependencies serialise the writes).
     """
     x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
     groups = [tuple(g) for g in groups]

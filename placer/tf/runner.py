@@ -425,7 +425,7 @@ def _trace(shell: PlacedModel, model: keras.Model, opts: PlacementOptions, batch
     if t.training:
         return trace_training(shell, model, batch_size=batch_size, input_signature=opts.trace.input_signature,
                               targets=t.targets, optimizer=t.optimizer, loss=t.loss, metrics=t.metrics,
-                              loss_weights=t.loss_weights, replicas=replicas)
+                              loss_weights=t.loss_weights, replicas=replicas, split_batch_norm=t.split_batch_norm)
     traced = trace_model(model, batch_size=batch_size, input_signature=opts.trace.input_signature)
     return traced, traced.input_specs
 
@@ -455,7 +455,7 @@ def _microbatches(model: keras.Model, built: BuiltProblem, plan: Plan, devset: D
         allowed = []
         for m in candidates:
             try:
-                check_replicable(model, m, batch, what="microbatches")
+                check_replicable(model, m, batch, what="microbatches", split_batch_norm=opts.train.split_batch_norm)
                 allowed.append(m)
             except TrainingError:
                 if microbatches != "auto":
@@ -469,7 +469,7 @@ def _microbatches(model: keras.Model, built: BuiltProblem, plan: Plan, devset: D
     copies = len(devset) if len(devset) > 1 and (searched or asked) else 1
     if copies > 1 and opts.train.training:
         try:  # one micro-batch per replica: the replicas' parts must give the full-batch step
-            check_replicable(model, copies, batch)
+            check_replicable(model, copies, batch, split_batch_norm=opts.train.split_batch_norm)
         except TrainingError as e:
             if asked:
                 raise

@@ -74,7 +74,8 @@ def compile_settings(model: Any, *, optimizer: Any = None, loss: Any = None, met
             "metrics": copied_metrics, "loss_weights": loss_weights, **_PLACED_COMPILE}, None
 
 
-def check_replicable(model: Any, replicas: int, batch_size: int, what: str = "replicas") -> None:
+def check_replicable(model: Any, replicas: int, batch_size: int, what: str = "replicas",
+                     split_batch_norm: bool = False) -> None:
     """Refuse ``replicas`` (or ``microbatches``: ``what``) that would not give the math of one full-batch step.
 
     Raises
@@ -82,7 +83,7 @@ def check_replicable(model: Any, replicas: int, batch_size: int, what: str = "re
     TrainingError
         ``replicas`` not dividing the batch, or a model with batch normalization (each replica would
         normalise by its own part's statistics and update the moving
-        statistics once per replica: not the full-batch step).
+        statistics once per replica: not the full-batch step) unless ``split_batch_norm`` accepts that.
     """
     if replicas == 1:
         return
@@ -91,12 +92,13 @@ def check_replicable(model: Any, replicas: int, batch_size: int, what: str = "re
                             f"that is a multiple of {replicas}")
     bn = [layer.name for layer in model._flatten_layers(include_self=False)  # noqa: SLF001
           if type(layer).__name__ == "BatchNormalization"]
-    if bn:
+    if bn and not split_batch_norm:
         part = "replica" if what == "replicas" else "micro-batch"
         raise TrainingError(
             f"{what}={replicas} with batch normalization ({bn[:3]}) would not be the full-batch step: each "
             f"{part} normalises by its part's statistics and updates the moving statistics once per {part}. "
-            f"Train with {what}=1, or replace BatchNormalization (e.g. LayerNormalization)")
+            f"Train with {what}=1, replace BatchNormalization (e.g. LayerNormalization), or pass "
+            "split_batch_norm=True to accept per-part statistics (GPipe's semantics)")
 
 
 def _target_specs(model: Any, x_specs: Sequence[tf.TensorSpec], batch: int, targets: Any) -> Any:
@@ -123,13 +125,14 @@ def _target_specs(model: Any, x_specs: Sequence[tf.TensorSpec], batch: int, targ
 
 def trace_training(shell: Any, model: Any, *, batch_size: int | None, input_signature: Sequence[Any] | None,
                    targets: Any, optimizer: Any, loss: Any, metrics: Any, loss_weights: Any,
-                   replicas: int = 1) -> tuple[TracedModel, tuple[tf.TensorSpec, ...]]:
+                   replicas: int = 1, split_batch_norm: bool = False) -> tuple[TracedModel, tuple[tf.TensorSpec, ...]]:
     """Compile ``shell`` (a new :class:`~placer.tf.placed_model.PlacedModel` of ``model``) like ``model`` and
     trace its training step at the planning batch size.
 
     Returns the traced step and the model's input specs (unknown batch); the
     shell is placed later (the emit stage). With ``replicas``, the planning
-    trace is one replica's step: ``batch_size / replicas`` rows.
+    trace is one replica's step: ``batch_size / replicas`` rows (``split_batch_norm``: see
+    :func:`check_replicable`).
 
     Raises
     ------
@@ -137,7 +140,7 @@ def trace_training(shell: Any, model: Any, *, batch_size: int | None, input_sign
     """
     check_model(model)
     x_specs, batch = _normalise_specs(model, input_signature, batch_size)
-    check_replicable(model, replicas, batch)
+    check_replicable(model, replicas, batch, split_batch_norm=split_batch_norm)
     batch //= replicas
     kwargs, config = compile_settings(model, optimizer=optimizer, loss=loss, metrics=metrics,
                                       loss_weights=loss_weights)
