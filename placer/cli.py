@@ -145,6 +145,9 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--replicas", type=lambda v: v if v == "auto" else count(v), default="auto",
                       help="data parallelism: 'auto' (default: for inference, a copy of the model per device where "
                       "predicted faster), or R copies (inference: one per device; --training: R groups of devices)")
+    plan.add_argument("--split-batch-norm", action="store_true",
+                      help="with --training: let batch normalization run per micro-batch or replica (GPipe's "
+                      "semantics, a change of the math); default: such models train whole")
     plan.add_argument("--splits", default="auto", choices=list(SPLITS),
                       help="operator splitting: 'auto' (default: for inference, large dense products split by output "
                       "columns over the devices where predicted faster), 'none' or 'all'")
@@ -363,7 +366,7 @@ def _placement_options(args: argparse.Namespace, bar: _Progress | None, stages: 
     kw = {"batch_size": args.batch_size, "training": args.training,
           "progress": bar.start(stages) if bar is not None else None}
     for name in ("algorithm", "objective", "seed", "group_by", "memory", "execution_order", "compression", "replicas",
-                 "splits"):
+                 "splits", "split_batch_norm"):
         if hasattr(args, name):
             kw[name] = getattr(args, name)
     if hasattr(args, "time_limit"):
