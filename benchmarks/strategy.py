@@ -96,6 +96,13 @@ def wide(width: int = 4096, layers: int = 7, features: int = 1024) -> "object":
     return keras.Model(inp, keras.layers.Dense(16, name="head")(h), name="wide")
 
 
+def resnet50_small() -> "object":
+    """The speedup benchmark's ResNet50 training workload (64 px images): 53 batch normalization layers."""
+    from workloads import resnet50
+
+    return resnet50(size=64)
+
+
 #: name -> (builder, batch, input maker, training)
 CASES = {
     "decoder": (decoder, 32, lambda rng, n: rng.integers(0, 2000, (n, 64)).astype("int32"), False),
@@ -104,6 +111,8 @@ CASES = {
                              True),
     "towers_training": (towers, 256, lambda rng, n: rng.standard_normal((n, 256)).astype("float32"), True),
     "wide_training": (wide, 32, lambda rng, n: rng.standard_normal((n, 1024)).astype("float32"), True),
+    "resnet50_training": (resnet50_small, 8, lambda rng, n: rng.standard_normal((n, 64, 64, 3)).astype("float32"),
+                          True),
 }
 
 
@@ -261,10 +270,15 @@ def _run_training_case(case: str, link: str, args: argparse.Namespace, out, devi
     y = np.random.default_rng(1).standard_normal((batch, *model.outputs[0].shape[1:])).astype("float32")
     placed = {}
     one = dict(algorithm="single", replicas=1, calibrate_links=False)
-    for label, options in (("one worker", one), ("one worker, 4 micro-batches", dict(one, microbatches=4)),
-                           ("data parallel (autoplace replicas=2)", dict(replicas=2)),
+    # batch normalization: micro-batches and copies only with split_batch_norm (per-part statistics, as
+    # tf.distribute's replicas normalise by their own rows); the default and replicas=1 rows keep model.fit's math
+    bn = dict(split_batch_norm=True) if any(type(layer).__name__ == "BatchNormalization"
+                                            for layer in model._flatten_layers()) else {}  # noqa: SLF001
+    tag = ", split_batch_norm" if bn else ""
+    for label, options in (("one worker", one), (f"one worker, 4 micro-batches{tag}", dict(one, microbatches=4, **bn)),
+                           (f"data parallel (autoplace replicas=2{tag})", dict(replicas=2, **bn)),
                            ("autoplace default", {}), ("autoplace replicas=1", dict(replicas=1)),
-                           ("autoplace microbatches='auto'", dict(microbatches="auto"))):
+                           (f"autoplace microbatches='auto'{tag}", dict(microbatches="auto", **bn))):
         t = time.perf_counter()
         p = placer.autoplace(model, devices, batch_size=batch, training=True, profile_cache=False, **options)
         print(f"  {case} {label}: placed in {time.perf_counter() - t:.1f} s: {_copies(p)} copies, "
@@ -289,8 +303,8 @@ def _run_training_case(case: str, link: str, args: argparse.Namespace, out, devi
     chosen = (f"{_copies(auto)} copies" if _copies(auto) > 1 else
               f"one copy, m={auto.plan.microbatches}, {len(set(auto.plan.assignment.values()))} worker(s)")
     ceiling, cm = pipeline_ceiling({1: medians[0][0], 4: medians[1][0]})
-    ip = labels.index("autoplace microbatches='auto'")
-    pipe = placed["autoplace microbatches='auto'"].plan
+    ip = labels.index(f"autoplace microbatches='auto'{tag}")
+    pipe = placed[labels[ip]].plan
     # a perfect two-stage GPipe pipeline, from the one-worker steps at 1 and 4 micro-batches; a placement without
     # micro-batches may pass it (a training step's weight and input gradients are independent ops)
     reached = (f"; its pipeline search (`microbatches='auto'`) chose m={pipe.microbatches}, "
