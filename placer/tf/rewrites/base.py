@@ -34,13 +34,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 import tensorflow as tf
 
 from ...core.compression import CompressionPolicy
 from ...errors import AutoplaceError, GraphError
-from ..graphdef import other_process
+from ..graphdef import other_process, source
 
 log = logging.getLogger(__name__)
 
@@ -315,3 +315,48 @@ def splice(gd: tf.compat.v1.GraphDef, nodes: list, placeholders: list[str], inpu
         del c.input[:]
         c.input.extend(ref(i) for i in n.input)
     return [ref(o) for o in outputs]
+
+
+def remove_nodes(gd: tf.compat.v1.GraphDef, drop: Collection[str], waits: Mapping[str, Sequence[str]],
+                 colocate: Mapping[str, str] | None = None) -> list[str]:
+    """Remove the nodes named in ``drop`` from ``gd`` (in place), as a rewrite that replaced them does: a control
+    input on a removed node becomes control inputs on the nodes ``waits`` names for it (its replacements; ``[]``:
+    the wait goes), and a colocation with one (``_class``) moves to ``colocate``'s node for it, or goes (a
+    ``_class`` left empty goes too). Returns the nodes that would still take a tensor from a removed one, or wait
+    for one ``waits`` does not name: then nothing is changed (the caller's error).
+
+    Examples
+    --------
+    >>> gd = tf.compat.v1.GraphDef()
+    >>> for name, inputs in [("v", []), ("read", ["v"]), ("rows", ["v"]), ("upd", ["v", "^read"])]:
+    ...     _ = gd.node.add(name=name, op="NoOp", input=inputs)
+    >>> remove_nodes(gd, {"read"}, {"read": ["rows"]}), [(n.name, list(n.input)) for n in gd.node]
+    ([], [('v', []), ('rows', ['v']), ('upd', ['v', '^rows'])])
+    >>> remove_nodes(gd, {"rows"}, {})
+    ['upd']
+    """
+    drop, colocate = set(drop), colocate or {}
+    left = [n.name for n in gd.node if n.name not in drop and any(
+        source(x)[0] in drop and not (x.startswith("^") and x[1:] in waits) for x in n.input)]
+    if left:
+        return left
+    for n in gd.node:
+        if any(x.startswith("^") and x[1:] in drop for x in n.input):
+            new = [y for x in n.input for y in (["^" + w for w in waits[x[1:]] if w != n.name]
+                                                 if x.startswith("^") and x[1:] in drop else [x])]
+            del n.input[:]
+            n.input.extend(dict.fromkeys(new))
+        if "_class" in n.attr:
+            classes = [c.decode() for c in n.attr["_class"].list.s]
+            moved = [c if not c.startswith("loc:@") or c[5:] not in drop else
+                     f"loc:@{colocate[c[5:]]}" if c[5:] in colocate else None for c in classes]
+            moved = list(dict.fromkeys(c for c in moved if c is not None))
+            if moved != classes:
+                if moved:
+                    n.attr["_class"].list.s[:] = [c.encode() for c in moved]
+                else:
+                    del n.attr["_class"]
+    keep = [n for n in gd.node if n.name not in drop]
+    del gd.node[:]
+    gd.node.extend(keep)
+    return []

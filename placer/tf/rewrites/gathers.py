@@ -22,7 +22,7 @@ from typing import Mapping
 import tensorflow as tf
 
 from ..graphdef import row_gathers, source
-from .base import Rewrite, RewriteContext, RewriteRecord
+from .base import Rewrite, RewriteContext, RewriteRecord, remove_nodes
 
 
 def gather_rows(gd: tf.compat.v1.GraphDef, gathers: Mapping[str, str]) -> list[str]:
@@ -46,8 +46,7 @@ def gather_rows(gd: tf.compat.v1.GraphDef, gathers: Mapping[str, str]) -> list[s
     ('ResourceGather', ['table', 'rows/indices'], False)
     """
     nodes = {n.name: n for n in gd.node}
-    done: list[str] = []
-    reads: list[str] = []
+    gathered: dict[str, str] = {}  # gather → the read it gathered from
     for node in gd.node:
         if node.name not in gathers or node.op != "GatherV2":
             continue
@@ -67,33 +66,16 @@ def gather_rows(gd: tf.compat.v1.GraphDef, gathers: Mapping[str, str]) -> list[s
         node.attr["Tindices"].type = index
         node.attr["batch_dims"].i = 0
         node.attr["validate_indices"].b = True
-        done.append(node.name)
-        reads.append(read.name)
-    if done:  # the reads no one reads now go: what waited for one waits for its gathers, a colocation with one
-        # names its variable
-        resources = {source(nodes[name].input[0])[0] for name in done}
+        gathered[node.name] = read.name
+    if gathered:  # the reads no one reads now go: what waited for one waits for its gathers, a colocation with
+        # one names its variable
+        resources = {source(nodes[name].input[0])[0] for name in gathered}
         referenced = {source(i)[0] for n in gd.node for i in n.input if not i.startswith("^")}
         dropped = {n.name: source(n.input[0])[0] for n in gd.node if n.op == "ReadVariableOp"
                    and n.name not in referenced and n.input and source(n.input[0])[0] in resources}
-        gathered = {name: read for name, read in zip(done, reads)}
-        for n in gd.node:
-            waits = [i for i in n.input if i.startswith("^") and i[1:] in dropped]
-            if waits:
-                kept = [i for i in n.input if i not in waits]
-                moved = [f"^{g}" for g, read in gathered.items() if f"^{read}" in waits and g != n.name]
-                del n.input[:]
-                n.input.extend(dict.fromkeys(kept + [m for m in moved if m not in kept]))
-            if "_class" in n.attr:
-                classes = [c.decode() for c in n.attr["_class"].list.s]
-                moved = [f"loc:@{dropped[c[5:]]}" if c.startswith("loc:@") and c[5:] in dropped else c
-                         for c in classes]
-                if moved != classes:
-                    del n.attr["_class"].list.s[:]
-                    n.attr["_class"].list.s.extend(c.encode() for c in dict.fromkeys(moved))
-        keep = [n for n in gd.node if n.name not in dropped]
-        del gd.node[:]
-        gd.node.extend(keep)
-    return done
+        remove_nodes(gd, dropped, {r: [g for g, read in gathered.items() if read == r] for r in dropped},
+                     colocate=dropped)
+    return list(gathered)
 
 
 def rewrite_gathers(gd: tf.compat.v1.GraphDef, context: RewriteContext) -> RewriteRecord:

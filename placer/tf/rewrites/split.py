@@ -45,8 +45,7 @@ import tensorflow as tf
 
 from ...core.splits import Pair, Split, axis_name, pair_ops, split_map, split_name
 from ...errors import GraphError, PlanError
-from ..graphdef import source
-from .base import Rewrite, RewriteContext, RewriteRecord, splice, template
+from .base import Rewrite, RewriteContext, RewriteRecord, remove_nodes, splice, template
 
 
 @dataclass(frozen=True)
@@ -548,7 +547,7 @@ def split_ops(gd: tf.compat.v1.GraphDef, context: RewriteContext) -> RewriteReco
     by_name = {n.name: n for n in gd.node}
     shards: list[Shard] = []
     drop: set[str] = set()
-    renamed_controls: dict[str, list[str]] = {}
+    waits: dict[str, list[str]] = {}  # a removed node → what replaces it for those that wait for it
     pairs = _named_pairs(graph, context)
     paired = {p.op for p in pairs.values()}
     for name, parts in sorted(context.splits.items()):
@@ -592,7 +591,7 @@ def split_ops(gd: tf.compat.v1.GraphDef, context: RewriteContext) -> RewriteReco
             shards.append(Shard(p_name, ph.name, context.devices[p_name], start, stop, axis,
                                 pieces=rule.kind == "rows"))
             for r in (read.name, *dead):
-                renamed_controls.setdefault("^" + r, []).append("^" + r_name)
+                waits.setdefault(r, []).append(r_name)
         for u in updates:  # the whole update: a no-op after its parts (what waited for it still does)
             whole = by_name[u.name]
             whole.op = "NoOp"
@@ -618,33 +617,18 @@ def split_ops(gd: tf.compat.v1.GraphDef, context: RewriteContext) -> RewriteReco
             pr = s.pair
             bias = () if pr.bias_read is None else (pr.bias_read,)
             for whole in (s.op, *pr.chain, pr.read, *bias):  # what waited for a replaced node waits for its parts
-                renamed_controls.setdefault("^" + whole, []).extend("^" + split_name(whole, i) for i in range(parts))
+                waits.setdefault(whole, []).extend(split_name(whole, i) for i in range(parts))
             for dead_read in dead_reads:
-                renamed_controls.setdefault("^" + dead_read, []).extend(
-                    "^" + split_name(pr.read, i) for i in range(parts))
+                waits.setdefault(dead_read, []).extend(split_name(pr.read, i) for i in range(parts))
         if w.reshape is not None:  # the whole kernel's reshape, and its shape where nothing else reads it
             drop.add(w.reshape.name)
             shape = w.reshape.inputs[1].op
             if shape.type == "Const" and [c.name for c in shape.outputs[0].consumers()] == [w.reshape.name]:
                 drop.add(shape.name)
-    for n in gd.node:
-        if any(x in renamed_controls for x in n.input):
-            new = [y for x in n.input for y in renamed_controls.get(x, [x])]
-            del n.input[:]
-            n.input.extend(new)
-    for n in gd.node:  # colocation with a removed read (a gradient's shape constant): dropped
-        if "_class" in n.attr:
-            keep = [c for c in n.attr["_class"].list.s if c.decode().removeprefix("loc:@") not in drop]
-            if keep:
-                n.attr["_class"].list.s[:] = keep
-            else:
-                del n.attr["_class"]
-    left = [n.name for n in gd.node if n.name not in drop and any(source(x)[0] in drop for x in n.input)]
+    # a colocation with a removed read (a gradient's shape constant) goes with it
+    left = remove_nodes(gd, drop, waits)
     if left:
         raise GraphError(f"split weights are still read by {left[:3]}")
-    keep = [n for n in gd.node if n.name not in drop]
-    del gd.node[:]
-    gd.node.extend(keep)
     return RewriteRecord("split", changes=len(shards), summary=f"{len(context.splits)} ops split into "
                          f"{len(shards)} parts, each reading its weight's shard", detail=tuple(shards))
 
