@@ -62,6 +62,9 @@ class CacheKey:
     #: The worker process the times were measured on, as its server identifies itself (each device's
     #: incarnation, new at every start: an entry serves that process only); empty for this process.
     worker: str = ""
+    #: How the inputs were fed where not the default (standard normal floats, integer zeros): e.g. the
+    #: bounds of random ids (``"ids<400000"``), which change what a gather costs.
+    feeds: str = ""
 
     def filename(self) -> str:
         digest = fingerprint(json.dumps(asdict(self), sort_keys=True).encode())[:32]
@@ -87,7 +90,8 @@ def _times(value: object, what: str) -> dict[str, float]:
 
 
 def _key(value: object) -> CacheKey:
-    types = {"graph": str, "device_kind": str, "batch_size": int, "tf_version": str, "grappler": bool, "worker": str}
+    types = {"graph": str, "device_kind": str, "batch_size": int, "tf_version": str, "grappler": bool, "worker": str,
+             "feeds": str}
     if not isinstance(value, dict) or set(value) != set(types):
         raise ValueError(f"the key is not an object with the fields {sorted(types)}")
     for name, kind in types.items():

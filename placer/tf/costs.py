@@ -42,7 +42,7 @@ from .graphdef import row_gathers
 from .rewrites.gathers import gather_rows
 from .rewrites.split import split_graph_def
 from .timing import runtime_factor
-from .trace import TracedModel, random_batch
+from .trace import TracedModel, index_bounds, traced_batch
 
 log = logging.getLogger(__name__)
 
@@ -123,8 +123,16 @@ class ComputeCosts:
 
 
 def sample_inputs(traced: TracedModel, seed: int) -> dict[str, np.ndarray]:
-    """Random feeds for the fixed-batch trace (:func:`random_batch`), by input tensor name."""
-    return dict(zip(traced.input_names, random_batch(traced.input_specs, traced.batch_size, seed)))
+    """Random feeds for the fixed-batch trace (:func:`placer.tf.trace.traced_batch`: ids below their
+    tables' rows), by input tensor name."""
+    return dict(zip(traced.input_names, traced_batch(traced, seed)))
+
+
+def feeds_key(traced: TracedModel) -> str:
+    """How :func:`sample_inputs` feeds ``traced`` where not by default (the profile cache keys on it): each
+    input fed random ids, with its bound (``"history:0<400000"``); empty where none is."""
+    return ",".join(f"{name}<{bound}" for name, bound in zip(traced.input_names, index_bounds(traced))
+                    if bound is not None)
 
 
 def op_shapes(graph: tf.Graph) -> dict[str, OpShapes]:
@@ -236,7 +244,7 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
         device, target = (remote_of[kind][0], f"grpc://{remote_of[kind][1]}") if kind in remote_of else (
             f"/device:{kind}:0", "")
         worker = worker_identity(remote_of[kind][1]) if target and cache is not None else ""
-        key = CacheKey(fp, kind, int(traced.batch_size), tf.__version__, grappler, worker)
+        key = CacheKey(fp, kind, int(traced.batch_size), tf.__version__, grappler, worker, feeds_key(traced))
         feeds = sample_inputs(traced, seed)
         mapped = {n.split(":", 1)[0] for n in (*feeds, *fixed_variables, *fixed_constants)} | {
             s.placeholder for s in shards}

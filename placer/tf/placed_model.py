@@ -608,11 +608,11 @@ class PlacedModel(keras.Model):
         restored afterwards; the user's model is never touched (:mod:`placer.tf.measuring`).
 
         ``x=None`` (and ``y=None``): a random batch of the planning batch size
-        (:func:`placer.tf.trace.random_batch`, ``seed``). Each call's outputs are fetched to the host,
-        and the two alternate which goes first every round (:func:`placer.measure.steps.measure_steps`):
-        ``repeats`` rounds after ``warmup``, and more until the timed ones took ``min_time_s``.
-        The result, with the cost model's prediction beside it when the batch is the planning batch
-        size, goes into :meth:`summary` and the report's ``measurements``.
+        (:func:`placer.tf.trace.random_batch`, ``seed``; ids below their tables' rows, as profiled). Each call's
+        outputs are fetched to the host, and the two alternate which goes first every round
+        (:func:`placer.measure.steps.measure_steps`): ``repeats`` rounds after ``warmup``, and more until the
+        timed ones took ``min_time_s``. The result, with the cost model's prediction beside it when the batch
+        is the planning batch size, goes into :meth:`summary` and the report's ``measurements``.
 
         Raises
         ------
@@ -642,7 +642,8 @@ class PlacedModel(keras.Model):
                                     "targets), or neither (a random batch of the planning size)")
             if x is None:
                 specs = tf.nest.flatten(p.data_structure)
-                x, y = tf.nest.pack_sequence_as(p.data_structure, random_batch(specs, p.plan.batch_size or 1, seed))
+                x, y = tf.nest.pack_sequence_as(p.data_structure, random_batch(specs, p.plan.batch_size or 1, seed,
+                                                                               p.index_bounds))
             batch = int(tf.nest.flatten(x)[0].shape[0])
             # with data-parallel groups the plan is one group's step on its share of the batch: no prediction for
             # the whole (micro-batches alone are replicas on one group: the plan predicts their pipelined step)
@@ -655,7 +656,7 @@ class PlacedModel(keras.Model):
                 raise TrainingError("y is for measuring a training step; this placement is for inference: "
                                     "call measure(x), or place with training=True to time training")
             if x is None:
-                x = random_batch(p.input_specs, p.plan.batch_size or 1, seed)
+                x = random_batch(p.input_specs, p.plan.batch_size or 1, seed, p.index_bounds)
             args = self._as_inputs(x)
             fn = p.functions.forward(False).function
             batch = int(args[0].shape[0])

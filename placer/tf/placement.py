@@ -332,6 +332,9 @@ class Placement:
     plan_options : PlanOptions
         The options the plan was made with (a saved op graph carries them: ``placer.solve`` re-plans it
         the same way).
+    index_bounds : tuple of (int or None)
+        Per flat input of the planned step (training: ``(x, y)`` flattened): the bound of the random ids it was
+        profiled with (:func:`placer.tf.trace.index_bounds`); ``placed.measure()`` without a batch feeds the same.
     """
 
     plan: Plan
@@ -347,3 +350,4 @@ class Placement:
     report: Report
     watchdog: Watchdog
     plan_options: PlanOptions
+    index_bounds: tuple[int | None, ...] = ()

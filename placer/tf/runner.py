@@ -83,7 +83,7 @@ from .report import Report, build_report
 from .rewrites.sends import acknowledged_nodes
 from .rewrites.split import split_candidates
 from .timing import plan_call_seconds, shared_processors
-from .trace import TracedModel, check_model, signature_from_sample, trace_model, with_batch
+from .trace import TracedModel, check_model, index_bounds, signature_from_sample, trace_model, with_batch
 from .training import check_replicable, trace_training
 
 log = logging.getLogger(__name__)
@@ -901,6 +901,7 @@ def _autoplace(model: Any, devices: Sequence[Any], plan: Plan | str | os.PathLik
         plan=emitted.plan, op_graph=op_graph, devices=devset, input_specs=first.input_specs,
         training=traced.step == "train", data_structure=traced.data_structure, replica_groups=groups,
         variables=emitted.variables, functions=emitted.functions, planned=emitted.planned, report=report,
-        watchdog=Watchdog(worker_addresses(devset.names), opts.emit.worker_timeout_s), plan_options=opts.solve))
+        watchdog=Watchdog(worker_addresses(devset.names), opts.emit.worker_timeout_s), plan_options=opts.solve,
+        index_bounds=index_bounds(traced)))
     log.info("autoplace %s: %s", model.name, " ".join(f"{k}={v:.2f}s" for k, v in timer.seconds.items()))
     return first.shell

@@ -40,7 +40,7 @@ from ..measure.hosts import (BUDGET_S, DEFAULT_ROUNDS, MAX_REFERENCE_ROUNDS, MAX
                              compute_seconds, enough_rounds)
 from ..measure.links import CallInterface, TensorAt, measure_call, stand_in
 from .graphdef import IMPORT_PREFIX, complete_assignment, layer_devices_of, tf_variable
-from .trace import TracedModel, random_batch
+from .trace import TracedModel, traced_batch
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +207,7 @@ def _interleaved(traced: TracedModel, placements: Sequence[Sequence[str]], round
     copies' interface, :func:`_copies_stand_in`), listed after the placements' times: a call cost
     subtracted from a copy's time of the same round cancels the machine's slow spells (see
     :data:`DEFAULT_ROUNDS`)."""
-    xs = [tf.constant(x) for x in random_batch(traced.input_specs, traced.batch_size, seed)]
+    xs = [tf.constant(x) for x in traced_batch(traced, seed)]
     copies = [_copies_function(traced, devices, variables) for devices in placements]
     fns = [lambda fn=fn: fn(*xs) for fn in copies] + [_copies_stand_in(traced, devices) for devices in stand_ins]
     warm = time.perf_counter()
