@@ -50,6 +50,8 @@ sys.path.insert(0, str(HERE))
 
 from isolation import isolated  # noqa: E402
 from markdown import MarkdownOut  # noqa: E402
+from placer.measure.steps import SETTLE_S, TIMED_PER_ROUND  # noqa: E402
+from placer.measure.steps import interleaved_times as library_interleaved_times  # noqa: E402
 
 #: name -> (builder kwargs, batch, training, compile settings)
 CASES = {
@@ -67,38 +69,20 @@ def median_spread(xs) -> tuple[float, float]:
     return float(q2), float((q3 - q1) / 2)
 
 
-#: Per round, each placement runs this many untimed calls, then :data:`TIMED_PER_ROUND` timed ones: a call
-#: right after another placement's ran slower (a one-worker Transformer training step, two gRPC workers:
-#: 10.42 and 10.12 ms called in turn with a two-worker plan, 9.74 and 9.45 ms in runs of its own, 2026-12-05),
-#: and a user runs one placement over and over.
-SETTLE_PER_ROUND = 1
-TIMED_PER_ROUND = 2
-#: How the benchmarks' headers say it.
-ROUNDS_TEXT = (f"each round runs each placement {SETTLE_PER_ROUND} untimed call then {TIMED_PER_ROUND} timed ones "
-               "(a call right after another placement's runs slower), rounds in alternating order")
+#: How the benchmarks' headers say it (:func:`placer.measure.steps.interleaved_times`).
+ROUNDS_TEXT = (f"each round runs each placement untimed for {SETTLE_S * 1e3:.0f} ms (at least one call) then "
+               f"{TIMED_PER_ROUND} timed calls (a call right after another placement's runs slower), rounds in "
+               "alternating order")
 
 
 def interleaved_times(steps, repeats: int, warmup: int = 2) -> list[list[float]]:
-    """Seconds of each of ``steps`` (callables) over ``repeats`` rounds, after ``warmup`` calls of each; the
-    rounds alternate the order (forward, then backward) so that a drifting machine weighs on all alike, and
-    in each a step runs :data:`SETTLE_PER_ROUND` untimed calls before its :data:`TIMED_PER_ROUND` timed ones.
+    """Seconds of each of ``steps`` (callables) over ``repeats`` rounds (:data:`ROUNDS_TEXT`), after
+    ``warmup`` calls of each: :func:`placer.measure.steps.interleaved_times`.
 
     >>> [len(ts) for ts in interleaved_times([lambda: None, lambda: None], 3)]
     [6, 6]
     """
-    for s in steps:
-        for _ in range(warmup):
-            s()
-    times: list[list[float]] = [[] for _ in steps]
-    for r in range(repeats):
-        for i in (range(len(steps)) if r % 2 == 0 else reversed(range(len(steps)))):
-            for _ in range(SETTLE_PER_ROUND):
-                steps[i]()
-            for _ in range(TIMED_PER_ROUND):
-                t = time.perf_counter()
-                steps[i]()
-                times[i].append(time.perf_counter() - t)
-    return times
+    return library_interleaved_times(steps, repeats=repeats * TIMED_PER_ROUND, warmup=warmup)
 
 
 def pipeline_ceiling(single_steps: dict[int, float], stages: int = 2) -> tuple[float, int]:

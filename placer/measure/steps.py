@@ -3,8 +3,9 @@
 :func:`measure_steps` times two callables on one batch: each call is
 followed by fetching its outputs to the host (so the time covers the whole
 step, transfers included), the two alternate which goes first in every
-round (so drift and warm caches hit both alike), and the first ``warmup``
-rounds are discarded (tracing, allocation). The result keeps every sample;
+round (so drift hits both alike), each settles into its own runs before it
+is timed in a round (:data:`SETTLE_S`), and the first ``warmup`` calls are
+discarded (tracing, allocation). The result keeps every sample;
 its figures are medians, with half the interquartile range as the spread.
 
 These are *measurements*; :class:`StepMeasurement` compares them with the
@@ -19,15 +20,22 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
-import tensorflow as tf
 
-#: Timed rounds (each runs both callables once) and discarded warm-up rounds, by default.
+#: Timed samples of each callable and its untimed warm-up calls, by default.
 DEFAULT_REPEATS, DEFAULT_WARMUP = 20, 3
 #: ... and rounds go on past ``repeats`` until this much time has passed (at most :data:`MAX_ROUNDS`): on a
 #: shared 2-core VM, medians of 20 rounds of the demo's model (~9 ms a round) in one process spread
 #: 3.6-5.5 ms from one measurement to the next, of 100 rounds (~1 s) 4.0-4.3 ms.
 DEFAULT_MIN_TIME_S = 1.0
 MAX_ROUNDS = 1000
+#: In each round a callable runs untimed calls for this long (at least one) before its timed ones: in one
+#: session the first call after another callable's ran slower, by 1.5-2.5 ms for a 3.5 ms training step on a
+#: gRPC worker (after Keras' own step, a 12 ms sleep, or a step on the other worker), the second by
+#: 0.5-0.8 ms, the third on (~10 ms in) as in a run of its own; later the same day, with every step slower,
+#: no difference showed (2026-12-06). A user runs one placement over and over.
+SETTLE_S = 0.01
+#: Timed calls of each callable per round.
+TIMED_PER_ROUND = 2
 
 
 def _median_spread(samples: Sequence[float]) -> tuple[float, float]:
@@ -133,6 +141,9 @@ class StepMeasurement:
 
 
 def _timed(fn: Callable[..., Any], args: Sequence[Any]) -> float:
+    # lazy: benchmarks import this module before TensorFlow (they pin their cores before TF sizes its pools)
+    import tensorflow as tf
+
     t = time.perf_counter()
     out = fn(*args)
     for x in tf.nest.flatten(out):
@@ -141,15 +152,52 @@ def _timed(fn: Callable[..., Any], args: Sequence[Any]) -> float:
     return time.perf_counter() - t
 
 
+def interleaved_times(calls: Sequence[Callable[[], Any]], *, repeats: int = DEFAULT_REPEATS,
+                      warmup: int = DEFAULT_WARMUP, min_time_s: float = 0.0) -> list[list[float]]:
+    """Seconds per call of each of ``calls``, interleaved; one list of samples per callable.
+
+    After ``warmup`` untimed calls of each, rounds alternate the order (forward, then backward) so that a
+    drifting machine weighs on all alike. In a round each callable first runs untimed calls until
+    :data:`SETTLE_S` has passed (at least one), then :data:`TIMED_PER_ROUND` timed ones: rounds go on
+    until each has ``repeats`` samples and, up to :data:`MAX_ROUNDS`, the timed calls took ``min_time_s``.
+    Each timed call includes fetching its outputs to the host.
+
+    Examples
+    --------
+    >>> a, b = interleaved_times([lambda: 1.0, lambda: 2.0], repeats=5, warmup=1)
+    >>> len(a), len(b)
+    (5, 5)
+    """
+    for call in calls:
+        for _ in range(warmup):
+            _timed(call, ())
+    times: list[list[float]] = [[] for _ in calls]
+    timed_s = 0.0
+    for r in range(MAX_ROUNDS):
+        if r * TIMED_PER_ROUND >= repeats and timed_s >= min_time_s:
+            break
+        # the last round times what ``repeats`` still lacks (once ``min_time_s`` has passed)
+        timed = TIMED_PER_ROUND if timed_s < min_time_s else min(TIMED_PER_ROUND, repeats - r * TIMED_PER_ROUND)
+        for i in (range(len(calls)) if r % 2 == 0 else reversed(range(len(calls)))):
+            start = time.perf_counter()
+            _timed(calls[i], ())
+            while time.perf_counter() - start < SETTLE_S:
+                _timed(calls[i], ())
+            for _ in range(timed):
+                times[i].append(_timed(calls[i], ()))
+                timed_s += times[i][-1]
+    return times
+
+
 def measure_steps(placed: Callable[..., Any], original: Callable[..., Any], args: Sequence[Any], *,
                   repeats: int = DEFAULT_REPEATS, warmup: int = DEFAULT_WARMUP,
                   min_time_s: float = DEFAULT_MIN_TIME_S) -> tuple[list[float], list[float]]:
-    """Time ``placed(*args)`` and ``original(*args)``, interleaved; returns both sample lists (seconds).
+    """Time ``placed(*args)`` and ``original(*args)``, interleaved (:func:`interleaved_times`); returns both
+    sample lists (seconds).
 
-    Round ``r`` runs the placed callable first when ``r`` is even, the original first when odd. At least
-    ``repeats`` rounds are timed after the ``warmup`` ones, and more while the timed rounds have taken less
-    than ``min_time_s`` (up to :data:`MAX_ROUNDS`): a median over a second of a fast step is steadier
-    than over 20 calls.
+    At least ``repeats`` samples of each are timed after the ``warmup`` calls, and more while the timed
+    calls have taken less than ``min_time_s``: a median over a second of a fast step is steadier than over
+    20 calls.
 
     Examples
     --------
@@ -157,20 +205,6 @@ def measure_steps(placed: Callable[..., Any], original: Callable[..., Any], args
     >>> len(a), len(b)
     (4, 4)
     """
-    def round_(r: int) -> tuple[float, float]:
-        if r % 2 == 0:
-            ta, tb = _timed(placed, args), _timed(original, args)
-        else:
-            tb, ta = _timed(original, args), _timed(placed, args)
-        return ta, tb
-
-    for r in range(warmup):
-        round_(r)
-    a: list[float] = []
-    b: list[float] = []
-    start = time.perf_counter()
-    while len(a) < repeats or (len(a) < MAX_ROUNDS and time.perf_counter() - start < min_time_s):
-        ta, tb = round_(warmup + len(a))
-        a.append(ta)
-        b.append(tb)
+    a, b = interleaved_times([lambda: placed(*args), lambda: original(*args)], repeats=repeats, warmup=warmup,
+                             min_time_s=min_time_s)
     return a, b
