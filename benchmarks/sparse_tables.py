@@ -9,11 +9,13 @@ recommender of ``benchmarks/splitting.py`` (a user's 8 item ids → the table
 averaged → Dense(64) → Dense(1), SGD, MSE) at batch 256, on two workers pinned
 to one core each:
 
-* ``autoplace on one worker`` (``algorithm="single"``) and ``autoplace default``
-  (both workers), each measured by ``placed.measure`` against Keras' own
-  ``train_on_batch`` of a copy of the model on worker 0 (interleaved,
-  ``--repeats`` rounds; medians and half the IQR), with the plan's predicted
-  step beside the placed one.
+* ``autoplace on one worker`` (``algorithm="single"``), ``autoplace default``
+  (both workers) and data parallelism (``replicas=2``: a copy of the step per
+  worker, half the batch each, the table's gradients summed as sparse rows), each
+  measured by ``placed.measure`` against Keras' own training step (as ``fit``
+  runs it) of a copy of the model on worker 0 (interleaved, ``--repeats``
+  samples; medians and half the IQR), with the plan's predicted step (and the
+  fixed cost of a call in it) beside the placed one.
 
     python benchmarks/sparse_tables.py [--rows 40000 400000 1600000] [--repeats 15]
                                        [--out benchmarks/results/sparse_tables.md]
@@ -53,12 +55,14 @@ def run(args: argparse.Namespace) -> int:
         out(f"{time.strftime('%Y-%m-%d')}; `python benchmarks/sparse_tables.py --rows {' '.join(map(str, args.rows))} "
             f"--repeats {args.repeats}`; the recommender of `benchmarks/splitting.py` (ids → table of rows × {DIM} "
             f"averaged over {HISTORY} ids → Dense(64) → Dense(1)), SGD, MSE, batch {BATCH}. Each autoplace row is "
-            f"`placed.measure` ({args.repeats} interleaved rounds): the placed `train_on_batch` against Keras' own "
-            "`train_on_batch` of a copy of the model on worker 0 (its variables there). ± = half the IQR.")
+            f"`placed.measure` ({args.repeats} interleaved samples): the placed training step against Keras' own "
+            "of a copy of the model on worker 0 (its variables there), both as `fit` runs them. ± = half the IQR; "
+            "predicted = the plan's fixed cost of a call (measured at planning) + its simulated step; ids profiled "
+            "uniform over the table's rows (`placer.tf.trace.index_bounds`).")
         out()
         out("| table | strategy | Keras' own step on one worker, ms | ± | placed step, ms | ± | speedup over Keras' "
-            "own | placed predicted, ms | prediction error | gathers rewritten |")
-        out("|---|---|---|---|---|---|---|---|---|---|")
+            "own | placed predicted, ms | of which the call, ms | prediction error | gathers rewritten |")
+        out("|---|---|---|---|---|---|---|---|---|---|---|")
         rng = np.random.default_rng(0)
         for rows in args.rows:
             model = recommender(rows, DIM, HISTORY)
@@ -67,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
             mib = rows * DIM * 4 / 2**20
             for label, devs, options in (("autoplace on one worker", devices[:1],
                                           dict(algorithm="single", calibrate_links=False)),
-                                         ("autoplace default (2 workers)", devices, {})):
+                                         ("autoplace default (2 workers)", devices, {}),
+                                         ("data parallel (replicas=2)", devices, dict(replicas=2))):
                 t = time.perf_counter()
                 placed = placer.autoplace(model, devs, batch_size=BATCH, training=True, profile_cache=False,
                                           **options)
@@ -79,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
                 record = placed.emitted.record("gathers")
                 out(f"| {rows:,} × {DIM} ({mib:.0f} MiB) | {label} | {orig * 1e3:.2f} | {o_spread * 1e3:.2f} | "
                     f"{mine * 1e3:.2f} | {p_spread * 1e3:.2f} | {orig / mine:.2f}× | "
-                    f"{'' if pred is None else f'{pred * 1e3:.2f}'} | "
+                    f"{'' if pred is None else f'{pred * 1e3:.2f}'} | {placed.plan.call_overhead_s * 1e3:.2f} | "
                     f"{'' if pred is None else f'{100 * (pred - mine) / mine:+.1f}%'} | "
                     f"{0 if record is None else record.changes} |")
     out.write(args.out)
