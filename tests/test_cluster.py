@@ -185,6 +185,13 @@ def test_two_pinned_workers_place_a_model_and_shut_down():
     assert out["second_profile"]["error"] is None, out["second_profile"]
     assert out["pipelined_bit_exact"] and len(out["pipelined_devices"]) == 2, out
     assert len(out["pipelined_training_devices"]) == 2, out
+    # a table no worker holds whole: profiled on worker 0 by a stand-in of its first rows (before: in the client's
+    # own process), split by rows over both workers, and trained as model.fit does
+    stand_in = out["stand_in"]
+    assert any("cut to" in m and "task:0" in m for m in stand_in["log"]), stand_in
+    assert any("ops profiled on /job:worker/replica:0/task:0" in m for m in stand_in["log"]), stand_in
+    assert list(stand_in["splits"].values()) == [2], stand_in
+    assert stand_in["rel"] <= 1e-5 and stand_in["weights"] <= 1e-5, stand_in
     assert out["pipelined_training_rel"] <= 1e-5 and out["pipelined_training_weights"] <= 1e-5, out
     workers = {f"/job:worker/replica:0/task:{i}/device:CPU:0" for i in range(2)}
     # a two-stage training split: its stage boundary's activation and gradient are acknowledged with prompt

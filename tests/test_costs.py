@@ -358,3 +358,31 @@ def test_ids_are_profiled_spread_over_their_tables_rows_and_other_integers_stay_
     table = keras.Model(ids, keras.layers.Dense(1)(keras.ops.mean(keras.layers.Embedding(300, 4)(ids), axis=1)))
     for optimizer in ("sgd", "adam"):
         assert index_bounds(trace_training_step(table, batch_size=8, optimizer=optimizer)) == (300, None)
+
+
+def test_a_table_is_profiled_by_a_stand_in_of_its_first_rows_with_ids_below_them(tmp_path):
+    # how a worker that cannot hold a table whole still profiles the step (placer.tf.runner._profiling): the
+    # table fed its first rows, the ids below them; a split table's parts clamp ids to their whole shard: refused
+    from placer.tf.costs import sample_inputs
+    from placer.tf.graphdef import row_tables
+    from placer.tf.rewrites.split import split_candidates
+    from placer.tf.trace import trace_training_step
+
+    ids = keras.Input((6,), dtype="int32", name="ids")
+    table = keras.Model(ids, keras.layers.Dense(1)(keras.ops.mean(keras.layers.Embedding(5000, 8)(ids), axis=1)))
+    step = trace_training_step(table, batch_size=16, optimizer="sgd")
+    (ph,) = row_tables(step.fixed.graph)
+    assert "embedding" in ph and len(step.fixed_captures[0][ph].shape) == 2
+    fed = sample_inputs(step, 0, {ph: 100})[step.input_names[0]]
+    assert fed.max() < 100 and len(np.unique(fed)) > 50
+    cache = ProfileCache(tmp_path)
+    costs = compute_costs(step, ["CPU"], ProfileOptions(repeats=1, runtime=False, cache=cache), table_rows={ph: 100})
+    assert costs.source["CPU"] == "measured" and costs.stand_ins == {ph: 100}
+    assert any(us > 0 for name, us in costs.us["CPU"].items() if "ScatterSub" in name)
+    (entry,) = tmp_path.glob("profile-CPU-*.json")
+    assert f"{ph}=100 rows" in json.loads(entry.read_text())["key"]["feeds"]
+    # Adam updates the whole table (a dense step from the segment sum): no stand-in serves it
+    assert not row_tables(trace_training_step(table, batch_size=16, optimizer="adam").fixed.graph)
+    splits = [s for s in split_candidates(step.fixed.graph, step.fixed_captures[0], 2) if ph in s.placeholders]
+    with pytest.raises(CostError, match="stand-in"):
+        compute_costs(step, ["CPU"], ProfileOptions(repeats=1, runtime=False), splits=splits, table_rows={ph: 100})

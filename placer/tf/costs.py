@@ -120,19 +120,24 @@ class ComputeCosts:
     runtime_factor: Mapping[str, float] = field(default_factory=dict)
     #: The fingerprint of the profiled graph (``cost_models.cache.fingerprint``), what its cache entries are keyed by.
     fingerprint: str = ""
+    #: Table placeholder → the rows of the stand-in it was profiled by (:func:`compute_costs`' ``table_rows``).
+    stand_ins: Mapping[str, int] = field(default_factory=dict)
 
 
-def sample_inputs(traced: TracedModel, seed: int) -> dict[str, np.ndarray]:
+def sample_inputs(traced: TracedModel, seed: int, table_rows: Mapping[str, int] | None = None
+                  ) -> dict[str, np.ndarray]:
     """Random feeds for the fixed-batch trace (:func:`placer.tf.trace.traced_batch`: ids below their
-    tables' rows), by input tensor name."""
-    return dict(zip(traced.input_names, traced_batch(traced, seed)))
+    tables' rows, or below the rows of their tables' stand-ins, ``table_rows``), by input tensor name."""
+    return dict(zip(traced.input_names, traced_batch(traced, seed, table_rows)))
 
 
-def feeds_key(traced: TracedModel) -> str:
+def feeds_key(traced: TracedModel, table_rows: Mapping[str, int] | None = None) -> str:
     """How :func:`sample_inputs` feeds ``traced`` where not by default (the profile cache keys on it): each
-    input fed random ids, with its bound (``"history:0<400000"``); empty where none is."""
-    return ",".join(f"{name}<{bound}" for name, bound in zip(traced.input_names, index_bounds(traced))
-                    if bound is not None)
+    input fed random ids, with its bound (``"history:0<400000"``), and each table profiled by a stand-in of
+    fewer rows (``"items/embeddings=100000 rows"``); empty where none is."""
+    bounds = [f"{name}<{bound}" for name, bound in zip(traced.input_names, index_bounds(traced, table_rows))
+              if bound is not None]
+    return ",".join([*bounds, *(f"{ph}={rows} rows" for ph, rows in sorted((table_rows or {}).items()))])
 
 
 def op_shapes(graph: tf.Graph) -> dict[str, OpShapes]:
@@ -176,12 +181,20 @@ def hardware_spec(value: Any) -> HardwareSpec:
 
 
 def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOptions = ProfileOptions(),
-                  devices: Sequence[str] = (), splits: Sequence[Split] = ()) -> ComputeCosts:
+                  devices: Sequence[str] = (), splits: Sequence[Split] = (),
+                  table_rows: Mapping[str, int] | None = None) -> ComputeCosts:
     """µs of every op of ``traced.fixed`` on each device kind.
 
     ``splits``: the trace with those ops split (:func:`placer.tf.rewrites.split.split_graph_def`,
     each shard fed its slice of the weight) is profiled instead, so a split op's parts and join have measured
     times of their own (analytic kinds estimate the unsplit trace).
+
+    ``table_rows``: resource placeholder → rows: each such table (one touched by rows alone,
+    :func:`placer.tf.graphdef.row_tables`) is fed its first rows only, and the ids below them, so that a model
+    whose tables fit no device whole is still profiled on a device of the kind it runs on (a worker's one
+    thread and core; this process's CPU ran a split recommender's products 3-6× faster than the worker,
+    2026-12-06). Every op on such a table handles as many rows as it would on the whole; no runtime factor
+    is measured (it would copy the whole table).
 
     A kind whose first device among ``devices`` lives on a remote gRPC task
     (a cluster this process connected to) is profiled *there*, through a
@@ -220,6 +233,9 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
     gd, shards = (split_graph_def(traced.fixed.graph, fixed_variables, splits) if splits
                   else (traced.fixed.graph.as_graph_def(), ()))
     gather_rows(gd, row_gathers(traced.fixed.graph))  # as the emitted step gathers them
+    if table_rows and any(s.variable in table_rows for s in shards):
+        raise CostError("a split table cannot be profiled by a stand-in of fewer rows: each part clamps the ids "
+                        "outside its shard to the shard's last row; profile it whole (table_rows without it)")
     fp = fingerprint(gd.SerializeToString(deterministic=True))
     remote_of: dict[str, tuple[str, str]] = {}  # kind -> (device, grpc address) of its first device on a worker
     addresses = worker_addresses(devices)
@@ -244,12 +260,13 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
         device, target = (remote_of[kind][0], f"grpc://{remote_of[kind][1]}") if kind in remote_of else (
             f"/device:{kind}:0", "")
         worker = worker_identity(remote_of[kind][1]) if target and cache is not None else ""
-        key = CacheKey(fp, kind, int(traced.batch_size), tf.__version__, grappler, worker, feeds_key(traced))
-        feeds = sample_inputs(traced, seed)
+        key = CacheKey(fp, kind, int(traced.batch_size), tf.__version__, grappler, worker,
+                       feeds_key(traced, table_rows))
+        feeds = sample_inputs(traced, seed, table_rows)
         mapped = {n.split(":", 1)[0] for n in (*feeds, *fixed_variables, *fixed_constants)} | {
             s.placeholder for s in shards}
         hit = cache.get(key, {n.name for n in gd.node} - mapped) if cache is not None else None
-        runtime = options.runtime and traced.step == "predict"
+        runtime = options.runtime and traced.step == "predict" and not table_rows
         factor_key = {"of": "runtime_factor", **asdict(key)}
         if hit is not None:
             log.info("profile of %d ops on %s from the cache%s", len(hit.median_us), kind,
@@ -266,7 +283,8 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
                 log.info("%s: runtime factor %.3f from the cache", kind, factors[kind])
                 continue
         sharded = {s.variable for s in shards}
-        resources = {f"{ph}:0": var.value.numpy() for ph, var in fixed_variables.items() if ph not in sharded}
+        resources = {f"{ph}:0": var.value[:table_rows[ph]].numpy() if ph in (table_rows or {}) else var.value.numpy()
+                     for ph, var in fixed_variables.items() if ph not in sharded}
         for s in shards:  # each shard of a split op's weight: its slice
             resources[f"{s.placeholder}:0"] = s.slice_of(fixed_variables[s.variable].value.read_value()).numpy()
         constants = {f"{ph}:0": t.numpy() for ph, t in fixed_constants.items()}
@@ -307,7 +325,7 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
                     cache.put_figures(factor_key, {"factor": factor})
         except ValueError as e:
             raise CostError(str(e)) from e
-    return ComputeCosts(us, source, unknown, factors, fp)
+    return ComputeCosts(us, source, unknown, factors, fp, dict(table_rows or {}))
 
 
 def _usable_factor(value: Any) -> bool:

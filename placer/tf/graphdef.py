@@ -340,6 +340,47 @@ def row_gathers(graph: tf.Graph) -> dict[str, str]:
     return gathers
 
 
+#: Ops that touch a variable by rows alone, one variable each (a stand-in table of fewer rows serves them:
+#: :func:`row_tables`).
+ROW_VARIABLE_OPS = frozenset({"ResourceGather", "ResourceScatterAdd", "ResourceScatterSub", "ResourceScatterMul",
+                              "ResourceScatterDiv", "ResourceScatterMin", "ResourceScatterMax",
+                              "ResourceScatterUpdate", "VariableShape"})
+
+
+def row_tables(graph: tf.Graph) -> set[str]:
+    """The resource placeholders (op names) of ``graph`` whose variable is only ever touched by rows: read by row
+    gathers (a whole read whose every consumer is ``GatherV2`` on axis 0, or its ``Shape``), gathered or
+    updated by row ops (:data:`ROW_VARIABLE_OPS`), and nothing else: an embedding table trained by SGD, or in
+    a forward pass.
+
+    Such a table can be profiled with fewer rows (ids below them) where the whole does not fit the device
+    profiled on: every op on it handles as many rows as before. A table updated whole (Adam's dense step) is
+    not one.
+
+    Examples
+    --------
+    >>> g = tf.Graph()
+    >>> with g.as_default():
+    ...     t = tf.raw_ops.Placeholder(dtype=tf.resource, shape=[], name="table")
+    ...     w = tf.raw_ops.Placeholder(dtype=tf.resource, shape=[], name="weight")
+    ...     rows = tf.gather(tf.raw_ops.ReadVariableOp(resource=t, dtype=tf.float32), [1, 3], name="rows")
+    ...     upd = tf.raw_ops.ResourceScatterSub(resource=t, indices=[1], updates=tf.ones((1, 2)), name="upd")
+    ...     out = tf.raw_ops.ReadVariableOp(resource=w, dtype=tf.float32) + 1.0
+    >>> sorted(row_tables(g))
+    ['table']
+    """
+    out = set()
+    for op in graph.get_operations():
+        if op.type != "Placeholder" or op.get_attr("dtype") != tf.resource:
+            continue
+        users = op.outputs[0].consumers()
+        if users and all(u.type in ROW_VARIABLE_OPS or (
+                u.type == "ReadVariableOp" and all(_row_gather(c, u) or c.type == "Shape"
+                                                   for c in u.outputs[0].consumers())) for u in users):
+            out.add(op.name)
+    return out
+
+
 def other_process(a: str, b: str) -> bool:
     """Whether devices ``a`` and ``b`` (full names) belong to different processes (job, replica or task).
 

@@ -72,7 +72,7 @@ from ..planner import DEFAULT_SOLVER, PlanOptions, pipeline_plan, plan_problem, 
 from .codecs import measure_codec_costs
 from .costs import ComputeCosts, compute_costs, worker_identity
 from .emit import EmittedModel
-from .graphdef import variable_bytes
+from .graphdef import row_tables, variable_bytes
 from .opgraph import OpGraph, build_op_graph
 from .options import PlacementOptions
 from .placed_model import PlacedModel
@@ -231,11 +231,66 @@ def _profile_devices(traced: TracedModel, devset: DeviceSet) -> list[str]:
     """The devices :func:`~placer.tf.costs.compute_costs` may profile ``traced`` on: each kind's devices that
     hold its variables whole (:func:`_holds_whole`). Where none does (a model that runs only split), that kind
     is profiled in this process."""
-    out = [d.name for d, fits in zip(devset.devices, _holds_whole(traced, devset)) if fits]
-    for kind in sorted({d.kind for d in devset.devices} - {device_kind(n) for n in out}):
-        log.info("costs: the model's weights fit no %s device whole; its ops are profiled in this process's %s "
-                 "instead", kind, kind)
-    return out
+    return [d.name for d, fits in zip(devset.devices, _holds_whole(traced, devset)) if fits]
+
+
+def _note_unprofiled(devset: DeviceSet, devices: Sequence[str]) -> None:
+    """Log each kind of ``devset`` that none of ``devices`` (those profiled on) is: profiled in this process."""
+    for kind in sorted({d.kind for d in devset.devices} - {device_kind(n) for n in devices}):
+        log.info("costs: the model's weights fit no %s device; its ops are profiled in this process's %s instead",
+                 kind, kind)
+
+
+#: The tables profiled by stand-ins of fewer rows (:func:`_profiling`) take at most this share of the memory the
+#: device profiled on has left beside the other weights (the rest: the step's activations and transfers), ...
+STAND_IN_SHARE = 0.5
+#: ... and at most this many bytes in all: each is fed to the profiling session, which holds copies of a feed
+#: while it arrives (a 200 MiB stand-in on a worker limited to 400 MiB of data hung the session, 2026-12-06);
+#: 64 MiB is still far larger than a CPU's caches, so a gather's rows miss them as the whole table's would.
+STAND_IN_MAX_BYTES = 64 << 20
+
+
+def _profiling(traced: TracedModel, devset: DeviceSet) -> tuple[list[str], dict[str, int]]:
+    """Where and how the costs stage profiles ``traced``: the devices it may profile on, and the stand-ins of its
+    tables (resource placeholder → rows; :func:`~placer.tf.costs.compute_costs`' ``table_rows``).
+
+    Each kind's devices that hold the variables whole (:func:`_profile_devices`). Where none of a kind does, its
+    devices are gRPC workers, and the trace's tables are touched by rows alone
+    (:func:`~placer.tf.graphdef.row_tables`: an embedding table trained by SGD, or a forward pass), each table
+    is profiled by its first rows, as many as leave the variables fitting that kind's largest device
+    (:data:`STAND_IN_SHARE` of what the other weights leave, at most :data:`STAND_IN_MAX_BYTES` in all), on that
+    device: a worker's op times rather than this process's (the split trace's parts are still profiled here,
+    whole: :func:`_measured_parts`). A kind of this process is profiled here whole."""
+    devices = _profile_devices(traced, devset)
+    missing = {d.kind for d in devset.devices} - {device_kind(n) for n in devices}
+    variables = traced.fixed_captures[0]
+    tables = sorted(row_tables(traced.fixed.graph) & set(variables))
+    if not missing or not tables:
+        _note_unprofiled(devset, devices)
+        return devices, {}
+    caps = devset.arrays()[2]
+    other = sum(variable_bytes(v) for ph, v in variables.items() if ph not in tables)
+    whole = sum(variable_bytes(variables[ph]) for ph in tables)
+    remote = worker_addresses(devset.names)
+    rows: dict[str, int] = {}
+    for kind in sorted(missing):
+        # a kind of this process is profiled here whole (its memory is the plan's promise, not a limit)
+        workers = [i for i, d in enumerate(devset.devices) if d.kind == kind and device_host(d.name) in remote]
+        if not workers:
+            continue
+        largest = max(workers, key=lambda i: caps[i])
+        keep = min(STAND_IN_SHARE * (float(caps[largest]) - other), STAND_IN_MAX_BYTES) / whole
+        if not np.isfinite(keep) or keep <= 0:
+            continue
+        for ph in tables:
+            n = max(1, int(int(variables[ph].shape[0]) * min(keep, 1.0)))
+            rows[ph] = min(rows.get(ph, n), n)
+        devices.append(devset.devices[largest].name)
+        log.info("costs: %s devices hold the model's weights with its tables cut to %.1f%% of their rows: profiled "
+                 "on %s with those (%s)", kind, 100 * min(keep, 1.0), devset.devices[largest].name,
+                 ", ".join(f"{ph}: {rows[ph]:,} rows" for ph in tables))
+    _note_unprofiled(devset, devices)
+    return devices, rows
 
 
 def _required_splits(traced: TracedModel, devset: DeviceSet, opts: PlacementOptions) -> list[Split]:
@@ -283,8 +338,9 @@ def _measured_parts(traced: TracedModel, op_graph: OpGraph, splits: Sequence[Spl
     kind that was measured: what :func:`~placer.core.splits.with_measured_parts` takes each subset's changed
     ops' times from (the other ops keep the trace's profile)."""
     kinds = sorted({d.kind for d in devset.devices})
-    measured = compute_costs(traced, kinds, replace(opts.costs, runtime=False), _profile_devices(traced, devset),
-                             splits=splits)
+    devices = _profile_devices(traced, devset)  # a split table's parts clamp ids to its shard: no stand-ins
+    _note_unprofiled(devset, devices)
+    measured = compute_costs(traced, kinds, replace(opts.costs, runtime=False), devices, splits=splits)
     g = op_graph.graph.copy()
     for kind in kinds:
         if not measured.source[kind].startswith("measured"):
@@ -484,8 +540,9 @@ def _microbatches(model: keras.Model, built: BuiltProblem, plan: Plan, devset: D
     small = None
     if smallest < batch:
         traced, _ = _trace(PlacedModel(model), model, opts, smallest)
-        costs = compute_costs(traced, sorted({d.kind for d in devset.devices}), opts.costs,
-                              _profile_devices(traced, devset))
+        profile_on, table_rows = _profiling(traced, devset)
+        costs = compute_costs(traced, sorted({d.kind for d in devset.devices}), opts.costs, profile_on,
+                              table_rows=table_rows)
         other = build_problem(build_op_graph(traced, costs.us).graph, devset, group_by=opts.solve.group_by)
         row = {name: i for i, name in enumerate(other.nodes)}
         durations = built.schedule.durations_s * (smallest / batch)  # ops this trace lacks: scaled
@@ -556,8 +613,9 @@ def _first_stages(model: Any, devices: Sequence[Any], opts: PlacementOptions, ti
         check_total_memory([(v.path, variable_bytes(v)) for v in traced.fixed_captures[0].values()],
                            devset.arrays()[2], "the model")
     with timer.stage("costs"):
-        costs = compute_costs(traced, sorted({d.kind for d in devset.devices}), opts.costs,
-                              _profile_devices(traced, devset))
+        profile_on, table_rows = _profiling(traced, devset)
+        costs = compute_costs(traced, sorted({d.kind for d in devset.devices}), opts.costs, profile_on,
+                              table_rows=table_rows)
     return _FirstStages(opts, devset, tuple(groups), shell, traced, tuple(input_specs), costs)
 
 
@@ -847,7 +905,12 @@ def _autoplace(model: Any, devices: Sequence[Any], plan: Plan | str | os.PathLik
             op_graph = _split(op_graph, split_candidates(traced.fixed.graph, traced.fixed_captures[0], given.splits,
                                                          pairs=given.pairs))
         elif required:  # weights no device holds whole: split before the solve, parts profiled
-            op_graph = _measured_parts(traced, _split(op_graph, required), required, first.costs, devset, opts)
+            split = _split(op_graph, required)
+            measured = _measured_parts(traced, split, required, first.costs, devset, opts)
+            # profiled with stand-in tables on a device of the kind, the other ops keep those times; the parts'
+            # come from this process (the split trace holds the whole table)
+            op_graph = measured if not first.costs.stand_ins else replace(measured, graph=with_measured_parts(
+                split.graph, measured.graph, op_graph.graph, required))
     with timer.stage("problem"):
         built = build_problem(op_graph.graph, devset, group_by=opts.solve.group_by)
     with timer.stage("solve"):

@@ -195,9 +195,11 @@ def _index_bound(graph: tf.Graph, name: str, variable_rows: Mapping[str, int]) -
     return min(bounds) if bounds else None
 
 
-def index_bounds(traced: TracedModel) -> tuple[int | None, ...]:
+def index_bounds(traced: TracedModel, table_rows: Mapping[str, int] | None = None) -> tuple[int | None, ...]:
     """Per input of ``traced`` (its flat inputs, in order): the valid indices' bound of an integer input whose
-    values only index tables (an ``Embedding``'s ids: the table's rows), else ``None``.
+    values only index tables (an ``Embedding``'s ids: the table's rows), else ``None``. ``table_rows``: resource
+    placeholder → the rows a stand-in of that table has (:func:`placer.tf.graphdef.row_tables`), instead of its
+    variable's.
 
     Profiling and timing feed such inputs random ids below the bound (:func:`random_batch`): fed zeros, every
     lookup reads and every sparse update writes one row, which stays in cache, and a 98 MiB table's gather
@@ -213,14 +215,15 @@ def index_bounds(traced: TracedModel) -> tuple[int | None, ...]:
     """
     graph, variables = traced.fixed.graph, traced.fixed_captures[0]
     rows = {name: int(v.shape[0]) for name, v in variables.items() if len(v.shape) and v.shape[0] is not None}
+    rows.update(table_rows or {})
     return tuple(_index_bound(graph, name, rows) if spec.dtype.is_integer else None
                  for name, spec in zip(traced.input_names, traced.input_specs))
 
 
-def traced_batch(traced: TracedModel, seed: int) -> list[np.ndarray]:
+def traced_batch(traced: TracedModel, seed: int, table_rows: Mapping[str, int] | None = None) -> list[np.ndarray]:
     """One random batch of ``traced``'s planning batch size for its flat inputs (:func:`random_batch` with
-    :func:`index_bounds`): what the costs stage profiles and timings run."""
-    return random_batch(traced.input_specs, traced.batch_size, seed, index_bounds(traced))
+    :func:`index_bounds`, ``table_rows`` as there): what the costs stage profiles and timings run."""
+    return random_batch(traced.input_specs, traced.batch_size, seed, index_bounds(traced, table_rows))
 
 
 def _specs_from_model(model: Any) -> list[tf.TensorSpec]:
