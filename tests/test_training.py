@@ -823,6 +823,12 @@ def test_asked_replicas_are_predicted_with_their_gradients_traffic(devices, monk
                                                               + placed.plan.call_overhead_s)
     assert [len(g) for g in placed.placement.replica_groups] == [1, 1]
     assert any("chosen on the full batch's trace" in line for line in placed.plan.log), placed.plan.log
+    # placed.measure on the full batch shows that prediction beside the measured step (one copy's batch: none)
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((BATCH, 256)).astype("float32"), rng.standard_normal((BATCH, 3)).astype("float32")
+    assert placed.measure(x, y, repeats=2, warmup=1, min_time_s=0).predicted_step_s == \
+        placed.plan.predicted_step_time_s
+    assert placed.measure(x[:BATCH // 2], y[:BATCH // 2], repeats=2, warmup=1, min_time_s=0).predicted_step_s is None
     # a model whose copies would not give the full-batch step is refused, not quietly run as one copy
     with pytest.raises(placer.TrainingError, match="batch normalization"):
         placer.autoplace(small_cnn(), devices[:2], training=True, batch_size=BATCH, replicas=2, time_limit_s=1,

@@ -645,10 +645,7 @@ class PlacedModel(keras.Model):
                 x, y = tf.nest.pack_sequence_as(p.data_structure, random_batch(specs, p.plan.batch_size or 1, seed,
                                                                                p.index_bounds))
             batch = int(tf.nest.flatten(x)[0].shape[0])
-            # with data-parallel groups the plan is one group's step on its share of the batch: no prediction for
-            # the whole (micro-batches alone are replicas on one group: the plan predicts their pipelined step)
-            predicted = (p.plan.predicted_step_time_s
-                         if batch == p.plan.batch_size and len(set(p.replica_groups)) <= 1 else None)
+            predicted = p.plan.predicted_step_time_s if batch == self._predicted_batch() else None
             result = measure_training(self, self._origin.model, self._compile_settings, device, x, y, predicted,
                                       rounds)
         else:
@@ -665,6 +662,22 @@ class PlacedModel(keras.Model):
                                      predicted, rounds)
         object.__setattr__(self, "_measurement", result)
         return result
+
+    def _predicted_batch(self) -> int | None:
+        """The batch of the step the plan's ``predicted_step_time_s`` is for (``None``: it covers no whole step).
+
+        Micro-batches alone (replicas on one group): the plan predicts their pipelined step, of its batch. Data-
+        parallel copies of one device each, chosen on the full batch's trace (``replicas="auto"``, or asked with
+        one device per copy): the plan is one copy's, of its share of the batch, and predicts the copies' whole
+        step (its kept candidate runs that many copies). Copies of several devices each: the plan predicts one
+        copy's step alone."""
+        p = self._placed
+        copies = len(set(p.replica_groups))
+        if copies <= 1:
+            return p.plan.batch_size
+        kept = p.plan.kept
+        whole = kept is not None and kept.replicas == copies == len(p.replica_groups)
+        return p.plan.batch_size * copies if whole and p.plan.batch_size else None
 
     def get_config(self) -> dict[str, Any]:
         raise UnsupportedError("a PlacedModel cannot be saved as a .keras file; use placed.export(path) for a "
