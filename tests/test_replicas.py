@@ -102,6 +102,35 @@ def test_copies_halve_a_compute_bound_step_and_pay_for_their_weights():
     assert len(crossing) == 1 and crossing[0].nbytes == 4e6
 
 
+def test_a_copys_row_gathers_run_where_the_table_is_and_only_their_rows_travel():
+    # a training step's copies: the table, its read and its row gather share a colocation key (the op graph's),
+    # so each copy gathers its rows on the table's device and receives those, as TensorFlow colocates the
+    # placed step's gathers; simulated on the copy's own device, the whole 4 MB table crossed a 1 MB/s link
+    # every step (placed.measure on two workers: a 391 MiB table's copies predicted at 147 ms, measured 8.8 ms)
+    import networkx as nx
+
+    g = nx.DiGraph()
+    g.add_node("table", compute_us=0.0, memory_bytes=4e6, colocation="T", phase="forward")
+    g.add_node("read", compute_us=0.0, memory_bytes=0.0, colocation="T", phase="forward")
+    g.add_node("ids", compute_us=0.0, memory_bytes=0.0, phase="forward")
+    g.add_node("gather", compute_us=100.0, memory_bytes=0.0, colocation="T", phase="forward")
+    g.add_node("head", compute_us=2000.0, memory_bytes=0.0, phase="forward")
+    g.add_node("grad", compute_us=2000.0, memory_bytes=0.0, phase="backward")
+    g.add_node("update", compute_us=10.0, memory_bytes=0.0, colocation="T", phase="update")
+    g.add_edges_from([("table", "read", {"bytes": 8.0}), ("read", "gather", {"bytes": 4e6}),
+                      ("ids", "gather", {"bytes": 1024.0}), ("gather", "head", {"bytes": 8192.0}),
+                      ("head", "grad", {"bytes": 8192.0}), ("grad", "update", {"bytes": 8192.0}),
+                      ("table", "update", {"bytes": 8.0})])
+    devs = as_device_set([DeviceSpec(f"/CPU:{i}", memory_bytes=1 << 34, bandwidth_bytes_per_s=1e6, latency_s=0.0)
+                          for i in range(2)])
+    built = build_problem(g, devs, group_by="op")
+    assert [v for v, a in zip(built.nodes, built.anchored) if a] == ["read", "gather", "update"]
+    zero = np.zeros(len(built.problem.names), int)
+    copies = simulate_replicas(built, zero, 2, 1).step_time_s
+    assert copies < 0.1  # half the compute, the rows and ids over the link: milliseconds
+    assert simulate_replicas(replace(built, anchored=()), zero, 2, 1).step_time_s > 4.0  # the table crossing
+
+
 def test_device_groups_and_bad_counts():
     assert device_groups(["a", "b", "c", "d"], 4) == (("a",), ("b",), ("c",), ("d",))
     with pytest.raises(placer.PlanError, match="does not divide"):

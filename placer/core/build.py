@@ -115,6 +115,11 @@ class BuiltProblem:
         Per fine node, its part of a training step (the graph's ``phase``, one of
         :data:`placer.core.attrs.PHASES`; ``"forward"`` where not given): what a pipeline of
         micro-batches copies, orders and runs once (:mod:`placer.core.microbatch`).
+    anchored : tuple of bool
+        Per fine node: it must share a device with a node that holds resident bytes (the same ``colocation``
+        key) without holding any itself: a variable's reads and updates, and a table's row gathers (the op
+        graph colocates them with the table), which a data-parallel copy runs where the table lives, not on its
+        own devices (:mod:`placer.core.replicas`). Empty: none.
     """
 
     problem: PlacementProblem
@@ -124,6 +129,7 @@ class BuiltProblem:
     layer_keys: tuple | None
     memory: MemoryTraits
     phases: tuple[str, ...] = ()
+    anchored: tuple[bool, ...] = ()
 
     @property
     def schedule(self) -> Schedule:
@@ -545,7 +551,11 @@ def build_problem(graph: nx.DiGraph, devices: DeviceSet, *, group_by: str = DEFA
     if bad is not None:
         raise GraphError(f"node {bad!r} has {PHASE}={graph.nodes[bad][PHASE]!r}; use one of {list(PHASES)} or leave "
                          "it out (forward)")
-    return BuiltProblem(problem, tuple(nodes), devices, group_by, layer_keys, traits, phases)
+    colocation = [graph.nodes[v].get(COLOCATION) for v in nodes]
+    holding = {c for c, b in zip(colocation, memory.tolist()) if c is not None and b > 0}
+    anchored = tuple(c is not None and c in holding and b <= 0 for c, b in zip(colocation, memory.tolist()))
+    return BuiltProblem(problem, tuple(nodes), devices, group_by, layer_keys, traits, phases,
+                        anchored if any(anchored) else ())
 
 
 def layer_positions(problem: PlacementProblem, keys: Sequence[Hashable]) -> np.ndarray:

@@ -259,7 +259,8 @@ def _run_once(schedule: Schedule, phases: Sequence[str] | None) -> np.ndarray:
 def pipelined_schedule(schedule: Schedule, group_assignment: np.ndarray, m: int,
                        micro_durations_s: np.ndarray | None = None, phases: Sequence[str] | None = None,
                        order: str = "gpipe", sum_s_per_byte: np.ndarray | None = None,
-                       maps: np.ndarray | None = None, pinned: np.ndarray | None = None
+                       maps: np.ndarray | None = None, pinned: np.ndarray | None = None,
+                       anchored: np.ndarray | None = None
                        ) -> tuple[np.ndarray, tuple[TensorEdge, ...], tuple[tuple[int, int], ...], np.ndarray]:
     """``(durations, tensors, control edges, fine assignment)`` of ``m`` gated copies of ``schedule``.
 
@@ -289,7 +290,9 @@ def pipelined_schedule(schedule: Schedule, group_assignment: np.ndarray, m: int,
     ops run once and the ``pinned`` ones (variables and their reads, :func:`placer.core.replicas.pinned_nodes`),
     which stay on the plan's (the first group's) devices; a pinned op's tensors keep their full bytes (a
     weight's size whatever the rows). No gates (each device runs one copy); every copy's gradients are summed
-    on the first group's devices, as :func:`placer.tf.replicas.replicated_train_step` sums them.
+    on the first group's devices, as :func:`placer.tf.replicas.replicated_train_step` sums them. The
+    ``anchored`` ops (a table's row gathers: :attr:`placer.core.build.BuiltProblem.anchored`) run in every copy,
+    on its rows, but on the plan's device: where the table is, as TensorFlow colocates them with it.
 
     Raises
     ------
@@ -319,7 +322,10 @@ def pipelined_schedule(schedule: Schedule, group_assignment: np.ndarray, m: int,
     micro = schedule.durations_s / m if micro_durations_s is None else np.asarray(micro_durations_s, dtype=float)
     durations[:m * n] = np.tile(np.where(once[:, None], 0.0, micro), (m, 1))
     durations[last:m * n][once] = schedule.durations_s[once]
-    copies = [fine if maps is None else np.where(once | pin, fine, np.asarray(maps)[i][fine]) for i in range(m)]
+    stay = once | pin
+    if maps is not None and anchored is not None and len(anchored):
+        stay = stay | np.asarray(anchored, dtype=bool)
+    copies = [fine if maps is None else np.where(stay, fine, np.asarray(maps)[i][fine]) for i in range(m)]
     assignment = np.concatenate([*copies, np.array([link[0] for link in gate], dtype=int)]).astype(int)
     tensors = []
     sums: list[tuple[int, float]] = []  # (device, seconds) of each sum node, numbered after the gates

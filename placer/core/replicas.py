@@ -192,7 +192,8 @@ def simulate_replicas(built: Any, group_assignment: np.ndarray, replicas: int, m
     A training step (``built.phases`` with a backward pass) runs one copy per group (``m`` = 1): each copy's
     forward and backward pass on its group, every copy's gradients summed where the variables live (the first
     group) and one update there (:func:`placer.core.microbatch.pipelined_schedule` with ``maps``), as
-    :func:`placer.tf.replicas.replicated_train_step` runs it.
+    :func:`placer.tf.replicas.replicated_train_step` runs it; each copy's row gathers of a table run where the
+    table is (``built.anchored``), so only their rows travel, not the table.
 
     Raises
     ------
@@ -211,7 +212,8 @@ def simulate_replicas(built: Any, group_assignment: np.ndarray, replicas: int, m
         if m != 1:
             raise PlanError("a replicated training step is predicted at one micro-batch per replica")
         d, tensors, control, a = pipelined_schedule(sched, group_assignment, replicas, micro, built.phases,
-                                                    "gpipe", sum_seconds_per_byte(built), maps=maps, pinned=pinned)
+                                                    "gpipe", sum_seconds_per_byte(built), maps=maps, pinned=pinned,
+                                                    anchored=np.asarray(built.anchored, dtype=bool))
     else:
         d, tensors, control, a = replicated_schedule(sched, group_assignment, maps, m, micro, pinned)
     p = built.problem
