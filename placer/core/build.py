@@ -552,8 +552,8 @@ def build_problem(graph: nx.DiGraph, devices: DeviceSet, *, group_by: str = DEFA
         raise GraphError(f"node {bad!r} has {PHASE}={graph.nodes[bad][PHASE]!r}; use one of {list(PHASES)} or leave "
                          "it out (forward)")
     colocation = [graph.nodes[v].get(COLOCATION) for v in nodes]
-    holding = {c for c, b in zip(colocation, memory.tolist()) if c is not None and b > 0}
-    anchored = tuple(c is not None and c in holding and b <= 0 for c, b in zip(colocation, memory.tolist()))
+    holding = {c for c, b in zip(colocation, traits.resident_bytes) if c is not None and b > 0}
+    anchored = tuple(c is not None and c in holding and b <= 0 for c, b in zip(colocation, traits.resident_bytes))
     return BuiltProblem(problem, tuple(nodes), devices, group_by, layer_keys, traits, phases,
                         anchored if any(anchored) else ())
 

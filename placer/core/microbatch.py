@@ -322,9 +322,7 @@ def pipelined_schedule(schedule: Schedule, group_assignment: np.ndarray, m: int,
     micro = schedule.durations_s / m if micro_durations_s is None else np.asarray(micro_durations_s, dtype=float)
     durations[:m * n] = np.tile(np.where(once[:, None], 0.0, micro), (m, 1))
     durations[last:m * n][once] = schedule.durations_s[once]
-    stay = once | pin
-    if maps is not None and anchored is not None and len(anchored):
-        stay = stay | np.asarray(anchored, dtype=bool)
+    stay = once | pin if anchored is None or not len(anchored) else once | pin | np.asarray(anchored, dtype=bool)
     copies = [fine if maps is None else np.where(stay, fine, np.asarray(maps)[i][fine]) for i in range(m)]
     assignment = np.concatenate([*copies, np.array([link[0] for link in gate], dtype=int)]).astype(int)
     tensors = []

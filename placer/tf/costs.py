@@ -237,6 +237,7 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
         raise CostError("a split table cannot be profiled by a stand-in of fewer rows: each part clamps the ids "
                         "outside its shard to the shard's last row; profile it whole (table_rows without it)")
     fp = fingerprint(gd.SerializeToString(deterministic=True))
+    feeds, fed = sample_inputs(traced, seed, table_rows), feeds_key(traced, table_rows)  # the same for every kind
     remote_of: dict[str, tuple[str, str]] = {}  # kind -> (device, grpc address) of its first device on a worker
     addresses = worker_addresses(devices)
     for name in devices:
@@ -260,9 +261,7 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
         device, target = (remote_of[kind][0], f"grpc://{remote_of[kind][1]}") if kind in remote_of else (
             f"/device:{kind}:0", "")
         worker = worker_identity(remote_of[kind][1]) if target and cache is not None else ""
-        key = CacheKey(fp, kind, int(traced.batch_size), tf.__version__, grappler, worker,
-                       feeds_key(traced, table_rows))
-        feeds = sample_inputs(traced, seed, table_rows)
+        key = CacheKey(fp, kind, int(traced.batch_size), tf.__version__, grappler, worker, fed)
         mapped = {n.split(":", 1)[0] for n in (*feeds, *fixed_variables, *fixed_constants)} | {
             s.placeholder for s in shards}
         hit = cache.get(key, {n.name for n in gd.node} - mapped) if cache is not None else None
