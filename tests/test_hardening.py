@@ -337,3 +337,27 @@ def test_a_sample_that_cannot_give_shapes_is_a_typed_error(devices):
     placed = placer.autoplace(model, devices[:1], training=True, sample=(x, np.zeros((4, 3), "float32")),
                               time_limit_s=1)
     assert placed.plan.batch_size == 4
+
+
+def test_watched_calls_reuse_their_helper_thread_a_stuck_call_keeps_its_own_and_idle_ones_end():
+    # A fresh thread per call cost ~3 ms against gRPC workers (TensorFlow sets up each thread's eager context on
+    # its first call): the watchdog keeps its helper threads, but never hands a stuck call's thread to another.
+    import threading
+
+    from placer.tf.remote import _Callers
+
+    callers = _Callers(idle_s=0.3)
+    seen: list[threading.Thread] = []
+    for _ in range(3):
+        assert callers.run(lambda: seen.append(threading.current_thread())).wait(10)
+    assert len(set(seen)) == 1 and seen[0] is not threading.current_thread()
+    release = threading.Event()
+    stuck = callers.run(lambda: release.wait(10))
+    other: list[threading.Thread] = []
+    assert callers.run(lambda: other.append(threading.current_thread())).wait(10)
+    assert other[0] is not seen[0] and not stuck.is_set()
+    release.set()
+    assert stuck.wait(10)
+    for thread in (seen[0], other[0]):
+        thread.join(10)
+        assert not thread.is_alive(), "an idle helper thread did not end"
