@@ -15,8 +15,8 @@ import placer
 from cost_models import SimOptions, TensorEdge, simulate
 from placer.core.build import build_problem
 from placer.core.graph_io import as_device_set
-from placer.core.microbatch import (candidate_microbatches, device_chains, pipeline_order, pipeline_stages,
-                                    pipelined_schedule, simulate_pipeline)
+from placer.core.microbatch import (SmallBatchCosts, candidate_microbatches, device_chains, pipeline_order,
+                                    pipeline_stages, pipelined_schedule, simulate_pipeline)
 from placer.core.problem import Schedule
 from placer.planner import SPLIT_MARGIN, PlanOptions, pipeline_plan, plan_problem
 from placer.tf.graphdef import GATE_PREFIX
@@ -467,3 +467,24 @@ def test_gates_leave_nodes_computed_from_constants_alone_to_run_free():
     for i in range(m - 1):
         assert not nx.has_path(g, f"ba{i}", f"bb{i + 1}")  # B's backward does not wait for A's
         assert nx.has_path(g, f"bb{i}", f"bb{i + 1}") and nx.has_path(g, f"ba{i}", f"ba{i + 1}")  # each device's are ordered
+
+
+@given(st.lists(st.integers(1, 64), min_size=1, max_size=4, unique=True), st.integers(2, 128),
+       st.lists(st.floats(0.0, 1.0), min_size=5, max_size=5), st.floats(0.0, 1.0))
+def test_small_batch_costs_pass_through_every_profile_and_stay_between_the_nearest_two(batches, full_batch, times, u):
+    batches = sorted(batches)
+    small = SmallBatchCosts(tuple(batches), tuple(np.array([[t]]) for t in times[:len(batches)]))
+    full = np.array([[times[-1]]])
+    points = [(b, float(t)) for b, t in zip(batches, times) if b < full_batch] + [(full_batch, times[-1])]
+    for b, t in points:
+        assert small.at(full, full_batch, b)[0, 0] == pytest.approx(t)
+    rows = 1 + u * (full_batch - 1)
+    got = float(small.at(full, full_batch, rows)[0, 0])
+    if len(points) == 1:
+        assert got == pytest.approx(times[-1] * rows / full_batch)
+    elif rows <= points[0][0]:
+        assert got == pytest.approx(points[0][1])  # held below the smallest profile
+    else:
+        (b0, t0), (b1, t1) = next((p, q) for p, q in zip(points, points[1:]) if rows <= q[0])
+        assert min(t0, t1) - 1e-12 <= got <= max(t0, t1) + 1e-12
+        assert got == pytest.approx(t0 + (rows - b0) / (b1 - b0) * (t1 - t0))

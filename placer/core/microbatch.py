@@ -14,8 +14,8 @@ Variables are read by every copy; their bytes are resident once. Until 2026-12-0
 training step was simulated with whole micro-batches gated (a device ran
 micro-batch ``i``'s backward pass before ``i + 1``'s forward pass) and the
 update once per micro-batch, unlike what runs. Op times do not shrink with the rows
-(fixed per-op costs): with :class:`SmallBatchCosts`, measured at a second
-batch, each op's time on a micro-batch is interpolated between the two.
+(fixed per-op costs): with :class:`SmallBatchCosts`, measured at smaller
+batches, each op's time on a micro-batch is interpolated between the nearest two.
 
 Examples
 --------
@@ -47,30 +47,57 @@ MAX_AUTO_MICROBATCHES = 16
 
 @dataclass(frozen=True)
 class SmallBatchCosts:
-    """Op times measured at a second, smaller batch: what a micro-batch's ops cost is not linear in its rows.
+    """Op times measured at smaller batches: what a micro-batch's ops cost is not linear in its rows.
 
     Measured here (2 cores, an 8-tower MLP): the ops sum to 18.3 ms at batch
     64 and 7.9 ms at batch 8, not 2.3 ms (fixed per-op costs, small
-    matrices). Each op's time at a batch between the two is interpolated
-    linearly (affine in the rows), and held at ``durations_s`` below ``batch``.
+    matrices). Nor are they affine between the smallest micro-batch and the
+    batch: a 4-tower MLP's copies at 128 of 256 rows, interpolated between 16
+    and 256 rows, were predicted at 8.3 ms; profiled at 128 rows, 6.8 ms
+    (one gRPC worker, 2026-12-06). So each op's time at a batch between two
+    profiled ones is interpolated linearly between the nearest two (the
+    planning batch the largest), and held at the smallest's below it.
 
     Attributes
     ----------
-    batch : int
-        The smaller batch the ops were profiled at.
-    durations_s : numpy.ndarray
-        ``(fine nodes, devices)`` seconds at ``batch``, rows in the schedule's order.
+    batches : tuple[int, ...]
+        The smaller batches the ops were profiled at, ascending.
+    durations_s : tuple[numpy.ndarray, ...]
+        Per batch, ``(fine nodes, devices)`` seconds at it, rows in the schedule's order.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> small = SmallBatchCosts((2, 4), (np.array([[2.0]]), np.array([[3.0]])))
+    >>> [float(small.at(np.array([[7.0]]), 8, rows)[0, 0]) for rows in (1, 3, 4, 6)]
+    [2.0, 2.5, 3.0, 5.0]
     """
 
-    batch: int
-    durations_s: np.ndarray
+    batches: tuple[int, ...]
+    durations_s: tuple[np.ndarray, ...]
+
+    def __post_init__(self) -> None:
+        if not self.batches or len(self.batches) != len(self.durations_s) or list(self.batches) != sorted(
+                set(self.batches)):
+            raise ValueError(f"small-batch costs need one duration array per batch, batches ascending and distinct; "
+                             f"got batches {self.batches} for {len(self.durations_s)} arrays")
+
+    @property
+    def batch(self) -> int:
+        """The smallest batch profiled."""
+        return self.batches[0]
 
     def at(self, full: np.ndarray, full_batch: int, rows: float) -> np.ndarray:
         """The ``(fine nodes, devices)`` seconds at ``rows`` rows, from ``full`` (at ``full_batch``) and these."""
-        if full_batch <= self.batch:
+        points = [(b, d) for b, d in zip(self.batches, self.durations_s) if b < full_batch] + [(full_batch, full)]
+        if len(points) == 1:
             return full * (rows / full_batch)
-        w = min(max((rows - self.batch) / (full_batch - self.batch), 0.0), 1.0)
-        return self.durations_s + w * (full - self.durations_s)
+        if rows <= points[0][0]:
+            return points[0][1]
+        for (b0, d0), (b1, d1) in zip(points, points[1:]):
+            if rows <= b1:
+                return d0 + ((rows - b0) / (b1 - b0)) * (d1 - d0)
+        return full
 
 
 #: How a pipelined training step orders each device's micro-batches: ``"gpipe"`` (every forward micro-batch

@@ -493,7 +493,8 @@ def _microbatches(model: keras.Model, built: BuiltProblem, plan: Plan, devset: D
     forward pass, also whether a copy of the model per device (data parallelism, ``replicas``) replaces it.
 
     Op times on a micro-batch are not the batch's divided by ``m``: the ops are profiled again at the
-    smallest micro-batch (or data-parallel copy) tried (:class:`placer.core.microbatch.SmallBatchCosts`). With
+    smallest micro-batch (or data-parallel copy) tried and at half the batch
+    (:class:`placer.core.microbatch.SmallBatchCosts`). With
     ``fallback``, one device at its best count replaces the plan where it is predicted faster
     (:func:`placer.planner.pipeline_plan`); then the copies where they are (:func:`placer.planner.replica_plan`).
     Returns the plan and those costs (``None`` where nothing was profiled again).
@@ -537,28 +538,38 @@ def _microbatches(model: keras.Model, built: BuiltProblem, plan: Plan, devset: D
             copies = 1
     per_copy = ([1] if opts.train.training else [m for m in candidates if copies * m <= batch]) if copies > 1 else []
     smallest = min([batch // max(candidates)] + ([batch // (copies * max(per_copy))] if per_copy else []))
-    small = None
-    if smallest < batch:
-        traced, _ = _trace(PlacedModel(model), model, opts, smallest)
-        profile_on, table_rows = _profiling(traced, devset)
-        costs = compute_costs(traced, sorted({d.kind for d in devset.devices}), opts.costs, profile_on,
-                              table_rows=table_rows)
-        other = build_problem(build_op_graph(traced, costs.us).graph, devset, group_by=opts.solve.group_by)
-        row = {name: i for i, name in enumerate(other.nodes)}
-        durations = built.schedule.durations_s * (smallest / batch)  # ops this trace lacks: scaled
-        for i, name in enumerate(built.nodes):
-            if name in row:
-                durations[i] = other.schedule.durations_s[row[name]]
-        small = SmallBatchCosts(smallest, durations)
+    # the smallest part tried, and half the batch where it lies between (two copies' or micro-batches' rows): op
+    # times are not affine in the rows between the smallest part and the batch (SmallBatchCosts)
+    profiled = sorted({b for b in (smallest, batch // 2) if smallest <= b < batch})
+    small = SmallBatchCosts(tuple(profiled), tuple(_durations_at(model, built, devset, opts, b, batch)
+                                                   for b in profiled)) if profiled else None
     out = pipeline_plan(built, plan, opts.solve, batch, candidates, small=small, fallback=fallback,
                         split_margin=split_margin, order=order)
     if len(candidates) > 1 or candidates[0] > 1:
         log.info("%d micro-batches per batch%s: predicted step %.3f ms (%.3f ms without; ops profiled again at "
-                 "batch %d)", out.microbatches, " (1F1B)" if out.pipeline == "1f1b" else "",
-                 1e3 * out.predicted_step_time_s, 1e3 * plan.predicted_step_time_s, smallest)
+                 "batch %s)", out.microbatches, " (1F1B)" if out.pipeline == "1f1b" else "",
+                 1e3 * out.predicted_step_time_s, 1e3 * plan.predicted_step_time_s,
+                 " and ".join(map(str, profiled)))
     if copies > 1:
         out = replica_plan(built, out, opts.solve, batch, replicas, candidates, small=small)
     return out, small
+
+
+def _durations_at(model: keras.Model, built: BuiltProblem, devset: DeviceSet, opts: PlacementOptions, rows: int,
+                  batch: int) -> np.ndarray:
+    """``built``'s ``(fine nodes, devices)`` op seconds with the model traced and profiled again at ``rows`` rows
+    (``built`` is at ``batch``); an op that trace lacks keeps its time scaled by the rows."""
+    traced, _ = _trace(PlacedModel(model), model, opts, rows)
+    profile_on, table_rows = _profiling(traced, devset)
+    costs = compute_costs(traced, sorted({d.kind for d in devset.devices}), opts.costs, profile_on,
+                          table_rows=table_rows)
+    other = build_problem(build_op_graph(traced, costs.us).graph, devset, group_by=opts.solve.group_by)
+    row = {name: i for i, name in enumerate(other.nodes)}
+    durations = built.schedule.durations_s * (rows / batch)
+    for i, name in enumerate(built.nodes):
+        if name in row:
+            durations[i] = other.schedule.durations_s[row[name]]
+    return durations
 
 
 def _with_sample(model: keras.Model, opts: PlacementOptions) -> PlacementOptions:
