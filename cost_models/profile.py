@@ -27,6 +27,11 @@ from tensorflow.core.framework import step_stats_pb2
 log = logging.getLogger(__name__)
 
 _PREFIX = "profiled"
+#: Default deadline of each run of a profiling session on a gRPC worker (``target``), in seconds: a frozen,
+#: swapping or dead worker otherwise holds the session forever (a 200 MiB stand-in table hung one, 2026-12-06).
+#: TensorFlow enforces it through the session's ``operation_timeout_in_ms``; closing the session on a worker
+#: that stopped answering takes as long again.
+REMOTE_RUN_TIMEOUT_S = 300.0
 #: Length of ``_PREFIX + "/"``, cut from the imported graph's node names.
 _CUT = len(_PREFIX) + 1
 
@@ -286,7 +291,10 @@ class GraphProfiler:
     step stats) and, with ``measure_step``, one untraced step and one run of
     the step's fixed cost; :meth:`result` summarises all rounds so far. The
     arguments are those of :func:`profile_graph`; ``warmup`` runs happen on
-    entering the context, and leaving it closes the session.
+    entering the context, and leaving it closes the session. On a worker
+    (``target``) each run has a deadline of ``timeout_s`` seconds
+    (:data:`REMOTE_RUN_TIMEOUT_S`): a run past it is a ``ValueError`` that
+    names the worker, not a hang.
 
     Examples
     --------
@@ -317,6 +325,7 @@ class GraphProfiler:
         target: str = "",
         grappler: bool = False,
         measure_step: bool = False,
+        timeout_s: float = REMOTE_RUN_TIMEOUT_S,
     ) -> None:
         self.device = device
         self._t0 = time.perf_counter()
@@ -363,15 +372,38 @@ class GraphProfiler:
         if target:
             config.allow_soft_placement = False
             config.device_count.clear()
+            config.operation_timeout_in_ms = max(1, int(timeout_s * 1000))
+        self._config, self._timeout_s = config, timeout_s
         self._sess = tf.compat.v1.Session(target, graph=g, config=config)
-        for initializer, ph, value in initial:
-            self._sess.run(initializer, feed_dict={ph: value})
+        try:
+            for initializer, ph, value in initial:
+                self._run(initializer, feed_dict={ph: value})
+        except BaseException:
+            self.close()
+            raise
+
+    def _run(self, fetches: object, feed_dict: Mapping[object, object], **kwargs: object) -> object:
+        """``session.run``, a run past the deadline on a worker a ``ValueError`` that says what to check."""
+        try:
+            return self._sess.run(fetches, feed_dict, **kwargs)
+        except tf.errors.DeadlineExceededError as e:
+            raise ValueError(self._deadline_message("a profiling run")) from e
+
+    def _deadline_message(self, what: str) -> str:
+        return (f"{what} on {self.device} ({self._target}) did not finish within {self._timeout_s:g} s: the worker "
+                "is frozen, swapping or out of memory. Check it (LocalCluster.check, or restart the worker) and "
+                "place again; a model whose profile legitimately runs longer needs a larger "
+                "cost_models.profile.REMOTE_RUN_TIMEOUT_S")
 
     def __enter__(self) -> "GraphProfiler":
-        for _ in range(self._warmup):
-            self._traced_run()
-            if self._measure_step:
-                self._sess.run(self._fixed, self._feeds)
+        try:
+            for _ in range(self._warmup):
+                self._traced_run()
+                if self._measure_step:
+                    self._run(self._fixed, self._feeds)
+        except BaseException:
+            self.close()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -379,16 +411,25 @@ class GraphProfiler:
 
     def close(self) -> None:
         """Close the session and, on a worker, free this profile's variables there (idempotent)."""
-        self._sess.close()
-        if self._target and self._container:
-            tf.compat.v1.Session.reset(self._target, [self._container])
+        try:
+            self._sess.close()
+        except tf.errors.DeadlineExceededError as e:  # the worker does not answer: leave its variables be
             self._container = ""
+            raise ValueError(self._deadline_message("closing the profiling session")) from e
+        if self._target and self._container:
+            container, self._container = self._container, ""
+            try:
+                tf.compat.v1.Session.reset(self._target, [container], config=self._config)
+            except tf.errors.DeadlineExceededError as e:
+                raise ValueError(self._deadline_message("freeing the profile's variables")) from e
 
     def _traced_run(self) -> tf.compat.v1.RunMetadata:
         md = tf.compat.v1.RunMetadata()
         opts = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
         try:
             self._sess.run(self._outs, self._feeds, options=opts, run_metadata=md)
+        except tf.errors.DeadlineExceededError as e:
+            raise ValueError(self._deadline_message("a profiling run")) from e
         except tf.errors.OpError as e:
             op = e.op.name[_CUT:] if e.op is not None and e.op.name.startswith(_PREFIX) else e.op
             raise ValueError(f"profiling failed at op {op!r} on {self.device}: {e.message}") from e
@@ -429,10 +470,10 @@ class GraphProfiler:
         if not self._measure_step:
             raise ValueError("step_round() needs a profiler opened with measure_step=True")
         t = time.perf_counter()
-        self._sess.run(self._outs, self._feeds)
+        self._run(self._outs, self._feeds)
         self._steps.append(time.perf_counter() - t)
         t = time.perf_counter()
-        self._sess.run(self._fixed, self._feeds)
+        self._run(self._fixed, self._feeds)
         self._calls.append(time.perf_counter() - t)
 
     def step_compute_s(self, last: int | None = None) -> float:

@@ -134,6 +134,17 @@ def profile_with_variable(dtype: str, target: str, device: str) -> None:
                   target=target).close()
 
 
+def profile_frozen(target: str, device: str) -> None:
+    """One profiling round on ``target`` with a 2 s deadline per run (the worker is frozen: it must fail, typed)."""
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [8, 8], name="x")
+        tf.linalg.matmul(x, x, name="mm")
+    with GraphProfiler(g.as_graph_def(), {"x:0": np.ones((8, 8), np.float32)}, {}, ["mm:0"], device=device,
+                       warmup=1, target=target, timeout_s=2.0) as prof:
+        prof.round()
+
+
 START = time.monotonic()
 
 
@@ -334,6 +345,7 @@ def main() -> None:
         out["frozen_call"] = timed_error(lambda: placed(x))
         out["frozen_predict"] = timed_error(lambda: placed.predict(x, verbose=0))
         out["frozen_check"] = timed_error(lambda: cluster.check(timeout_s=2))
+        out["frozen_profile"] = timed_error(lambda: profile_frozen(f"grpc://{cluster.spec['worker'][1]}", devices[1]))
         progress("continuing worker 1")
         os.kill(pid, signal.SIGCONT)
         time.sleep(1)

@@ -234,6 +234,10 @@ def test_two_pinned_workers_place_a_model_and_shut_down():
     for case in ("frozen_call", "frozen_predict", "frozen_check", "killed_call"):  # typed, within 30 s
         assert out[case]["error"] == "WorkerError" and out[case]["s"] < 30, (case, out[case])
     assert "task:1" in out["frozen_call"]["message"] and "not answering" in out["frozen_call"]["message"]
+    # a profiling session on the frozen worker ends at its deadline (each run's, then closing's), said as such
+    frozen = out["frozen_profile"]
+    assert frozen["error"] == "ValueError" and "did not finish within 2 s" in frozen["message"], frozen
+    assert frozen["s"] < 20, frozen
     assert out["resumed_max_abs_diff"] <= 1e-5  # a worker that comes back serves the placed model again
     for pid in out["worker_pids"]:  # the workers are gone
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
