@@ -18,7 +18,7 @@ two stages by hand (``--microbatches``); the ``busy``/``both`` columns say how
 much of the traced window each worker computed and both did at once (a
 pipelined split that overlaps nothing reads ``both`` ≈ 0).
 
-    python benchmarks/worker_trace.py [--workload mlp|chain-train] [--microbatches 4] [--trace-ms 1500]
+    python benchmarks/worker_trace.py [--workload mlp|towers|chain-train] [--microbatches 4] [--trace-ms 1500]
                                       [--out benchmarks/results/worker_trace.md]
 """
 
@@ -156,16 +156,23 @@ def _placements(args: argparse.Namespace, devices):
 
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)
-    if args.workload == "mlp":
-        model = workloads.multi_tower_mlp(towers=8, width=512, depth=4)
-        x = rng.standard_normal((64, 512)).astype("float32")
+    if args.workload in ("mlp", "towers"):
+        if args.workload == "mlp":
+            model, batch, title = workloads.multi_tower_mlp(towers=8, width=512, depth=4), 64, "8-tower MLP"
+            x = rng.standard_normal((64, 512)).astype("float32")
+            mine = dict(objective="throughput", microbatches=1)
+        else:  # benchmarks/strategy.py's 4-tower MLP, its one-copy plan (predicted 9-24% too fast there)
+            from strategy import towers
+
+            model, batch, title = towers(), 256, "4-tower MLP (strategy.py)"
+            x = rng.standard_normal((256, 256)).astype("float32")
+            mine = dict(replicas=1)
         out = []
-        for label, options in (("single", dict(algorithm="single", calibrate_links=False)),
-                               ("autoplace", dict(objective="throughput", microbatches=1))):
-            placed = placer.autoplace(model, devices, batch_size=64, profile_cache=False,
+        for label, options in (("single", dict(algorithm="single", calibrate_links=False)), ("autoplace", mine)):
+            placed = placer.autoplace(model, devices, batch_size=batch, profile_cache=False,
                                       time_limit_s=args.time_limit, **options)
             out.append((label, placed, lambda p=placed: [t.numpy() for t in tf.nest.flatten(p(x))]))
-        return "8-tower MLP, batch 64", out
+        return f"{title}, batch {batch}", out
     from pipeline_orders import chain, hand_split
 
     model = chain(1024, 8)
@@ -227,7 +234,7 @@ def run(args: argparse.Namespace) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--workload", choices=["mlp", "chain-train"], default="mlp",
+    ap.add_argument("--workload", choices=["mlp", "towers", "chain-train"], default="mlp",
                     help="the MLP's forward pass (default), or pipeline_orders.py's chain trained in two stages")
     ap.add_argument("--microbatches", type=int, default=1, help="micro-batches of the chain-train workload")
     ap.add_argument("--steps", type=int, default=30, help="untraced steps timed per placement")
