@@ -487,8 +487,8 @@ def _trace(shell: PlacedModel, model: keras.Model, opts: PlacementOptions, batch
 
 
 def _microbatches(model: keras.Model, built: BuiltProblem, plan: Plan, devset: DeviceSet, opts: PlacementOptions,
-                  microbatches: int | str, fallback: bool, order: str = "auto", replicas: int | str = 1,
-                  runtime_factor: Mapping[str, float] | None = None) -> tuple[Plan, SmallBatchCosts | None]:
+                  microbatches: int | str, fallback: bool, order: str = "auto", replicas: int | str = 1
+                  ) -> tuple[Plan, SmallBatchCosts | None]:
     """The microbatches stage: how many micro-batches the plan runs as, and its pipelined predicted step; for a
     forward pass, also whether a copy of the model per device (data parallelism, ``replicas``) replaces it.
 
@@ -497,8 +497,7 @@ def _microbatches(model: keras.Model, built: BuiltProblem, plan: Plan, devset: D
     (:class:`placer.core.microbatch.SmallBatchCosts`). With
     ``fallback``, one device at its best count replaces the plan where it is predicted faster
     (:func:`placer.planner.pipeline_plan`); then the copies where they are (:func:`placer.planner.replica_plan`).
-    Returns the plan and those costs (``None`` where nothing was profiled again). ``runtime_factor``: the
-    planning batch's, per kind (:attr:`~placer.tf.costs.ComputeCosts.runtime_factor`), applied to those profiles.
+    Returns the plan and those costs (``None`` where nothing was profiled again).
     """
     batch = int(plan.batch_size or 1)
     split_margin = opts.solve.split_margin or 0.0  # None: the solver's plan unless one device is faster
@@ -542,9 +541,12 @@ def _microbatches(model: keras.Model, built: BuiltProblem, plan: Plan, devset: D
     # the smallest part tried, and half the batch where it lies between (two copies' or micro-batches' rows): op
     # times are not affine in the rows between the smallest part and the batch (SmallBatchCosts)
     profiled = sorted({b for b in (smallest, batch // 2) if smallest <= b < batch})
-    small = SmallBatchCosts(tuple(profiled), tuple(_durations_at(model, built, devset, opts, b, batch,
-                                                                 runtime_factor or {})
-                                                   for b in profiled)) if profiled else None
+    # half the batch measures its own runtime factor; the smallest part, mostly its call's fixed cost, takes it
+    durations: dict[int, np.ndarray] = {}
+    factor: Mapping[str, float] | None = None
+    for b in sorted(profiled, reverse=True):
+        durations[b], factor = _durations_at(model, built, devset, opts, b, batch, factor)
+    small = SmallBatchCosts(tuple(profiled), tuple(durations[b] for b in profiled)) if profiled else None
     out = pipeline_plan(built, plan, opts.solve, batch, candidates, small=small, fallback=fallback,
                         split_margin=split_margin, order=order)
     if len(candidates) > 1 or candidates[0] > 1:
@@ -558,27 +560,36 @@ def _microbatches(model: keras.Model, built: BuiltProblem, plan: Plan, devset: D
 
 
 def _durations_at(model: keras.Model, built: BuiltProblem, devset: DeviceSet, opts: PlacementOptions, rows: int,
-                  batch: int, runtime_factor: Mapping[str, float]) -> np.ndarray:
+                  batch: int, runtime_factor: Mapping[str, float] | None) -> tuple[np.ndarray, Mapping[str, float]]:
     """``built``'s ``(fine nodes, devices)`` op seconds with the model traced and profiled again at ``rows`` rows
-    (``built`` is at ``batch``); an op that trace lacks keeps its time scaled by the rows.
+    (``built`` is at ``batch``; an op that trace lacks keeps its time scaled by the rows), and the runtime
+    factor per kind they carry.
 
-    The profile is scaled by the planning batch's ``runtime_factor`` (per kind), not a factor of its own: a
-    small step is mostly its call's fixed cost, and the factor of a 4-tower MLP's 32-row step (its step less
-    its call, over the session's) came out 0.33 and 0.81 in two placements a minute apart (0.23 against 1.64
-    ms and 1.44 against 1.79 ms), its 8 micro-batches predicted 4.3 and 11.7 ms (2026-12-06)."""
+    ``runtime_factor=None``: the profile measures its own (:func:`placer.tf.timing.runtime_factor`, for a
+    forward pass). Else it is scaled by the one given: a small step is mostly its call's fixed cost, and the
+    factor of a 4-tower MLP's 32-row step (its step less its call, over the session's) came out 0.33 and 0.81
+    in two placements a minute apart, its 8 micro-batches predicted 4.3 and 11.7 ms; with the 256-row
+    batch's factor instead, 18-21 ms, steadily too high (measured 14.4-16.6 ms: the factor falls with the
+    rows), and its 2 micro-batches went from -0.3% to +23.9% off (2026-12-06). So the half batch measures its
+    own and the smaller part takes that (:func:`_microbatches`)."""
     traced, _ = _trace(PlacedModel(model), model, opts, rows)
     profile_on, table_rows = _profiling(traced, devset)
-    costs = compute_costs(traced, sorted({d.kind for d in devset.devices}), replace(opts.costs, runtime=False),
-                          profile_on, table_rows=table_rows)
-    us = {kind: {name: t * runtime_factor.get(kind, 1.0) for name, t in times.items()}
-          for kind, times in costs.us.items()}
+    kinds = sorted({d.kind for d in devset.devices})
+    if runtime_factor is None:
+        costs = compute_costs(traced, kinds, opts.costs, profile_on, table_rows=table_rows)
+        us, factor = costs.us, dict(costs.runtime_factor)
+    else:
+        costs = compute_costs(traced, kinds, replace(opts.costs, runtime=False), profile_on, table_rows=table_rows)
+        us = {kind: {name: t * runtime_factor.get(kind, 1.0) for name, t in times.items()}
+              for kind, times in costs.us.items()}
+        factor = dict(runtime_factor)
     other = build_problem(build_op_graph(traced, us).graph, devset, group_by=opts.solve.group_by)
     row = {name: i for i, name in enumerate(other.nodes)}
     durations = built.schedule.durations_s * (rows / batch)
     for i, name in enumerate(built.nodes):
         if name in row:
             durations[i] = other.schedule.durations_s[row[name]]
-    return durations
+    return durations, factor
 
 
 def _with_sample(model: keras.Model, opts: PlacementOptions) -> PlacementOptions:
@@ -955,8 +966,7 @@ def _autoplace(model: Any, devices: Sequence[Any], plan: Plan | str | os.PathLik
                 opts.microbatch.microbatches if given is None or "microbatches" in options else given.microbatches,
                 given is None and opts.solve.algorithm == DEFAULT_SOLVER,
                 opts.microbatch.pipeline if given is None or "pipeline" in options else given.pipeline,
-                asked or (opts.train.replicas if given is None or "replicas" in options else given.replicas),
-                first.costs.runtime_factor)
+                asked or (opts.train.replicas if given is None or "replicas" in options else given.replicas))
     with timer.stage("splits"):
         if given is None and not required:
             placed_plan, graphs = _splits(traced, _Graphs(op_graph, built), placed_plan, devset, opts, first.costs,
