@@ -427,9 +427,7 @@ class GraphProfiler:
         md = tf.compat.v1.RunMetadata()
         opts = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
         try:
-            self._sess.run(self._outs, self._feeds, options=opts, run_metadata=md)
-        except tf.errors.DeadlineExceededError as e:
-            raise ValueError(self._deadline_message("a profiling run")) from e
+            self._run(self._outs, self._feeds, options=opts, run_metadata=md)
         except tf.errors.OpError as e:
             op = e.op.name[_CUT:] if e.op is not None and e.op.name.startswith(_PREFIX) else e.op
             raise ValueError(f"profiling failed at op {op!r} on {self.device}: {e.message}") from e

@@ -82,11 +82,6 @@ class SmallBatchCosts:
             raise ValueError(f"small-batch costs need one duration array per batch, batches ascending and distinct; "
                              f"got batches {self.batches} for {len(self.durations_s)} arrays")
 
-    @property
-    def batch(self) -> int:
-        """The smallest batch profiled."""
-        return self.batches[0]
-
     def at(self, full: np.ndarray, full_batch: int, rows: float) -> np.ndarray:
         """The ``(fine nodes, devices)`` seconds at ``rows`` rows, from ``full`` (at ``full_batch``) and these."""
         points = [(b, d) for b, d in zip(self.batches, self.durations_s) if b < full_batch] + [(full_batch, full)]

@@ -10,9 +10,10 @@ eager context starts, which is the user's, not ours.
 So :class:`Watchdog` runs each call that touches a remote worker in a helper
 thread (the call releases the GIL while it waits). The helper threads are kept
 and reused (:class:`_Callers`): TensorFlow sets up a thread's eager context on
-its first call, and against two gRPC workers that cost about 3 ms a call (a
-4-tower MLP's 8.4 ms step took 11.6 ms in a fresh thread each call,
-2026-12-06), which ``placed.measure`` counted against the placed model. If the call has not
+its first call, and against two gRPC workers a fresh thread per call cost a
+4-tower MLP's forward pass about 3 ms (8.4 ms called directly, 11.0 ms in a
+fresh thread each call, 2026-12-06; a sparse-table training step showed no
+such cost), which ``placed.measure`` counted against the placed model. If the call has not
 returned after :data:`PROBE_AFTER_S`, every worker it uses is probed with
 :func:`placer.measure.health.probe_worker` (a ``GetStatus`` RPC with a
 deadline), again and again while the call runs. A worker that does not

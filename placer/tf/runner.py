@@ -544,7 +544,7 @@ def _microbatches(model: keras.Model, built: BuiltProblem, plan: Plan, devset: D
     # half the batch measures its own runtime factor; the smallest part, mostly its call's fixed cost, takes it
     durations: dict[int, np.ndarray] = {}
     factor: Mapping[str, float] | None = None
-    for b in sorted(profiled, reverse=True):
+    for b in reversed(profiled):
         durations[b], factor = _durations_at(model, built, devset, opts, b, batch, factor)
     small = SmallBatchCosts(tuple(profiled), tuple(durations[b] for b in profiled)) if profiled else None
     out = pipeline_plan(built, plan, opts.solve, batch, candidates, small=small, fallback=fallback,
