@@ -26,7 +26,7 @@ every autoplace row beside its measurement. Runs itself inside a loopback-only
 network namespace.
 
     python benchmarks/strategy.py [--models decoder towers] [--repeats 7] [--links none 10gbit 1gbit]
-                                  [--out benchmarks/results/strategy.md]
+                                  [--gradient-compression] [--out benchmarks/results/strategy.md]
 
 ``--links``: the loopback link shaped to each rate in turn (``placer.measure.cluster.shape_loopback``: a
 token bucket inside the namespace; ``none``: loopback as it is); autoplace calibrates the shaped link.
@@ -275,10 +275,15 @@ def _run_training_case(case: str, link: str, args: argparse.Namespace, out, devi
     bn = dict(split_batch_norm=True) if any(type(layer).__name__ == "BatchNormalization"
                                             for layer in model._flatten_layers()) else {}  # noqa: SLF001
     tag = ", split_batch_norm" if bn else ""
-    for label, options in (("one worker", one), (f"one worker, 4 micro-batches{tag}", dict(one, microbatches=4, **bn)),
-                           (f"data parallel (autoplace replicas=2{tag})", dict(replicas=2, **bn)),
-                           ("autoplace default", {}), ("autoplace replicas=1", dict(replicas=1)),
-                           (f"autoplace microbatches='auto'{tag}", dict(microbatches="auto", **bn))):
+    rows = [("one worker", one), (f"one worker, 4 micro-batches{tag}", dict(one, microbatches=4, **bn)),
+            (f"data parallel (autoplace replicas=2{tag})", dict(replicas=2, **bn)),
+            ("autoplace default", {}), ("autoplace replicas=1", dict(replicas=1)),
+            (f"autoplace microbatches='auto'{tag}", dict(microbatches="auto", **bn))]
+    if args.gradient_compression:  # the copies' weights and gradients in bf16, forced and searched
+        rows += [(f"data parallel, bf16 parameter traffic (replicas=2, gradient_compression='bf16'{tag})",
+                  dict(replicas=2, gradient_compression="bf16", **bn)),
+                 ("autoplace default, gradient_compression='auto'", dict(gradient_compression="auto"))]
+    for label, options in rows:
         t = time.perf_counter()
         p = placer.autoplace(model, devices, batch_size=batch, training=True, profile_cache=False, **options)
         print(f"  {case} {label}: placed in {time.perf_counter() - t:.1f} s: {_copies(p)} copies, "
@@ -324,6 +329,9 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=7, help="interleaved measured rounds per strategy")
     ap.add_argument("--links", nargs="+", default=["none"], choices=["none", *LINK_RATES],
                     help="loopback shaped to these rates in turn (tc tbf inside the namespace); none: as it is")
+    ap.add_argument("--gradient-compression", action="store_true",
+                    help="training cases: add the copies with bf16 weights and gradients (gradient_compression="
+                    "'bf16') and autoplace's default with gradient_compression='auto'")
     ap.add_argument("--out", default=str(HERE / "results" / "strategy.md"))
     args = ap.parse_args()
     return isolated(lambda: run(args))

@@ -37,7 +37,7 @@ from typing import Any, Callable, Mapping, NoReturn, Sequence
 from cost_models.cache import default_cache_dir
 
 from .core.build import GROUPINGS, MODEL_GROUP_BY
-from .core.compression import COMPRESSION_CHOICES
+from .core.compression import COMPRESSION_CHOICES, GRADIENT_COMPRESSION_CHOICES
 from .core.devices import DeviceSpec
 from .core.graph_io import load_graph
 from .core.objectives import OBJECTIVES
@@ -142,6 +142,9 @@ def _parser() -> argparse.ArgumentParser:
     model(plan)
     plan.add_argument("--compression", default="none", choices=list(COMPRESSION_CHOICES),
                       help="codec of cut float edges; auto: per edge, the fastest within the error budget")
+    plan.add_argument("--gradient-compression", default="none", choices=list(GRADIENT_COMPRESSION_CHOICES),
+                      help="with --training: codec of the weights sent to copies and the gradients sent to their "
+                      "sum or update (never touched by --compression); auto: bf16 where it sends faster")
     plan.add_argument("--replicas", type=lambda v: v if v == "auto" else count(v), default="auto",
                       help="data parallelism: 'auto' (default: for inference, a copy of the model per device where "
                       "predicted faster), or R copies (inference: one per device; --training: R groups of devices)")
@@ -366,7 +369,7 @@ def _placement_options(args: argparse.Namespace, bar: _Progress | None, stages: 
     kw = {"batch_size": args.batch_size, "training": args.training,
           "progress": bar.start(stages) if bar is not None else None}
     for name in ("algorithm", "objective", "seed", "group_by", "memory", "execution_order", "compression", "replicas",
-                 "splits", "split_batch_norm"):
+                 "splits", "split_batch_norm", "gradient_compression"):
         if hasattr(args, name):
             kw[name] = getattr(args, name)
     if hasattr(args, "time_limit"):

@@ -42,7 +42,7 @@ from .core.build import DEFAULT_GROUP_BY, GROUPINGS, BuiltProblem, build_problem
 from .core.order import DEFAULT_EXECUTION_ORDER, EXECUTION_ORDERS
 from .core.devices import DeviceSet
 from .core.graph_io import PLAN_OPTIONS_KEY, as_device_set
-from .core.microbatch import best_microbatches, pipeline_order, pipeline_stages, simulate_pipeline
+from .core.microbatch import WireBytes, best_microbatches, pipeline_order, pipeline_stages, simulate_pipeline
 from .core.objectives import DEFAULT_OBJECTIVE, OBJECTIVES, get_objective
 from .core.plan import KEPT, BaselineResult, Candidate, Plan
 from .core.replicas import best_replicas, simulate_replicas
@@ -459,7 +459,7 @@ def pipeline_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_s
 
 
 def replica_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_size: int, replicas: int | str,
-                 microbatches: Sequence[int], *, small: Any = None) -> Plan:
+                 microbatches: Sequence[int], *, small: Any = None, parameter_bytes: WireBytes | None = None) -> Plan:
     """``plan``, or the model copied onto every device (data parallelism) where that is asked or predicted faster.
 
     ``replicas="auto"``: one copy per device (each whole, its part of the batch as the best of
@@ -470,7 +470,8 @@ def replica_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_si
     ``plan``. The copies' plan has every op on the first device (the variables live there; each other device
     reads a mirror of them in a forward pass), ``replicas`` and ``microbatches`` set and its predicted step the simulated replicated step. A training step's copies
     (one micro-batch each) sum their gradients where the variables live; its plan is that decision, made on
-    the full batch's trace: the runner then plans one replica's step on its own trace.
+    the full batch's trace: the runner then plans one replica's step on its own trace. ``parameter_bytes``:
+    the codec of the copies' weights and gradients (:func:`placer.core.replicas.simulate_replicas`).
 
     Raises
     ------
@@ -485,7 +486,7 @@ def replica_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_si
     if replicas != "auto" and int(replicas) != k:
         raise PlanError(f"replicas={replicas} for a forward pass takes one device per copy: pass {replicas} devices "
                         f"(got {k}), or replicas='auto'")
-    best = best_replicas(built, batch_size, [k], microbatches, small=small)
+    best = best_replicas(built, batch_size, [k], microbatches, small=small, parameter_bytes=parameter_bytes)
     if best is None:
         if replicas == "auto":
             return plan
@@ -501,7 +502,8 @@ def replica_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_si
         log.info(note)
         return replace(plan, log=(*plan.log, note)).scored(replace(copies, note=note).with_outcome(
             f"slower than the {plan.solver} plan ({1e3 * plan.predicted_step_time_s:.3f} ms)"), kept=False)
-    peak = simulate_replicas(built, zero, r, m, SimOptions(), small=small, batch_size=batch_size).peak_memory_bytes
+    peak = simulate_replicas(built, zero, r, m, SimOptions(), small=small, batch_size=batch_size,
+                             parameter_bytes=parameter_bytes).peak_memory_bytes
     copies = replace(copies, predicted_peak_memory_bytes=float(np.max(peak)))
     over = _over(peak, built.problem.capacity_bytes)
     if over.size:

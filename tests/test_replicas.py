@@ -131,6 +131,39 @@ def test_a_copys_row_gathers_run_where_the_table_is_and_only_their_rows_travel()
     assert simulate_replicas(replace(built, anchored=()), zero, 2, 1).step_time_s > 4.0  # the table crossing
 
 
+def test_the_parameter_codec_shrinks_what_a_training_copy_reads_and_sends():
+    # a training step's second copy reads the 4 MB weight over a 1 MB/s link and sends its 4 MB gradient back:
+    # about 8 s; with the parameter traffic in bf16 (gradient_compression) half the bytes cross, about 4 s.
+    # Tensors that stay on a device are never charged the codec
+    import networkx as nx
+
+    g = nx.DiGraph()
+    g.add_node("w", compute_us=0.0, memory_bytes=4e6, colocation="W", phase="forward")
+    g.add_node("read", compute_us=0.0, memory_bytes=0.0, phase="forward")
+    g.add_node("x", compute_us=0.0, memory_bytes=0.0, phase="forward")
+    g.add_node("mm", compute_us=1000.0, memory_bytes=0.0, phase="forward")
+    g.add_node("grad", compute_us=1000.0, memory_bytes=0.0, phase="backward")
+    g.add_node("update", compute_us=10.0, memory_bytes=0.0, colocation="W", phase="update")
+    g.add_edges_from([("w", "read", {"bytes": 8.0}), ("read", "mm", {"bytes": 4e6}), ("x", "mm", {"bytes": 1024.0}),
+                      ("mm", "grad", {"bytes": 1024.0}), ("grad", "update", {"bytes": 4e6}),
+                      ("w", "update", {"bytes": 8.0})])
+    devs = as_device_set([DeviceSpec(f"/CPU:{i}", memory_bytes=1 << 34, bandwidth_bytes_per_s=1e6, latency_s=0.0)
+                          for i in range(2)])
+    built = build_problem(g, devs, group_by="op")
+    zero = np.zeros(len(built.problem.names), int)
+    calls = []
+
+    def bf16(nbytes, src, dst):
+        calls.append((src, dst))
+        return nbytes / 2
+
+    plain = simulate_replicas(built, zero, 2, 1).step_time_s
+    halved = simulate_replicas(built, zero, 2, 1, parameter_bytes=bf16).step_time_s
+    assert plain == pytest.approx(8.0, rel=0.01) and halved == pytest.approx(4.0, rel=0.01)
+    assert calls and all(src != dst for src, dst in calls)   # only edges that cross devices
+    assert best_replicas(built, 8, [2], [1], parameter_bytes=bf16)[2] == pytest.approx(halved)
+
+
 def test_device_groups_and_bad_counts():
     assert device_groups(["a", "b", "c", "d"], 4) == (("a",), ("b",), ("c",), ("d",))
     with pytest.raises(placer.PlanError, match="does not divide"):

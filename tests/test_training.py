@@ -581,6 +581,41 @@ def test_micro_batches_of_two_replicas_equal_full_batch_training(devices, pipeli
         assert mine and mine == {k[1:]: v for k, v in opens.items() if k[0] == second}, (first, mine)
 
 
+def test_gradient_compression_rounds_the_parameter_traffic_only(devices):
+    # two copies, two micro-batches each: the second copy reads every weight across the link and sends its
+    # running gradient sum back. gradient_compression="bf16" rounds exactly those; compression="int8" (forward
+    # activations) never touches a weight or a gradient (it did: a running sum's producer is not under the
+    # tape's scope, so it counted as a forward tensor)
+    model, ref, t = mlp_case(4)
+    common = dict(training=True, batch_size=BATCH, replicas=2, microbatches=2, time_limit_s=1, shared_capacity=None)
+    both = placer.autoplace(model, devices[:2], compression="int8", gradient_compression="bf16", **common)
+    kinds: dict[str, set] = {}
+    for e in both.compressed_edges:
+        kinds.setdefault(e.kind, set()).add(e.codec)
+    assert kinds.get("parameter") == {"bf16"} and kinds.get("forward") == {"int8"}, kinds
+    parameter = [e.tensor for e in both.compressed_edges if e.kind == "parameter"]
+    assert sum(p.endswith("ReadVariableOp:0") for p in parameter) == 2 * 10   # 10 weights read by 2 micro-batches
+    assert sum(p.startswith("autoplace_gradient_sum_3/") for p in parameter) == 10   # the second copy's sums
+    assert {e["kind"] for e in validate_report(both.report_data)["compressed_edges"]} == {"forward", "parameter"}
+    only_int8 = placer.autoplace(model, devices[:2], compression="int8", **common)
+    assert only_int8.compressed_edges and {e.kind for e in only_int8.compressed_edges} == {"forward"}
+    # bf16 on the parameter traffic alone: the loss curve within 1% of Keras' full-batch fit
+    rounded = placer.autoplace(model, devices[:2], gradient_compression="bf16", **common)
+    assert {e.kind for e in rounded.compressed_edges} == {"parameter"}
+    ref_logs, pl_logs = Logs(), Logs()
+    ref.fit(t["x"], t["y"], batch_size=BATCH, epochs=2, shuffle=False, verbose=0, callbacks=[ref_logs])
+    rounded.fit(t["x"], t["y"], batch_size=BATCH, epochs=2, shuffle=False, verbose=0, callbacks=[pl_logs])
+    a = np.array([b["loss"] for b in ref_logs.batches])
+    b = np.array([b["loss"] for b in pl_logs.batches])
+    assert not np.array_equal(a, b)                       # rounded: not the exact sums
+    assert np.max(np.abs(a - b) / np.abs(a)) <= 1e-2, (a, b)
+    with pytest.raises(placer.AutoplaceError, match="forward only"):
+        placer.autoplace(model, devices[:2], gradient_compression="fp16", **common)
+    with pytest.warns(UserWarning, match="gradient_compression='bf16': nothing compressed"):
+        placer.autoplace(model, devices[:1], training=True, batch_size=BATCH, gradient_compression="bf16",
+                         time_limit_s=1)
+
+
 def test_train_on_batch_and_test_on_batch_follow_keras(trained, devices):
     # Keras passes (x, y, None) to the step here: no sample weights
     t = trained["transformer"]

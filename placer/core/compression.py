@@ -13,6 +13,14 @@ Never compressed: scalars (a loss came back rounded), integers, bools,
 resources; by ``forward_only`` codecs, tensors of the backward pass or the
 optimizer (f16 underflowed on ResNet50 gradients, ``../shared/notes/tf-facts.md``).
 
+The *parameter traffic* of a training step — a weight's value sent to a copy
+of the model on another device, a weight's gradient sent to where it is
+summed or applied — is a separate opt-in (``gradient_compression``): the
+``compression`` setting never touches it, so lossy activations never round
+the weights or their gradient sums by accident. Its choices
+(:data:`GRADIENT_COMPRESSION_CHOICES`) are the codecs that may carry
+gradients (``bf16``; fp16 and int8 are forward-only) and ``auto``.
+
 Examples
 --------
 >>> sorted(CODECS)
@@ -84,6 +92,8 @@ AUTO = "auto"
 COMPRESSION_CHOICES = (*CODECS, AUTO)
 #: Default error budget of ``compression="auto"`` (relative, per tensor: see :attr:`Codec.max_error`).
 DEFAULT_ERROR_BUDGET = 1e-2
+#: Every value the ``gradient_compression`` option takes: ``none``, the codecs that may carry gradients, ``auto``.
+GRADIENT_COMPRESSION_CHOICES = ("none", *(n for n, c in CODECS.items() if n != "none" and not c.forward_only), AUTO)
 
 
 def eligible(codec: Codec, *, dtype: str, rank: int | None, backward: bool) -> bool:
@@ -146,6 +156,12 @@ class CompressionPolicy:
     costs : Mapping[str, Mapping[str, tuple of float]]
         Device name → codec → measured (fixed seconds, seconds per input
         byte) of encode + decode (``auto`` only).
+    gradients : str
+        Codec of the parameter traffic (weights sent to copies, gradients
+        sent to their sum or update): a key of
+        :data:`GRADIENT_COMPRESSION_CHOICES`; ``auto`` takes a codec where it
+        sends the tensor faster on its link (no error budget: asking for
+        ``auto`` accepts bf16's rounding).
 
     Examples
     --------
@@ -154,16 +170,27 @@ class CompressionPolicy:
     'bf16'
     >>> p.codec_for(nbytes=4, dtype="float32", rank=0, backward=False, src="a", dst="b")
     'none'
+    >>> p.codec_for(nbytes=4096, dtype="float32", rank=2, backward=True, src="a", dst="b", parameter=True)
+    'none'
+    >>> CompressionPolicy("int8", gradients="bf16").codec_for(nbytes=4096, dtype="float32", rank=2,
+    ...                                                     backward=True, src="a", dst="b", parameter=True)
+    'bf16'
     """
 
     compression: str
     error_budget: float = DEFAULT_ERROR_BUDGET
     links: Mapping[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
     costs: Mapping[str, Mapping[str, tuple[float, float]]] = field(default_factory=dict)
+    gradients: str = "none"
 
     def __post_init__(self) -> None:
         if self.compression not in COMPRESSION_CHOICES:
             raise ValueError(f"unknown compression {self.compression!r}; choose one of {list(COMPRESSION_CHOICES)}")
+        if self.gradients not in GRADIENT_COMPRESSION_CHOICES:
+            why = ", ".join(f"{n} (forward only: it underflows or clips gradients)"
+                            for n, c in CODECS.items() if c.forward_only)
+            raise ValueError(f"unknown gradient_compression {self.gradients!r}; choose one of "
+                             f"{list(GRADIENT_COMPRESSION_CHOICES)} (not {why})")
         b = self.error_budget
         if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b) or b < 0:
             raise ValueError(f"compression_error must be a finite non-negative number, got {b!r}")
@@ -174,12 +201,37 @@ class CompressionPolicy:
         return self.compression == AUTO and all(c.max_error > self.error_budget for n, c in CODECS.items()
                                                 if n != "none")
 
-    def codec_for(self, *, nbytes: float, dtype: str, rank: int | None, backward: bool, src: str, dst: str) -> str:
-        """The codec of one tensor sent from ``src`` to ``dst`` (``"none"`` if it may not or need not shrink)."""
-        if self.compression == "none" or not eligible(CODECS["bf16"], dtype=dtype, rank=rank, backward=False):
+    @property
+    def any(self) -> bool:
+        """Whether any tensor may be compressed (activations or parameter traffic)."""
+        return self.compression != "none" or self.gradients != "none"
+
+    def parameter_wire_bytes(self, nbytes: float, src: str, dst: str) -> float:
+        """Bytes on the wire for ``nbytes`` of float32 parameter traffic (a weight, a weight's gradient) sent from
+        ``src`` to ``dst``: what the simulator charges the link when it predicts copies.
+
+        Examples
+        --------
+        >>> CompressionPolicy("none", gradients="bf16").parameter_wire_bytes(4096, "a", "b")
+        2048.0
+        >>> CompressionPolicy("int8").parameter_wire_bytes(4096, "a", "b")
+        4096.0
+        """
+        codec = self.codec_for(nbytes=nbytes, dtype="float32", rank=2, backward=True, src=src, dst=dst,
+                               parameter=True)
+        return float(CODECS[codec].wire_bytes(nbytes))
+
+    def codec_for(self, *, nbytes: float, dtype: str, rank: int | None, backward: bool, src: str, dst: str,
+                  parameter: bool = False) -> str:
+        """The codec of one tensor sent from ``src`` to ``dst`` (``"none"`` if it may not or need not shrink);
+        ``parameter``: a weight sent to a copy or a weight's gradient sent to its sum or update (decided by
+        :attr:`gradients`, never by :attr:`compression`)."""
+        mode = self.gradients if parameter else self.compression
+        if mode == "none" or not eligible(CODECS["bf16"], dtype=dtype, rank=rank, backward=False):
             return "none"
-        if self.compression != AUTO:
-            codec = CODECS[self.compression]
+        backward = backward or parameter
+        if mode != AUTO:
+            codec = CODECS[mode]
             return codec.name if eligible(codec, dtype=dtype, rank=rank, backward=backward) else "none"
         bandwidth, latency = self.links.get((src, dst), (math.inf, 0.0))
         unknown = (math.inf, math.inf)
@@ -188,4 +240,5 @@ class CompressionPolicy:
         costs = {name: tuple((a + b) / 2 for a, b in zip(at_src.get(name, unknown), at_dst.get(name, unknown)))
                  for name in CODECS if name != "none"}
         return choose_codec(nbytes, bandwidth_bytes_per_s=bandwidth, latency_s=latency,
-                            error_budget=self.error_budget, backward=backward, costs=costs)
+                            error_budget=math.inf if parameter else self.error_budget, backward=backward,
+                            costs=costs)

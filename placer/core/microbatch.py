@@ -31,7 +31,7 @@ Examples
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -40,6 +40,9 @@ from cost_models import MemoryTraits, SimOptions, SimResult, TensorEdge, simulat
 from ..errors import PlanError
 from .attrs import PHASES
 from .problem import Schedule
+
+#: ``(bytes, src device index, dst device index) → bytes on the wire`` of parameter traffic (a codec's choice).
+WireBytes = Callable[[float, int, int], float]
 
 #: Largest number of micro-batches ``microbatches="auto"`` tries.
 MAX_AUTO_MICROBATCHES = 16
@@ -282,7 +285,7 @@ def pipelined_schedule(schedule: Schedule, group_assignment: np.ndarray, m: int,
                        micro_durations_s: np.ndarray | None = None, phases: Sequence[str] | None = None,
                        order: str = "gpipe", sum_s_per_byte: np.ndarray | None = None,
                        maps: np.ndarray | None = None, pinned: np.ndarray | None = None,
-                       anchored: np.ndarray | None = None
+                       anchored: np.ndarray | None = None, parameter_bytes: WireBytes | None = None
                        ) -> tuple[np.ndarray, tuple[TensorEdge, ...], tuple[tuple[int, int], ...], np.ndarray]:
     """``(durations, tensors, control edges, fine assignment)`` of ``m`` gated copies of ``schedule``.
 
@@ -315,6 +318,11 @@ def pipelined_schedule(schedule: Schedule, group_assignment: np.ndarray, m: int,
     on the first group's devices, as :func:`placer.tf.replicas.replicated_train_step` sums them. The
     ``anchored`` ops (a table's row gathers: :attr:`placer.core.build.BuiltProblem.anchored`) run in every copy,
     on its rows, but on the plan's device: where the table is, as TensorFlow colocates them with it.
+
+    ``parameter_bytes`` (``(bytes, src device, dst device) → wire bytes``, e.g.
+    :meth:`placer.core.compression.CompressionPolicy.parameter_wire_bytes` by device index): the parameter
+    traffic's codec, applied where a copy reads a pinned op's tensor (a weight) on another device and where a
+    copy's gradient crosses to its running sum; default: sent as they are.
 
     Raises
     ------
@@ -352,6 +360,10 @@ def pipelined_schedule(schedule: Schedule, group_assignment: np.ndarray, m: int,
     after = {(d, i, ph): g for (d, i, ph, _, _), g in gate.items()}  # the gate after unit (i, ph) on device d
     held: list[tuple[int, int]] = []  # (running sum, the gate that waits for it)
     rate = np.zeros(k) if sum_s_per_byte is None else np.asarray(sum_s_per_byte, dtype=float)
+
+    def wire(nbytes: float, src: int, dst: int) -> float:
+        return nbytes if parameter_bytes is None or src == dst else float(parameter_bytes(nbytes, src, dst))
+
     for t in schedule.tensors:
         if once[t.src]:
             tensors.append(TensorEdge(last + t.src, tuple(last + w for w in t.dsts), t.nbytes, t.count))
@@ -360,15 +372,18 @@ def pipelined_schedule(schedule: Schedule, group_assignment: np.ndarray, m: int,
         into_once = tuple(w for w in t.dsts if once[w])
         for i in range(m):
             if copied:
-                tensors.append(TensorEdge(i * n + t.src, tuple(i * n + w for w in copied),
-                                          t.nbytes if pin[t.src] else t.nbytes / m, t.count))
+                nbytes = t.nbytes if pin[t.src] else t.nbytes / m
+                if pin[t.src]:
+                    nbytes = wire(nbytes, int(copies[i][t.src]), int(copies[i][copied[0]]))
+                tensors.append(TensorEdge(i * n + t.src, tuple(i * n + w for w in copied), nbytes, t.count))
         if into_once:
             running = t.src  # copy 0's tensor, then the running sum
             for i in range(1, m):
                 node = total + len(sums)
                 sums.append((int(fine[t.src]), float(rate[fine[t.src]] * t.nbytes)))
                 tensors.append(TensorEdge(running, (node,), t.nbytes, t.count))
-                tensors.append(TensorEdge(i * n + t.src, (node,), t.nbytes, t.count))
+                tensors.append(TensorEdge(i * n + t.src, (node,),
+                                          wire(t.nbytes, int(copies[i][t.src]), int(fine[t.src])), t.count))
                 if i < m - 1 and (int(fine[t.src]), i, "backward") in after:
                     held.append((node, after[(int(fine[t.src]), i, "backward")]))
                 running = node

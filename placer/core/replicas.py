@@ -33,8 +33,8 @@ from cost_models import MemoryTraits, SimOptions, SimResult, TensorEdge, simulat
 
 from ..errors import PlanError
 from .attrs import PHASES
-from .microbatch import (SmallBatchCosts, _pipelined_memory, _ungated, pipelined_schedule, sum_seconds_per_byte,
-                         unit_ends)
+from .microbatch import (SmallBatchCosts, WireBytes, _pipelined_memory, _ungated, pipelined_schedule,
+                         sum_seconds_per_byte, unit_ends)
 from .problem import Schedule
 
 
@@ -181,7 +181,8 @@ def _replicated_memory(memory: MemoryTraits, n: int, copies: int, holders: Seque
 
 def simulate_replicas(built: Any, group_assignment: np.ndarray, replicas: int, m: int,
                       options: SimOptions = SimOptions(peak_memory=False), *,
-                      small: SmallBatchCosts | None = None, batch_size: int | None = None) -> SimResult:
+                      small: SmallBatchCosts | None = None, batch_size: int | None = None,
+                      parameter_bytes: WireBytes | None = None) -> SimResult:
     """One simulated forward step of ``built``'s plan (on group 0's devices) as ``replicas`` data-parallel
     groups of ``m`` micro-batches each (:func:`replicated_schedule`).
 
@@ -193,7 +194,8 @@ def simulate_replicas(built: Any, group_assignment: np.ndarray, replicas: int, m
     forward and backward pass on its group, every copy's gradients summed where the variables live (the first
     group) and one update there (:func:`placer.core.microbatch.pipelined_schedule` with ``maps``), as
     :func:`placer.tf.replicas.replicated_train_step` runs it; each copy's row gathers of a table run where the
-    table is (``built.anchored``), so only their rows travel, not the table.
+    table is (``built.anchored``), so only their rows travel, not the table. ``parameter_bytes``: the codec
+    of the weights each copy reads and the gradients it sends (training; :func:`pipelined_schedule`).
 
     Raises
     ------
@@ -213,7 +215,8 @@ def simulate_replicas(built: Any, group_assignment: np.ndarray, replicas: int, m
             raise PlanError("a replicated training step is predicted at one micro-batch per replica")
         d, tensors, control, a = pipelined_schedule(sched, group_assignment, replicas, micro, built.phases,
                                                     "gpipe", sum_seconds_per_byte(built), maps=maps, pinned=pinned,
-                                                    anchored=np.asarray(built.anchored, dtype=bool))
+                                                    anchored=np.asarray(built.anchored, dtype=bool),
+                                                    parameter_bytes=parameter_bytes)
     else:
         d, tensors, control, a = replicated_schedule(sched, group_assignment, maps, m, micro, pinned)
     p = built.problem
@@ -227,13 +230,14 @@ def simulate_replicas(built: Any, group_assignment: np.ndarray, replicas: int, m
 
 
 def best_replicas(built: Any, batch_size: int, replicas: Sequence[int], microbatches: Sequence[int], *,
-                  small: SmallBatchCosts | None = None) -> tuple[int, int, float] | None:
+                  small: SmallBatchCosts | None = None, parameter_bytes: WireBytes | None = None
+                  ) -> tuple[int, int, float] | None:
     """``(R, m, predicted step s)``: the data-parallel configuration with the shortest simulated step, each of
     ``R`` groups one device holding the whole model (group 0: the first device); ``None`` where no candidate
     applies (fewer rows than copies, ``R`` not dividing the devices, or one device). A training step tries
     ``m`` = 1 only, and ``R`` dividing the batch (the replicas' losses must give the full-batch step).
 
-    Ties go to fewer copies.
+    Ties go to fewer copies. ``parameter_bytes``: as :func:`simulate_replicas`.
     """
     k = len(built.devices)
     group_assignment = np.zeros(len(built.problem.names), dtype=int)
@@ -244,8 +248,8 @@ def best_replicas(built: Any, batch_size: int, replicas: Sequence[int], microbat
             continue
         for m in ([1] if training else microbatches):
             if m >= 1 and r * m <= batch_size:
-                step = simulate_replicas(built, group_assignment, r, m, small=small,
-                                         batch_size=batch_size).step_time_s
+                step = simulate_replicas(built, group_assignment, r, m, small=small, batch_size=batch_size,
+                                         parameter_bytes=parameter_bytes).step_time_s
                 scored.append((step, r * m, r, m))
     if not scored:
         return None

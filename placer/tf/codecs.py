@@ -40,7 +40,9 @@ assert set(TF_CODECS) == set(CODECS) - {"none"}, "every codec needs its ops"
 class CompressedEdge:
     """A tensor sent from ``src_device`` to ``dst_device`` through ``codec``.
 
-    ``bytes_before``/``bytes_after`` are at the planning batch size.
+    ``bytes_before``/``bytes_after`` are at the planning batch size. ``kind``: ``"forward"`` (an activation),
+    ``"backward"`` (a tensor of the backward pass), or ``"parameter"`` (a weight sent to a copy, a weight's
+    gradient sent to its sum or update: the ``gradient_compression`` option's edges).
     """
 
     tensor: str
@@ -49,6 +51,7 @@ class CompressedEdge:
     codec: str
     bytes_before: int
     bytes_after: int
+    kind: str = "forward"
 
     @property
     def wire_dtype(self) -> str:

@@ -15,14 +15,14 @@ graph         :func:`~placer.tf.opgraph.build_op_graph`    traced model, costs  
 problem       :func:`~placer.core.build.build_problem`     op graph, devices, grouping     ``BuiltProblem``
 solve         :func:`~placer.planner.plan_problem`         built problem, ``PlanOptions``  ``Plan``
                                                            (or a saved plan)
+codecs        :func:`compression_policy`                   compression options, devices    ``CompressionPolicy``
+microbatches  :func:`_microbatches`                        plan, model, policy's           ``Plan`` with its
+              (:mod:`placer.core.microbatch`)              parameter codec                 micro-batches (or copies)
 splits        :func:`_splits`                              plan, op graph, traced model    ``Plan``, ``OpGraph``,
               (:mod:`placer.core.splits`)                                                  ``BuiltProblem``: large
                                                                                            products split where it pays
-microbatches  :func:`_microbatches`                        plan, model                     ``Plan`` with its
-              (:mod:`placer.core.microbatch`)                                              micro-batches
 calls         :func:`_call_overhead`                       plan, traced model              ``Plan`` + the measured
                                                                                            fixed cost per call
-codecs        :func:`compression_policy`                   compression options, devices    ``CompressionPolicy``
 emit          :func:`_emit` (:mod:`placer.tf.placement`,   traced model, plan              ``EmittedModel`` (and the
               :mod:`placer.tf.emit`)                                                       placed functions)
 report        :func:`~placer.tf.report.build_report`       what the stages returned        ``Report``
@@ -59,7 +59,7 @@ from cost_models.simulate import SimOptions
 from ..core.build import BuiltProblem, build_problem, check_total_memory
 from ..core.compression import CODECS, CompressionPolicy
 from ..core.devices import DeviceSet, SharedProcessor, device_host, device_kind, resolve_devices
-from ..core.microbatch import SmallBatchCosts, candidate_microbatches, simulate_pipeline
+from ..core.microbatch import SmallBatchCosts, WireBytes, candidate_microbatches, simulate_pipeline
 from ..core.plan import Plan
 from ..core.attrs import COMPUTE_US, MEMORY_BYTES
 from ..core.replicas import device_groups, simulate_replicas
@@ -89,8 +89,8 @@ from .training import check_replicable, trace_training
 log = logging.getLogger(__name__)
 
 #: The stages of :func:`autoplace`, in order; :func:`profile` runs :data:`PROFILE_STAGES`.
-STAGES = ("devices", "trace", "costs", "hosts", "graph", "problem", "solve", "microbatches", "splits", "calls",
-          "codecs", "emit", "report")
+STAGES = ("devices", "trace", "costs", "hosts", "graph", "problem", "solve", "codecs", "microbatches", "splits",
+          "calls", "emit", "report")
 PROFILE_STAGES = STAGES[:3]
 
 
@@ -156,19 +156,35 @@ def _data_parallel_groups(devices: DeviceSet, opts: PlacementOptions) -> list[tu
         raise TrainingError(str(e)) from None
 
 
-def compression_policy(compression: str, error_budget: float, devices: DeviceSet) -> CompressionPolicy:
-    """The codec choice of one placement; ``auto`` measures each codec's cost on each device here."""
-    if compression != "auto":
-        return CompressionPolicy(compression, error_budget)
+def compression_policy(compression: str, error_budget: float, devices: DeviceSet, *,
+                       gradients: str = "none") -> CompressionPolicy:
+    """The codec choice of one placement; ``auto`` (of either setting) measures each codec's cost on each device
+    here."""
+    if "auto" not in (compression, gradients):
+        return CompressionPolicy(compression, error_budget, gradients=gradients)
     names = devices.names
     links = {(names[i], names[j]): (link.bandwidth_bytes_per_s, link.latency_s)
              for (i, j), link in devices.links.items()}
-    return CompressionPolicy(compression, error_budget, links, measure_codec_costs(names))
+    return CompressionPolicy(compression, error_budget, links, measure_codec_costs(names), gradients=gradients)
+
+
+def parameter_wire(policy: CompressionPolicy, devices: DeviceSet) -> WireBytes | None:
+    """The policy's codec of parameter traffic as the simulator reads it (bytes between device indices), or
+    ``None`` where it sends them as they are."""
+    if policy.gradients == "none":
+        return None
+    names = devices.names
+    return lambda nbytes, src, dst: policy.parameter_wire_bytes(nbytes, names[src], names[dst])
 
 
 def say_what_compression_did(policy: CompressionPolicy, emitted: EmittedModel) -> None:
     """Warn when compression was asked for and nothing was compressed, saying why."""
-    if policy.compression == "none" or emitted.compressed:
+    if policy.gradients != "none" and not any(e.kind == "parameter" for e in emitted.compressed):
+        why = ("no codec saves time on these links" if policy.gradients == "auto"
+               else "no weight or gradient of float32 crosses devices in this placement (one device, or a "
+                    "forward pass with no copies)")
+        warnings.warn(f"gradient_compression={policy.gradients!r}: nothing compressed: {why}", stacklevel=3)
+    if policy.compression == "none" or any(e.kind != "parameter" for e in emitted.compressed):
         return
     if policy.budget_excludes_all:
         why = (f"no codec meets the error budget compression_error={policy.error_budget:g} "
@@ -487,8 +503,8 @@ def _trace(shell: PlacedModel, model: keras.Model, opts: PlacementOptions, batch
 
 
 def _microbatches(model: keras.Model, built: BuiltProblem, plan: Plan, devset: DeviceSet, opts: PlacementOptions,
-                  microbatches: int | str, fallback: bool, order: str = "auto", replicas: int | str = 1
-                  ) -> tuple[Plan, SmallBatchCosts | None]:
+                  microbatches: int | str, fallback: bool, order: str = "auto", replicas: int | str = 1,
+                  parameter_bytes: WireBytes | None = None) -> tuple[Plan, SmallBatchCosts | None]:
     """The microbatches stage: how many micro-batches the plan runs as, and its pipelined predicted step; for a
     forward pass, also whether a copy of the model per device (data parallelism, ``replicas``) replaces it.
 
@@ -497,7 +513,8 @@ def _microbatches(model: keras.Model, built: BuiltProblem, plan: Plan, devset: D
     (:class:`placer.core.microbatch.SmallBatchCosts`). With
     ``fallback``, one device at its best count replaces the plan where it is predicted faster
     (:func:`placer.planner.pipeline_plan`); then the copies where they are (:func:`placer.planner.replica_plan`).
-    Returns the plan and those costs (``None`` where nothing was profiled again).
+    Returns the plan and those costs (``None`` where nothing was profiled again). ``parameter_bytes``: the
+    codec of the copies' weights and gradients (:func:`parameter_wire`).
     """
     batch = int(plan.batch_size or 1)
     split_margin = opts.solve.split_margin or 0.0  # None: the solver's plan unless one device is faster
@@ -555,7 +572,8 @@ def _microbatches(model: keras.Model, built: BuiltProblem, plan: Plan, devset: D
                  1e3 * out.predicted_step_time_s, 1e3 * plan.predicted_step_time_s,
                  " and ".join(map(str, profiled)))
     if copies > 1:
-        out = replica_plan(built, out, opts.solve, batch, replicas, candidates, small=small)
+        out = replica_plan(built, out, opts.solve, batch, replicas, candidates, small=small,
+                           parameter_bytes=parameter_bytes)
     return out, small
 
 
@@ -793,14 +811,14 @@ def _emit(first: _FirstStages, plan: Plan, op_graph: OpGraph, devset: DeviceSet,
 
 def _report(first: _FirstStages, emitted: _Emitted, op_graph: OpGraph, built: BuiltProblem,
             small: SmallBatchCosts | None, opts: PlacementOptions, seconds: Mapping[str, float],
-            model_name: str) -> Report:
+            model_name: str, parameter_bytes: WireBytes | None = None) -> Report:
     """The report stage (:func:`placer.tf.report.build_report`), with the pipelined step simulated where the
     plan has micro-batches."""
     plan = emitted.plan
     piped = None
     if plan.replicas > 1:
         piped = simulate_replicas(built, built.group_assignment(plan.assignment), plan.replicas, plan.microbatches,
-                                  small=small, batch_size=plan.batch_size)
+                                  small=small, batch_size=plan.batch_size, parameter_bytes=parameter_bytes)
     elif plan.microbatches > 1:
         piped = simulate_pipeline(built, built.group_assignment(plan.assignment), plan.microbatches, small=small,
                                   batch_size=plan.batch_size, order=plan.pipeline)
@@ -955,6 +973,9 @@ def _autoplace(model: Any, devices: Sequence[Any], plan: Plan | str | os.PathLik
             log.info(line)
             notes = (*notes, line)
         placed_plan = replace(placed_plan, log=(*placed_plan.log, *notes), splits=splits, pairs=pairs)
+    with timer.stage("codecs"):  # before the copies are scored: their weights' and gradients' codec
+        policy = compression_policy(opts.emit.compression, opts.emit.compression_error, devset,
+                                    gradients=opts.emit.gradient_compression)
     with timer.stage("microbatches"):
         small = None
         if required:  # neither one device nor a copy per device holds the model; its parts run in one go
@@ -966,7 +987,8 @@ def _autoplace(model: Any, devices: Sequence[Any], plan: Plan | str | os.PathLik
                 opts.microbatch.microbatches if given is None or "microbatches" in options else given.microbatches,
                 given is None and opts.solve.algorithm == DEFAULT_SOLVER,
                 opts.microbatch.pipeline if given is None or "pipeline" in options else given.pipeline,
-                asked or (opts.train.replicas if given is None or "replicas" in options else given.replicas))
+                asked or (opts.train.replicas if given is None or "replicas" in options else given.replicas),
+                parameter_wire(policy, devset))
     with timer.stage("splits"):
         if given is None and not required:
             placed_plan, graphs = _splits(traced, _Graphs(op_graph, built), placed_plan, devset, opts, first.costs,
@@ -985,12 +1007,11 @@ def _autoplace(model: Any, devices: Sequence[Any], plan: Plan | str | os.PathLik
         with timer.stage("calls"):
             placed_plan = _call_overhead(traced, placed_plan)
     groups = replica_groups(first.groups, placed_plan.microbatches) if opts.train.training else ()
-    with timer.stage("codecs"):
-        policy = compression_policy(opts.emit.compression, opts.emit.compression_error, devset)
     with timer.stage("emit"):
         emitted = _emit(first, placed_plan, op_graph, devset, built, policy, groups, opts)
     with timer.stage("report"):
-        report = _report(first, emitted, op_graph, built, small, opts, timer.seconds, model.name)
+        report = _report(first, emitted, op_graph, built, small, opts, timer.seconds, model.name,
+                         parameter_wire(policy, devset))
     first.shell.attach(Placement(
         plan=emitted.plan, op_graph=op_graph, devices=devset, input_specs=first.input_specs,
         training=traced.step == "train", data_structure=traced.data_structure, replica_groups=groups,

@@ -10,6 +10,11 @@ whole), so no gradient ever flows through a codec: compressing a forward
 activation changes what the consumers on the receiving device read,
 backward ops included; backward tensors are compressed only by codecs that
 allow it.
+
+The *parameter traffic* (:func:`parameter_edge`: a weight read sent to a copy
+on another device, a weight's gradient sent to its sum or update) is
+compressed only by the policy's ``gradients`` setting; every other edge by
+its ``compression``.
 """
 
 from __future__ import annotations
@@ -21,13 +26,42 @@ import tensorflow as tf
 from ...core.compression import CODECS, CompressionPolicy
 from ...core.splits import is_split_node
 from ..codecs import TF_CODECS, CompressedEdge
-from ..graphdef import GRADIENT_SCOPE, tensor_bytes
+from ..graphdef import GRADIENT_SCOPE, GRADIENT_SUM_SCOPE, GRADIENT_TOTAL_SCOPE, tensor_bytes
 from .base import Rewrite, RewriteContext, RewriteRecord, splice, template
 
 
 def _backward(op_name: str, optimizer_scope: str | None) -> bool:
     return op_name.startswith(GRADIENT_SCOPE + "/") or bool(optimizer_scope
                                                              and op_name.startswith(optimizer_scope + "/"))
+
+
+def _in_scope(op_name: str, scope: str) -> bool:
+    """Whether ``op_name`` is under ``scope_r/`` for some replica or group ``r``."""
+    head = op_name.split("/", 1)[0]
+    prefix, _, r = head.rpartition("_")
+    return prefix == scope and r.isdigit()
+
+
+def parameter_edge(producer: tf.Operation, consumer: str, optimizer_scope: str | None) -> bool:
+    """Whether the tensor ``producer`` sends to the op ``consumer`` is parameter traffic: a variable's value
+    (its read) or a weight's gradient on its way to a sum of replicas' gradients or to the optimizer's update.
+
+    Examples
+    --------
+    >>> g = tf.Graph()
+    >>> with g.as_default():
+    ...     v = tf.Variable(1.0, name="w")
+    ...     read = tf.raw_ops.ReadVariableOp(resource=v.handle, dtype=tf.float32)
+    ...     x = tf.identity(read, name="x")
+    >>> parameter_edge(read.op, "layer/mul", None), parameter_edge(x.op, "autoplace_gradient_total_1/add", None)
+    (True, True)
+    >>> parameter_edge(x.op, "layer/mul", None), parameter_edge(x.op, "adam/update", "adam")
+    (False, True)
+    """
+    if producer.type == "ReadVariableOp":
+        return True
+    return (_in_scope(consumer, GRADIENT_SUM_SCOPE) or _in_scope(consumer, GRADIENT_TOTAL_SCOPE)
+            or bool(optimizer_scope and consumer.startswith(optimizer_scope + "/")))
 
 
 def insert_codecs(gd: tf.compat.v1.GraphDef, graph: tf.Graph, devices: Mapping[str, str], policy: CompressionPolicy,
@@ -61,8 +95,11 @@ def insert_codecs(gd: tf.compat.v1.GraphDef, graph: tf.Graph, devices: Mapping[s
             t = graph.get_tensor_by_name(tname)
             shape, rank = t.shape, t.shape.rank
             nbytes = tensor_bytes(t, batch_size)
-            codec = policy.codec_for(nbytes=nbytes, dtype=t.dtype.name, rank=rank,
-                                     backward=_backward(op_name, optimizer_scope), src=src_dev, dst=dst_dev)
+            parameter = parameter_edge(t.op, node.name, optimizer_scope)
+            backward = _backward(op_name, optimizer_scope) or _in_scope(op_name, GRADIENT_SUM_SCOPE) or \
+                _in_scope(op_name, GRADIENT_TOTAL_SCOPE)
+            codec = policy.codec_for(nbytes=nbytes, dtype=t.dtype.name, rank=rank, backward=backward,
+                                     src=src_dev, dst=dst_dev, parameter=parameter)
             if codec == "none":
                 continue
             encode, decode = TF_CODECS[codec]
@@ -77,7 +114,8 @@ def insert_codecs(gd: tf.compat.v1.GraphDef, graph: tf.Graph, devices: Mapping[s
             decoded[(tname, dst_dev)] = out
             node.input[i] = out
             edges.append(CompressedEdge(tname, src_dev, dst_dev, codec, nbytes,
-                                        int(CODECS[codec].wire_bytes(nbytes))))
+                                        int(CODECS[codec].wire_bytes(nbytes)),
+                                        "parameter" if parameter else "backward" if backward else "forward"))
     return edges
 
 
