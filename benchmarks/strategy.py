@@ -127,7 +127,8 @@ def run(args: argparse.Namespace) -> int:
         out("## Strategies on 2 TF gRPC workers (one pinned core, one thread each)")
         out()
         out(f"{time.strftime('%Y-%m-%d')}; `python benchmarks/strategy.py --models {' '.join(args.models)} "
-            f"--repeats {args.repeats} --links {' '.join(args.links)}`; "
+            f"--repeats {args.repeats} --links {' '.join(args.links)}"
+            f"{' --gradient-compression' if args.gradient_compression else ''}`; "
             f"{args.repeats} interleaved rounds after 2 warm-up calls ({ROUNDS_TEXT}); speedup = the best "
             "one-worker step / this step (the same batch); predicted = the plan's predicted step (simulated, plus "
             "its measured fixed cost per call). Inference rows fetch the outputs; training rows run one Keras step "

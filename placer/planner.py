@@ -31,7 +31,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, fields, replace
-from typing import Any, Hashable, Mapping, Sequence
+from typing import Any, Callable, Hashable, Mapping, Sequence
 
 import networkx as nx
 import numpy as np
@@ -42,7 +42,7 @@ from .core.build import DEFAULT_GROUP_BY, GROUPINGS, BuiltProblem, build_problem
 from .core.order import DEFAULT_EXECUTION_ORDER, EXECUTION_ORDERS
 from .core.devices import DeviceSet
 from .core.graph_io import PLAN_OPTIONS_KEY, as_device_set
-from .core.microbatch import WireBytes, best_microbatches, pipeline_order, pipeline_stages, simulate_pipeline
+from .core.microbatch import ParameterCodec, best_microbatches, pipeline_order, pipeline_stages, simulate_pipeline
 from .core.objectives import DEFAULT_OBJECTIVE, OBJECTIVES, get_objective
 from .core.plan import KEPT, BaselineResult, Candidate, Plan
 from .core.replicas import best_replicas, simulate_replicas
@@ -459,51 +459,70 @@ def pipeline_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_s
 
 
 def replica_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_size: int, replicas: int | str,
-                 microbatches: Sequence[int], *, small: Any = None, parameter_bytes: WireBytes | None = None) -> Plan:
-    """``plan``, or the model copied onto every device (data parallelism) where that is asked or predicted faster.
+                 microbatches: Sequence[int], *, small: Any = None, parameter_codec: ParameterCodec | None = None,
+                 group_plan: Callable[[int], Plan] | None = None) -> Plan:
+    """``plan``, or data-parallel copies of the model where that is asked or predicted faster.
 
-    ``replicas="auto"``: one copy per device (each whole, its part of the batch as the best of
-    ``microbatches`` micro-batches; :func:`placer.core.replicas.best_replicas`) replaces ``plan`` where its
-    simulated step is shorter than ``plan``'s ``predicted_step_time_s`` and its simulated peak memory
-    fits every device; the plan's ``log`` says which was predicted faster, by how much. ``replicas=R``
-    (``R`` = the number of devices) takes the copies at their best micro-batch count. ``1`` or one device:
-    ``plan``. The copies' plan has every op on the first device (the variables live there; each other device
-    reads a mirror of them in a forward pass), ``replicas`` and ``microbatches`` set and its predicted step the simulated replicated step. A training step's copies
-    (one micro-batch each) sum their gradients where the variables live; its plan is that decision, made on
-    the full batch's trace: the runner then plans one replica's step on its own trace. ``parameter_bytes``:
-    the codec of the copies' weights and gradients (:func:`placer.core.replicas.simulate_replicas`).
+    ``replicas="auto"``: for each ``R`` dividing the ``k`` devices (``R`` ≥ 2), the devices split in order into
+    ``R`` groups; a group of one device holds a whole copy, a group of several runs a copy placed over them by
+    ``group_plan(k // R)`` (a plan made on the first group's devices: stages or spread ops inside each copy;
+    without ``group_plan`` only one device per copy is tried). Each copy runs its part of the batch as the
+    best of ``microbatches`` micro-batches (:func:`placer.core.replicas.best_replicas`). The fastest copies
+    replace ``plan`` where their simulated step is shorter than ``plan``'s ``predicted_step_time_s`` and their
+    simulated peak memory fits every device; the plan's ``log`` says which was predicted faster, by how much.
+    ``replicas=R`` (``R`` dividing the devices) takes those copies at their best micro-batch count. ``1`` or one
+    device: ``plan``. The copies' plan places the first group's copy (one device: every op on the first
+    device; the variables live on the first group, and each other group reads a mirror of them in a forward
+    pass), with ``replicas`` and ``microbatches`` set and its predicted step the simulated replicated step.
+    A training step's copies (one micro-batch each) sum their gradients where the variables live; its plan
+    is that decision, made on the full batch's trace: the runner then plans one replica's step on its own
+    trace. ``parameter_codec``: the codec of the copies' weights and gradients
+    (:func:`placer.core.replicas.simulate_replicas`).
 
     Raises
     ------
     PlanError
-        ``replicas=R`` that is not one copy per device, or a batch with fewer rows than copies.
+        ``replicas=R`` that does not divide the devices (or, without ``group_plan``, is not one copy per
+        device), or a batch with fewer rows than copies.
     InsufficientMemoryError
         ``replicas=R`` whose copies do not fit the devices' memory.
     """
     k = len(built.devices)
     if replicas == 1 or k < 2:
         return plan
-    if replicas != "auto" and int(replicas) != k:
-        raise PlanError(f"replicas={replicas} for a forward pass takes one device per copy: pass {replicas} devices "
-                        f"(got {k}), or replicas='auto'")
-    best = best_replicas(built, batch_size, [k], microbatches, small=small, parameter_bytes=parameter_bytes)
+    if replicas != "auto":
+        r = int(replicas)
+        if k % r or r < 2 or (r != k and group_plan is None):
+            raise PlanError(f"replicas={replicas} for a forward pass takes {'groups of' if group_plan else 'one'} "
+                            f"device{'s' if group_plan else ''} per copy: pass a multiple of {replicas} devices "
+                            f"(got {k}), or replicas='auto'")
+        counts = [r]
+    else:
+        counts = [r for r in range(2, k + 1) if k % r == 0 and (r == k or group_plan is not None)]
+    group_plans = {r: group_plan(k // r) for r in counts if r != k} if group_plan is not None else {}
+    assignments = {r: built.group_assignment(p.assignment) for r, p in group_plans.items()}
+    best = best_replicas(built, batch_size, counts, microbatches, small=small, parameter_codec=parameter_codec,
+                         group_assignments=assignments)
     if best is None:
         if replicas == "auto":
             return plan
         raise PlanError(f"replicas={replicas} needs a batch of at least {replicas} rows (got {batch_size}); pass a "
                         "larger batch_size, or replicas='auto'")
     r, m, step = best
-    zero = np.zeros(len(built.problem.names), dtype=int)
-    copies = Candidate("copies", "single", 1, r, m, 0, step, None, KEPT)
+    size = k // r
+    inner = group_plans.get(r)
+    assignment = np.zeros(len(built.problem.names), dtype=int) if inner is None else assignments[r]
+    where = "each" if size == 1 else f"over {size} devices each ({inner.solver if inner else ''} plan)"
+    copies = Candidate("copies", "single" if inner is None else inner.solver, size, r, m, 0, step, None, KEPT)
     if replicas == "auto" and step >= plan.predicted_step_time_s:
-        note = (f"{r} data-parallel copies at {m} micro-batch(es) each are predicted slower than the "
+        note = (f"{r} data-parallel copies {where} at {m} micro-batch(es) each are predicted slower than the "
                 f"{plan.solver} plan ({1e3 * step:.3f} ms against {1e3 * plan.predicted_step_time_s:.3f} ms): "
                 "one copy")
         log.info(note)
         return replace(plan, log=(*plan.log, note)).scored(replace(copies, note=note).with_outcome(
             f"slower than the {plan.solver} plan ({1e3 * plan.predicted_step_time_s:.3f} ms)"), kept=False)
-    peak = simulate_replicas(built, zero, r, m, SimOptions(), small=small, batch_size=batch_size,
-                             parameter_bytes=parameter_bytes).peak_memory_bytes
+    peak = simulate_replicas(built, assignment, r, m, SimOptions(), small=small, batch_size=batch_size,
+                             parameter_codec=parameter_codec).peak_memory_bytes
     copies = replace(copies, predicted_peak_memory_bytes=float(np.max(peak)))
     over = _over(peak, built.problem.capacity_bytes)
     if over.size:
@@ -513,15 +532,21 @@ def replica_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_si
             return replace(plan, log=(*plan.log, note)).scored(
                 replace(copies, note=note).with_outcome("over memory"), kept=False)
         raise _peak_error(built, peak, f"replicas={r}: the copies")
-    note = (f"{r} data-parallel copies at {m} micro-batch(es) each are predicted "
+    note = (f"{r} data-parallel copies {where} at {m} micro-batch(es) each are predicted "
             + (f"faster than the {plan.solver} plan at {plan.microbatches} ({1e3 * step:.3f} ms against "
                f"{1e3 * plan.predicted_step_time_s:.3f} ms)" if replicas == "auto" else f"at {1e3 * step:.3f} ms (asked)")
-            + ": a copy of the model on each device")
+            + (": a copy of the model on each device" if size == 1 else f": a copy of the model per {size} devices"))
     log.info(note)
-    return replace(_on_one_device(built, options, plan, zero, note), replicas=r, microbatches=m,
-                   predicted_step_time_s=step, op_order={}, pipeline="gpipe", stages=(),
-                   predicted_peak_memory_bytes=tuple(float(x) for x in peak)).scored(replace(copies, note=note),
-                                                                                     kept=True)
+    if inner is None:
+        placed = _on_one_device(built, options, plan, assignment, note)
+    else:
+        scored = plan_problem(built, options, given=inner.assignment)
+        placed = replace(scored, solver=inner.solver, status=inner.status, log=(*plan.log, note),
+                         baselines=plan.baselines, batch_size=plan.batch_size, compression=plan.compression,
+                         solve_time_s=plan.solve_time_s, candidates=plan.candidates)
+    return replace(placed, replicas=r, microbatches=m, predicted_step_time_s=step, op_order={}, pipeline="gpipe",
+                   stages=(), predicted_peak_memory_bytes=tuple(float(x) for x in peak)).scored(
+                       replace(copies, note=note), kept=True)
 
 
 def solve(graph: nx.DiGraph, devices: Sequence[Any] | DeviceSet, **options: Any) -> Plan:

@@ -15,6 +15,7 @@ import keras
 import tensorflow as tf
 
 import placer
+from placer.errors import PlanError
 from tests.models import dense_chain
 from cost_models import TensorEdge
 from placer.core.build import build_problem
@@ -155,13 +156,45 @@ def test_the_parameter_codec_shrinks_what_a_training_copy_reads_and_sends():
 
     def bf16(nbytes, src, dst):
         calls.append((src, dst))
-        return nbytes / 2
+        return nbytes / 2, 0.0, 0.0
 
     plain = simulate_replicas(built, zero, 2, 1).step_time_s
-    halved = simulate_replicas(built, zero, 2, 1, parameter_bytes=bf16).step_time_s
+    halved = simulate_replicas(built, zero, 2, 1, parameter_codec=bf16).step_time_s
     assert plain == pytest.approx(8.0, rel=0.01) and halved == pytest.approx(4.0, rel=0.01)
     assert calls and all(src != dst for src, dst in calls)   # only edges that cross devices
-    assert best_replicas(built, 8, [2], [1], parameter_bytes=bf16)[2] == pytest.approx(halved)
+    assert best_replicas(built, 8, [2], [1], parameter_codec=bf16)[2] == pytest.approx(halved)
+    # the codec's own time, on the sender (encode) and the receiver (decode), is on the path: the weight's
+    # encode, wire and decode before the second copy's forward pass, the gradient's after its backward pass
+    slow = simulate_replicas(built, zero, 2, 1, parameter_codec=lambda b, s, d: (b / 2, 0.5, 0.5)).step_time_s
+    assert slow == pytest.approx(6.0, rel=0.01)
+
+
+def test_copies_over_groups_of_devices_are_scored_with_their_placement():
+    # four devices, two copies of two devices each: a copy whose two ops run at once (a fan-out) on its two
+    # devices halves its step; without the group's placement, R = 2 is not tried, and R = 4 (one device per
+    # copy, the batch in quarters) is
+    import networkx as nx
+
+    g = nx.DiGraph()
+    g.add_node("x", compute_us=0.0, memory_bytes=0.0)
+    g.add_node("a", compute_us=4000.0, memory_bytes=0.0)
+    g.add_node("b", compute_us=4000.0, memory_bytes=0.0)
+    g.add_node("out", compute_us=0.0, memory_bytes=0.0)
+    g.add_edges_from([("x", "a", {"bytes": 64.0}), ("x", "b", {"bytes": 64.0}), ("a", "out", {"bytes": 64.0}),
+                      ("b", "out", {"bytes": 64.0})])
+    devs = as_device_set([DeviceSpec(f"/CPU:{i}", memory_bytes=1 << 34, bandwidth_bytes_per_s=1e12, latency_s=0.0)
+                          for i in range(4)])
+    built = build_problem(g, devs, group_by="op")
+    spread = built.group_assignment({"x": devs.names[0], "a": devs.names[0], "b": devs.names[1],
+                                     "out": devs.names[0]})
+    two = simulate_replicas(built, spread, 2, 1).step_time_s
+    assert two == pytest.approx(0.002, rel=0.01)          # each copy: half the rows, its two ops at once
+    assert simulate_replicas(built, np.zeros(4, int), 4, 1).step_time_s == pytest.approx(0.002, rel=0.01)
+    assert best_replicas(built, 8, [2, 4], [1])[:2] == (4, 1)        # no placement for R = 2: not tried
+    scored = best_replicas(built, 8, [2], [1], group_assignments={2: spread})
+    assert scored[:2] == (2, 1) and scored[2] == pytest.approx(two)
+    with pytest.raises(PlanError, match="does not divide"):
+        simulate_replicas(built, spread, 3, 1)
 
 
 def test_device_groups_and_bad_counts():
@@ -181,6 +214,30 @@ def replicated(devices):
     model = _mlp()
     placed = placer.autoplace(model, devices[:2], batch_size=8, replicas=2, microbatches=1, time_limit_s=1)
     return model, placed
+
+
+def test_copies_of_several_devices_each_equal_the_model_on_each_copys_rows(devices, caplog):
+    # four devices, replicas=2: each copy is placed over two devices (the solver's plan on the first group,
+    # mapped device for device onto the second); the outputs are each copy's rows, bit for bit
+    model = _mlp()
+    with caplog.at_level("INFO", logger="placer"):
+        placed = placer.autoplace(model, devices, batch_size=8, replicas=2, microbatches=1, time_limit_s=1,
+                                  algorithm="contiguous")
+    plan = placed.plan
+    full = [tf.DeviceSpec.from_string("/job:localhost/replica:0/task:0/device:" + d.strip("/")).to_string()
+            for d in devices]
+    assert plan.replicas == 2 and set(plan.assignment.values()) <= set(full[:2])
+    assert any("placing one data-parallel copy over 2 devices" in r.getMessage() for r in caplog.records)
+    assert plan.kept.strategy == "copies" and plan.kept.replicas == 2
+    x = np.random.default_rng(2).standard_normal((8, 16)).astype("float32")
+    np.testing.assert_array_equal(placed(x).numpy(), np.concatenate([model(x[:4]).numpy(), model(x[4:]).numpy()]))
+    observed = placed.observed_placement(x)
+    first = {d for op, d in observed.items() if op.startswith(f"mb0/{model.name}")}
+    second = {d for op, d in observed.items() if op.startswith(f"mb1/{model.name}")}
+    assert first and first <= set(full[:2]) and second and second <= set(full[2:]), (first, second)
+    assert len(second) == len(first)                       # the second copy uses the twins of the first's devices
+    with pytest.raises(placer.PlanError, match="multiple of 3"):
+        placer.autoplace(model, devices, batch_size=8, replicas=3, time_limit_s=1)
 
 
 def test_replicated_inference_equals_the_model_on_each_copys_rows(replicated, devices):
@@ -282,7 +339,7 @@ def test_replicas_auto_chooses_what_is_predicted_faster_and_says_why(devices):
 
 def test_bad_replica_requests_are_typed(devices):
     model = _mlp()
-    with pytest.raises(placer.PlanError, match="one device per copy"):
+    with pytest.raises(placer.PlanError, match="multiple of 3 devices"):
         placer.autoplace(model, devices[:2], batch_size=8, replicas=3, time_limit_s=1)
     with pytest.raises(placer.PlanError, match="at least 2 rows"):
         placer.autoplace(model, devices[:2], batch_size=1, replicas=2, microbatches=1, time_limit_s=1)

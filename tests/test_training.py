@@ -419,8 +419,8 @@ def test_bad_replicas_are_refused(trained, devices):
         placer.autoplace(t["model"], devices, training=True, batch_size=BATCH, replicas=3)
     with pytest.raises(placer.TrainingError, match="does not divide the batch size"):
         placer.autoplace(t["model"], devices, training=True, batch_size=7, replicas=2)
-    with pytest.raises(placer.PlanError, match="one device per copy"):  # inference: a whole copy per device
-        placer.autoplace(t["model"], devices, batch_size=BATCH, replicas=2)
+    with pytest.raises(placer.PlanError, match="multiple of 3 devices"):  # inference: R must divide the devices
+        placer.autoplace(t["model"], devices[:2], batch_size=BATCH, replicas=3)
     with pytest.raises(placer.TrainingError, match="batch normalization"):
         placer.autoplace(trained["cnn"]["model"], devices, training=True, batch_size=BATCH, replicas=2,
                          targets=tf.TensorSpec((None,), "int32"))

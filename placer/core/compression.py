@@ -206,20 +206,31 @@ class CompressionPolicy:
         """Whether any tensor may be compressed (activations or parameter traffic)."""
         return self.compression != "none" or self.gradients != "none"
 
-    def parameter_wire_bytes(self, nbytes: float, src: str, dst: str) -> float:
-        """Bytes on the wire for ``nbytes`` of float32 parameter traffic (a weight, a weight's gradient) sent from
-        ``src`` to ``dst``: what the simulator charges the link when it predicts copies.
+    def parameter_codec(self, nbytes: float, src: str, dst: str) -> tuple[float, float, float]:
+        """``(bytes on the wire, encode seconds on src, decode seconds on dst)`` of ``nbytes`` of float32 parameter
+        traffic (a weight, a weight's gradient) sent from ``src`` to ``dst``: what the simulator charges when it
+        predicts copies. The codec's time is half of each device's measured round trip (:attr:`costs`; 0 where
+        it was not measured).
 
         Examples
         --------
-        >>> CompressionPolicy("none", gradients="bf16").parameter_wire_bytes(4096, "a", "b")
-        2048.0
-        >>> CompressionPolicy("int8").parameter_wire_bytes(4096, "a", "b")
-        4096.0
+        >>> p = CompressionPolicy("none", gradients="bf16", costs={"a": {"bf16": (1e-5, 1e-9)},
+        ...                                                         "b": {"bf16": (3e-5, 3e-9)}})
+        >>> [round(x, 9) for x in p.parameter_codec(4096, "a", "b")]
+        [2048.0, 7.048e-06, 2.1144e-05]
+        >>> CompressionPolicy("int8").parameter_codec(4096, "a", "b")
+        (4096.0, 0.0, 0.0)
         """
         codec = self.codec_for(nbytes=nbytes, dtype="float32", rank=2, backward=True, src=src, dst=dst,
                                parameter=True)
-        return float(CODECS[codec].wire_bytes(nbytes))
+        if codec == "none":
+            return float(nbytes), 0.0, 0.0
+
+        def half(device: str) -> float:
+            fixed, per_byte = self.costs.get(device, {}).get(codec, (0.0, 0.0))
+            return (fixed + per_byte * nbytes) / 2
+
+        return float(CODECS[codec].wire_bytes(nbytes)), half(src), half(dst)
 
     def codec_for(self, *, nbytes: float, dtype: str, rank: int | None, backward: bool, src: str, dst: str,
                   parameter: bool = False) -> str:

@@ -248,6 +248,26 @@ class DeviceSet:
         """The same devices and links with these shared processors."""
         return replace(self, shared=tuple(shared))
 
+    def first(self, n: int) -> "DeviceSet":
+        """The first ``n`` devices with the links between them, their fits, and the shared processors of two or
+        more of them (capacity clipped to the devices left): the devices of one data-parallel group.
+
+        Examples
+        --------
+        >>> ds = resolve_devices(["/CPU:0", "/CPU:1", "/CPU:2"]).with_shared([SharedProcessor((0, 1, 2), 2.5)])
+        >>> sub = ds.first(2)
+        >>> sub.names, sorted(sub.links), sub.shared[0].capacity
+        (('/job:localhost/replica:0/task:0/device:CPU:0', '/job:localhost/replica:0/task:0/device:CPU:1'), \
+[(0, 1), (1, 0)], 2.0)
+        """
+        if not 1 <= n <= len(self.devices):
+            raise DeviceError(f"a subset of 1 to {len(self.devices)} devices, got {n}")
+        shared = tuple(replace(sp, devices=kept) for sp in self.shared
+                       if len(kept := tuple(d for d in sp.devices if d < n)) >= 2)
+        return replace(self, devices=self.devices[:n],
+                       links={ij: link for ij, link in self.links.items() if max(ij) < n},
+                       fits={ij: fit for ij, fit in self.fits.items() if max(ij) < n}, shared=shared)
+
     @property
     def calibrated(self) -> frozenset[tuple[int, int]]:
         """The ordered pairs whose links were measured (keys of :attr:`fits`)."""

@@ -41,8 +41,9 @@ from ..errors import PlanError
 from .attrs import PHASES
 from .problem import Schedule
 
-#: ``(bytes, src device index, dst device index) → bytes on the wire`` of parameter traffic (a codec's choice).
-WireBytes = Callable[[float, int, int], float]
+#: ``(bytes, src device index, dst device index) → (bytes on the wire, encode s on src, decode s on dst)`` of
+#: parameter traffic (the codec :meth:`placer.core.compression.CompressionPolicy.parameter_codec` chooses).
+ParameterCodec = Callable[[float, int, int], tuple[float, float, float]]
 
 #: Largest number of micro-batches ``microbatches="auto"`` tries.
 MAX_AUTO_MICROBATCHES = 16
@@ -285,7 +286,7 @@ def pipelined_schedule(schedule: Schedule, group_assignment: np.ndarray, m: int,
                        micro_durations_s: np.ndarray | None = None, phases: Sequence[str] | None = None,
                        order: str = "gpipe", sum_s_per_byte: np.ndarray | None = None,
                        maps: np.ndarray | None = None, pinned: np.ndarray | None = None,
-                       anchored: np.ndarray | None = None, parameter_bytes: WireBytes | None = None
+                       anchored: np.ndarray | None = None, parameter_codec: ParameterCodec | None = None
                        ) -> tuple[np.ndarray, tuple[TensorEdge, ...], tuple[tuple[int, int], ...], np.ndarray]:
     """``(durations, tensors, control edges, fine assignment)`` of ``m`` gated copies of ``schedule``.
 
@@ -319,10 +320,12 @@ def pipelined_schedule(schedule: Schedule, group_assignment: np.ndarray, m: int,
     ``anchored`` ops (a table's row gathers: :attr:`placer.core.build.BuiltProblem.anchored`) run in every copy,
     on its rows, but on the plan's device: where the table is, as TensorFlow colocates them with it.
 
-    ``parameter_bytes`` (``(bytes, src device, dst device) → wire bytes``, e.g.
-    :meth:`placer.core.compression.CompressionPolicy.parameter_wire_bytes` by device index): the parameter
+    ``parameter_codec`` (:data:`ParameterCodec`, e.g.
+    :meth:`placer.core.compression.CompressionPolicy.parameter_codec` by device index): the parameter
     traffic's codec, applied where a copy reads a pinned op's tensor (a weight) on another device and where a
-    copy's gradient crosses to its running sum; default: sent as they are.
+    copy's gradient crosses to its running sum: an encode node on the sender and a decode node on the
+    receiver (numbered after the sums) with the codec's seconds, the narrower bytes between them; default:
+    sent as they are.
 
     Raises
     ------
@@ -356,13 +359,23 @@ def pipelined_schedule(schedule: Schedule, group_assignment: np.ndarray, m: int,
     copies = [fine if maps is None else np.where(stay, fine, np.asarray(maps)[i][fine]) for i in range(m)]
     assignment = np.concatenate([*copies, np.array([link[0] for link in gate], dtype=int)]).astype(int)
     tensors = []
-    sums: list[tuple[int, float]] = []  # (device, seconds) of each sum node, numbered after the gates
+    sums: list[tuple[int, float]] = []  # (device, seconds) of each sum (or codec) node, numbered after the gates
     after = {(d, i, ph): g for (d, i, ph, _, _), g in gate.items()}  # the gate after unit (i, ph) on device d
     held: list[tuple[int, int]] = []  # (running sum, the gate that waits for it)
     rate = np.zeros(k) if sum_s_per_byte is None else np.asarray(sum_s_per_byte, dtype=float)
 
-    def wire(nbytes: float, src: int, dst: int) -> float:
-        return nbytes if parameter_bytes is None or src == dst else float(parameter_bytes(nbytes, src, dst))
+    def send(src: int, dsts: tuple[int, ...], nbytes: float, count: int, at: int, to: int) -> None:
+        """The tensor of node ``src`` (on device ``at``) to nodes ``dsts`` (on ``to``), through the parameter
+        codec where it crosses devices."""
+        wire, enc_s, dec_s = (nbytes, 0.0, 0.0) if parameter_codec is None or at == to else \
+            parameter_codec(nbytes, at, to)
+        if wire == nbytes and enc_s == dec_s == 0.0:
+            tensors.append(TensorEdge(src, dsts, nbytes, count))
+            return
+        enc, dec = total + len(sums), total + len(sums) + 1
+        sums.extend([(at, float(enc_s)), (to, float(dec_s))])
+        tensors.extend([TensorEdge(src, (enc,), nbytes, count), TensorEdge(enc, (dec,), float(wire), count),
+                        TensorEdge(dec, dsts, nbytes, count)])
 
     for t in schedule.tensors:
         if once[t.src]:
@@ -372,18 +385,18 @@ def pipelined_schedule(schedule: Schedule, group_assignment: np.ndarray, m: int,
         into_once = tuple(w for w in t.dsts if once[w])
         for i in range(m):
             if copied:
-                nbytes = t.nbytes if pin[t.src] else t.nbytes / m
-                if pin[t.src]:
-                    nbytes = wire(nbytes, int(copies[i][t.src]), int(copies[i][copied[0]]))
-                tensors.append(TensorEdge(i * n + t.src, tuple(i * n + w for w in copied), nbytes, t.count))
+                dsts = tuple(i * n + w for w in copied)
+                if pin[t.src]:  # a weight read: its full bytes, to this copy's device
+                    send(i * n + t.src, dsts, t.nbytes, t.count, int(copies[i][t.src]), int(copies[i][copied[0]]))
+                else:
+                    tensors.append(TensorEdge(i * n + t.src, dsts, t.nbytes / m, t.count))
         if into_once:
             running = t.src  # copy 0's tensor, then the running sum
             for i in range(1, m):
                 node = total + len(sums)
                 sums.append((int(fine[t.src]), float(rate[fine[t.src]] * t.nbytes)))
                 tensors.append(TensorEdge(running, (node,), t.nbytes, t.count))
-                tensors.append(TensorEdge(i * n + t.src, (node,),
-                                          wire(t.nbytes, int(copies[i][t.src]), int(fine[t.src])), t.count))
+                send(i * n + t.src, (node,), t.nbytes, t.count, int(copies[i][t.src]), int(fine[t.src]))
                 if i < m - 1 and (int(fine[t.src]), i, "backward") in after:
                     held.append((node, after[(int(fine[t.src]), i, "backward")]))
                 running = node

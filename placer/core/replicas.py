@@ -25,7 +25,7 @@ Examples
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -33,7 +33,7 @@ from cost_models import MemoryTraits, SimOptions, SimResult, TensorEdge, simulat
 
 from ..errors import PlanError
 from .attrs import PHASES
-from .microbatch import (SmallBatchCosts, WireBytes, _pipelined_memory, _ungated, pipelined_schedule,
+from .microbatch import (SmallBatchCosts, ParameterCodec, _pipelined_memory, _ungated, pipelined_schedule,
                          sum_seconds_per_byte, unit_ends)
 from .problem import Schedule
 
@@ -182,7 +182,7 @@ def _replicated_memory(memory: MemoryTraits, n: int, copies: int, holders: Seque
 def simulate_replicas(built: Any, group_assignment: np.ndarray, replicas: int, m: int,
                       options: SimOptions = SimOptions(peak_memory=False), *,
                       small: SmallBatchCosts | None = None, batch_size: int | None = None,
-                      parameter_bytes: WireBytes | None = None) -> SimResult:
+                      parameter_codec: ParameterCodec | None = None) -> SimResult:
     """One simulated forward step of ``built``'s plan (on group 0's devices) as ``replicas`` data-parallel
     groups of ``m`` micro-batches each (:func:`replicated_schedule`).
 
@@ -194,7 +194,7 @@ def simulate_replicas(built: Any, group_assignment: np.ndarray, replicas: int, m
     forward and backward pass on its group, every copy's gradients summed where the variables live (the first
     group) and one update there (:func:`placer.core.microbatch.pipelined_schedule` with ``maps``), as
     :func:`placer.tf.replicas.replicated_train_step` runs it; each copy's row gathers of a table run where the
-    table is (``built.anchored``), so only their rows travel, not the table. ``parameter_bytes``: the codec
+    table is (``built.anchored``), so only their rows travel, not the table. ``parameter_codec``: the codec
     of the weights each copy reads and the gradients it sends (training; :func:`pipelined_schedule`).
 
     Raises
@@ -216,7 +216,7 @@ def simulate_replicas(built: Any, group_assignment: np.ndarray, replicas: int, m
         d, tensors, control, a = pipelined_schedule(sched, group_assignment, replicas, micro, built.phases,
                                                     "gpipe", sum_seconds_per_byte(built), maps=maps, pinned=pinned,
                                                     anchored=np.asarray(built.anchored, dtype=bool),
-                                                    parameter_bytes=parameter_bytes)
+                                                    parameter_codec=parameter_codec)
     else:
         d, tensors, control, a = replicated_schedule(sched, group_assignment, maps, m, micro, pinned)
     p = built.problem
@@ -230,26 +230,34 @@ def simulate_replicas(built: Any, group_assignment: np.ndarray, replicas: int, m
 
 
 def best_replicas(built: Any, batch_size: int, replicas: Sequence[int], microbatches: Sequence[int], *,
-                  small: SmallBatchCosts | None = None, parameter_bytes: WireBytes | None = None
-                  ) -> tuple[int, int, float] | None:
-    """``(R, m, predicted step s)``: the data-parallel configuration with the shortest simulated step, each of
-    ``R`` groups one device holding the whole model (group 0: the first device); ``None`` where no candidate
-    applies (fewer rows than copies, ``R`` not dividing the devices, or one device). A training step tries
-    ``m`` = 1 only, and ``R`` dividing the batch (the replicas' losses must give the full-batch step).
+                  small: SmallBatchCosts | None = None, parameter_codec: ParameterCodec | None = None,
+                  group_assignments: Mapping[int, np.ndarray] | None = None) -> tuple[int, int, float] | None:
+    """``(R, m, predicted step s)``: the data-parallel configuration with the shortest simulated step; ``None``
+    where no candidate applies (fewer rows than copies, ``R`` not dividing the devices, or one device).
 
-    Ties go to fewer copies. ``parameter_bytes``: as :func:`simulate_replicas`.
+    A group of one device holds the whole model (group 0: the first device). ``group_assignments`` (``R`` →
+    group assignment on group 0's devices, :meth:`placer.core.build.BuiltProblem.group_assignment`) places one
+    copy over each group of several devices (a placement inside each copy); an ``R`` whose groups have several
+    devices and no entry there is not tried. A training step tries ``m`` = 1 only, and ``R`` dividing the batch
+    (the replicas' losses must give the full-batch step).
+
+    Ties go to fewer copies. ``parameter_codec``: as :func:`simulate_replicas`.
     """
     k = len(built.devices)
-    group_assignment = np.zeros(len(built.problem.names), dtype=int)
+    zero = np.zeros(len(built.problem.names), dtype=int)
+    placed = dict(group_assignments or {})
     training = "backward" in (built.phases or ())
     scored = []
     for r in replicas:
-        if r < 2 or k % r or k // r != 1 or (training and batch_size % r):
+        if r < 2 or k % r or (training and batch_size % r):
             continue
+        if k // r > 1 and r not in placed:
+            continue
+        assignment = zero if k // r == 1 else placed[r]
         for m in ([1] if training else microbatches):
             if m >= 1 and r * m <= batch_size:
-                step = simulate_replicas(built, group_assignment, r, m, small=small, batch_size=batch_size,
-                                         parameter_bytes=parameter_bytes).step_time_s
+                step = simulate_replicas(built, assignment, r, m, small=small, batch_size=batch_size,
+                                         parameter_codec=parameter_codec).step_time_s
                 scored.append((step, r * m, r, m))
     if not scored:
         return None

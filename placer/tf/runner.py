@@ -59,7 +59,7 @@ from cost_models.simulate import SimOptions
 from ..core.build import BuiltProblem, build_problem, check_total_memory
 from ..core.compression import CODECS, CompressionPolicy
 from ..core.devices import DeviceSet, SharedProcessor, device_host, device_kind, resolve_devices
-from ..core.microbatch import SmallBatchCosts, WireBytes, candidate_microbatches, simulate_pipeline
+from ..core.microbatch import SmallBatchCosts, ParameterCodec, candidate_microbatches, simulate_pipeline
 from ..core.plan import Plan
 from ..core.attrs import COMPUTE_US, MEMORY_BYTES
 from ..core.replicas import device_groups, simulate_replicas
@@ -158,9 +158,9 @@ def _data_parallel_groups(devices: DeviceSet, opts: PlacementOptions) -> list[tu
 
 def compression_policy(compression: str, error_budget: float, devices: DeviceSet, *,
                        gradients: str = "none") -> CompressionPolicy:
-    """The codec choice of one placement; ``auto`` (of either setting) measures each codec's cost on each device
-    here."""
-    if "auto" not in (compression, gradients):
+    """The codec choice of one placement; ``auto`` (of either setting) or a codec of the parameter traffic (its
+    time is in the copies' predicted step) measures each codec's cost on each device here."""
+    if compression != "auto" and gradients == "none":
         return CompressionPolicy(compression, error_budget, gradients=gradients)
     names = devices.names
     links = {(names[i], names[j]): (link.bandwidth_bytes_per_s, link.latency_s)
@@ -168,13 +168,13 @@ def compression_policy(compression: str, error_budget: float, devices: DeviceSet
     return CompressionPolicy(compression, error_budget, links, measure_codec_costs(names), gradients=gradients)
 
 
-def parameter_wire(policy: CompressionPolicy, devices: DeviceSet) -> WireBytes | None:
+def parameter_codec(policy: CompressionPolicy, devices: DeviceSet) -> ParameterCodec | None:
     """The policy's codec of parameter traffic as the simulator reads it (bytes between device indices), or
     ``None`` where it sends them as they are."""
     if policy.gradients == "none":
         return None
     names = devices.names
-    return lambda nbytes, src, dst: policy.parameter_wire_bytes(nbytes, names[src], names[dst])
+    return lambda nbytes, src, dst: policy.parameter_codec(nbytes, names[src], names[dst])
 
 
 def say_what_compression_did(policy: CompressionPolicy, emitted: EmittedModel) -> None:
@@ -504,7 +504,8 @@ def _trace(shell: PlacedModel, model: keras.Model, opts: PlacementOptions, batch
 
 def _microbatches(model: keras.Model, built: BuiltProblem, plan: Plan, devset: DeviceSet, opts: PlacementOptions,
                   microbatches: int | str, fallback: bool, order: str = "auto", replicas: int | str = 1,
-                  parameter_bytes: WireBytes | None = None) -> tuple[Plan, SmallBatchCosts | None]:
+                  parameter_codec: ParameterCodec | None = None, group_plan: Callable[[int], Plan] | None = None
+                  ) -> tuple[Plan, SmallBatchCosts | None]:
     """The microbatches stage: how many micro-batches the plan runs as, and its pipelined predicted step; for a
     forward pass, also whether a copy of the model per device (data parallelism, ``replicas``) replaces it.
 
@@ -513,8 +514,9 @@ def _microbatches(model: keras.Model, built: BuiltProblem, plan: Plan, devset: D
     (:class:`placer.core.microbatch.SmallBatchCosts`). With
     ``fallback``, one device at its best count replaces the plan where it is predicted faster
     (:func:`placer.planner.pipeline_plan`); then the copies where they are (:func:`placer.planner.replica_plan`).
-    Returns the plan and those costs (``None`` where nothing was profiled again). ``parameter_bytes``: the
-    codec of the copies' weights and gradients (:func:`parameter_wire`).
+    Returns the plan and those costs (``None`` where nothing was profiled again). ``parameter_codec``: the
+    codec of the copies' weights and gradients (:func:`parameter_codec`); ``group_plan``: a copy placed over
+    the first ``size`` devices (:func:`_group_plan`), for copies of several devices each.
     """
     batch = int(plan.batch_size or 1)
     split_margin = opts.solve.split_margin or 0.0  # None: the solver's plan unless one device is faster
@@ -573,8 +575,15 @@ def _microbatches(model: keras.Model, built: BuiltProblem, plan: Plan, devset: D
                  " and ".join(map(str, profiled)))
     if copies > 1:
         out = replica_plan(built, out, opts.solve, batch, replicas, candidates, small=small,
-                           parameter_bytes=parameter_bytes)
+                           parameter_codec=parameter_codec, group_plan=group_plan)
     return out, small
+
+
+def _group_plan(op_graph: OpGraph, devset: DeviceSet, size: int, options: PlanOptions) -> Plan:
+    """One data-parallel copy placed over the first ``size`` devices (a group of copies over several devices
+    each: :func:`placer.planner.replica_plan`), solved as any plan is."""
+    log.info("placing one data-parallel copy over %d devices", size)
+    return plan_problem(build_problem(op_graph.graph, devset.first(size), group_by=options.group_by), options)
 
 
 def _durations_at(model: keras.Model, built: BuiltProblem, devset: DeviceSet, opts: PlacementOptions, rows: int,
@@ -811,14 +820,14 @@ def _emit(first: _FirstStages, plan: Plan, op_graph: OpGraph, devset: DeviceSet,
 
 def _report(first: _FirstStages, emitted: _Emitted, op_graph: OpGraph, built: BuiltProblem,
             small: SmallBatchCosts | None, opts: PlacementOptions, seconds: Mapping[str, float],
-            model_name: str, parameter_bytes: WireBytes | None = None) -> Report:
+            model_name: str, parameter_codec: ParameterCodec | None = None) -> Report:
     """The report stage (:func:`placer.tf.report.build_report`), with the pipelined step simulated where the
     plan has micro-batches."""
     plan = emitted.plan
     piped = None
     if plan.replicas > 1:
         piped = simulate_replicas(built, built.group_assignment(plan.assignment), plan.replicas, plan.microbatches,
-                                  small=small, batch_size=plan.batch_size, parameter_bytes=parameter_bytes)
+                                  small=small, batch_size=plan.batch_size, parameter_codec=parameter_codec)
     elif plan.microbatches > 1:
         piped = simulate_pipeline(built, built.group_assignment(plan.assignment), plan.microbatches, small=small,
                                   batch_size=plan.batch_size, order=plan.pipeline)
@@ -988,7 +997,7 @@ def _autoplace(model: Any, devices: Sequence[Any], plan: Plan | str | os.PathLik
                 given is None and opts.solve.algorithm == DEFAULT_SOLVER,
                 opts.microbatch.pipeline if given is None or "pipeline" in options else given.pipeline,
                 asked or (opts.train.replicas if given is None or "replicas" in options else given.replicas),
-                parameter_wire(policy, devset))
+                parameter_codec(policy, devset), lambda size: _group_plan(op_graph, devset, size, opts.solve))
     with timer.stage("splits"):
         if given is None and not required:
             placed_plan, graphs = _splits(traced, _Graphs(op_graph, built), placed_plan, devset, opts, first.costs,
@@ -1011,7 +1020,7 @@ def _autoplace(model: Any, devices: Sequence[Any], plan: Plan | str | os.PathLik
         emitted = _emit(first, placed_plan, op_graph, devset, built, policy, groups, opts)
     with timer.stage("report"):
         report = _report(first, emitted, op_graph, built, small, opts, timer.seconds, model.name,
-                         parameter_wire(policy, devset))
+                         parameter_codec(policy, devset))
     first.shell.attach(Placement(
         plan=emitted.plan, op_graph=op_graph, devices=devset, input_specs=first.input_specs,
         training=traced.step == "train", data_structure=traced.data_structure, replica_groups=groups,
