@@ -616,6 +616,28 @@ def test_gradient_compression_rounds_the_parameter_traffic_only(devices):
                          time_limit_s=1)
 
 
+def test_copies_over_groups_of_devices_chosen_by_auto_train_as_model_fit(devices, monkeypatch):
+    # four devices: replicas="auto" scores two copies of two devices each (a copy placed over the first group);
+    # forced to win here (the prediction made tiny), the runner traces and plans one replica's step over the
+    # first group and the step equals Keras' full-batch step
+    import placer.planner as planner
+
+    real = planner.best_replicas
+
+    def groups_of_two_win(built, batch, counts, microbatches, **kwargs):
+        out = real(built, batch, [c for c in counts if c == 2], microbatches, **kwargs)
+        assert out is not None and kwargs.get("group_assignments"), "R = 2 over groups of two was not scored"
+        return out[0], out[1], 1e-9
+
+    monkeypatch.setattr(planner, "best_replicas", groups_of_two_win)
+    model, ref, t = mlp_case(5)
+    placed = placer.autoplace(model, devices, training=True, batch_size=BATCH, time_limit_s=1, shared_capacity=None)
+    assert [len(g) for g in placed.placement.replica_groups] == [2, 2]
+    assert placed.plan.kept.strategy == "copies" and placed.plan.kept.replicas == 2
+    assert any("copies over 2 devices each" in line for line in placed.plan.log), placed.plan.log
+    fit_one_epoch_like(placed, ref, t)
+
+
 def test_train_on_batch_and_test_on_batch_follow_keras(trained, devices):
     # Keras passes (x, y, None) to the step here: no sample weights
     t = trained["transformer"]
