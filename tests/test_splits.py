@@ -284,9 +284,9 @@ def test_a_convolution_split_by_output_channels_equals_the_unsplit_one_forward_a
         (batch,) + (size,) * dims + (cin,)).astype("float32")), rtol=1e-5)
 
 
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=8, deadline=None)
 @given(batch=st.integers(1, 4), rows=st.integers(1, 12), hidden=st.integers(2, 16), cols=st.integers(1, 12),
-       parts=st.integers(2, 4), activation=st.sampled_from([None, "relu", "tanh", "sigmoid"]),
+       parts=st.integers(2, 4), activation=st.sampled_from([None, "relu", "tanh", "sigmoid", "gelu"]),
        bias=st.booleans(), seed=st.integers(0, 1000))
 def test_a_megatron_pair_equals_the_two_unsplit_layers_forward_and_backward(batch, rows, hidden, cols, parts,
                                                                              activation, bias, seed):
@@ -297,7 +297,8 @@ def test_a_megatron_pair_equals_the_two_unsplit_layers_forward_and_backward(batc
                               keras.layers.Dense(hidden, activation=activation, use_bias=bias, name="a"),
                               keras.layers.Dense(cols, use_bias=False, name="b")])
     sp, emitted, variables, owners = _split_emitted(model, batch, parts, pairs=True)
-    assert sp.pair is not None and len(sp.pair.chain) == int(bias) + int(activation is not None)
+    # GELU is five element-wise ops (0.5 * x * erfc(-x * c), two scalar constants): a graph, not a chain
+    assert sp.pair is not None and len(sp.pair.chain) == int(bias) + {None: 0, "gelu": 5}.get(activation, 1)
     bounds = part_bounds(hidden, parts)
     assert [(s.start, s.stop, s.axis) for s in emitted.shards if s.variable == sp.placeholder] == [
         (a, b, 1) for a, b in bounds]
@@ -307,6 +308,33 @@ def test_a_megatron_pair_equals_the_two_unsplit_layers_forward_and_backward(batc
     assert types[sp.pair.op] == "AddN" and sp.op not in types and not any(c in types for c in sp.pair.chain)
     _assert_split_equals_model(model, emitted, owners, tf.constant(
         np.random.default_rng(seed).standard_normal((batch, rows)).astype("float32")), rtol=1e-5)
+
+
+def test_a_gelu_between_two_products_pairs_them_and_a_vector_constant_or_a_second_reader_does_not():
+    keras.utils.set_random_seed(0)
+
+    def traced_pairs(between):
+        inp = keras.Input((8,))
+        h = keras.layers.Dense(16, name="a")(inp)
+        out = keras.layers.Dense(4, use_bias=False, name="b")(between(h))
+        traced = trace_model(keras.Model(inp, out), batch_size=2)
+        return [s.pair for s in split_candidates(traced.fixed.graph, traced.variables, 2, pairs=True)
+                if s.pair is not None], traced
+
+    (pair,), traced = traced_pairs(keras.activations.gelu)
+    types = [traced.fixed.graph.get_operation_by_name(c).type for c in pair.chain]
+    assert types[0] == "BiasAdd" and "Erfc" in types and pair.bias_read is not None
+    scale = keras.ops.convert_to_tensor(np.linspace(1, 2, 16).astype("float32"))
+    assert traced_pairs(lambda h: h * scale)[0] == []      # a vector would have to be split by the columns too
+    assert traced_pairs(lambda h: keras.ops.relu(h) * 2.0)[0] != []   # a scalar commutes with them
+    assert traced_pairs(lambda h: keras.ops.relu(h) + keras.ops.mean(h, axis=-1, keepdims=True))[0] == []
+    # the parts compute the GELU on their own columns: forward and every gradient equal the two unsplit layers
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(12, activation="gelu", name="a"),
+                              keras.layers.Dense(5, use_bias=False, name="b")])
+    sp, emitted, _, owners = _split_emitted(model, 3, 3, pairs=True)
+    assert sp.pair is not None and len(sp.pair.chain) == 6
+    _assert_split_equals_model(model, emitted, owners, tf.constant(
+        np.random.default_rng(1).standard_normal((3, 6)).astype("float32")), rtol=1e-5)
 
 
 def test_products_pair_only_through_element_wise_ops_and_saved_plans_pair_what_they_name():
@@ -358,6 +386,26 @@ def split_placed(devices):
     model = _wide()
     placed = placer.autoplace(model, devices[:2], batch_size=4, splits="all", split_min_bytes=4096, time_limit_s=1)
     return model, placed
+
+
+def test_a_gelu_mlp_placed_with_its_pair_split_equals_the_model(devices):
+    # a Transformer's feed-forward block (Dense(gelu) → Dense): the op graph's pair (each part's GELU graph on
+    # its columns, shared constants) is placed and emitted; the outputs equal the model's
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((48,))
+    h = keras.layers.Dense(96, activation="gelu", name="up")(inp)
+    model = keras.Model(inp, keras.layers.Dense(48, name="down")(h), name="ffn")
+    placed = placer.autoplace(model, devices[:2], batch_size=4, splits="all", split_min_bytes=4096, time_limit_s=1)
+    assert placed.plan.pairs and "column then row" in placed.plan.summary()
+    x = np.random.default_rng(2).standard_normal((4, 48)).astype("float32")
+    np.testing.assert_allclose(placed(x).numpy(), model(x).numpy(), rtol=1e-5, atol=1e-6)
+    # each part's GELU (Grappler fuses it with the part's product: named by its last op) runs where planned
+    ran = placed.observed_placement(x)
+    ends = {op: d for op, d in ran.items() if "/Gelu/" in op and "autoplace_split_" in op}
+    assert len(ends) == 2, sorted(ran)
+    full = {d: tf.DeviceSpec.from_string("/job:localhost/replica:0/task:0/device:" + d.strip("/")).to_string()
+            for d in devices[:2]}
+    assert all(d == full.get(placed.plan.assignment[op], placed.plan.assignment[op]) for op, d in ends.items())
 
 
 def test_split_placement_equals_the_model_and_runs_each_part_on_its_device(split_placed, devices):

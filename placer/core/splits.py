@@ -221,7 +221,8 @@ class Pair:
     read, placeholder : str
         Its weight's read and the weight variable's resource placeholder.
     chain : tuple of str
-        The element-wise ops between the two products, in order.
+        The element-wise ops between the two products, in the graph's order: a chain (a bias add, an
+        activation) or a small graph of them (GELU's ``0.5 * x * erfc(-x / √2)``, its constants scalars).
     bias_read, bias_placeholder : str or None
         The bias the chain's ``BiasAdd`` adds (split by the same columns), or ``None``.
     """
@@ -384,16 +385,21 @@ def _data_successors(g: nx.DiGraph, u: str) -> list[str]:
 
 
 def _check_pair(g: nx.DiGraph, s: Split) -> None:
-    """That ``s``'s op feeds its pair's product through the chain alone, and each weight is read there alone."""
+    """That ``s``'s op feeds its pair's product through the chain alone (each of its ops read only by the chain or,
+    one of them, by the product; no control edge leaves them), and each weight is read there alone."""
     p = s.pair
     assert p is not None
-    path = [s.op, *p.chain, p.op]
-    for name in path[1:] + [p.read, p.placeholder] + ([p.bias_read, p.bias_placeholder] if p.bias_read else []):
+    for name in [*p.chain, p.op, p.read, p.placeholder] + ([p.bias_read, p.bias_placeholder] if p.bias_read else []):
         if name not in g:
             raise GraphError(f"cannot pair {s.op} with {p.op}: {name} is not in the graph")
-    for u, v in zip(path, path[1:]):
-        if list(g.successors(u)) != [v] or g.edges[u, v].get(CONTROL):
-            raise GraphError(f"cannot pair {s.op} with {p.op}: {u} feeds other ops than {v}")
+    ours = {s.op, *p.chain}
+    for u in ours:
+        outside = [v for v in g.successors(u) if v not in ours and v != p.op]
+        if outside or any(g.edges[u, v].get(CONTROL) for v in g.successors(u)):
+            raise GraphError(f"cannot pair {s.op} with {p.op}: {u} feeds other ops than the chain "
+                             f"{', '.join(map(str, outside[:3]))}")
+    if sum(u in ours for u in g.predecessors(p.op)) != 1:
+        raise GraphError(f"cannot pair {s.op} with {p.op}: the product takes no single tensor of the chain")
     for read, ph, user in ((p.read, p.placeholder, p.op), (p.bias_read, p.bias_placeholder, None)):
         if read is None:
             continue
@@ -432,22 +438,30 @@ def _pair_one(g: nx.DiGraph, s: Split) -> None:
         g.nodes[v][COMPUTE_US] = _copy_us(g.nodes[v].get(COMPUTE_US, 0.0), int(g.nodes[v].get(OUTPUT_BYTES, 0)))
     out_bytes = int(b.get(OUTPUT_BYTES, 0))
     weight_bytes = int(g.edges[p.read, p.op].get(BYTES, 0))
+    ours = {s.op, *p.chain}
+    last = next(u for u in g.predecessors(p.op) if u in ours)  # the region's end (or the split op itself)
     for i, (start, stop) in enumerate(s.bounds):
         share, part_layer = (stop - start) / s.columns, split_name(layer, i)
-        prev = split_name(s.op, i)
-        for c in p.chain:
+        for c in p.chain:  # in the graph's order: a chain, or a small graph of element-wise ops (GELU's)
             n = split_name(c, i)
             pb = int(round(int(g.nodes[c].get(OUTPUT_BYTES, 0)) * share))
             g.add_node(n, **{**g.nodes[c], COMPUTE_US: _scaled(g.nodes[c].get(COMPUTE_US, 0.0), share),
                              OUTPUT_BYTES: pb, LAYER: part_layer, COLOCATION: None})
-            xb = int(g.nodes[prev].get(OUTPUT_BYTES, 0))
-            g.add_edge(prev, n, **{BYTES: xb, TENSORS: (f"{prev}:0",), TENSOR_BYTES: (xb,), CONTROL: False})
+            for u in list(g.predecessors(c)):
+                if g.edges[u, c].get(CONTROL) or u == p.bias_read:
+                    continue
+                if u in ours:  # this part's copy of a region op (or the split op's part)
+                    src = split_name(u, i)
+                    xb = int(g.nodes[src].get(OUTPUT_BYTES, 0))
+                    g.add_edge(src, n, **{BYTES: xb, TENSORS: (f"{src}:0",), TENSOR_BYTES: (xb,), CONTROL: False})
+                else:  # a scalar constant, shared by the parts
+                    g.add_edge(u, n, **dict(g.edges[u, c]))
             if p.bias_read is not None and p.bias_read in g.predecessors(c):
                 _shard_placeholder(g, p.bias_placeholder, i, share, part_layer, f"[{start}:{stop}]")
                 r = _shard_read(g, p.bias_placeholder, p.bias_read, i, part_layer)
                 bb = int(round(int(g.edges[p.bias_read, c].get(BYTES, 0)) * share))
                 g.add_edge(r, n, **{BYTES: bb, TENSORS: (f"{r}:0",), TENSOR_BYTES: (bb,), CONTROL: False})
-            prev = n
+        prev = split_name(last, i)
         n = split_name(p.op, i)
         g.add_node(n, **{**b, COMPUTE_US: _scaled(b.get(COMPUTE_US, 0.0), share), LAYER: part_layer,
                          COLOCATION: None})

@@ -223,9 +223,59 @@ def _weight_of(op: tf.Operation, captured: Mapping[str, object]) -> _Weight | No
 
 #: Element-wise ops a column split's parts may run on their own columns before the product that takes them as
 #: its input rows (:class:`~placer.core.splits.Pair`): a bias add (its bias split by the same columns) and
-#: activations of one input.
+#: ops of one input (activations; GELU's ``Neg`` and ``Erfc``) ...
 PAIR_CHAIN_OPS = frozenset({"BiasAdd", "Relu", "Relu6", "Elu", "Selu", "Tanh", "Sigmoid", "Softplus", "Softsign",
-                            "LeakyRelu", "Identity"})
+                            "LeakyRelu", "Identity", "Neg", "Erf", "Erfc", "Exp", "Square", "Abs"})
+#: ... and of two inputs, each the region's own tensor or a scalar constant (GELU: ``0.5 * x * erfc(-x / √2)``;
+#: a scalar commutes with taking columns, a vector would not).
+PAIR_BINARY_OPS = frozenset({"Mul", "AddV2", "Add", "Sub", "RealDiv", "Maximum", "Minimum"})
+
+
+def _scalar_constant(t: tf.Tensor) -> bool:
+    return t.op.type == "Const" and t.shape.is_fully_defined() and t.shape.num_elements() == 1
+
+
+def _pair_region(op: tf.Operation, captured: Mapping[str, object]
+                 ) -> tuple[list[tf.Operation], tf.Operation, tuple[tf.Operation, tf.Operation] | None] | None:
+    """The element-wise ops between ``op``'s output and the one ``MatMul`` they feed (in the graph's order), that
+    product, and the ``(read, placeholder)`` of a ``BiasAdd``'s bias among them; ``None`` where anything else
+    reads them (another consumer, a control edge), an op is not in :data:`PAIR_CHAIN_OPS`/:data:`PAIR_BINARY_OPS`,
+    a second input is not a scalar constant, or more than one product (or bias add) takes them."""
+    inside = {op.name}
+    region: list[tf.Operation] = []
+    product, bias = None, None
+    frontier = [op]
+    while frontier:
+        cur = frontier.pop()
+        if len(cur.outputs) != 1 or cur._control_outputs:  # (no public accessor of control successors)
+            return None
+        for user in cur.outputs[0].consumers():
+            if user.name in inside or (product is not None and user is product):
+                continue
+            sources = [t for t in user.inputs if t.op.name in inside]
+            if user.type == "MatMul" and user.inputs[0].op.name in inside and len(sources) == 1:
+                if product is not None:
+                    return None
+                product = user
+                continue
+            if user.type == "BiasAdd":
+                if bias is not None or user.inputs[0].op.name not in inside:
+                    return None
+                bias = _bias_of(user, captured)
+                if bias is None:
+                    return None
+            elif user.type in PAIR_BINARY_OPS:
+                if len(user.inputs) != 2 or not all(t.op.name in inside or _scalar_constant(t) for t in user.inputs):
+                    return None
+            elif user.type not in PAIR_CHAIN_OPS or len(user.inputs) != 1:
+                return None
+            inside.add(user.name)
+            region.append(user)
+            frontier.append(user)
+    if product is None:
+        return None
+    order = {o.name: i for i, o in enumerate(op.graph.get_operations())}
+    return sorted(region, key=lambda o: order[o.name]), product, bias
 
 
 def _bias_of(op: tf.Operation, captured: Mapping[str, object]) -> tuple[tf.Operation, tf.Operation] | None:
@@ -241,40 +291,17 @@ def _bias_of(op: tf.Operation, captured: Mapping[str, object]) -> tuple[tf.Opera
     return read, ph
 
 
-def _only_consumer(op: tf.Operation) -> tf.Operation | None:
-    """The one op that consumes ``op`` (its one output, once, and no control edge), else ``None``."""
-    users = op.outputs[0].consumers() if len(op.outputs) == 1 else []
-    # (TensorFlow keeps an op's control successors in the private _control_outputs: no public accessor)
-    if len(users) != 1 or sum(x is op.outputs[0] for x in users[0].inputs) != 1 or op._control_outputs:
-        return None
-    return users[0]
-
-
 def _pair_of(op: tf.Operation, captured: Mapping[str, object]) -> Pair | None:
     """The product that can take ``op``'s column parts as its input rows (:class:`~placer.core.splits.Pair`):
-    ``op`` (a ``MatMul``) feeds it through :data:`PAIR_CHAIN_OPS` alone, it multiplies them (untransposed) by a
-    weight of as many rows as ``op`` has output columns, a captured variable it alone reads; else ``None``."""
+    ``op`` (a ``MatMul``) feeds it through element-wise ops alone (:func:`_pair_region`: a chain, or a small
+    graph such as GELU's), it multiplies them (untransposed) by a weight of as many rows as ``op`` has output
+    columns, a captured variable it alone reads; else ``None``."""
     if op.type != "MatMul":
         return None
-    chain, bias, cur = [], None, op
-    while True:
-        nxt = _only_consumer(cur)
-        if nxt is None:
-            return None
-        if nxt.type == "MatMul" and nxt.inputs[0] is cur.outputs[0]:
-            break
-        if nxt.type not in PAIR_CHAIN_OPS or nxt.inputs[0] is not cur.outputs[0]:
-            return None
-        if nxt.type == "BiasAdd":
-            if bias is not None:
-                return None
-            bias = _bias_of(nxt, captured)
-            if bias is None:
-                return None
-        elif len(nxt.inputs) != 1:
-            return None
-        chain.append(nxt)
-        cur = nxt
+    found = _pair_region(op, captured)
+    if found is None:
+        return None
+    chain, nxt, bias = found
     if nxt.get_attr("transpose_a"):
         return None
     w = _weight_of(nxt, captured)
@@ -495,6 +522,11 @@ def _paired_nodes(graph: tf.Graph, s: Split) -> tuple[set[str], set[str]]:
     return replaced, dead
 
 
+def _source(ref: str) -> str:
+    """The op of an input reference (``name``, ``name:0``)."""
+    return ref.partition(":")[0]
+
+
 def _copy_node(gd: tf.compat.v1.GraphDef, node: tf.compat.v1.NodeDef, name: str, inputs: list[str]) -> None:
     """A copy of ``node`` named ``name`` reading ``inputs`` (its control inputs kept)."""
     n = gd.node.add()
@@ -515,18 +547,22 @@ def _pair_parts(gd: tf.compat.v1.GraphDef, by_name: Mapping[str, tf.compat.v1.No
     b = graph.get_operation_by_name(p.op)
     rows_axis = 1 if b.get_attr("transpose_b") else 0
     out = []
+    ours = {s.op, *p.chain}
     for i, (start, stop) in enumerate(s.bounds):
-        prev = split_name(s.op, i)
         for c in p.chain:
             node = by_name[c]
-            data = [prev]
             if node.op == "BiasAdd":
-                data.append(_add_shard(gd, by_name, p.bias_placeholder, p.bias_read, i))
+                data = [split_name(_source(node.input[0]), i), _add_shard(gd, by_name, p.bias_placeholder,
+                                                                          p.bias_read, i)]
                 out.append(Shard(split_name(p.bias_placeholder, i), p.bias_placeholder,
                                  context.devices[split_name(p.bias_placeholder, i)], start, stop, 0))
+            else:  # the region's own inputs from this part's copies; a scalar constant shared
+                data = [split_name(_source(x), i) if _source(x) in ours else x
+                        for x in node.input if not x.startswith("^")]
             _copy_node(gd, node, split_name(c, i), data)
-            prev = split_name(c, i)
-        _copy_node(gd, by_name[p.op], split_name(p.op, i), [prev, _add_shard(gd, by_name, p.placeholder, p.read, i)])
+        last = by_name[p.op].input[0]
+        _copy_node(gd, by_name[p.op], split_name(p.op, i), [split_name(_source(last), i),
+                                                            _add_shard(gd, by_name, p.placeholder, p.read, i)])
         out.append(Shard(split_name(p.placeholder, i), p.placeholder, context.devices[split_name(p.placeholder, i)],
                          start, stop, rows_axis))
     node = by_name[p.op]
