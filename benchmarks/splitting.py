@@ -35,7 +35,8 @@ predicted step of every autoplace row beside its measurement, and the split outp
 difference from the model's. Runs itself inside a loopback-only network namespace.
 
     python benchmarks/splitting.py [--workloads recommender wide] [--batches 1 4 8] [--width 8192]
-                                   [--layers 4] [--repeats 7] [--worker-mib 400] [--table-ratio 1.8]
+                                   [--layers 4] [--activation relu|gelu] [--repeats 7] [--worker-mib 400]
+                                   [--table-ratio 1.8]
                                    [--out benchmarks/results/splitting.md]
 """
 
@@ -58,14 +59,15 @@ from markdown import MarkdownOut  # noqa: E402
 from speedup import ROUNDS_TEXT, interleaved_times, median_spread  # noqa: E402
 
 
-def wide_mlp(width: int, layers: int) -> "object":
-    """``layers`` dense layers of ``width`` with ReLU on a ``width``-wide input."""
+def wide_mlp(width: int, layers: int, activation: str = "relu") -> "object":
+    """``layers`` dense layers of ``width`` with ``activation`` (ReLU; GELU: a Transformer's feed-forward
+    activation, several element-wise ops) on a ``width``-wide input."""
     import keras
 
     inp = keras.Input((width,), name="features")
     h = inp
     for i in range(layers):
-        h = keras.layers.Dense(width, activation="relu", name=f"wide{i}")(h)
+        h = keras.layers.Dense(width, activation=activation, name=f"wide{i}")(h)
     return keras.Model(inp, h, name="wide_mlp")
 
 
@@ -258,15 +260,16 @@ def run_wide(args: argparse.Namespace, out: MarkdownOut) -> None:
     from placer.tf.measuring import copy_per_device
 
     keras.utils.set_random_seed(0)
-    model = wide_mlp(args.width, args.layers)
+    model = wide_mlp(args.width, args.layers, args.activation)
     weight_mb = sum(int(np.prod(w.shape)) * 4 for w in model.weights) / 2**20
     with placer.LocalCluster(2, pin_cores=True, threads=1) as cluster:
         devices = placer.connect(cluster)
         out("## Operator splitting on 2 TF gRPC workers (one pinned core, one thread each)")
         out()
         out(f"{time.strftime('%Y-%m-%d')}; `python benchmarks/splitting.py --batches "
-            f"{' '.join(map(str, args.batches))} --width {args.width} --layers {args.layers} --repeats "
-            f"{args.repeats}`; a chain of {args.layers} dense layers of {args.width} (ReLU), {weight_mb:.0f} MiB "
+            f"{' '.join(map(str, args.batches))} --width {args.width} --layers {args.layers} --activation "
+            f"{args.activation} --repeats {args.repeats}`; a chain of {args.layers} dense layers of {args.width} "
+            f"({args.activation}), {weight_mb:.0f} MiB "
             f"of float32 weights; {args.repeats} interleaved rounds after 2 warm-up calls ({ROUNDS_TEXT}); "
             "speedup = one worker's step / this step (the same batch); predicted = the plan's predicted step "
             "(simulated, plus its measured fixed cost per call). Every row fetches its outputs.")
@@ -336,6 +339,8 @@ def main() -> int:
     ap.add_argument("--batches", nargs="+", type=int, default=[1, 4, 8])
     ap.add_argument("--width", type=int, default=8192)
     ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--activation", default="relu", choices=("relu", "gelu"),
+                    help="wide: the layers' activation (gelu: pairs through its element-wise graph)")
     ap.add_argument("--repeats", type=int, default=7, help="interleaved measured rounds per strategy")
     ap.add_argument("--workloads", nargs="+", choices=("recommender", "wide"), default=["recommender", "wide"])
     ap.add_argument("--worker-mib", type=int, default=400, help="recommender: MiB each worker's limit leaves a "

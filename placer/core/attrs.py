@@ -66,3 +66,8 @@ INPLACE_OP_TYPES: frozenset[str] = frozenset({
 #: about 0 µs. Splitting the product (:mod:`placer.core.splits`) moves that time back onto its parts.
 FUSED_AFTER_PRODUCT_OP_TYPES: frozenset[str] = frozenset({
     "BiasAdd", "Relu", "Relu6", "Elu", "LeakyRelu", "Tanh", "Sigmoid"})
+#: The element-wise ops of a GELU (``0.5 * x * erfc(-x / √2)``, or its tanh form) after a product's bias add,
+#: which TensorFlow's graph optimizer fuses into the product as one activation; the fused kernel's time lands
+#: on the GELU's last op (:func:`placer.core.splits.fused_after`).
+FUSED_GELU_OP_TYPES: frozenset[str] = frozenset({
+    "Mul", "Neg", "Erf", "Erfc", "AddV2", "Add", "RealDiv", "Tanh", "Pow"})

@@ -64,6 +64,7 @@ from .attrs import (
     COMPUTE_US,
     CONTROL,
     FUSED_AFTER_PRODUCT_OP_TYPES,
+    FUSED_GELU_OP_TYPES,
     LAYER,
     MEMORY_BYTES,
     OP_TYPE,
@@ -488,17 +489,57 @@ def _dead_read(g: nx.DiGraph, v: str) -> bool:
 
 
 def fused_after(g: nx.DiGraph, op: str) -> list[str]:
-    """The chain of single-consumer ops after ``op`` that the graph optimizer fuses into it
-    (:data:`~placer.core.attrs.FUSED_AFTER_PRODUCT_OP_TYPES`)."""
+    """The ops after ``op`` that the graph optimizer fuses into it: a chain of single-consumer ops
+    (:data:`~placer.core.attrs.FUSED_AFTER_PRODUCT_OP_TYPES`: the bias add, an activation), then a GELU's
+    element-wise graph (:func:`_gelu_after`) where one follows; in the graph's order, the last the one that
+    holds the fused kernel's time.
+
+    Examples
+    --------
+    >>> g = nx.DiGraph()
+    >>> for v, t in [("m", "MatMul"), ("b", "BiasAdd"), ("h", "Mul"), ("n", "Neg"), ("s", "Mul"), ("e", "Erfc"),
+    ...              ("y", "Mul"), ("c", "Const"), ("next", "MatMul")]:
+    ...     g.add_node(v, op_type=t)
+    >>> g.add_edges_from([("m", "b"), ("b", "h"), ("b", "n"), ("n", "s"), ("c", "s"), ("s", "e"), ("h", "y"),
+    ...                   ("e", "y"), ("y", "next")])
+    >>> fused_after(g, "m")
+    ['b', 'h', 'n', 's', 'e', 'y']
+    """
     chain, cur = [], op
     while True:
         data = _data_successors(g, cur)
         if len(data) != 1 or g.nodes[data[0]].get(OP_TYPE) not in FUSED_AFTER_PRODUCT_OP_TYPES:
-            return chain
+            return chain + _gelu_after(g, cur)
         if [u for u in g.predecessors(data[0]) if not g.edges[u, data[0]].get(CONTROL)
                 and g.nodes[u].get(OP_TYPE) not in ("ReadVariableOp", "Const")] != [cur]:
             return chain
         chain.append(cur := data[0])
+
+
+def _gelu_after(g: nx.DiGraph, op: str) -> list[str]:
+    """The element-wise graph of at least three ops after ``op`` (:data:`~placer.core.attrs.FUSED_GELU_OP_TYPES`,
+    their other inputs constants) that ends in one op every other one leads to, in a topological order; ``[]``
+    where anything else reads ``op`` or them, or they are fewer (a lone ``Mul`` is not a fused activation)."""
+    region: set[str] = set()
+    frontier = [op]
+    while frontier:
+        for v in _data_successors(g, frontier.pop()):
+            if v != op and v not in region and g.nodes[v].get(OP_TYPE) in FUSED_GELU_OP_TYPES:
+                region.add(v)
+                frontier.append(v)
+    pruned = True
+    while pruned:  # an op that reads anything but the graph, ``op`` or a constant is not the activation's
+        bad = {v for v in region for u in g.predecessors(v) if not g.edges[u, v].get(CONTROL)
+               and u != op and u not in region and g.nodes[u].get(OP_TYPE) != "Const"}
+        region -= bad
+        pruned = bool(bad)
+    inside = region | {op}
+    if any(w not in inside for w in _data_successors(g, op)):
+        return []
+    exits = [v for v in region if not _data_successors(g, v) or any(w not in inside for w in _data_successors(g, v))]
+    if len(region) < 3 or len(exits) != 1:
+        return []
+    return [v for v in nx.topological_sort(g.subgraph(inside)) if v != op]
 
 
 def _copy_us(costs: object, nbytes: int) -> object:
