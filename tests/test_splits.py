@@ -425,13 +425,14 @@ def test_a_gelu_mlp_placed_with_its_pair_split_equals_the_model(devices):
     assert placed.plan.pairs and "column then row" in placed.plan.summary()
     x = np.random.default_rng(2).standard_normal((4, 48)).astype("float32")
     np.testing.assert_allclose(placed(x).numpy(), model(x).numpy(), rtol=1e-5, atol=1e-6)
-    # each part's GELU (Grappler fuses it with the part's product: named by its last op) runs where planned
+    # each part's GELU (Grappler may fuse it with the part's product, named by its last op) runs where planned
     ran = placed.observed_placement(x)
-    ends = {op: d for op, d in ran.items() if "/Gelu/" in op and "autoplace_split_" in op}
-    assert len(ends) == 2, sorted(ran)
+    gelu = {op: d for op, d in ran.items() if op.startswith("ffn") and "/Gelu/" in op and "autoplace_split_" in op}
+    assert {op.rsplit("_", 1)[-1] for op in gelu} == {"0", "1"}, sorted(ran)
     full = {d: tf.DeviceSpec.from_string("/job:localhost/replica:0/task:0/device:" + d.strip("/")).to_string()
             for d in devices[:2]}
-    assert all(d == full.get(placed.plan.assignment[op], placed.plan.assignment[op]) for op, d in ends.items())
+    assert all(d == full.get(placed.plan.assignment[op], placed.plan.assignment[op]) for op, d in gelu.items()
+               if op in placed.plan.assignment)
 
 
 def test_split_placement_equals_the_model_and_runs_each_part_on_its_device(split_placed, devices):
