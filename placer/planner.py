@@ -378,11 +378,12 @@ def plan_problem(built: BuiltProblem, options: PlanOptions, *,
 
 
 def _on_one_device(built: BuiltProblem, options: PlanOptions, plan: Plan, group_assignment: np.ndarray,
-                   note: str) -> Plan:
-    """``plan`` replaced by every op on one device (``group_assignment``), scored like any plan, with ``note``
-    in its log and ``plan``'s baselines, batch, compression and solve time."""
+                   note: str, *, solver: str = "single", status: str = "heuristic") -> Plan:
+    """``plan`` replaced by ``group_assignment`` (every op on one device; or a copy's plan on its group's devices,
+    by ``solver`` with ``status``), scored like any plan, with ``note`` in its log and ``plan``'s baselines,
+    batch, compression and solve time."""
     single = plan_problem(built, options, given=built.node_devices(group_assignment))
-    return replace(single, solver="single", status="heuristic", log=(*plan.log, note), baselines=plan.baselines,
+    return replace(single, solver=solver, status=status, log=(*plan.log, note), baselines=plan.baselines,
                    batch_size=plan.batch_size, compression=plan.compression, solve_time_s=plan.solve_time_s,
                    candidates=plan.candidates)
 
@@ -512,7 +513,7 @@ def replica_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_si
     size = k // r
     inner = group_plans.get(r)
     assignment = np.zeros(len(built.problem.names), dtype=int) if inner is None else assignments[r]
-    where = "each" if size == 1 else f"over {size} devices each ({inner.solver if inner else ''} plan)"
+    where = "each" if inner is None else f"over {size} devices each ({inner.solver} plan)"
     copies = Candidate("copies", "single" if inner is None else inner.solver, size, r, m, 0, step, None, KEPT)
     if replicas == "auto" and step >= plan.predicted_step_time_s:
         note = (f"{r} data-parallel copies {where} at {m} micro-batch(es) each are predicted slower than the "
@@ -537,13 +538,8 @@ def replica_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_si
                f"{1e3 * plan.predicted_step_time_s:.3f} ms)" if replicas == "auto" else f"at {1e3 * step:.3f} ms (asked)")
             + (": a copy of the model on each device" if size == 1 else f": a copy of the model per {size} devices"))
     log.info(note)
-    if inner is None:
-        placed = _on_one_device(built, options, plan, assignment, note)
-    else:
-        scored = plan_problem(built, options, given=inner.assignment)
-        placed = replace(scored, solver=inner.solver, status=inner.status, log=(*plan.log, note),
-                         baselines=plan.baselines, batch_size=plan.batch_size, compression=plan.compression,
-                         solve_time_s=plan.solve_time_s, candidates=plan.candidates)
+    placed = _on_one_device(built, options, plan, assignment, note) if inner is None else \
+        _on_one_device(built, options, plan, assignment, note, solver=inner.solver, status=inner.status)
     return replace(placed, replicas=r, microbatches=m, predicted_step_time_s=step, op_order={}, pipeline="gpipe",
                    stages=(), predicted_peak_memory_bytes=tuple(float(x) for x in peak)).scored(
                        replace(copies, note=note), kept=True)

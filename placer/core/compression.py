@@ -201,11 +201,6 @@ class CompressionPolicy:
         return self.compression == AUTO and all(c.max_error > self.error_budget for n, c in CODECS.items()
                                                 if n != "none")
 
-    @property
-    def any(self) -> bool:
-        """Whether any tensor may be compressed (activations or parameter traffic)."""
-        return self.compression != "none" or self.gradients != "none"
-
     def parameter_codec(self, nbytes: float, src: str, dst: str) -> tuple[float, float, float]:
         """``(bytes on the wire, encode seconds on src, decode seconds on dst)`` of ``nbytes`` of float32 parameter
         traffic (a weight, a weight's gradient) sent from ``src`` to ``dst``: what the simulator charges when it

@@ -985,6 +985,7 @@ def _autoplace(model: Any, devices: Sequence[Any], plan: Plan | str | os.PathLik
     with timer.stage("codecs"):  # before the copies are scored: their weights' and gradients' codec
         policy = compression_policy(opts.emit.compression, opts.emit.compression_error, devset,
                                     gradients=opts.emit.gradient_compression)
+        wire = parameter_codec(policy, devset)
     with timer.stage("microbatches"):
         small = None
         if required:  # neither one device nor a copy per device holds the model; its parts run in one go
@@ -997,7 +998,7 @@ def _autoplace(model: Any, devices: Sequence[Any], plan: Plan | str | os.PathLik
                 given is None and opts.solve.algorithm == DEFAULT_SOLVER,
                 opts.microbatch.pipeline if given is None or "pipeline" in options else given.pipeline,
                 asked or (opts.train.replicas if given is None or "replicas" in options else given.replicas),
-                parameter_codec(policy, devset), lambda size: _group_plan(op_graph, devset, size, opts.solve))
+                wire, lambda size: _group_plan(op_graph, devset, size, opts.solve))
     with timer.stage("splits"):
         if given is None and not required:
             placed_plan, graphs = _splits(traced, _Graphs(op_graph, built), placed_plan, devset, opts, first.costs,
@@ -1019,8 +1020,7 @@ def _autoplace(model: Any, devices: Sequence[Any], plan: Plan | str | os.PathLik
     with timer.stage("emit"):
         emitted = _emit(first, placed_plan, op_graph, devset, built, policy, groups, opts)
     with timer.stage("report"):
-        report = _report(first, emitted, op_graph, built, small, opts, timer.seconds, model.name,
-                         parameter_codec(policy, devset))
+        report = _report(first, emitted, op_graph, built, small, opts, timer.seconds, model.name, wire)
     first.shell.attach(Placement(
         plan=emitted.plan, op_graph=op_graph, devices=devset, input_specs=first.input_specs,
         training=traced.step == "train", data_structure=traced.data_structure, replica_groups=groups,

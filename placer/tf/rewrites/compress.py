@@ -26,20 +26,23 @@ import tensorflow as tf
 from ...core.compression import CODECS, CompressionPolicy
 from ...core.splits import is_split_node
 from ..codecs import TF_CODECS, CompressedEdge
-from ..graphdef import GRADIENT_SCOPE, GRADIENT_SUM_SCOPE, GRADIENT_TOTAL_SCOPE, tensor_bytes
+from ..graphdef import GRADIENT_SCOPE, GRADIENT_SUM_SCOPE, GRADIENT_TOTAL_SCOPE, scope_index, tensor_bytes
 from .base import Rewrite, RewriteContext, RewriteRecord, splice, template
 
 
-def _backward(op_name: str, optimizer_scope: str | None) -> bool:
-    return op_name.startswith(GRADIENT_SCOPE + "/") or bool(optimizer_scope
-                                                             and op_name.startswith(optimizer_scope + "/"))
-
-
-def _in_scope(op_name: str, scope: str) -> bool:
-    """Whether ``op_name`` is under ``scope_r/`` for some replica or group ``r``."""
+def _summing(op_name: str) -> bool:
+    """Whether ``op_name`` sums replicas' gradients: under ``autoplace_gradient_sum_r/`` or ``…_total_r/``."""
     head = op_name.split("/", 1)[0]
-    prefix, _, r = head.rpartition("_")
-    return prefix == scope and r.isdigit()
+    return any(scope_index(head, scope) is not None for scope in (GRADIENT_SUM_SCOPE, GRADIENT_TOTAL_SCOPE))
+
+
+def _updating(op_name: str, optimizer_scope: str | None) -> bool:
+    return bool(optimizer_scope and op_name.startswith(optimizer_scope + "/"))
+
+
+def _backward(op_name: str, optimizer_scope: str | None) -> bool:
+    """A tensor of the backward pass: the tape's gradients, the replicas' gradient sums, the optimizer's."""
+    return op_name.startswith(GRADIENT_SCOPE + "/") or _summing(op_name) or _updating(op_name, optimizer_scope)
 
 
 def parameter_edge(producer: tf.Operation, consumer: str, optimizer_scope: str | None) -> bool:
@@ -60,8 +63,7 @@ def parameter_edge(producer: tf.Operation, consumer: str, optimizer_scope: str |
     """
     if producer.type == "ReadVariableOp":
         return True
-    return (_in_scope(consumer, GRADIENT_SUM_SCOPE) or _in_scope(consumer, GRADIENT_TOTAL_SCOPE)
-            or bool(optimizer_scope and consumer.startswith(optimizer_scope + "/")))
+    return _summing(consumer) or _updating(consumer, optimizer_scope)
 
 
 def insert_codecs(gd: tf.compat.v1.GraphDef, graph: tf.Graph, devices: Mapping[str, str], policy: CompressionPolicy,
@@ -96,8 +98,7 @@ def insert_codecs(gd: tf.compat.v1.GraphDef, graph: tf.Graph, devices: Mapping[s
             shape, rank = t.shape, t.shape.rank
             nbytes = tensor_bytes(t, batch_size)
             parameter = parameter_edge(t.op, node.name, optimizer_scope)
-            backward = _backward(op_name, optimizer_scope) or _in_scope(op_name, GRADIENT_SUM_SCOPE) or \
-                _in_scope(op_name, GRADIENT_TOTAL_SCOPE)
+            backward = _backward(op_name, optimizer_scope)
             codec = policy.codec_for(nbytes=nbytes, dtype=t.dtype.name, rank=rank, backward=backward,
                                      src=src_dev, dst=dst_dev, parameter=parameter)
             if codec == "none":

@@ -45,6 +45,7 @@ import tensorflow as tf
 
 from ...core.splits import Pair, Split, axis_name, pair_ops, split_map, split_name
 from ...errors import GraphError, PlanError
+from ..graphdef import source
 from .base import Rewrite, RewriteContext, RewriteRecord, remove_nodes, splice, template
 
 
@@ -522,11 +523,6 @@ def _paired_nodes(graph: tf.Graph, s: Split) -> tuple[set[str], set[str]]:
     return replaced, dead
 
 
-def _source(ref: str) -> str:
-    """The op of an input reference (``name``, ``name:0``)."""
-    return ref.partition(":")[0]
-
-
 def _copy_node(gd: tf.compat.v1.GraphDef, node: tf.compat.v1.NodeDef, name: str, inputs: list[str]) -> None:
     """A copy of ``node`` named ``name`` reading ``inputs`` (its control inputs kept)."""
     n = gd.node.add()
@@ -552,16 +548,16 @@ def _pair_parts(gd: tf.compat.v1.GraphDef, by_name: Mapping[str, tf.compat.v1.No
         for c in p.chain:
             node = by_name[c]
             if node.op == "BiasAdd":
-                data = [split_name(_source(node.input[0]), i), _add_shard(gd, by_name, p.bias_placeholder,
+                data = [split_name(source(node.input[0])[0], i), _add_shard(gd, by_name, p.bias_placeholder,
                                                                           p.bias_read, i)]
                 out.append(Shard(split_name(p.bias_placeholder, i), p.bias_placeholder,
                                  context.devices[split_name(p.bias_placeholder, i)], start, stop, 0))
             else:  # the region's own inputs from this part's copies; a scalar constant shared
-                data = [split_name(_source(x), i) if _source(x) in ours else x
+                data = [split_name(source(x)[0], i) if source(x)[0] in ours else x
                         for x in node.input if not x.startswith("^")]
             _copy_node(gd, node, split_name(c, i), data)
         last = by_name[p.op].input[0]
-        _copy_node(gd, by_name[p.op], split_name(p.op, i), [split_name(_source(last), i),
+        _copy_node(gd, by_name[p.op], split_name(p.op, i), [split_name(source(last)[0], i),
                                                             _add_shard(gd, by_name, p.placeholder, p.read, i)])
         out.append(Shard(split_name(p.placeholder, i), p.placeholder, context.devices[split_name(p.placeholder, i)],
                          start, stop, rows_axis))
