@@ -259,9 +259,13 @@ class DeviceSet:
         >>> sub.names, sorted(sub.links), sub.shared[0].capacity
         (('/job:localhost/replica:0/task:0/device:CPU:0', '/job:localhost/replica:0/task:0/device:CPU:1'), \
 [(0, 1), (1, 0)], 2.0)
+        >>> ds.first(4)
+        Traceback (most recent call last):
+        ...
+        placer.errors.DeviceError: a group of 1 to 3 devices (the first n of this set), got 4
         """
         if not 1 <= n <= len(self.devices):
-            raise DeviceError(f"a subset of 1 to {len(self.devices)} devices, got {n}")
+            raise DeviceError(f"a group of 1 to {len(self.devices)} devices (the first n of this set), got {n}")
         shared = tuple(replace(sp, devices=kept) for sp in self.shared
                        if len(kept := tuple(d for d in sp.devices if d < n)) >= 2)
         return replace(self, devices=self.devices[:n],
