@@ -513,10 +513,10 @@ def replica_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_si
     size = k // r
     inner = group_plans.get(r)
     assignment = np.zeros(len(built.problem.names), dtype=int) if inner is None else assignments[r]
-    where = "each" if inner is None else f"over {size} devices each ({inner.solver} plan)"
+    where = "" if inner is None else f" over {size} devices each ({inner.solver} plan)"
     copies = Candidate("copies", "single" if inner is None else inner.solver, size, r, m, 0, step, None, KEPT)
     if replicas == "auto" and step >= plan.predicted_step_time_s:
-        note = (f"{r} data-parallel copies {where} at {m} micro-batch(es) each are predicted slower than the "
+        note = (f"{r} data-parallel copies{where} at {m} micro-batch(es) each are predicted slower than the "
                 f"{plan.solver} plan ({1e3 * step:.3f} ms against {1e3 * plan.predicted_step_time_s:.3f} ms): "
                 "one copy")
         log.info(note)
@@ -533,7 +533,7 @@ def replica_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_si
             return replace(plan, log=(*plan.log, note)).scored(
                 replace(copies, note=note).with_outcome("over memory"), kept=False)
         raise _peak_error(built, peak, f"replicas={r}: the copies")
-    note = (f"{r} data-parallel copies {where} at {m} micro-batch(es) each are predicted "
+    note = (f"{r} data-parallel copies{where} at {m} micro-batch(es) each are predicted "
             + (f"faster than the {plan.solver} plan at {plan.microbatches} ({1e3 * step:.3f} ms against "
                f"{1e3 * plan.predicted_step_time_s:.3f} ms)" if replicas == "auto" else f"at {1e3 * step:.3f} ms (asked)")
             + (": a copy of the model on each device" if size == 1 else f": a copy of the model per {size} devices"))

@@ -315,6 +315,7 @@ def test_replicas_auto_chooses_what_is_predicted_faster_and_says_why(devices):
     plan = placed.plan
     said = [line for line in plan.log if "data-parallel copies" in line]
     assert said, plan.log
+    assert "2 data-parallel copies at " in said[-1] or "do not fit" in said[-1], said  # one device per copy
     if plan.replicas == 2:
         assert "predicted faster" in said[-1]
     else:
