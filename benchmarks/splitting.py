@@ -17,7 +17,8 @@ placement of whole ops can shorten a step (each layer waits for the one before).
 127.0.0.1, each pinned to one core with one thread (``placer.LocalCluster``). Per batch size, measured
 interleaved in one run:
 
-* ``one worker``: the model cloned onto worker 0 with its weights, one ``tf.function``;
+* ``one worker``: the model cloned onto worker 0 with its weights, one ``tf.function`` (its output received on
+  the caller inside it, as autoplace's are: ``placer.measure.links.on_caller``);
 * ``copy per worker (by hand)``: data parallelism, a clone with its weights on each worker, half the batch
   each (batch ≥ 2);
 * ``autoplace splits='none'``: autoplace's best plan of whole ops (model parallelism, micro-batches or a
@@ -257,6 +258,7 @@ def run_wide(args: argparse.Namespace, out: MarkdownOut) -> None:
     import tensorflow as tf
 
     import placer
+    from placer.measure.links import on_caller
     from placer.tf.measuring import copy_per_device
 
     keras.utils.set_random_seed(0)
@@ -287,7 +289,8 @@ def run_wide(args: argparse.Namespace, out: MarkdownOut) -> None:
             @tf.function(autograph=False)
             def one(v):
                 with tf.device(devices[0]):
-                    return w0(v, training=False)
+                    y = w0(v, training=False)
+                return on_caller(y)  # received inside the call, as autoplace's outputs are
 
             configs: list[tuple[str, object, float | None, object]] = [
                 ("one worker", lambda f=one: f(xs).numpy(), None, None)]

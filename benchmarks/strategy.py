@@ -5,8 +5,9 @@ Two worker processes on 127.0.0.1, each pinned to one core with one thread
 (a forward pass at one batch), measured interleaved in one run:
 
 * ``one worker/m=M``: the model cloned onto worker 0, its weights copied
-  there, the batch as ``M`` micro-batches (the best of these is the
-  single-worker baseline);
+  there, the batch as ``M`` micro-batches, the output received on the caller
+  inside the function as autoplace's are (``placer.measure.links.on_caller``)
+  (the best of these is the single-worker baseline);
 * ``copy per worker (by hand)``: the model cloned onto each worker with its
   weights, each running half the batch, one ``tf.function`` (data
   parallelism as a user writes it);
@@ -174,6 +175,7 @@ def _run_case(case: str, link: str, args: argparse.Namespace, out, devices: list
     import tensorflow as tf
 
     import placer
+    from placer.measure.links import on_caller
     from placer.tf.measuring import copy_per_device
 
     builder, batch, make_x, training = CASES[case]
@@ -190,7 +192,8 @@ def _run_case(case: str, link: str, args: argparse.Namespace, out, devices: list
         @tf.function(autograph=False)
         def one(v, m=m):
             with tf.device(devices[0]):
-                return tf.concat([w0(p, training=False) for p in tf.split(v, m)], axis=0)
+                y = tf.concat([w0(p, training=False) for p in tf.split(v, m)], axis=0)
+            return on_caller(y)  # received inside the call, as autoplace's outputs are (else 2-3x the fetch)
         configs.append((f"one worker/m={m}", lambda f=one: f(xs).numpy(), None))
 
     configs.append(("copy per worker (by hand)", lambda: by_hand(xs).numpy(), None))

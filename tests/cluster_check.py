@@ -31,7 +31,7 @@ import tensorflow as tf  # noqa: E402
 import placer  # noqa: E402
 from cost_models.profile import GraphProfiler  # noqa: E402
 from placer.measure.cluster import LocalCluster  # noqa: E402
-from placer.measure.links import measure_link  # noqa: E402
+from placer.measure.links import measure_link, on_caller  # noqa: E402
 from placer.measure.steps import measure_steps  # noqa: E402
 from placer.tf.measuring import one_device_original  # noqa: E402
 
@@ -237,6 +237,7 @@ def main() -> None:
                                   profile_cache=False)
         got = placed(x).numpy()
         out["max_abs_diff"] = float(np.abs(got - ref).max())
+        out["output_device"] = placed(x).device  # received on the caller inside the call (links.on_caller)
         out["link_sources"] = sorted({link["source"] for link in placed.report_data["links"]})
         out["ready_order"] = placed.report_data["simulation"]["ready_order"]  # detected: one-thread workers
         # profiles of a worker are cached for that worker process: the second placement reads them
@@ -272,7 +273,8 @@ def main() -> None:
         @tf.function(autograph=False)
         def hand_step(xs):
             with tf.device(devices[0]):
-                return hand(xs, training=False)
+                y = hand(xs, training=False)
+            return on_caller(y)  # received inside the call, as placed functions return their outputs
 
         xs = tf.constant(x)
         ours, theirs = measure_steps(original, hand_step, [xs], repeats=30, warmup=5, min_time_s=1.5)

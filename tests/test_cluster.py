@@ -210,6 +210,8 @@ def test_two_pinned_workers_place_a_model_and_shut_down():
     assert 0.9 <= out["original_vs_hand"] <= 1.1, out["original_vs_hand"]
     assert "every op and a copy of every weight on /job:worker/replica:0/task:0/device:CPU:0" in out["measure_setup"]
     assert out["max_abs_diff"] <= 1e-5, out
+    # the output comes back inside the call: fetched after it, a worker's output moved 2-3x as slowly
+    assert out["output_device"] == "/job:localhost/replica:0/task:0/device:CPU:0", out["output_device"]
     assert out["link_sources"] == ["calibrated"]  # autoplace measured the link between the two workers
     assert out["ready_order"] == "lifo"  # LocalCluster's workers run one inter-op thread: detected, depth first
     # a worker's profile is cached for that process: measured once, then read back; each worker process

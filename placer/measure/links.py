@@ -43,6 +43,34 @@ CLIENT_DEVICE = "/job:localhost/replica:0/task:0/device:CPU:0"
 DEFAULT_SIZES = (1 << 12, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24)
 
 
+def on_caller(x: tf.Tensor) -> tf.Tensor:
+    """Inside a function: ``x`` copied to this process's CPU (:data:`CLIENT_DEVICE`) when it is made on another
+    process's device (a gRPC worker), else ``x`` itself.
+
+    An output a function returns from a worker's device is fetched by TensorFlow's eager runtime after the
+    call; when the function also captures two or more variables, that fetch took 3x as long at a shaped
+    1 Gbit/s link for 16 MB (393 against 132 ms: the loopback's byte count said the output crossed three
+    times) and 2.6-2.9x on loopback, and a 320-byte output 0.3-0.9 ms more per call (TF 2.21, 2026-12-07,
+    ``benchmarks/fetch_to_caller.py``). Received inside the function (an identity on the caller's CPU), it
+    crosses once at the link's speed. Placed functions, their stand-ins (:func:`stand_in`) and the
+    benchmarks' one-worker baselines return every output through here.
+
+    Examples
+    --------
+    >>> with tf.Graph().as_default():
+    ...     with tf.device("/job:worker/replica:0/task:1/device:CPU:0"):
+    ...         y = tf.ones([2])
+    ...     z = tf.ones([2])
+    ...     on_caller(y).device, on_caller(z) is z
+    ('/job:localhost/replica:0/task:0/device:CPU:0', True)
+    """
+    spec = tf.DeviceSpec.from_string(x.device or "")
+    if spec.job in (None, "localhost"):
+        return x
+    with tf.device(CLIENT_DEVICE):
+        return tf.identity(x)
+
+
 def call_seconds(fn: Callable[[], Any]) -> float:
     """Wall seconds of one call of ``fn``, its results fetched to this process.
 
@@ -281,7 +309,8 @@ def stand_in(interface: CallInterface) -> Callable[[], list[tf.Tensor]]:
 
     Every device gets a scalar made of its own inputs' first elements, its
     variables and one op of its own; each output is that scalar filled into
-    the output's shape on the output's device. No tensor crosses between
+    the output's shape on the output's device, received on the caller as a
+    placed function's outputs are (:func:`on_caller`). No tensor crosses between
     devices except the caller's inputs and outputs.
     """
     variables: dict[str, list[tf.Variable]] = {}
@@ -308,7 +337,7 @@ def stand_in(interface: CallInterface) -> Callable[[], list[tf.Tensor]]:
             k = len(outs) // interface.joined
             with tf.device(CLIENT_DEVICE):
                 outs = [tf.concat(outs[j::k], axis=0) for j in range(k)]
-        return outs
+        return [on_caller(y) for y in outs]  # as placed functions return them
 
     with tf.device(CLIENT_DEVICE):
         feeds = [tf.zeros(spec.shape, spec.dtype) for spec in interface.inputs]

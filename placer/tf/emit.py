@@ -32,6 +32,7 @@ import tensorflow as tf
 
 from ..errors import GraphError, InputSignatureError
 from ..core.splits import is_split_node
+from ..measure.links import on_caller
 from .codecs import CompressedEdge
 from .graphdef import IMPORT_PREFIX, complete_assignment, copy_name, variable_handle
 from . import rewrites as declared
@@ -246,8 +247,9 @@ def import_function(gd: tf.compat.v1.GraphDef, input_names: Sequence[str], outpu
     variable (its resource handle is captured) or an eager tensor.
     ``microbatches`` > 1: ``gd`` holds that many copies of the graph (the ``copies`` rewrite); each input is
     split along its first axis into :func:`~placer.tf.rewrites.copies.microbatch_sizes`, copy ``i`` is fed
-    part ``i``, and each output is the copies' outputs concatenated.
-    :func:`emit` and :func:`placer.tf.export.load` build their functions here.
+    part ``i``, and each output is the copies' outputs concatenated. An output made on a gRPC worker is received
+    on the caller inside the function (:func:`placer.measure.links.on_caller`: fetched after the call, it moved
+    2-3 times as slowly). :func:`emit` and :func:`placer.tf.export.load` build their functions here.
 
     Raises
     ------
@@ -273,7 +275,7 @@ def import_function(gd: tf.compat.v1.GraphDef, input_names: Sequence[str], outpu
         if m == 1:
             outs = tf.graph_util.import_graph_def(gd, input_map=input_map, return_elements=output_names,
                                                   name=IMPORT_PREFIX)
-            return tf.nest.pack_sequence_as(structured, outs)
+            return tf.nest.pack_sequence_as(structured, [on_caller(y) for y in outs])
         n = tf.shape(xs[0], out_type=tf.int64)[0]
         sizes = n // m + tf.cast(tf.range(m, dtype=tf.int64) < n % m, tf.int64)
         parts = [tf.split(x, sizes, axis=0, num=m) for x in xs]
@@ -294,7 +296,7 @@ def import_function(gd: tf.compat.v1.GraphDef, input_names: Sequence[str], outpu
             where = {p.device for p in pieces}
             with tf.device(pieces[-1].device) if len(where) == 1 and pieces[-1].device else contextlib.nullcontext():
                 joined.append(tf.concat(pieces, axis=0))
-        return tf.nest.pack_sequence_as(structured, joined)
+        return tf.nest.pack_sequence_as(structured, [on_caller(y) for y in joined])
 
     return tf.function(placed_step, input_signature=list(input_specs), autograph=False)
 

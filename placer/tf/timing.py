@@ -38,7 +38,7 @@ from ..errors import CostError, DeviceError
 from ..measure.hosts import (BUDGET_S, DEFAULT_ROUNDS, MAX_REFERENCE_ROUNDS, MAX_WARMUP, REFERENCE_MIN_S,
                              REFERENCE_ROUNDS, WARMUP, WARMUP_S, capacity_from_times, clip_runtime_factor,
                              compute_seconds, enough_rounds)
-from ..measure.links import CallInterface, TensorAt, measure_call, stand_in
+from ..measure.links import CallInterface, TensorAt, measure_call, on_caller, stand_in
 from .graphdef import IMPORT_PREFIX, complete_assignment, layer_devices_of, tf_variable
 from .trace import TracedModel, traced_batch
 
@@ -73,7 +73,7 @@ def _copies_function(traced: TracedModel, devices: Sequence[str],
             input_map = {**captured, **dict(zip(traced.input_names, xs))}
             outs += tf.graph_util.import_graph_def(gd, input_map=input_map, return_elements=list(traced.output_names),
                                                    name=f"{IMPORT_PREFIX}_copy{i}")
-        return outs
+        return [on_caller(y) for y in outs]  # as placed functions and their stand-ins return them
 
     return tf.function(copies, autograph=False)
 
