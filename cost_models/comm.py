@@ -1,7 +1,8 @@
-"""Communication cost model: latency + bytes / bandwidth per ordered link."""
+"""Communication cost model: latency + bytes / bandwidth per ordered link, or its measured transfer times."""
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -11,7 +12,14 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Link:
-    """Latency + bytes / bandwidth model of one ordered device pair.
+    """Latency + bytes / bandwidth model of one ordered device pair, or the measured times it was fitted to.
+
+    With ``points`` (measured ``(bytes, seconds)`` of one transfer, sizes increasing), a transfer's time
+    is read from them: interpolated between two measured sizes, the smallest's time below them, and above the
+    largest that size's rate (its seconds per byte). A calibrated link's time per byte is not one number: two
+    one-core gRPC workers moved 1-4 MiB at 1.4-1.8 GB/s and 64-128 MiB at 0.97-1.1 GB/s (loopback, and shaped
+    to 10 Gbit/s, 2026-12-07), so the line fitted to 4 KiB-16 MiB predicted 128 MiB 32-48% fast. The fit
+    (``bandwidth_bytes_per_s``, ``latency_s``) stays what the solvers' linear models read.
 
     Examples
     --------
@@ -19,6 +27,11 @@ class Link:
     0.002
     >>> Link(1e9, 1e-3).seconds(0)
     0.0
+    >>> measured = Link(1e9, 1e-4, points=((1e3, 1e-4), (1e6, 1.1e-3), (1e8, 0.2)))
+    >>> [round(measured.seconds(b), 6) for b in (10, 1e3, 5.05e7, 2e8)]
+    [0.0001, 0.0001, 0.10055, 0.4]
+    >>> round(measured.occupancy(2e8), 6)  # what the link is busy for: the time less the latency
+    0.3999
     """
 
     bandwidth_bytes_per_s: float
@@ -26,10 +39,52 @@ class Link:
     #: CPU seconds one transfer costs on *each* end (serialisation, RPC handling: TF's ``_Send``/``_Recv``),
     #: which queue with the devices' ops (``cost_models.SimOptions.transfer_cpu_s``); 0: not modelled.
     cpu_s: float = 0.0
+    #: Measured ``(bytes, seconds)`` of one transfer, sizes increasing (see above); empty: the line alone.
+    points: tuple[tuple[float, float], ...] = ()
 
     def seconds(self, nbytes: float) -> float:
         """Transfer time of ``nbytes``; zero bytes cost nothing."""
-        return 0.0 if nbytes <= 0 else self.latency_s + nbytes / self.bandwidth_bytes_per_s
+        if nbytes <= 0:
+            return 0.0
+        if not self.points:
+            return self.latency_s + nbytes / self.bandwidth_bytes_per_s
+        sizes = [b for b, _ in self.points]
+        i = bisect.bisect_left(sizes, nbytes)
+        if i == 0:
+            return self.points[0][1]
+        if i == len(sizes):
+            b, s = self.points[-1]
+            return s * nbytes / b
+        (b0, s0), (b1, s1) = self.points[i - 1], self.points[i]
+        return s0 + (s1 - s0) * (nbytes - b0) / (b1 - b0)
+
+    def occupancy(self, nbytes: float) -> float:
+        """Seconds ``nbytes`` keep the link busy: :meth:`seconds` less the latency (which overlaps)."""
+        if nbytes <= 0:
+            return 0.0
+        if not self.points:
+            return nbytes / self.bandwidth_bytes_per_s
+        return max(self.seconds(nbytes) - self.latency_s, 0.0)
+
+
+def measured_points(nbytes: Sequence[float], seconds: Sequence[float], floor: float = 0.0
+                    ) -> tuple[tuple[float, float], ...]:
+    """``(bytes, seconds)`` for :attr:`Link.points`: sorted by size, each time at least ``floor`` (the fitted
+    latency: a hop of a small tensor measured near 0 is noise) and at least the time of every smaller size (a
+    noisy measurement never makes a larger transfer cheaper).
+
+    Examples
+    --------
+    >>> measured_points([4e6, 1e3, 1e6, 1e6], [2e-3, 1e-4, 5e-5, 3e-4])
+    ((1000.0, 0.0001), (1000000.0, 0.0003), (4000000.0, 0.002))
+    """
+    out: list[tuple[float, float]] = []
+    for b, s in sorted(zip(map(float, nbytes), map(float, seconds))):
+        floor = max(floor, s)
+        if out and out[-1][0] == b:
+            out.pop()  # one size measured twice: the larger time (the floor)
+        out.append((b, floor))
+    return tuple(out)
 
 
 class CalibrationError(ValueError):
@@ -65,6 +120,8 @@ def fit_link(nbytes: Sequence[float], seconds: Sequence[float], min_sizes: int =
     latency and which are most of a model's tensors, are fitted as well as
     the large ones that would dominate an ordinary least-squares fit. The
     floor keeps one near-zero (noisy) point from pinning the latency to 0.
+    The returned link also keeps the measurements (:attr:`Link.points`, :func:`measured_points`): its
+    transfer times are read from them, the line is the solvers' linear model.
 
     Raises
     ------
@@ -103,4 +160,4 @@ def fit_link(nbytes: Sequence[float], seconds: Sequence[float], min_sizes: int =
     r2 = 1.0 - float(((y - pred) ** 2).sum()) / ss_tot if ss_tot > 0 else 1.0
     rel = np.abs(pred - y) / np.where(y > 0, y, 1.0)
     bw = math.inf if inv_bw == 0 else 1.0 / float(inv_bw)
-    return LinkFit(Link(bw, lat), r2, float(rel.max()), int(x.size))
+    return LinkFit(Link(bw, lat, points=measured_points(x, y, floor=lat)), r2, float(rel.max()), int(x.size))

@@ -22,7 +22,7 @@ from cost_models.analytic import (
 from cost_models.cache import CacheKey, ProfileCache
 from placer.tf.timing import runtime_factor
 from placer.tf.costs import ProfileOptions, compute_costs, op_shapes
-from placer.errors import CostError
+from placer.errors import CostError, DeviceError, GraphError
 from placer.tf.trace import trace_model
 from placer.reporting import validate_report
 
@@ -386,3 +386,64 @@ def test_a_table_is_profiled_by_a_stand_in_of_its_first_rows_with_ids_below_them
     splits = [s for s in split_candidates(step.fixed.graph, step.fixed_captures[0], 2) if ph in s.placeholders]
     with pytest.raises(CostError, match="stand-in"):
         compute_costs(step, ["CPU"], ProfileOptions(repeats=1, runtime=False), splits=splits, table_rows={ph: 100})
+
+
+def test_a_measured_link_times_transfers_from_its_measurements():
+    # a link whose large transfers are slower per byte than its fitted line (two gRPC workers: 1.4-1.8 GB/s at
+    # 1-4 MiB, ~1 GB/s at 64-128 MiB): the simulated step pays the measured time, the solvers keep the line
+    from cost_models import Link, TensorEdge, fit_link
+    from placer.core.problem import PlacementProblem
+
+    sizes = [1 << 12, 1 << 16, 1 << 20, 1 << 24, 1 << 26, 1 << 27]
+    times = [2e-4 + b / 1.6e9 if b <= 1 << 24 else 2e-4 + b / 1.0e9 for b in sizes]
+    fit = fit_link(sizes, times)
+    link = fit.link
+    assert [b for b, _ in link.points] == [float(s) for s in sizes]
+    assert link.seconds(1 << 27) == pytest.approx(times[-1])  # measured, not the line's
+    assert link.latency_s + (1 << 27) / link.bandwidth_bytes_per_s < 0.9 * times[-1]
+    assert link.seconds(1 << 28) == pytest.approx(2 * times[-1])  # beyond the largest: its rate
+    assert link.seconds(40 << 20) == pytest.approx((times[3] + times[4]) / 2)  # halfway between 16 and 64 MiB
+
+    def problem(measured):
+        return PlacementProblem.build(
+            names=["a", "b"], compute_s=np.ones((2, 2)), memory_bytes=np.zeros(2), capacity_bytes=np.full(2, np.inf),
+            tensors=[TensorEdge(0, (1,), float(1 << 27))], bandwidth=np.full((2, 2), link.bandwidth_bytes_per_s),
+            latency=np.full((2, 2), link.latency_s), measured_links=measured)
+
+    line, measured = problem(()), problem([((0, 1), link), ((1, 0), link)])
+    assert measured.symmetric and line.symmetric  # both pairs measured alike
+    assert measured.link_seconds(0, 1, 1 << 27) == pytest.approx(times[-1])
+    assert measured.transfer_s(measured.tensors[0], 0, 1) == pytest.approx(times[-1])
+    assert line.transfer_s(line.tensors[0], 0, 1) < 0.9 * times[-1]
+    from cost_models import simulate
+
+    a = np.array([0, 1])
+    step = simulate(measured.compute_s, measured.tensors, a, measured.occupancy_seconds,
+                    link_latency_s=measured.latency).step_time_s
+    assert step == pytest.approx(2.0 + times[-1])
+    assert problem([((0, 1), Link(1e9, 0.0))]).measured_links == ()  # a link without measurements is the line
+    with pytest.raises(GraphError, match="outside"):
+        problem([((0, 2), link)])
+    with pytest.raises(GraphError, match="outside"):
+        problem([((1, 1), link)])
+
+
+def test_measured_link_times_travel_in_the_graph_file_and_bad_ones_are_refused():
+    from placer.core.devices import resolve_devices
+    from placer.core.graph_io import devices_from_json, devices_to_json
+    from cost_models import Link
+
+    devset = resolve_devices(["/job:worker/task:0/device:CPU:0", "/job:worker/task:1/device:CPU:0"])
+    measured = Link(1e9, 1e-4, points=((4096.0, 2e-4), (1 << 24, 0.02)))
+    devset = replace(devset, links={(0, 1): measured, (1, 0): devset.links[(1, 0)]})
+    data = devices_to_json(devset)
+    assert data["links"][0]["measured"] == [[4096.0, 2e-4], [float(1 << 24), 0.02]]
+    assert "measured" not in data["links"][1]
+    again = devices_from_json(data)
+    assert again.links[(0, 1)] == measured and again.measured_links() == (((0, 1), measured),)
+    data["links"][0]["measured"] = [[1 << 24, 0.02], [4096, 2e-4]]
+    with pytest.raises(DeviceError, match="increasing sizes"):
+        devices_from_json(data)
+    data["links"][0]["measured"] = [[4096, "fast"]]
+    with pytest.raises(DeviceError, match="must be a number"):
+        devices_from_json(data)

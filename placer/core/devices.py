@@ -313,6 +313,11 @@ class DeviceSet:
         cap = np.array([np.inf if d.memory_bytes is None else d.memory_bytes for d in self.devices], dtype=float)
         return bw, lat, cap
 
+    def measured_links(self) -> tuple[tuple[tuple[int, int], Link], ...]:
+        """The links whose transfer times were measured (``Link.points``): ``((i, j), link)`` pairs for
+        ``PlacementProblem.build``."""
+        return tuple(((i, j), link) for (i, j), link in sorted(self.links.items()) if link.points)
+
     def transfer_cpu(self) -> np.ndarray | None:
         """``(k, k)`` CPU seconds a transfer costs on each end (``Link.cpu_s``), or ``None`` when none is known."""
         k = len(self.devices)

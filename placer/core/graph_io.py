@@ -58,7 +58,8 @@ def devices_to_json(devset: DeviceSet) -> dict:
             e["speed"] = d.speed
         devs.append(e)
     links = [{"src": devset.names[i], "dst": devset.names[j], "bandwidth_bytes_per_s": link.bandwidth_bytes_per_s,
-              "latency_s": link.latency_s} for (i, j), link in sorted(devset.links.items())]
+              "latency_s": link.latency_s, **({"measured": [list(p) for p in link.points]} if link.points else {})}
+             for (i, j), link in sorted(devset.links.items())]
     out: dict[str, Any] = {"devices": devs, "links": links}
     if devset.shared:
         out["shared"] = [{"devices": [devset.names[i] for i in sp.devices], "capacity": sp.capacity,
@@ -95,7 +96,7 @@ def devices_from_json(data: Mapping) -> DeviceSet:
         bw = real(f"link {e['src']} -> {e['dst']} bandwidth_bytes_per_s", e.get("bandwidth_bytes_per_s"),
                   strict=True, error=DeviceError)
         lat = real(f"link {e['src']} -> {e['dst']} latency_s", e.get("latency_s", 0.0), error=DeviceError)
-        links[(i, j)] = Link(float(bw), float(lat))
+        links[(i, j)] = Link(float(bw), float(lat), points=_measured_points(e))
     shared = []
     share_entries = data.get("shared", [])
     if not isinstance(share_entries, list):
@@ -112,6 +113,19 @@ def devices_from_json(data: Mapping) -> DeviceSet:
                               f"{list(devset.names)}") from None
         shared.append(SharedProcessor(idx, e.get("capacity"), e.get("source", "given"), e.get("pooled", True)))
     return DeviceSet(devset.devices, links, tuple(shared), ready_order=data.get("ready_order"))
+
+
+def _measured_points(e: Mapping) -> tuple[tuple[float, float], ...]:
+    """A link entry's ``measured`` ``[[bytes, seconds], ...]`` (sizes increasing, times non-decreasing)."""
+    raw = e.get("measured", [])
+    where = f"link {e['src']} -> {e['dst']} measured"
+    if not isinstance(raw, list) or not all(isinstance(p, list) and len(p) == 2 for p in raw):
+        raise DeviceError(f"{where} must be a list of [bytes, seconds] pairs; see docs/graph-format.md")
+    points = tuple((real(f"{where} bytes", b, strict=True, error=DeviceError),
+                    real(f"{where} seconds", t, error=DeviceError)) for b, t in raw)
+    if any(b1 <= b0 or t1 < t0 for (b0, t0), (b1, t1) in zip(points, points[1:])):
+        raise DeviceError(f"{where} must list increasing sizes with non-decreasing times; see docs/graph-format.md")
+    return tuple((float(b), float(t)) for b, t in points)
 
 
 #: The options a plan of the graph was made with (a graph file's ``plan_options``, ``graph.graph[...]``).

@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from cost_models import SimOptions, TensorEdge
+from cost_models import Link, SimOptions, TensorEdge
 from cost_models.simulate import checked_ready_order
 
 from ..errors import CostError, GraphError
@@ -200,6 +200,11 @@ class PlacementProblem:
     ready_order : {"fifo", "lifo"} or None
         Which ready op the devices' executors run next
         (``cost_models.SimOptions.ready_order``; ``None``: ``"fifo"``).
+    measured_links : tuple of ((int, int), cost_models.Link)
+        Links whose transfer times are read from their measurements (``Link.points``: a calibrated link's
+        time per byte depends on the size) by :meth:`occupancy_seconds`, :meth:`link_seconds` and
+        :meth:`transfer_s`; ``bandwidth`` and ``latency`` stay their fitted line (the solvers' linear
+        models).
     """
 
     names: tuple[str, ...]
@@ -216,6 +221,7 @@ class PlacementProblem:
     shared: tuple[tuple[tuple[int, ...], float, float], ...] = ()
     transfer_cpu: np.ndarray | None = None
     ready_order: str | None = None
+    measured_links: tuple[tuple[tuple[int, int], Link], ...] = ()
     _memo: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
     @property
@@ -245,6 +251,7 @@ class PlacementProblem:
         shared: Sequence[tuple[Sequence[int], float] | tuple[Sequence[int], float, float]] = (),
         transfer_cpu: np.ndarray | None = None,
         ready_order: str | None = None,
+        measured_links: Sequence[tuple[tuple[int, int], Link]] = (),
     ) -> "PlacementProblem":
         """Validate the arrays and build a frozen problem.
 
@@ -307,8 +314,14 @@ class PlacementProblem:
                 raise CostError(f"transfer_cpu must be a finite non-negative ({k}, {k}) array")
             cpu = _frozen(cpu) if cpu.any() else None
         checked_ready_order(ready_order, GraphError)
+        measured_t = tuple(((int(i), int(j)), link) for (i, j), link in measured_links if link.points)
+        if any(not (0 <= i < k and 0 <= j < k) or i == j for (i, j), _ in measured_t):
+            raise GraphError(f"a measured link names a device pair outside 0..{k - 1} or one device twice")
+        if measured_t:  # twin devices: every pair measured alike
+            symmetric = symmetric and len(measured_t) == k * (k - 1) and len({x.points for _, x in measured_t}) == 1
         return cls(tuple(names), _frozen(c), _frozen(mem), _frozen(cap), tuple(tensors),
-                   _frozen(bw), _frozen(lat), order_t, symmetric, control_t, schedule, shared_t, cpu, ready_order)
+                   _frozen(bw), _frozen(lat), order_t, symmetric, control_t, schedule, shared_t, cpu, ready_order,
+                   measured_t)
 
     def with_memory(self, *, memory_bytes: np.ndarray | None = None,
                     capacity_bytes: np.ndarray | None = None) -> "PlacementProblem":
@@ -365,22 +378,35 @@ class PlacementProblem:
             return self.schedule
         return Schedule(self.compute_s, self.tensors, self.control, _frozen(np.arange(self.n), int))
 
+    def _measured(self, i: int, j: int) -> Link | None:
+        if not self.measured_links:
+            return None
+        return self.memo("measured_links", lambda: dict(self.measured_links)).get((i, j))
+
     def occupancy_seconds(self, i: int, j: int, nbytes: float) -> float:
         """Seconds ``nbytes`` occupy the link ``i -> j`` (bandwidth only; latency overlaps)."""
         if i == j or nbytes <= 0:
             return 0.0
+        link = self._measured(i, j)
+        if link is not None:  # the measured time less the latency the simulator adds on arrival
+            return max(link.seconds(nbytes) - float(self.latency[i, j]), 0.0)
         return float(nbytes / self.bandwidth[i, j])
 
     def link_seconds(self, i: int, j: int, nbytes: float) -> float:
         """Seconds for one tensor of ``nbytes`` from device ``i`` to ``j`` (0 on one device)."""
         if i == j or nbytes <= 0:
             return 0.0
+        link = self._measured(i, j)
+        if link is not None:
+            return float(max(link.seconds(nbytes), self.latency[i, j]))
         return float(self.latency[i, j] + nbytes / self.bandwidth[i, j])
 
     def transfer_s(self, t: TensorEdge, i: int, j: int) -> float:
         """Seconds to move tensor edge ``t`` from device ``i`` to ``j``."""
         if i == j or t.nbytes <= 0:
             return 0.0
+        if self._measured(i, j) is not None:
+            return t.count * self.link_seconds(i, j, t.nbytes / t.count)
         return t.count * self.latency[i, j] + t.nbytes / self.bandwidth[i, j]
 
 

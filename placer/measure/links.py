@@ -29,7 +29,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
-from cost_models.comm import CalibrationError, Link, LinkFit, fit_link
+from cost_models.comm import CalibrationError, LinkFit, fit_link
 
 from ..core.devices import DeviceSet
 from ..errors import CostError
@@ -99,6 +99,39 @@ def _median_seconds(fn: Callable[[], Any], repeats: int) -> float:
 #: Chain lengths (hops) whose difference gives one hop's time.
 DEFAULT_HOPS = (2, 10)
 
+#: Payloads larger than this many bytes (beyond :data:`DEFAULT_SIZES`) ...
+LARGE_PAYLOAD_BYTES = 1 << 24
+
+#: ... run chains of these lengths, ...
+LARGE_PAYLOAD_HOPS = (1, 3)
+
+#: ... in at most this many rounds: a 128 MiB hop took 1.1 s at a 1 Gbit/s link (2026-12-07).
+LARGE_PAYLOAD_REPEATS = 4
+
+#: The largest payload :func:`calibration_sizes` adds: larger tensors take the rate measured at this size.
+MAX_CALIBRATION_BYTES = 1 << 27
+
+
+def calibration_sizes(largest_bytes: float, sizes: Sequence[int] = DEFAULT_SIZES) -> tuple[int, ...]:
+    """``sizes`` and, where a model sends tensors larger than all of them, doublings of the largest up to
+    ``largest_bytes`` (at most :data:`MAX_CALIBRATION_BYTES`): a link's time per byte changes with the size
+    (two one-core gRPC workers: 1.4-1.8 GB/s at 1-4 MiB, 0.97-1.1 GB/s at 64-128 MiB, loopback and
+    10 Gbit/s), and measured times are read only up to the largest size measured.
+
+    Examples
+    --------
+    >>> calibration_sizes(1e6)[-1] == DEFAULT_SIZES[-1]
+    True
+    >>> [s >> 20 for s in calibration_sizes(100e6)[len(DEFAULT_SIZES):]]
+    [32, 64, 128]
+    >>> calibration_sizes(1e12)[-1] == MAX_CALIBRATION_BYTES
+    True
+    """
+    out = list(sizes)
+    while out[-1] < min(largest_bytes, MAX_CALIBRATION_BYTES):
+        out.append(min(2 * out[-1], MAX_CALIBRATION_BYTES))
+    return tuple(out)
+
 #: Payloads smaller than this many bytes get a longer chain, ...
 SMALL_PAYLOAD_BYTES = 1 << 20
 
@@ -159,7 +192,10 @@ def measure_link(src: str, dst: str, sizes: Sequence[int] = DEFAULT_SIZES, repea
     docstring). ``hops`` are the short and long chains; payloads under
     :data:`SMALL_PAYLOAD_BYTES` use a long chain of at least
     :data:`SMALL_PAYLOAD_HOPS` (their hop is mostly latency, and a longer
-    chain lifts it above the step's noise).
+    chain lifts it above the step's noise), payloads over
+    :data:`LARGE_PAYLOAD_BYTES` chains of :data:`LARGE_PAYLOAD_HOPS` in at most
+    :data:`LARGE_PAYLOAD_REPEATS` rounds. The fit keeps the measured times
+    (``Link.points``).
 
     Raises
     ------
@@ -181,8 +217,11 @@ def measure_link(src: str, dst: str, sizes: Sequence[int] = DEFAULT_SIZES, repea
             payload = tf.Variable(tf.ones([n], tf.float32))
 
         chains = (short, max(long_, SMALL_PAYLOAD_HOPS)) if 4 * n < SMALL_PAYLOAD_BYTES else hops
+        rounds = repeats
+        if 4 * n > LARGE_PAYLOAD_BYTES:
+            chains, rounds = LARGE_PAYLOAD_HOPS, min(repeats, LARGE_PAYLOAD_REPEATS)
         hop = _excess_slope(lambda h, cross: _chain(payload, [one_dst, one_src] if cross else [one_src],
-                                                    [dst, src] if cross else [src], h), chains, repeats)
+                                                    [dst, src] if cross else [src], h), chains, rounds)
         xs.append(4.0 * n)
         ys.append(max(hop, 0.0))
     try:
@@ -263,8 +302,8 @@ def calibrate_links(devset: DeviceSet, sizes: Sequence[int] = DEFAULT_SIZES, rep
                     cpu[(i, j)] = cpu[(j, i)] = float(np.mean([measure_transfer_cpu(a.name, b.name),
                                                                measure_transfer_cpu(b.name, a.name)]))
     old = devset.links  # a link whose CPU cost is not measured keeps the one it had
-    links = {**old, **{ij: Link(f.link.bandwidth_bytes_per_s, f.link.latency_s,
-                                cpu.get(ij, old[ij].cpu_s if ij in old else 0.0)) for ij, f in fits.items()}}
+    links = {**old, **{ij: replace(f.link, cpu_s=cpu.get(ij, old[ij].cpu_s if ij in old else 0.0))
+                       for ij, f in fits.items()}}
     return replace(devset, links=links, fits={**devset.fits, **fits}), fits
 
 

@@ -169,5 +169,6 @@ def _contract(p: PlacementProblem, roots: np.ndarray) -> Contraction:
     coarse = PlacementProblem.build(names=names, compute_s=compute, memory_bytes=memory,
                                     capacity_bytes=p.capacity_bytes, tensors=tensors, bandwidth=p.bandwidth,
                                     latency=p.latency, order=range(m), schedule=p.schedule_view().regroup(coarse_of),
-                                    shared=p.shared, transfer_cpu=p.transfer_cpu, ready_order=p.ready_order)
+                                    shared=p.shared, transfer_cpu=p.transfer_cpu, ready_order=p.ready_order,
+                                    measured_links=p.measured_links)
     return Contraction(coarse, coarse_of, p.compute_s)

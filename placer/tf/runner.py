@@ -67,7 +67,7 @@ from ..core.splits import (Split, helper_owner, pair_ops, split_graph, split_map
                            with_measured_parts)
 from ..errors import AutoplaceError, InputSignatureError, PlanError, TrainingError
 from ..measure.hosts import executor_ready_order, sharing_groups
-from ..measure.links import calibrate_links
+from ..measure.links import calibrate_links, calibration_sizes
 from ..planner import DEFAULT_SOLVER, PlanOptions, pipeline_plan, plan_problem, replica_plan
 from .codecs import measure_codec_costs
 from .costs import ComputeCosts, compute_costs, worker_identity
@@ -716,7 +716,8 @@ def _hosts(model: keras.Model, traced: TracedModel, devset: DeviceSet, opts: Pla
             else:
                 return out, f"host figures ({what}) from the profile cache"
     if calibrate:
-        devset = calibrate_links(devset, cross_process_only=True, transfer_cpu=True)[0]
+        sizes = calibration_sizes(_largest_tensor_bytes(traced))
+        devset = calibrate_links(devset, sizes, cross_process_only=True, transfer_cpu=True)[0]
     if groups:
         given = None if hosts.shared_capacity == "measure" else float(hosts.shared_capacity)
         forward = traced
@@ -734,6 +735,14 @@ def _hosts(model: keras.Model, traced: TracedModel, devset: DeviceSet, opts: Pla
     return devset, (f"host figures ({what}) measured now" if what else "")
 
 
+def _largest_tensor_bytes(traced: TracedModel) -> int:
+    """Bytes of the largest tensor of ``traced``'s fixed-batch graph whose shape is known (a weight read, an
+    activation): the link calibration measures sizes up to it (:func:`~placer.measure.links.calibration_sizes`)."""
+    sizes = [t.shape.num_elements() * t.dtype.size for op in traced.fixed.graph.get_operations() for t in op.outputs
+             if t.shape.is_fully_defined() and t.dtype != tf.resource and t.dtype != tf.variant]
+    return max(sizes, default=0)
+
+
 def _host_key(traced: TracedModel, devset: DeviceSet, calibrate: bool, shared: bool,
               costs: ComputeCosts | None) -> dict[str, Any]:
     """What the host figures depend on: the model's graph (the fingerprint its profile is keyed by), the devices
@@ -743,21 +752,24 @@ def _host_key(traced: TracedModel, devset: DeviceSet, calibrate: bool, shared: b
         traced.fixed.graph.as_graph_def().SerializeToString(deterministic=True))
     return {"of": "hosts", "graph": graph, "batch": int(traced.batch_size), "devices": list(devset.names),
             "workers": [worker_identity(a) for _, a in sorted(workers.items())], "tf": tf.__version__,
-            "calibrate": calibrate, "shared": shared, "ready_order": devset.ready_order}
+            "calibrate": calibrate, "shared": shared, "ready_order": devset.ready_order,
+            "figures": 2}  # 2: links keep their measured times (Link.points)
 
 
 def _host_figures(devset: DeviceSet) -> dict[str, Any]:
     """The measured host figures of ``devset``, JSON-ready (:func:`_with_host_figures` reads them back)."""
     return {"links": [[i, j, f.link.bandwidth_bytes_per_s, f.link.latency_s, devset.links[i, j].cpu_s, f.r2,
-                       f.max_rel_error, f.points] for (i, j), f in sorted(devset.fits.items())],
+                       f.max_rel_error, f.points, [list(p) for p in devset.links[i, j].points]]
+                      for (i, j), f in sorted(devset.fits.items())],
             "shared": [[list(sp.devices), sp.capacity, sp.pooled] for sp in devset.shared]}
 
 
 def _with_host_figures(devset: DeviceSet, figures: Mapping[str, Any]) -> DeviceSet:
     """``devset`` with the links and shared processors of cached ``figures``."""
     links, fits = dict(devset.links), dict(devset.fits)
-    for i, j, bandwidth, latency, cpu_s, r2, max_rel, points in figures["links"]:
-        links[i, j] = Link(float(bandwidth), float(latency), float(cpu_s))
+    for i, j, bandwidth, latency, cpu_s, r2, max_rel, points, measured in figures["links"]:
+        links[i, j] = Link(float(bandwidth), float(latency), float(cpu_s),
+                           tuple((float(b), float(t)) for b, t in measured))
         fits[i, j] = LinkFit(Link(float(bandwidth), float(latency)), float(r2), float(max_rel), int(points))
     shared = tuple(SharedProcessor(tuple(d), float(capacity), "measured", bool(pooled))
                    for d, capacity, pooled in figures["shared"])
