@@ -7,6 +7,7 @@ from dataclasses import replace
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import placer
 from cost_models.analytic import (
@@ -447,3 +448,36 @@ def test_measured_link_times_travel_in_the_graph_file_and_bad_ones_are_refused()
     data["links"][0]["measured"] = [[4096, "fast"]]
     with pytest.raises(DeviceError, match="must be a number"):
         devices_from_json(data)
+
+
+def test_the_workers_shared_capacity_probe_is_run_once_more_after_an_empty_tensor_fault(small_traced, devices,
+                                                                                        monkeypatch, caplog):
+    # TensorFlow on gRPC workers sometimes hands an op of the probe an empty weight copy (an InvalidArgumentError);
+    # the probe then runs once more with new copies, and a second failure is raised
+    from placer.tf import timing
+
+    calls, copies = [], []
+    real_copies = timing.weight_copies
+
+    def flaky(traced, placements, rounds, budget_s, seed, variables=None, *, stand_ins=(), min_s=0.0):
+        calls.append(variables)
+        if len(calls) == 1:
+            raise tf.errors.InvalidArgumentError(None, None, "Must provide as many biases as the channel size: [0]")
+        return [[2e-3] * 3, [2.5e-3] * 3, [1e-3] * 3, [1e-3] * 3]
+
+    monkeypatch.setattr(timing, "_interleaved", flaky)
+    monkeypatch.setattr(timing, "weight_copies", lambda t, d: copies.append(d) or real_copies(t, d))
+    with caplog.at_level(logging.WARNING, logger="placer.tf.timing"):
+        capacity = timing.measure_shared_capacity(small_traced, devices[:2], pooled=False)
+    assert 1.0 <= capacity <= 2.0 and len(calls) == 2 and len(copies) == 2
+    assert calls[0] is not calls[1]  # new weight copies for the second run
+    assert "running it once more with new weight copies" in caplog.text
+
+    def broken(*args, **kwargs):
+        raise tf.errors.InvalidArgumentError(None, None, "Must provide as many biases as the channel size: [0]")
+
+    monkeypatch.setattr(timing, "_interleaved", broken)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="biases"):
+        timing.measure_shared_capacity(small_traced, devices[:2], pooled=False)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="biases"):  # logical devices of one process: no retry
+        timing.measure_shared_capacity(small_traced, devices[:2], pooled=True)
