@@ -92,7 +92,10 @@ LINK_RATES = {"100gbit": 100e9, "25gbit": 25e9, "10gbit": 10e9, "1gbit": 1e9, "1
 def shape_loopback(rate: str, *, latency_ms: float = 50.0) -> float:
     """Limit this namespace's loopback to ``rate`` (a :data:`LINK_RATES` name) with a token bucket
     (``tc qdisc replace dev lo root tbf``); returns the rate in bytes per second. ``"none"`` removes the limit
-    (returns 0).
+    (returns 0). The one bucket carries both directions: 16 MiB sent each way at once took 268 ms at
+    1 Gbit/s, one way 135 ms (2026-12-07), where a full-duplex link between hosts takes the one-way time.
+    (One ``htb`` class per worker's server port gave each direction its own rate, 134 ms both ways at once,
+    but the link calibration's hops then came out 1.8x the rate: not used.)
 
     Only inside a loopback-only network namespace (:func:`network_isolated`: ``unshare -rn`` makes one, and
     you are root there): shaping the machine's own loopback would slow everything on it. The burst is 10 ms
