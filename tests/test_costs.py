@@ -482,13 +482,3 @@ def test_the_workers_shared_capacity_probe_is_run_once_more_after_an_empty_tenso
     with pytest.raises(tf.errors.InvalidArgumentError, match="biases"):  # logical devices of one process: no retry
         timing.measure_shared_capacity(small_traced, devices[:2], pooled=True)
 
-
-def test_the_link_calibration_measures_up_to_the_models_largest_tensor(small_traced):
-    # cost_mlp at batch 16: the 32 x 64 kernel (8 KiB) is its largest tensor, so the default sizes suffice; a
-    # model with a 100 MB tensor gets 32, 64 and 128 MiB too
-    from placer.measure.links import DEFAULT_SIZES, calibration_sizes
-    from placer.tf.runner import _largest_tensor_bytes
-
-    assert _largest_tensor_bytes(small_traced) == 32 * 64 * 4
-    assert calibration_sizes(_largest_tensor_bytes(small_traced)) == DEFAULT_SIZES
-    assert calibration_sizes(100e6)[len(DEFAULT_SIZES):] == (32 << 20, 64 << 20, 128 << 20)

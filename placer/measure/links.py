@@ -99,7 +99,8 @@ def _median_seconds(fn: Callable[[], Any], repeats: int) -> float:
 #: Chain lengths (hops) whose difference gives one hop's time.
 DEFAULT_HOPS = (2, 10)
 
-#: Payloads larger than this many bytes (beyond :data:`DEFAULT_SIZES`) ...
+#: Payloads larger than this many bytes (beyond :data:`DEFAULT_SIZES`: only where a caller asks for them,
+#: as ``benchmarks``' probes do; ``autoplace`` calibrates the default sizes, see ``docs/costs.md``) ...
 LARGE_PAYLOAD_BYTES = 1 << 24
 
 #: ... run chains of these lengths, ...
@@ -107,30 +108,6 @@ LARGE_PAYLOAD_HOPS = (1, 3)
 
 #: ... in at most this many rounds: a 128 MiB hop took 1.1 s at a 1 Gbit/s link (2026-12-07).
 LARGE_PAYLOAD_REPEATS = 4
-
-#: The largest payload :func:`calibration_sizes` adds: larger tensors take the rate measured at this size.
-MAX_CALIBRATION_BYTES = 1 << 27
-
-
-def calibration_sizes(largest_bytes: float, sizes: Sequence[int] = DEFAULT_SIZES) -> tuple[int, ...]:
-    """``sizes`` and, where a model sends tensors larger than all of them, doublings of the largest up to
-    ``largest_bytes`` (at most :data:`MAX_CALIBRATION_BYTES`): a link's time per byte changes with the size
-    (two one-core gRPC workers: 1.4-1.8 GB/s at 1-4 MiB, 0.97-1.1 GB/s at 64-128 MiB, loopback and
-    10 Gbit/s), and measured times are read only up to the largest size measured.
-
-    Examples
-    --------
-    >>> calibration_sizes(1e6)[-1] == DEFAULT_SIZES[-1]
-    True
-    >>> [s >> 20 for s in calibration_sizes(100e6)[len(DEFAULT_SIZES):]]
-    [32, 64, 128]
-    >>> calibration_sizes(1e12)[-1] == MAX_CALIBRATION_BYTES
-    True
-    """
-    out = list(sizes)
-    while out[-1] < min(largest_bytes, MAX_CALIBRATION_BYTES):
-        out.append(min(2 * out[-1], MAX_CALIBRATION_BYTES))
-    return tuple(out)
 
 #: Payloads smaller than this many bytes get a longer chain, ...
 SMALL_PAYLOAD_BYTES = 1 << 20

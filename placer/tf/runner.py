@@ -67,7 +67,7 @@ from ..core.splits import (Split, helper_owner, pair_ops, split_graph, split_map
                            with_measured_parts)
 from ..errors import AutoplaceError, InputSignatureError, PlanError, TrainingError
 from ..measure.hosts import executor_ready_order, sharing_groups
-from ..measure.links import calibrate_links, calibration_sizes
+from ..measure.links import calibrate_links
 from ..planner import DEFAULT_SOLVER, PlanOptions, pipeline_plan, plan_problem, replica_plan
 from .codecs import measure_codec_costs
 from .costs import ComputeCosts, compute_costs, worker_identity
@@ -716,8 +716,7 @@ def _hosts(model: keras.Model, traced: TracedModel, devset: DeviceSet, opts: Pla
             else:
                 return out, f"host figures ({what}) from the profile cache"
     if calibrate:
-        sizes = calibration_sizes(_largest_tensor_bytes(traced))
-        devset = calibrate_links(devset, sizes, cross_process_only=True, transfer_cpu=True)[0]
+        devset = calibrate_links(devset, cross_process_only=True, transfer_cpu=True)[0]
     if groups:
         given = None if hosts.shared_capacity == "measure" else float(hosts.shared_capacity)
         forward = traced
@@ -733,14 +732,6 @@ def _hosts(model: keras.Model, traced: TracedModel, devset: DeviceSet, opts: Pla
     if key is not None:
         cache.put_figures(key, _host_figures(devset))
     return devset, (f"host figures ({what}) measured now" if what else "")
-
-
-def _largest_tensor_bytes(traced: TracedModel) -> int:
-    """Bytes of the largest tensor of ``traced``'s fixed-batch graph whose shape is known (a weight read, an
-    activation): the link calibration measures sizes up to it (:func:`~placer.measure.links.calibration_sizes`)."""
-    sizes = [t.shape.num_elements() * t.dtype.size for op in traced.fixed.graph.get_operations() for t in op.outputs
-             if t.shape.is_fully_defined() and t.dtype != tf.resource and t.dtype != tf.variant]
-    return max(sizes, default=0)
 
 
 def _host_key(traced: TracedModel, devset: DeviceSet, calibrate: bool, shared: bool,
