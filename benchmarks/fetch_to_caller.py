@@ -26,6 +26,7 @@ sys.path.insert(0, str(HERE))
 
 from isolation import isolated  # noqa: E402
 from markdown import MarkdownOut  # noqa: E402
+from speedup import ROUNDS_TEXT, interleaved_times, median_spread  # noqa: E402
 
 #: Output shapes timed: a classifier's logits at batch 8, and a language model's at batch 32 (16 MB).
 SHAPES = ((8, 10), (32, 64, 2000))
@@ -38,14 +39,15 @@ def run(args: argparse.Namespace) -> int:
 
     import placer
     from placer.measure.cluster import shape_loopback
-    from placer.measure.links import CLIENT_DEVICE, call_seconds, on_caller
+    from placer.measure.links import CLIENT_DEVICE, on_caller
 
     out = MarkdownOut()
     out("## Fetching a worker's output: after the call or inside it")
     out()
     out(f"{datetime.date.today()}; `python benchmarks/fetch_to_caller.py --links {' '.join(args.links)} "
         f"--repeats {args.repeats}`; two TF gRPC workers (one pinned core, one thread each), the function's ops "
-        f"on worker 0; medians of {args.repeats} interleaved rounds after 2 warm-up calls, spread = half the IQR. "
+        f"on worker 0; medians of {args.repeats} interleaved rounds after 2 warm-up calls ({ROUNDS_TEXT}), "
+        "spread = half the IQR. "
         "'after the call': the output returned as made on the worker; 'inside': received on the caller inside "
         "the function (`placer.measure.links.on_caller`).")
     out()
@@ -72,28 +74,15 @@ def run(args: argparse.Namespace) -> int:
             shape_loopback(link)
             cases = [(shape, n) for shape in SHAPES for n in CAPTURES]
             fns = [make(shape, n, inside) for shape, n in cases for inside in (False, True)]
-            for fn in fns:
-                call_seconds(fn)
-                call_seconds(fn)
-            times: list[list[float]] = [[] for _ in fns]
-            for r in range(args.repeats):
-                order = range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))
-                for i in order:
-                    times[i].append(call_seconds(fns[i]))
+            stats = [median_spread(np.asarray(ts) * 1e3) for ts in interleaved_times(fns, args.repeats)]
             for c, (shape, n) in enumerate(cases):
-                after, inside = (np.asarray(times[2 * c + j]) * 1e3 for j in (0, 1))
+                (after, after_spread), (inside, inside_spread) = stats[2 * c], stats[2 * c + 1]
                 mb = np.prod(shape) * 4 / 1e6
-                out(f"| {link} | {'×'.join(map(str, shape))} float32 ({mb:.3g} MB) | {n} | {np.median(after):.2f} | "
-                    f"{_spread(after):.2f} | {np.median(inside):.2f} | {_spread(inside):.2f} | "
-                    f"{np.median(after) / np.median(inside):.2f}× |")
+                out(f"| {link} | {'×'.join(map(str, shape))} float32 ({mb:.3g} MB) | {n} | {after:.2f} | "
+                    f"{after_spread:.2f} | {inside:.2f} | {inside_spread:.2f} | {after / inside:.2f}× |")
         shape_loopback("none")
     out.write(args.out)
     return 0
-
-
-def _spread(xs: np.ndarray) -> float:
-    q1, q3 = np.percentile(xs, [25, 75])
-    return float(q3 - q1) / 2
 
 
 def main() -> int:

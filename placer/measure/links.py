@@ -50,7 +50,8 @@ def on_caller(x: tf.Tensor) -> tf.Tensor:
     An output a function returns from a worker's device is fetched by TensorFlow's eager runtime after the
     call; when the function also captures two or more variables, that fetch took 3x as long at a shaped
     1 Gbit/s link for 16 MB (393 against 132 ms: the loopback's byte count said the output crossed three
-    times) and 2.6-2.9x on loopback, and a 320-byte output 0.3-0.9 ms more per call (TF 2.21, 2026-12-07,
+    times) and 2.6-3.0x on loopback, and a 320-byte output 0.4-1.3 ms more per call (0.2-0.6 ms without
+    captured variables; TF 2.21, 2026-12-07,
     ``benchmarks/fetch_to_caller.py``). Received inside the function (an identity on the caller's CPU), it
     crosses once at the link's speed. Placed functions, their stand-ins (:func:`stand_in`) and the
     benchmarks' one-worker baselines return every output through here.
