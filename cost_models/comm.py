@@ -30,8 +30,6 @@ class Link:
     >>> measured = Link(1e9, 1e-4, points=((1e3, 1e-4), (1e6, 1.1e-3), (1e8, 0.2)))
     >>> [round(measured.seconds(b), 6) for b in (10, 1e3, 5.05e7, 2e8)]
     [0.0001, 0.0001, 0.10055, 0.4]
-    >>> round(measured.occupancy(2e8), 6)  # what the link is busy for: the time less the latency
-    0.3999
     """
 
     bandwidth_bytes_per_s: float
@@ -57,14 +55,6 @@ class Link:
             return s * nbytes / b
         (b0, s0), (b1, s1) = self.points[i - 1], self.points[i]
         return s0 + (s1 - s0) * (nbytes - b0) / (b1 - b0)
-
-    def occupancy(self, nbytes: float) -> float:
-        """Seconds ``nbytes`` keep the link busy: :meth:`seconds` less the latency (which overlaps)."""
-        if nbytes <= 0:
-            return 0.0
-        if not self.points:
-            return nbytes / self.bandwidth_bytes_per_s
-        return max(self.seconds(nbytes) - self.latency_s, 0.0)
 
 
 def measured_points(nbytes: Sequence[float], seconds: Sequence[float], floor: float = 0.0

@@ -538,8 +538,8 @@ def replica_plan(built: BuiltProblem, plan: Plan, options: PlanOptions, batch_si
                f"{1e3 * plan.predicted_step_time_s:.3f} ms)" if replicas == "auto" else f"at {1e3 * step:.3f} ms (asked)")
             + (": a copy of the model on each device" if size == 1 else f": a copy of the model per {size} devices"))
     log.info(note)
-    placed = _on_one_device(built, options, plan, assignment, note) if inner is None else \
-        _on_one_device(built, options, plan, assignment, note, solver=inner.solver, status=inner.status)
+    solver, status = ("single", "heuristic") if inner is None else (inner.solver, inner.status)
+    placed = _on_one_device(built, options, plan, assignment, note, solver=solver, status=status)
     return replace(placed, replicas=r, microbatches=m, predicted_step_time_s=step, op_order={}, pipeline="gpipe",
                    stages=(), predicted_peak_memory_bytes=tuple(float(x) for x in peak)).scored(
                        replace(copies, note=note), kept=True)

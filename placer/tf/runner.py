@@ -759,9 +759,9 @@ def _with_host_figures(devset: DeviceSet, figures: Mapping[str, Any]) -> DeviceS
     """``devset`` with the links and shared processors of cached ``figures``."""
     links, fits = dict(devset.links), dict(devset.fits)
     for i, j, bandwidth, latency, cpu_s, r2, max_rel, points, measured in figures["links"]:
-        links[i, j] = Link(float(bandwidth), float(latency), float(cpu_s),
-                           tuple((float(b), float(t)) for b, t in measured))
-        fits[i, j] = LinkFit(Link(float(bandwidth), float(latency)), float(r2), float(max_rel), int(points))
+        fit = Link(float(bandwidth), float(latency), points=tuple((float(b), float(t)) for b, t in measured))
+        links[i, j] = replace(fit, cpu_s=float(cpu_s))  # as calibrate_links makes them
+        fits[i, j] = LinkFit(fit, float(r2), float(max_rel), int(points))
     shared = tuple(SharedProcessor(tuple(d), float(capacity), "measured", bool(pooled))
                    for d, capacity, pooled in figures["shared"])
     return replace(devset, links=links, fits=fits, shared=shared or devset.shared)

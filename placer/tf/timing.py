@@ -117,10 +117,10 @@ def measure_shared_capacity(traced: TracedModel, devices: Sequence[str], *, roun
     if traced.step != "predict":
         raise DeviceError("the shared-processor capacity is measured with the forward pass, not a training step")
     placements = [devices[:1], devices]
-    local = None if pooled else weight_copies(traced, devices)
+    stand_ins = () if pooled else placements
     try:
-        times = _interleaved(traced, placements, rounds, budget_s, seed, local,
-                             stand_ins=() if pooled else placements)
+        times = _interleaved(traced, placements, rounds, budget_s, seed,
+                             None if pooled else weight_copies(traced, devices), stand_ins=stand_ins)
     except tf.errors.InvalidArgumentError as e:
         if pooled:
             raise
@@ -129,8 +129,8 @@ def measure_shared_capacity(traced: TracedModel, devices: Sequence[str], *, roun
         # run again at once with new copies ran every time (2 of 2, benchmarks/probe_empty_bias.py --retry)
         log.warning("the shared-capacity probe failed on the workers (%s); running it once more with new weight "
                     "copies (docs/limitations.md: empty tensors on gRPC workers)", str(e).strip().splitlines()[0])
-        local = weight_copies(traced, devices)
-        times = _interleaved(traced, placements, rounds, budget_s, seed, local, stand_ins=placements)
+        times = _interleaved(traced, placements, rounds, budget_s, seed, weight_copies(traced, devices),
+                             stand_ins=stand_ins)
     one_s, all_s = times[:2]
     capacity = capacity_from_times(one_s, all_s, len(devices))
     if not pooled:  # calling several processes costs more than one: compare the compute, not the calls
