@@ -23,7 +23,7 @@ from cost_models.analytic import (
 from cost_models.cache import CacheKey, ProfileCache
 from placer.tf.timing import runtime_factor
 from placer.tf.costs import ProfileOptions, compute_costs, op_shapes
-from placer.errors import CostError, DeviceError, GraphError
+from placer.errors import CostError, DeviceError, GraphError, WorkerError
 from placer.tf.trace import trace_model
 from placer.reporting import validate_report
 
@@ -453,7 +453,7 @@ def test_measured_link_times_travel_in_the_graph_file_and_bad_ones_are_refused()
 def test_the_workers_shared_capacity_probe_is_run_once_more_after_an_empty_tensor_fault(small_traced, devices,
                                                                                         monkeypatch, caplog):
     # TensorFlow on gRPC workers sometimes hands an op of the probe an empty weight copy (an InvalidArgumentError);
-    # the probe then runs once more with new copies, and a second failure is raised
+    # the probe then runs once more with new copies, and a second failure is a WorkerError saying how to skip it
     from placer.tf import timing
 
     calls, copies = [], []
@@ -477,8 +477,9 @@ def test_the_workers_shared_capacity_probe_is_run_once_more_after_an_empty_tenso
         raise tf.errors.InvalidArgumentError(None, None, "Must provide as many biases as the channel size: [0]")
 
     monkeypatch.setattr(timing, "_interleaved", broken)
-    with pytest.raises(tf.errors.InvalidArgumentError, match="biases"):
+    with pytest.raises(WorkerError, match=r"failed twice .*biases.*pass shared_capacity=") as twice:
         timing.measure_shared_capacity(small_traced, devices[:2], pooled=False)
+    assert isinstance(twice.value.__cause__, tf.errors.InvalidArgumentError)
     with pytest.raises(tf.errors.InvalidArgumentError, match="biases"):  # logical devices of one process: no retry
         timing.measure_shared_capacity(small_traced, devices[:2], pooled=True)
 

@@ -34,7 +34,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..core.devices import DeviceSet, SharedProcessor
-from ..errors import CostError, DeviceError
+from ..errors import CostError, DeviceError, WorkerError
 from ..measure.hosts import (BUDGET_S, DEFAULT_ROUNDS, MAX_REFERENCE_ROUNDS, MAX_WARMUP, REFERENCE_MIN_S,
                              REFERENCE_ROUNDS, WARMUP, WARMUP_S, capacity_from_times, clip_runtime_factor,
                              compute_seconds, enough_rounds)
@@ -108,9 +108,9 @@ def measure_shared_capacity(traced: TracedModel, devices: Sequence[str], *, roun
     ------
     DeviceError
         Fewer than two devices, or a training step (its copies would update the model's variables).
-    tensorflow.errors.InvalidArgumentError
+    WorkerError
         The probe failed on the workers twice (each time with new weight copies: the first failure is
-        logged and retried, see the comment in the code).
+        logged and retried, see the comment in the code); the message says how to skip the probe.
     """
     if len(devices) < 2:
         raise DeviceError(f"measuring a shared processor needs two or more devices, got {list(devices)}")
@@ -129,8 +129,15 @@ def measure_shared_capacity(traced: TracedModel, devices: Sequence[str], *, roun
         # run again at once with new copies ran every time (2 of 2, benchmarks/probe_empty_bias.py --retry)
         log.warning("the shared-capacity probe failed on the workers (%s); running it once more with new weight "
                     "copies (docs/limitations.md: empty tensors on gRPC workers)", str(e).strip().splitlines()[0])
-        times = _interleaved(traced, placements, rounds, budget_s, seed, weight_copies(traced, devices),
-                             stand_ins=stand_ins)
+        try:
+            times = _interleaved(traced, placements, rounds, budget_s, seed, weight_copies(traced, devices),
+                                 stand_ins=stand_ins)
+        except tf.errors.InvalidArgumentError as again:
+            raise WorkerError(f"the shared-capacity probe failed twice on the workers {list(devices)} "
+                              f"({str(again).strip().splitlines()[0]}): run autoplace again, or pass "
+                              f"shared_capacity=<a number from 1 to {len(devices)}> (how many of these workers "
+                              "run at full speed at once; the number of cores they have) to skip the probe"
+                              ) from again
     one_s, all_s = times[:2]
     capacity = capacity_from_times(one_s, all_s, len(devices))
     if not pooled:  # calling several processes costs more than one: compare the compute, not the calls
