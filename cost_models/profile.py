@@ -474,19 +474,6 @@ class GraphProfiler:
         self._run(self._fixed, self._feeds)
         self._calls.append(time.perf_counter() - t)
 
-    def step_compute_s(self, last: int | None = None) -> float:
-        """Median untraced step less the median fixed cost, over every round so far or the ``last`` ones (s).
-
-        Raises
-        ------
-        ValueError
-            No step was timed yet (no ``round`` or ``step_round`` with ``measure_step``).
-        """
-        if not self._steps:
-            raise ValueError("no untraced step timed yet; run round() or step_round() with measure_step=True")
-        n = len(self._steps) if last is None else max(int(last), 1)
-        return float(np.median(self._steps[-n:])) - float(np.median(self._calls[-n:]))
-
     def result(self) -> OpProfile:
         """Medians and spreads over the rounds run so far.
 

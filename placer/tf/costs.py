@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -36,7 +35,7 @@ from ..core.splits import Split
 from ..core.validate import boolean, integer
 from ..errors import CostError, WorkerError
 from ..measure.health import probe_worker
-from ..measure.hosts import clip_runtime_factor, enough_rounds
+from ..measure.hosts import clip_runtime_factor
 from .remote import worker_addresses
 from .graphdef import row_gathers
 from .rewrites.gathers import gather_rows
@@ -73,18 +72,17 @@ class ProfileOptions:
     runtime : bool
         Also time the forward pass as this process runs it (a
         ``tf.function`` on the profiled device, its fixed call cost taken
-        off, its weights copied to the device) against a block of untraced
-        steps of the profiling session, the runtime's timed once the session
-        is closed, and scale every op of the kind by the ratio
-        (:func:`placer.tf.timing.runtime_factor`): ops are profiled in a
-        TF1 session, which ran the demo's model 10–20% faster than the eager
-        runtime that runs the plan on one VM and 35–45% slower on another.
-        Inference traces only (a copy of a training step would update the
-        variables). The factor is measured with the profile and cached with
-        it, so a warm cache gives the same op times and the same plan; a
-        cached profile without a cached factor (an older cache) is timed
-        again and scaled by the session's step now over the cached ops' sum
-        (the machine's drift since).
+        off, its weights copied to the device), once the profiling session
+        is closed, and scale every op of the kind by its ratio to the sum of
+        the profiled op times (:func:`placer.tf.timing.runtime_factor`), so
+        that the scaled ops add up to the runtime's step: ops are profiled in
+        a TF1 session, which ran the demo's model 10–20% faster than the
+        eager runtime that runs the plan on one VM and 35–45% slower on
+        another. Inference traces only (a copy of a training step would
+        update the variables). The factor is measured with the profile and
+        cached with it, so a warm cache gives the same op times and the same
+        plan; a cached profile without a cached factor (an older cache) is
+        scaled by the runtime's step now over the cached ops' sum.
     """
 
     repeats: int = 5
@@ -281,43 +279,31 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
                 us[kind] = {name: t * factors[kind] for name, t in us[kind].items()}
                 log.info("%s: runtime factor %.3f from the cache", kind, factors[kind])
                 continue
-        sharded = {s.variable for s in shards}
-        resources = {f"{ph}:0": var.value[:table_rows[ph]].numpy() if ph in (table_rows or {}) else var.value.numpy()
-                     for ph, var in fixed_variables.items() if ph not in sharded}
-        for s in shards:  # each shard of a split op's weight: its slice
-            resources[f"{s.placeholder}:0"] = s.slice_of(fixed_variables[s.variable].value.read_value()).numpy()
-        constants = {f"{ph}:0": t.numpy() for ph, t in fixed_constants.items()}
-        reference_s = 0.0
         try:
-            with GraphProfiler(gd, feeds, resources, traced.output_names, constants=constants, device=device,
-                               target=target, grappler=grappler, measure_step=True,
-                               warmup=0 if hit is not None else 2) as prof:
-                if hit is None:
+            if hit is None:
+                sharded = {s.variable for s in shards}
+                resources = {f"{ph}:0": var.value[:table_rows[ph]].numpy() if ph in (table_rows or {})
+                             else var.value.numpy() for ph, var in fixed_variables.items() if ph not in sharded}
+                for s in shards:  # each shard of a split op's weight: its slice
+                    resources[f"{s.placeholder}:0"] = s.slice_of(
+                        fixed_variables[s.variable].value.read_value()).numpy()
+                constants = {f"{ph}:0": t.numpy() for ph, t in fixed_constants.items()}
+                with GraphProfiler(gd, feeds, resources, traced.output_names, constants=constants, device=device,
+                                   target=target, grappler=grappler, measure_step=True, warmup=2) as prof:
                     for _ in range(repeats):
                         prof.round()
                     result = prof.result()
-                    calibrated = result.calibrated_us()
-                    log.info("%s: executor overhead %.1f µs per op (untraced step %.2f ms, kernels %.2f ms)", kind,
-                             result.overhead_us or 0.0, (result.step_s or 0.0) * 1e3, result.op_sum_s * 1e3)
-                    if cache is not None:
-                        cache.put(key, calibrated, result.spread_us)
-                    if target:
-                        log.info("%s ops profiled on %s (%s)", kind, device, target)
-                    us[kind], source[kind], unknown[kind] = calibrated, "measured", ()
-                if runtime:  # the session's step, timed in one block while it is open
-                    started, done = time.perf_counter(), 0
-                    while not enough_rounds(done, started):
-                        prof.step_round()
-                        done += 1
-                    reference_s = prof.step_compute_s(last=done)
-            if runtime:  # and the runtime's, with the session closed (see runtime_factor)
+                calibrated = result.calibrated_us()
+                log.info("%s: executor overhead %.1f µs per op (untraced step %.2f ms, kernels %.2f ms)", kind,
+                         result.overhead_us or 0.0, (result.step_s or 0.0) * 1e3, result.op_sum_s * 1e3)
+                if cache is not None:
+                    cache.put(key, calibrated, result.spread_us)
+                if target:
+                    log.info("%s ops profiled on %s (%s)", kind, device, target)
+                us[kind], source[kind], unknown[kind] = calibrated, "measured", ()
+            if runtime:  # the runtime's step against the op times it scales, with the session closed (runtime_factor)
                 run_on = device if target else _local_device(kind, devices)
-                factor = runtime_factor(traced, run_on, reference_s, seed=seed)
-                if hit is not None:  # and how much slower the session runs now than when it was cached
-                    cached_s = sum(us[kind].values()) * 1e-6
-                    factor = clip_runtime_factor(factor * reference_s / cached_s) if cached_s > 0 else factor
-                    log.info("%s: the session's step now %.3f ms, the cached ops %.3f ms: factor %.3f in all",
-                             kind, 1e3 * reference_s, 1e3 * cached_s, factor)
+                factor = runtime_factor(traced, run_on, sum(us[kind].values()) * 1e-6, seed=seed)
                 factors[kind] = factor
                 us[kind] = {name: t * factor for name, t in us[kind].items()}
                 if cache is not None:

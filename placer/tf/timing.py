@@ -159,20 +159,29 @@ def measure_shared_capacity(traced: TracedModel, devices: Sequence[str], *, roun
 
 def runtime_factor(traced: TracedModel, device: str, reference_s: float, *, rounds: int = REFERENCE_ROUNDS,
                    min_s: float = REFERENCE_MIN_S, budget_s: float = BUDGET_S, seed: int = 0) -> float:
-    """How much longer this process's runtime takes for ``traced``'s step on ``device`` than the profiling
-    session did: the factor the session's op times are scaled by.
+    """How much longer this process's runtime takes for ``traced``'s step on ``device`` than its profiled op
+    times add up to: the factor those op times are scaled by.
 
-    ``reference_s`` is the session's median untraced step less its fixed cost
-    (:meth:`cost_models.profile.GraphProfiler.step_compute_s`, timed in a block
-    just before). Here one copy of the forward graph runs as a ``tf.function``
+    ``reference_s`` is the sum of the op times the factor will scale (the
+    profiling session's calibrated op times,
+    :meth:`cost_models.profile.OpProfile.calibrated_us`: its untraced step
+    less its fixed cost over the profiling rounds). Here one copy of the
+    forward graph runs as a ``tf.function``
     with every op (and a copy of every weight) on ``device``, ``rounds`` times and more until
     ``min_s`` has passed (:func:`enough_rounds`);
     the factor is its median step less its fixed call cost
     (:func:`placer.tf.timing.plan_call_seconds`, timed after the rounds) over ``reference_s``, clipped
-    to ``1 / MAX_RUNTIME_FACTOR … MAX_RUNTIME_FACTOR``. Below 1 the runtime beat the
+    to ``1 / MAX_RUNTIME_FACTOR … MAX_RUNTIME_FACTOR``, so that the scaled op times add up to the
+    runtime's step. Below 1 the runtime beat the
     session (its optimizer fused more, or a device's threads overlapped ops); the
     simulator runs a device's ops one at a time, so scaling them down is what makes
     its one-device step right.
+
+    The reference was a block of the session's untraced steps timed after the
+    profiling rounds until 2026-12-07; where that block ran faster than the
+    rounds (a half batch of the two-worker demo's decoder: 53.6 ms against
+    61.0 ms), the scaled ops added up to 14% more than the runtime's step
+    (its data-parallel copies predicted +15.7 to +20.7%).
 
     The call cost is timed apart here, not in the rounds as :func:`measure_shared_capacity`
     does for worker processes: timed in the rounds (on logical devices) it came out larger, and
@@ -201,7 +210,7 @@ def runtime_factor(traced: TracedModel, device: str, reference_s: float, *, roun
     (one_s,) = _interleaved(traced, [[device]], rounds, budget_s, seed, copies, min_s=min_s)
     compute_s = float(np.median(one_s)) - _call_seconds(traced, device)
     factor = clip_runtime_factor(compute_s / reference_s if reference_s > 0 else 1.0)
-    log.info("runtime on %s: one step less its call %.3f ms, the profiling session's %.3f ms: factor %.3f",
+    log.info("runtime on %s: one step less its call %.3f ms, the profiled ops' sum %.3f ms: factor %.3f",
              device, 1e3 * compute_s, 1e3 * reference_s, factor)
     return factor
 
