@@ -29,6 +29,10 @@ network namespace.
     python benchmarks/strategy.py [--models decoder towers] [--repeats 7] [--links none 10gbit 1gbit]
                                   [--gradient-compression] [--out benchmarks/results/strategy.md]
 
+Workloads (``--models``, :data:`CASES`): a 4-block decoder and a 4-tower MLP (inference), ResNet50 and
+InceptionV3 inference (96 px images, batch 16: the speedup benchmark's), training steps of a Transformer
+encoder, the 4-tower MLP, a 105M-parameter wide MLP and ResNet50 (64 px).
+
 ``--links``: the loopback link shaped to each rate in turn (``placer.measure.cluster.shape_loopback``: a
 token bucket inside the namespace; ``none``: loopback as it is); autoplace calibrates the shaped link.
 """
@@ -104,6 +108,20 @@ def resnet50_small() -> "object":
     return resnet50(size=64)
 
 
+def resnet50_inference() -> "object":
+    """The speedup benchmark's ResNet50 inference workload (96 px images)."""
+    from workloads import resnet50
+
+    return resnet50(size=96)
+
+
+def inception_v3_inference() -> "object":
+    """The speedup benchmark's InceptionV3 inference workload (96 px images)."""
+    from workloads import inception_v3
+
+    return inception_v3(size=96)
+
+
 #: name -> (builder, batch, input maker, training)
 CASES = {
     "decoder": (decoder, 32, lambda rng, n: rng.integers(0, 2000, (n, 64)).astype("int32"), False),
@@ -112,6 +130,10 @@ CASES = {
                              True),
     "towers_training": (towers, 256, lambda rng, n: rng.standard_normal((n, 256)).astype("float32"), True),
     "wide_training": (wide, 32, lambda rng, n: rng.standard_normal((n, 1024)).astype("float32"), True),
+    "resnet50": (resnet50_inference, 16, lambda rng, n: rng.standard_normal((n, 96, 96, 3)).astype("float32"),
+                 False),
+    "inception_v3": (inception_v3_inference, 16,
+                     lambda rng, n: rng.standard_normal((n, 96, 96, 3)).astype("float32"), False),
     "resnet50_training": (resnet50_small, 8, lambda rng, n: rng.standard_normal((n, 64, 64, 3)).astype("float32"),
                           True),
 }
