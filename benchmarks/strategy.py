@@ -277,7 +277,15 @@ def _run_case(case: str, link: str, args: argparse.Namespace, out, devices: list
     auto = placed["autoplace default"].plan
     chosen = f"{auto.replicas} copies × m={auto.microbatches}" if auto.replicas > 1 else \
         f"one copy, m={auto.microbatches}, {len(set(auto.assignment.values()))} worker(s)"
-    return case, best_label, best_ms, medians[ia][0], configs[ia][2], chosen, ""
+    same = best_label in placed and _strategy(placed[best_label].plan) == _strategy(auto)
+    note = (" (the best is the default's own strategy placed again: the difference is the spread between "
+            "placements of one plan, not the choice)") if same else ""
+    return case, best_label, best_ms, medians[ia][0], configs[ia][2], chosen, note
+
+
+def _strategy(plan) -> tuple:
+    """What a plan chose (copies, micro-batches, which workers, which ops split how), not where each op went."""
+    return (plan.replicas, plan.microbatches, frozenset(plan.assignment.values()), tuple(sorted(plan.splits.items())))
 
 
 def _run_training_case(case: str, link: str, args: argparse.Namespace, out, devices: list[str], errors: list[float],
