@@ -18,7 +18,7 @@ two stages by hand (``--microbatches``); the ``busy``/``both`` columns say how
 much of the traced window each worker computed and both did at once (a
 pipelined split that overlaps nothing reads ``both`` ≈ 0).
 
-    python benchmarks/worker_trace.py [--workload mlp|towers|chain-train] [--microbatches 4] [--trace-ms 1500]
+    python benchmarks/worker_trace.py [--workload mlp|towers|inception|chain-train] [--microbatches 4] [--trace-ms 1500]
                                       [--out benchmarks/results/worker_trace.md]
 """
 
@@ -156,11 +156,17 @@ def _placements(args: argparse.Namespace, devices):
 
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)
-    if args.workload in ("mlp", "towers"):
+    if args.workload in ("mlp", "towers", "inception"):
         if args.workload == "mlp":
             model, batch, title = workloads.multi_tower_mlp(towers=8, width=512, depth=4), 64, "8-tower MLP"
             x = rng.standard_normal((64, 512)).astype("float32")
             mine = dict(objective="throughput", microbatches=1)
+        elif args.workload == "inception":  # benchmarks/strategy.py's InceptionV3, its one-copy plan (-12..-21% there)
+            from strategy import inception_v3_inference
+
+            model, batch, title = inception_v3_inference(), 16, "InceptionV3 inference, 96 px (strategy.py)"
+            x = rng.standard_normal((16, 96, 96, 3)).astype("float32")
+            mine = dict(replicas=1)
         else:  # benchmarks/strategy.py's 4-tower MLP, its one-copy plan (predicted 9-24% too fast there)
             from strategy import towers
 
@@ -234,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--workload", choices=["mlp", "towers", "chain-train"], default="mlp",
+    ap.add_argument("--workload", choices=["mlp", "towers", "inception", "chain-train"], default="mlp",
                     help="the MLP's forward pass (default), or pipeline_orders.py's chain trained in two stages")
     ap.add_argument("--microbatches", type=int, default=1, help="micro-batches of the chain-train workload")
     ap.add_argument("--steps", type=int, default=30, help="untraced steps timed per placement")
