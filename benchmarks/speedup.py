@@ -64,6 +64,18 @@ CASES = {
 SINGLE_MICROBATCHES = (1, 2, 4, 8)
 
 
+def build_model(case: str) -> "object":
+    """The Keras model of :data:`CASES` ``[case]`` (``benchmarks/workloads.py``'s builder with its arguments; seed
+    Keras first for the same weights)."""
+    import workloads
+
+    builder_name, kwargs, _, _ = CASES[case]
+    builder = getattr(workloads, {"resnet50": "resnet50", "inception_v3": "inception_v3",
+                                  "transformer": "transformer_encoder",
+                                  "multi_tower_mlp": "multi_tower_mlp"}[builder_name])
+    return builder(**kwargs)
+
+
 def median_spread(xs) -> tuple[float, float]:
     q1, q2, q3 = np.percentile(np.asarray(xs, float), [25, 50, 75])
     return float(q2), float((q3 - q1) / 2)
@@ -173,17 +185,13 @@ def _run_case(case: str, args: argparse.Namespace, out, summary: list, devices: 
     """Place and measure one workload (a block of table rows)."""
     import keras
     import tensorflow as tf
-    import workloads
 
     import placer
     from placer.tf.measuring import fit_step
 
-    builder_name, kwargs, batch, training = CASES[case]
-    builder = getattr(workloads, {"resnet50": "resnet50", "inception_v3": "inception_v3",
-                                  "transformer": "transformer_encoder",
-                                  "multi_tower_mlp": "multi_tower_mlp"}[builder_name])
+    _, _, batch, training = CASES[case]
     keras.utils.set_random_seed(0)
-    model = builder(**kwargs)
+    model = build_model(case)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((batch, *model.inputs[0].shape[1:])).astype("float32")
     y = None

@@ -44,6 +44,7 @@ import os
 import sys
 import time
 import traceback
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -54,7 +55,7 @@ sys.path.insert(0, str(HERE))
 
 from isolation import isolated  # noqa: E402
 from markdown import MarkdownOut  # noqa: E402
-from speedup import ROUNDS_TEXT, interleaved_times, median_spread, pipeline_ceiling  # noqa: E402
+from speedup import ROUNDS_TEXT, build_model, interleaved_times, median_spread, pipeline_ceiling  # noqa: E402
 
 from placer.measure.cluster import LINK_RATES, shape_loopback  # noqa: E402
 
@@ -101,28 +102,12 @@ def wide(width: int = 4096, layers: int = 7, features: int = 1024) -> "object":
     return keras.Model(inp, keras.layers.Dense(16, name="head")(h), name="wide")
 
 
-def resnet50_small() -> "object":
-    """The speedup benchmark's ResNet50 training workload (64 px images): 53 batch normalization layers."""
-    from workloads import resnet50
-
-    return resnet50(size=64)
+def _images(rng, n: int, size: int):
+    """A batch of ``n`` random ``size`` × ``size`` RGB images (the speedup benchmark's CNN inputs)."""
+    return rng.standard_normal((n, size, size, 3)).astype("float32")
 
 
-def resnet50_inference() -> "object":
-    """The speedup benchmark's ResNet50 inference workload (96 px images)."""
-    from workloads import resnet50
-
-    return resnet50(size=96)
-
-
-def inception_v3_inference() -> "object":
-    """The speedup benchmark's InceptionV3 inference workload (96 px images)."""
-    from workloads import inception_v3
-
-    return inception_v3(size=96)
-
-
-#: name -> (builder, batch, input maker, training)
+#: name -> (builder, batch, input maker, training; the CNNs are the speedup benchmark's, ``speedup.CASES``)
 CASES = {
     "decoder": (decoder, 32, lambda rng, n: rng.integers(0, 2000, (n, 64)).astype("int32"), False),
     "towers": (towers, 256, lambda rng, n: rng.standard_normal((n, 256)).astype("float32"), False),
@@ -130,12 +115,9 @@ CASES = {
                              True),
     "towers_training": (towers, 256, lambda rng, n: rng.standard_normal((n, 256)).astype("float32"), True),
     "wide_training": (wide, 32, lambda rng, n: rng.standard_normal((n, 1024)).astype("float32"), True),
-    "resnet50": (resnet50_inference, 16, lambda rng, n: rng.standard_normal((n, 96, 96, 3)).astype("float32"),
-                 False),
-    "inception_v3": (inception_v3_inference, 16,
-                     lambda rng, n: rng.standard_normal((n, 96, 96, 3)).astype("float32"), False),
-    "resnet50_training": (resnet50_small, 8, lambda rng, n: rng.standard_normal((n, 64, 64, 3)).astype("float32"),
-                          True),
+    "resnet50": (partial(build_model, "resnet50_inference"), 16, lambda rng, n: _images(rng, n, 96), False),
+    "inception_v3": (partial(build_model, "inception_v3_inference"), 16, lambda rng, n: _images(rng, n, 96), False),
+    "resnet50_training": (partial(build_model, "resnet50_training"), 8, lambda rng, n: _images(rng, n, 64), True),
 }
 
 

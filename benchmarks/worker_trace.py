@@ -162,9 +162,10 @@ def _placements(args: argparse.Namespace, devices):
             x = rng.standard_normal((64, 512)).astype("float32")
             mine = dict(objective="throughput", microbatches=1)
         elif args.workload == "inception":  # benchmarks/strategy.py's InceptionV3, its one-copy plan (-12..-21% there)
-            from strategy import inception_v3_inference
+            from speedup import build_model
 
-            model, batch, title = inception_v3_inference(), 16, "InceptionV3 inference, 96 px (strategy.py)"
+            model, batch = build_model("inception_v3_inference"), 16
+            title = "InceptionV3 inference, 96 px (strategy.py)"
             x = rng.standard_normal((16, 96, 96, 3)).astype("float32")
             mine = dict(replicas=1)
         else:  # benchmarks/strategy.py's 4-tower MLP, its one-copy plan (predicted 9-24% too fast there)
