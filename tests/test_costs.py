@@ -135,10 +135,12 @@ def test_the_runtime_factor_is_taken_against_the_ops_it_scales(small_traced, tmp
 
     monkeypatch.setattr(costs_module, "runtime_factor", fake_factor)
     raw = compute_costs(small_traced, ["CPU"], ProfileOptions(repeats=1, cache=tmp_path, runtime=False))
-    for _ in range(2):  # the cached profile (its factor not cached: runtime=False wrote none) and then fresh
-        scaled = compute_costs(small_traced, ["CPU"], ProfileOptions(repeats=1, cache=tmp_path / "fresh"
-                                                                     if seen else tmp_path))
-        assert seen[-1] == pytest.approx(sum(scaled.us["CPU"].values()) * 1e-6 / 0.5)
+    # the cached profile (its factor not cached: runtime=False wrote none), then one profiled afresh
+    cached = compute_costs(small_traced, ["CPU"], ProfileOptions(repeats=1, cache=tmp_path))
+    fresh = compute_costs(small_traced, ["CPU"], ProfileOptions(repeats=1, cache=tmp_path / "fresh"))
+    assert len(seen) == 2
+    for scaled, reference_s in zip((cached, fresh), seen):
+        assert reference_s == pytest.approx(sum(scaled.us["CPU"].values()) * 1e-6 / 0.5)
         assert scaled.runtime_factor == {"CPU": 0.5}
     assert seen[0] == pytest.approx(sum(raw.us["CPU"].values()) * 1e-6)
 
