@@ -454,25 +454,13 @@ class GraphProfiler:
         for name, dt in seen.items():
             if name in self._samples:
                 self._samples[name].append(dt)
-        if self._measure_step:
-            self.step_round()
-
-    def step_round(self) -> None:
-        """One untraced step and one run of its fixed cost (``measure_step`` only; no op times).
-
-        Raises
-        ------
-        ValueError
-            The profiler was opened without ``measure_step``.
-        """
-        if not self._measure_step:
-            raise ValueError("step_round() needs a profiler opened with measure_step=True")
-        t = time.perf_counter()
-        self._run(self._outs, self._feeds)
-        self._steps.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        self._run(self._fixed, self._feeds)
-        self._calls.append(time.perf_counter() - t)
+        if self._measure_step:  # the untraced step and its fixed cost, timed in the same round
+            t = time.perf_counter()
+            self._run(self._outs, self._feeds)
+            self._steps.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            self._run(self._fixed, self._feeds)
+            self._calls.append(time.perf_counter() - t)
 
     def result(self) -> OpProfile:
         """Medians and spreads over the rounds run so far.
