@@ -21,13 +21,15 @@ import placer
 from tests.models import dense_chain, recommender
 from placer.core.attrs import COMPUTE_US, MEMORY_BYTES
 from placer.core.plan import Plan
-from placer.core.splits import (Pair, Split, axis_name, even_parts, fused_after, pair_ops, part_bounds, split_graph,
-                                 split_map, split_name, spread_parts, with_measured_parts)
+from placer.core.splits import (Pair, Split, axis_name, even_parts, fused_after, helper_owner, is_split_node,
+                                 pair_ops, part_bounds, split_graph, split_map, split_name, spread_parts,
+                                 with_measured_parts)
 from placer.errors import AutoplaceError, GraphError, InsufficientMemoryError, PlanError
 from placer.tf.emit import emit, rewrite_context
 from placer.tf.placement import ReplicatedVariable
-from placer.tf.rewrites.split import Shard, split_candidates
-from placer.tf.trace import trace_model
+from placer.tf.opgraph import build_op_graph
+from placer.tf.rewrites.split import Shard, split_candidates, split_graph_def
+from placer.tf.trace import trace_model, trace_training_step
 
 
 # --- the op-graph transform (no TensorFlow) ----------------------------------------------------------------
@@ -628,6 +630,115 @@ def test_bad_split_requests_are_typed(split_placed, devices, tmp_path):
     data["splits"] = {next(iter(placed.plan.splits)): 1}
     with pytest.raises(PlanError, match="splits of"):
         Plan.from_dict(data)
+
+
+# --- a product in a training step: its gradients and SGD's update split with it --------------------------------
+
+def _sgd_chain(rows: int, hidden: int, cols: int) -> keras.Model:
+    return keras.Sequential([keras.Input((rows,)), keras.layers.Dense(hidden, activation="tanh", name="first"),
+                             keras.layers.Dense(cols, name="second")])
+
+
+@settings(max_examples=6, deadline=None)
+@given(batch=st.integers(1, 4), rows=st.integers(1, 8), hidden=st.integers(2, 12), cols=st.integers(2, 10),
+       parts=st.integers(2, 4), seed=st.integers(0, 1000))
+def test_a_training_step_split_equals_the_unsplit_step(batch, rows, hidden, cols, parts, seed):
+    """Both products of a two-layer step split (the first reads the model's input: no input gradient; the second's
+    input gradient is the sum of its parts'), each part on its own logical CPU: one SGD step gives the same loss
+    and the same updated weights, the split ones gathered from their shards."""
+    parts = min(parts, hidden, cols)
+    keras.utils.set_random_seed(seed)
+    model = _sgd_chain(rows, hidden, cols)
+    reference = keras.models.clone_model(model)
+    reference.set_weights(model.get_weights())
+    traced = trace_training_step(model, batch_size=batch, optimizer=keras.optimizers.SGD(0.1))
+    found = split_candidates(traced.fixed.graph, traced.variables, parts)
+    assert [s.grads is not None for s in found] == [True, True]
+    assert found[0].grads.input_grad is None and found[1].grads.input_grad is not None
+    devices = {op.name: "/CPU:0" for op in traced.dynamic.graph.get_operations()}
+    for sp in found:
+        devices[axis_name(sp.op)] = "/CPU:0"
+        for i in range(sp.parts):
+            devices.update({n: f"/CPU:{i % 4}" for n in sp.part_nodes(i)})
+    variables = {ph: ReplicatedVariable(v.value.read_value(), name=v.name) for ph, v in traced.variables.items()}
+    emitted = emit(traced, variables, rewrite_context(traced, devices, splits=split_map(found)),
+                   shard=lambda v, s: v.shard_on(s))
+    nodes = {n.name for n in emitted.graph_def.node}
+    assert not {s.variable for s in emitted.shards} & nodes  # no whole kernel in the step
+    rng = np.random.default_rng(seed)
+    x = tf.constant(rng.standard_normal((batch, rows)).astype("float32"))
+    y = tf.constant(rng.standard_normal((batch, cols)).astype("float32"))
+    ours = emitted.function(x, y)
+    theirs = trace_training_step(reference, batch_size=batch, optimizer=keras.optimizers.SGD(0.1)).fixed(x, y)
+    np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=1e-6)
+    owners = dict(traced.variables)
+    by_model = {id(v): w for v, w in zip(model.weights, reference.weights)}
+    for ph, v in variables.items():
+        if id(owners[ph]) in by_model:
+            v.gather_shards()
+            np.testing.assert_allclose(v.value.numpy(), by_model[id(owners[ph])].numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_products_training_split_in_the_op_graph_matches_the_rewrite_and_slots_keep_it_whole():
+    """The op graph split (:func:`split_graph`) names the nodes the rewrite makes (the parts' ``dy`` slices are
+    helpers of their parts), shards the weight's memory, and sums the input gradient's parts; Adam's and
+    momentum's slot variables keep a training step's product whole."""
+    model = _sgd_chain(6, 16, 8)
+    traced = trace_training_step(model, batch_size=2, optimizer=keras.optimizers.SGD(0.1))
+    found = split_candidates(traced.fixed.graph, traced.variables, 2)
+    og = build_op_graph(traced, {"CPU": {op.name: 10.0 for op in traced.fixed.graph.get_operations()}}).graph
+    g = split_graph(og, found)
+    assert nx.is_directed_acyclic_graph(g)
+    gd, _ = split_graph_def(traced.fixed.graph, traced.variables, found)
+    made = {n.name for n in gd.node if is_split_node(n.name) and helper_owner(n.name) is None}
+    assert {v for v in g if is_split_node(v)} == made
+    second = found[1]
+    assert g.nodes[second.grads.input_grad]["op_type"] == "AddN"
+    assert sorted(g.predecessors(second.grads.input_grad)) == [split_name(second.grads.input_grad, i) for i in (0, 1)]
+    for n in (second.grads.weight_grad, *second.grads.unused):
+        assert n not in g
+    write = second.grads.update[-1]
+    assert g.nodes[write]["op_type"] == "NoOp" and g.nodes[split_name(write, 1)]["colocation"] == \
+        split_name(second.placeholder, 1)
+    assert sum(g.nodes[split_name(second.placeholder, i)]["memory_bytes"] for i in (0, 1)) == \
+        og.nodes[second.placeholder]["memory_bytes"]
+    for optimizer in (keras.optimizers.Adam(), keras.optimizers.SGD(0.1, momentum=0.9)):
+        t = trace_training_step(model, batch_size=2, optimizer=optimizer)
+        assert split_candidates(t.fixed.graph, t.variables, 2) == []
+
+
+def _wide_sgd(optimizer: keras.optimizers.Optimizer) -> keras.Model:
+    """A 64 → 3000 dense layer (a 768,000-byte kernel) between two small ones, seeded, compiled with ``optimizer``."""
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(64, activation="relu", name="a"),
+                              keras.layers.Dense(3000, activation="relu", name="wide"),
+                              keras.layers.Dense(2, name="b")])
+    model.compile(optimizer=optimizer, loss="mse")
+    return model
+
+
+def test_a_dense_layer_larger_than_every_device_is_split_and_trains_as_model_fit(devices):
+    devs = [placer.DeviceSpec(d, memory_bytes=700_000) for d in devices]
+    model, reference = _wide_sgd(keras.optimizers.SGD(0.05)), _wide_sgd(keras.optimizers.SGD(0.05))
+    placed = placer.autoplace(model, devs, batch_size=8, training=True, time_limit_s=1)
+    op = next(iter(placed.plan.splits))
+    assert "wide" in op and placed.plan.splits == {op: 4}
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((48, 32)).astype("float32"), rng.standard_normal((48, 2)).astype("float32")
+    ours = placed.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0).history["loss"]
+    theirs = reference.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0).history["loss"]
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5)
+    for w, r in zip(placed.get_weights(), reference.get_weights()):  # the kernel gathered from its trained shards
+        np.testing.assert_allclose(w, r, rtol=1e-5, atol=1e-6)
+    step = next(e for e in placed.placement.functions.emitted() if e.step == "train")
+    nodes = {n.name: n for n in step.graph_def.node}
+    assert {s.variable for s in step.shards}.isdisjoint(nodes)  # no whole kernel in the step
+    writes = [n for n in nodes.values() if n.op == "AssignSubVariableOp" and n.input[0] in
+              {s.placeholder for s in step.shards}]
+    assert len(writes) == 4 and len({n.device for n in writes}) == 4  # each shard updated where it lives
+    # Adam's slots are as large as the kernel and a split does not shard them: refused, saying why
+    with pytest.raises(InsufficientMemoryError, match="slot variables"):
+        placer.autoplace(_wide_sgd(keras.optimizers.Adam()), devs, batch_size=8, training=True, time_limit_s=1)
 
 
 # --- a table larger than every device: split to run at all, trained ------------------------------------------

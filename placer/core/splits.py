@@ -242,6 +242,43 @@ class Pair:
 
 
 @dataclass(frozen=True)
+class Gradients:
+    """A column-split product's backward pass and its weight's update in a training step.
+
+    For ``y = x @ W`` split by ``W``'s columns into ``W_i``, the gradient ``dy`` of ``y`` is cut the same way
+    (``dy_i``, a slice each part takes); part ``i`` computes its weight's gradient ``x^T @ dy_i`` (a copy of
+    ``weight_grad``), its share of the input's gradient ``dy_i @ W_i^T`` (a copy of ``input_grad``, which becomes
+    the ``AddN`` of those: the sum adds the parts in another order, equal to float rounding) and the optimizer's
+    element-wise update of ``W_i`` (a copy of each op of ``update``, its other inputs scalars shared by the
+    parts: SGD's learning rate). No device holds the whole weight or its gradient.
+
+    Attributes
+    ----------
+    weight_grad : str
+        The product ``x^T @ dy`` (``MatMul`` with ``transpose_a``): its output is the weight's gradient.
+    input_grad : str or None
+        The product ``dy @ W^T`` (``MatMul`` with ``transpose_b``) reading the weight's read, or ``None`` where
+        ``x`` needs no gradient (a model input).
+    update : tuple of str
+        The ops from the gradient to the weight's write (``AssignSubVariableOp``), in the graph's order:
+        element-wise ops on the gradient (their other inputs scalars), the write last among them. Each becomes a
+        part per shard; a write's own node waits for its parts.
+    unused : tuple of str
+        Ops that read the gradient but lead to no write (Keras' ``Identity`` of each gradient): removed with it.
+    """
+
+    weight_grad: str
+    input_grad: str | None
+    update: tuple[str, ...]
+    unused: tuple[str, ...] = ()
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """Every op this splits into parts."""
+        return (self.weight_grad, *(() if self.input_grad is None else (self.input_grad,)), *self.update)
+
+
+@dataclass(frozen=True)
 class Split:
     """One op split by its weight's output columns (or its table's rows).
 
@@ -272,6 +309,9 @@ class Split:
         as ``(1, k, in, out)``); ``columns`` counts the split axis; each part reshapes its shard.
     pair : Pair or None
         The product that takes this column split's parts as its rows (no join between them), or ``None``.
+    grads : Gradients or None
+        In a training step: the product's gradients and its weight's update, split with it (a product read
+        without a reshape, not paired).
     """
 
     op: str
@@ -283,6 +323,7 @@ class Split:
     updates: tuple[str, ...] = ()
     reshape: str | None = None
     pair: Pair | None = None
+    grads: Gradients | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in SPLIT_KINDS:
@@ -293,6 +334,9 @@ class Split:
             raise GraphError(f"{self.op}: only a lookup's table (kind='rows') is split with its updates")
         if self.pair is not None and (self.kind != "columns" or self.reshape is not None):
             raise GraphError(f"{self.op}: only a product read without a reshape pairs with the next product")
+        if self.grads is not None and (self.kind != "columns" or self.reshape is not None or self.pair is not None):
+            raise GraphError(f"{self.op}: only an unpaired product read without a reshape is split with its "
+                             "gradients")
         if self.parts < 2 or self.parts > self.columns:
             raise GraphError(f"{self.op}: cannot split {self.columns} {self.kind} into {self.parts} parts")
 
@@ -316,13 +360,14 @@ class Split:
 
     def part_nodes(self, i: int) -> tuple[str, ...]:
         """The nodes of part ``i``: its shard's placeholder, its read (a product's: a lookup's part gathers its
-        rows from the shard itself), the part, and the part of each update.
+        rows from the shard itself), the part, and the part of each update (and of each gradient op).
 
         >>> Split("e", read="r", placeholder="p", columns=8, parts=2, kind="rows", updates=("u",)).part_nodes(1)
         ('p/autoplace_split_1', 'e/autoplace_split_1', 'u/autoplace_split_1')
         """
         reads = () if self.kind == "rows" else (self.read,) if self.reshape is None else (self.read, self.reshape)
-        own = tuple(split_name(n, i) for n in (self.placeholder, *reads, self.op, *self.updates))
+        grads = () if self.grads is None else self.grads.nodes
+        own = tuple(split_name(n, i) for n in (self.placeholder, *reads, self.op, *self.updates, *grads))
         return own if self.pair is None else own + self.pair.part_nodes(i)
 
 
@@ -363,11 +408,14 @@ def split_graph(graph: nx.DiGraph, splits: Iterable[Split]) -> nx.DiGraph:
                 raise GraphError(f"cannot split {s.op}: its weight's read {s.read} does not feed {s.reshape} alone")
             reader = s.reshape
         data_out = _data_successors(g, reader)
-        for u in s.updates:
+        grads = () if s.grads is None else (*s.grads.nodes, *s.grads.unused)
+        for u in (*s.updates, *grads):
             if u not in g:
-                raise GraphError(f"cannot split {s.op}: its update {u} is not in the graph")
-        if data_out != [s.op] or any(v != s.read and v not in s.updates and not _dead_read(g, v)
-                                     for v in g.successors(s.placeholder)):
+                raise GraphError(f"cannot split {s.op}: its update or gradient {u} is not in the graph")
+        readers = [s.op] + ([s.grads.input_grad] if s.grads is not None and s.grads.input_grad else [])
+        if sorted(data_out) != sorted(readers) or any(
+                v != s.read and v not in s.updates and v not in grads and not _dead_read(g, v)
+                for v in g.successors(s.placeholder)):
             raise GraphError(f"cannot split {s.op}: its weight {s.placeholder} is read by other ops too")
         if s.pair is not None:
             if s.pair.op in seen:
@@ -561,9 +609,10 @@ def _split_one(g: nx.DiGraph, s: Split) -> None:
         g.nodes[v][COMPUTE_US] = _copy_us(g.nodes[v].get(COMPUTE_US, 0.0), int(g.nodes[v].get(OUTPUT_BYTES, 0)))
     weight_in = s.read if s.reshape is None else s.reshape  # what the op reads its weight from
     into = [(u, dict(d)) for u, _, d in g.in_edges(s.op, data=True) if u != weight_in]
-    dead = [v for v in g.successors(s.placeholder) if v != s.read and v not in s.updates]
+    mine = {*s.updates, *(() if s.grads is None else (*s.grads.nodes, *s.grads.unused))}
+    dead = [v for v in g.successors(s.placeholder) if v != s.read and v not in mine]
     controls = [(v, dict(d)) for r in (s.read, *dead) for v, d in g.adj[r].items()
-                if v not in (s.op, s.reshape) and v not in s.updates]
+                if v not in (s.op, s.reshape) and v not in mine]
     out_bytes = int(op.get(OUTPUT_BYTES, 0))
     weight = g.edges[weight_in, s.op]
     shape_consts = [] if s.reshape is None else [
@@ -604,6 +653,8 @@ def _split_one(g: nx.DiGraph, s: Split) -> None:
                 if w != s.placeholder and not is_split_node(w):
                     g.add_edge(w if w not in (s.read, *dead) else r, un, **d)
             g.add_edge(un, u, **{BYTES: 0, CONTROL: True})
+    if s.grads is not None:
+        _split_grads(g, s, [split_name(s.read, i) for i in range(s.parts)], dead)
     for u in s.updates:  # the update itself: a no-op after its parts
         for w in [w for w in g.predecessors(u) if w != s.placeholder and not is_split_node(w)]:
             g.remove_edge(w, u)
@@ -619,6 +670,73 @@ def _split_one(g: nx.DiGraph, s: Split) -> None:
     g.remove_nodes_from([s.read, s.placeholder, *dead, *([s.reshape] if s.reshape else []), *shape_consts])
     op[COMPUTE_US] = _copy_us(op.get(COMPUTE_US, 0.0), out_bytes * (s.parts if rows else 1))
     op[OP_TYPE] = "AddN" if rows else "ConcatV2"
+
+
+def _renamed(d: Mapping, name: str, i: int, share: float) -> dict:
+    """Edge data ``d`` out of ``name`` as out of its part ``i`` (its tensors renamed, its bytes scaled)."""
+    out = dict(d)
+    if not d.get(CONTROL):
+        out[BYTES] = int(round(int(d.get(BYTES, 0)) * share))
+        out[TENSORS] = tuple(split_name(name, i) + t[len(name):] for t in d.get(TENSORS, ()))
+        out[TENSOR_BYTES] = tuple(int(round(int(b) * share)) for b in d.get(TENSOR_BYTES, ()))
+    return out
+
+
+def _split_grads(g: nx.DiGraph, s: Split, reads: Sequence[str], dead: Sequence[str]) -> None:
+    """``s``'s backward pass and update in parts (:class:`Gradients`): part ``i``'s copy of the weight's gradient
+    (its inputs whole: the part slices ``dy`` itself) and of the input's gradient (reading shard read
+    ``reads[i]``; the whole one becomes their ``AddN``), and its copy of each update op (its write on shard
+    ``i``, the whole write a no-op after its parts)."""
+    gr = s.grads
+    assert gr is not None
+    region = set(gr.update)
+    layer = g.nodes[s.op].get(LAYER, s.op)
+    for i, (start, stop) in enumerate(s.bounds):
+        share, part_layer, p = (stop - start) / s.columns, split_name(layer, i), split_name(s.placeholder, i)
+        for name in gr.nodes:
+            d = g.nodes[name]
+            whole_out = name == gr.input_grad  # a partial sum of the whole input gradient
+            write = name in region and not _data_successors(g, name) and s.placeholder in g.predecessors(name)
+            out_bytes = int(d.get(OUTPUT_BYTES, 0))
+            g.add_node(split_name(name, i), **{
+                **d, COMPUTE_US: _scaled(d.get(COMPUTE_US, 0.0), share), LAYER: part_layer,
+                OUTPUT_BYTES: out_bytes if whole_out else int(round(out_bytes * share)),
+                COLOCATION: p if write or d.get(COLOCATION) == s.placeholder else d.get(COLOCATION)})
+        for name in gr.nodes:
+            n = split_name(name, i)
+            for u, _, d in list(g.in_edges(name, data=True)):
+                if u == s.placeholder:
+                    g.add_edge(p, n, **dict(d))
+                elif u == s.read or u in dead:
+                    if d.get(CONTROL):
+                        g.add_edge(reads[i], n, **dict(d))
+                    else:  # the input gradient reads the shard
+                        g.add_edge(reads[i], n, **_renamed(d, u, i, share) | {TENSORS: (f"{reads[i]}:0",)})
+                elif u == gr.weight_grad or u in region:
+                    g.add_edge(split_name(u, i), n, **_renamed(d, u, i, share))
+                elif not is_split_node(u):  # x and dy (whole: the part slices dy), a shared scalar
+                    g.add_edge(u, n, **dict(d))
+            for v, d in g.adj[name].items():
+                if d.get(CONTROL) and v not in region and not is_split_node(v):
+                    g.add_edge(n, v, **dict(d))
+            if name == gr.input_grad:
+                ob = int(g.nodes[name].get(OUTPUT_BYTES, 0))
+                g.add_edge(n, name, **{BYTES: ob, TENSORS: (f"{n}:0",), TENSOR_BYTES: (ob,), CONTROL: False})
+    if gr.input_grad is not None:  # the whole input gradient: the sum of the parts'
+        x = g.nodes[gr.input_grad]
+        for u in [u for u in g.predecessors(gr.input_grad) if not is_split_node(u)]:
+            g.remove_edge(u, gr.input_grad)
+        x[COMPUTE_US] = _copy_us(x.get(COMPUTE_US, 0.0), int(x.get(OUTPUT_BYTES, 0)) * s.parts)
+        x[OP_TYPE] = "AddN"
+    writes = [u for u in gr.update if s.placeholder in g.predecessors(u) and not _data_successors(g, u)]
+    for u in writes:  # a write: a no-op after its parts (what waited for it still does)
+        for w in [w for w in g.predecessors(u) if not is_split_node(w)]:
+            g.remove_edge(w, u)
+        for i in range(s.parts):
+            g.add_edge(split_name(u, i), u, **{BYTES: 0, CONTROL: True})
+        g.nodes[u].update({OP_TYPE: "NoOp", COMPUTE_US: _scaled(g.nodes[u].get(COMPUTE_US, 0.0), 0.0),
+                           OUTPUT_BYTES: 0, MEMORY_BYTES: 0, COLOCATION: None})
+    g.remove_nodes_from([gr.weight_grad, *(u for u in gr.update if u not in writes), *gr.unused])
 
 
 def _slowest_us(costs: object) -> float:
@@ -652,6 +770,8 @@ def split_saving_s(graph: nx.DiGraph, s: Split, bandwidth_bytes_per_s: float, la
     ops = [s.op, *fused_after(graph, s.op)]
     if s.pair is not None:
         ops += [s.pair.op, *fused_after(graph, s.pair.op)]
+    if s.grads is not None:
+        ops += [n for n in s.grads.nodes if n in graph]
     work_s = 1e-6 * sum(_slowest_us(graph.nodes[n].get(COMPUTE_US, 0.0)) for n in ops)
     weight_in = s.reshape if s.reshape is not None else s.read
     inputs = sum(int(d.get(BYTES, 0)) for u, _, d in graph.in_edges(s.op, data=True)
@@ -687,7 +807,8 @@ def with_measured_parts(split: nx.DiGraph, measured: nx.DiGraph, whole: nx.DiGra
     out = split.copy()
     changed: set[str] = set()
     for s in splits:
-        changed |= {s.op, axis_name(s.op), *s.updates, *([] if s.kind == "rows" else fused_after(whole, s.op))}
+        changed |= {s.op, axis_name(s.op), *s.updates, *([] if s.kind == "rows" else fused_after(whole, s.op)),
+                    *(() if s.grads is None else s.grads.nodes)}
         if s.pair is not None:
             changed |= {s.pair.op, *fused_after(whole, s.pair.op)}
         changed |= {n for i in range(s.parts) for n in s.part_nodes(i)}

@@ -320,8 +320,14 @@ def _required_splits(traced: TracedModel, devset: DeviceSet, opts: PlacementOpti
     if not large:
         return []
     # paired where a pair can be (Plan.pairs records which)
-    return [s for s in split_candidates(traced.fixed.graph, variables, len(devset), pairs=opts.split.split_pairs)
-            if large & set(s.placeholders)]
+    found = [s for s in split_candidates(traced.fixed.graph, variables, len(devset), pairs=opts.split.split_pairs)
+             if large & set(s.placeholders)]
+    whole = sorted(large - {ph for s in found for ph in s.placeholders})
+    if whole:
+        log.info("operator splits: %s exceed every device's memory but no split rule takes them (read by other ops "
+                 "too, or, in a training step, updated by an optimizer with slot variables)",
+                 ", ".join(variables[ph].name for ph in whole))
+    return found
 
 
 def _kept(plan: Plan) -> str:

@@ -43,10 +43,11 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
-from ...core.splits import Pair, Split, axis_name, pair_ops, split_map, split_name
+from ...core.splits import Gradients, Pair, Split, axis_name, pair_ops, split_map, split_name
 from ...errors import GraphError, PlanError
-from ..graphdef import source
+from ..graphdef import bypassable, source
 from .base import Rewrite, RewriteContext, RewriteRecord, remove_nodes, splice, template
+from .bypass import bypass_pass_through
 
 
 @dataclass(frozen=True)
@@ -172,6 +173,7 @@ class _Weight:
     axis: int
     updates: tuple[tf.Operation, ...]
     reshape: tf.Operation | None = None
+    grads: Gradients | None = None
 
 
 def _expanded_axis(expand: tf.Operation, axis: int) -> int | None:
@@ -216,10 +218,113 @@ def _weight_of(op: tf.Operation, captured: Mapping[str, object]) -> _Weight | No
             return None
     ph = read.inputs[0].op
     updates = tuple(c for c in ph.outputs[0].consumers() if c.type in rule.updates and c.inputs[0].op is ph)
-    if [c.name for c in read.outputs[0].consumers()] != [(reshape or op).name] or \
-            any(c is not read and c not in updates and not _dead_read(c) for c in ph.outputs[0].consumers()):
+    readers = [c.name for c in read.outputs[0].consumers()]
+    grads = None
+    if reshape is None and (readers != [op.name] or any(c.type in UPDATE_WRITES for c in ph.outputs[0].consumers())):
+        grads = _gradients_of(op, read, ph)  # a training step's product: its gradients and update split with it
+        if grads is None:
+            return None
+        readers = [r for r in readers if r != grads.input_grad]
+        updates = ()
+    ours = {u.name for u in updates} | set(() if grads is None else grads.update + grads.unused)
+    if readers != [(reshape or op).name] or \
+            any(c is not read and c.name not in ours and not _dead_read(c) for c in ph.outputs[0].consumers()):
         return None
-    return _Weight(index, read, ph, axis, updates, reshape)
+    return _Weight(index, read, ph, axis, updates, reshape, grads)
+
+
+#: The writes that end a split product's weight update in a training step (:class:`~placer.core.splits.Gradients`).
+UPDATE_WRITES = frozenset({"AssignSubVariableOp", "AssignAddVariableOp", "AssignVariableOp"})
+#: Element-wise ops an optimizer's update of a split product's weight may run on the gradient's columns, each other
+#: input a scalar (SGD: ``lr * grad``); besides these, :data:`PAIR_CHAIN_OPS` and :data:`PAIR_BINARY_OPS`.
+UPDATE_OPS = frozenset({"Sqrt", "Rsqrt", "Cast", "Reciprocal", "Sign", "Pow", "SquaredDifference"})
+
+
+def _through(t: tf.Tensor) -> tf.Tensor:
+    """The tensor ``t`` forwards through pass-through ops (``IdentityN``: its output ``k`` is its input ``k``)."""
+    while bypassable(t.op):
+        t = t.op.inputs[t.value_index]
+    return t
+
+
+def _users(t: tf.Tensor) -> list[tf.Operation]:
+    """The ops that read ``t``, looking through pass-through ops (as :mod:`.bypass` rewires them)."""
+    out: dict[str, tf.Operation] = {}
+    for c in t.consumers():
+        if bypassable(c):
+            for k, x in enumerate(c.inputs):
+                if x.name == t.name:
+                    out.update((u.name, u) for u in _users(c.outputs[k]))
+        else:
+            out[c.name] = c
+    return list(out.values())
+
+
+def _update_region(gw: tf.Operation, ph: tf.Operation) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """The ops from ``gw`` (a weight's gradient) to the write of its variable ``ph``, in the graph's order, and
+    apart those that lead to no write (Keras' ``Identity`` of a gradient): every op reading the gradient or an op
+    after it, each element-wise (:data:`UPDATE_OPS`, :data:`PAIR_CHAIN_OPS`, :data:`PAIR_BINARY_OPS`) with its
+    other inputs scalars, or a write of ``ph`` (:data:`UPDATE_WRITES`); ``None`` where anything else reads them
+    (a global norm's sum, an optimizer slot: not split) or nothing writes ``ph``."""
+    region: dict[str, tf.Operation] = {}
+    frontier = [gw]
+    while frontier:
+        for user in (u for t in frontier.pop().outputs for u in _users(t)):
+            if user.name in region:
+                continue
+            if user.type in UPDATE_WRITES:
+                if user.inputs[0].op is not ph:
+                    return None
+            elif user.type not in UPDATE_OPS | PAIR_CHAIN_OPS | PAIR_BINARY_OPS or len(user.outputs) != 1:
+                return None
+            region[user.name] = user
+            frontier.append(user)
+    for user in region.values():
+        for k, t in enumerate(user.inputs):
+            t = _through(t)
+            if t.op is gw or t.op.name in region or _scalar(t) or (k == 0 and user.type in UPDATE_WRITES):
+                continue
+            return None
+    leads = {u for u, op in region.items() if op.type in UPDATE_WRITES}  # the ops a write depends on
+    if not leads:
+        return None
+    grown = True
+    while grown:
+        before = len(leads)
+        leads |= {_through(t).op.name for u in list(leads) for t in region[u].inputs if _through(t).op.name in region}
+        grown = len(leads) > before
+    order = {o.name: i for i, o in enumerate(gw.graph.get_operations())}
+    return tuple(sorted(leads, key=order.__getitem__)), tuple(sorted(set(region) - leads, key=order.__getitem__))
+
+
+def _scalar(t: tf.Tensor) -> bool:
+    """Whether ``t`` holds one number (it commutes with taking columns)."""
+    return t.shape.is_fully_defined() and t.shape.num_elements() == 1
+
+
+def _gradients_of(op: tf.Operation, read: tf.Operation, ph: tf.Operation) -> Gradients | None:
+    """A training step's gradients of product ``op`` (``x @ W``, ``W`` read by ``read`` of ``ph``) that split with
+    it (:class:`~placer.core.splits.Gradients`): ``x^T @ dy`` (whose update region writes ``ph``) and ``dy @ W^T``
+    (the read's other reader, if any); ``None`` where they are not so or the update is not element-wise."""
+    if op.type != "MatMul" or op.get_attr("transpose_a") or op.get_attr("transpose_b"):
+        return None
+    others = [c for c in read.outputs[0].consumers() if c is not op]
+    gx = others[0] if len(others) == 1 else None
+    if len(others) > 1 or (gx is not None and (
+            gx.type != "MatMul" or gx.inputs[1].name != read.outputs[0].name or gx.get_attr("transpose_a") or
+            not gx.get_attr("transpose_b"))):
+        return None
+    x = op.inputs[0]
+    columns = read.outputs[0].shape[1]
+    for gw in x.consumers():
+        if gw is op or gw.type != "MatMul" or gw.inputs[0].name != x.name or not gw.get_attr("transpose_a") or \
+                gw.get_attr("transpose_b") or gw.inputs[1].shape.rank != 2 or gw.inputs[1].shape[1] != columns or \
+                (gx is not None and gw.inputs[1].name != gx.inputs[0].name):
+            continue
+        region = _update_region(gw, ph)
+        if region is not None:
+            return Gradients(gw.name, None if gx is None else gx.name, *region)
+    return None
 
 
 #: Element-wise ops a column split's parts may run on their own columns before the product that takes them as
@@ -306,7 +411,8 @@ def _pair_of(op: tf.Operation, captured: Mapping[str, object]) -> Pair | None:
     if nxt.get_attr("transpose_a"):
         return None
     w = _weight_of(nxt, captured)
-    if w is None or w.reshape is not None or w.read.outputs[0].shape[1 - w.axis] != op.outputs[0].shape[-1]:
+    if w is None or w.reshape is not None or w.grads is not None or \
+            w.read.outputs[0].shape[1 - w.axis] != op.outputs[0].shape[-1]:
         return None
     return Pair(nxt.name, read=w.read.name, placeholder=w.placeholder.name, chain=tuple(c.name for c in chain),
                 bias_read=None if bias is None else bias[0].name,
@@ -332,7 +438,7 @@ def _split_of(op: tf.Operation, w: _Weight, parts: int, pair: Pair | None = None
     return Split(op.name, read=w.read.name, placeholder=w.placeholder.name,
                  columns=int(w.read.outputs[0].shape[w.axis]), parts=parts, kind=SPLIT_RULES[op.type].kind,
                  updates=tuple(u.name for u in w.updates), reshape=None if w.reshape is None else w.reshape.name,
-                 pair=pair)
+                 pair=pair, grads=w.grads)
 
 
 def split_candidates(graph: tf.Graph, captured: Mapping[str, object], parts: int | Mapping[str, int],
@@ -373,7 +479,7 @@ def split_candidates(graph: tf.Graph, captured: Mapping[str, object], parts: int
         if shape.num_elements() * w.read.outputs[0].dtype.size < min_weight_bytes or columns < k:
             continue
         wanted = pairs is True or (not isinstance(pairs, bool) and op.name in pairs)
-        pair = _pair_of(op, captured) if wanted else None
+        pair = _pair_of(op, captured) if wanted and w.grads is None else None
         if wanted and not isinstance(pairs, bool) and (pair is None or named is None or named.get(pair.op) != k):
             raise PlanError(f"the plan pairs {op.name} with the product after it, which this model's trace does "
                             f"not have or splits otherwise; solve again without plan=")
@@ -566,6 +672,81 @@ def _pair_parts(gd: tf.compat.v1.GraphDef, by_name: Mapping[str, tf.compat.v1.No
     return out
 
 
+def _int_const(gd: tf.compat.v1.GraphDef, name: str, value: Sequence[int]) -> str:
+    c = gd.node.add()
+    c.name, c.op = name, "Const"
+    c.attr["dtype"].type = tf.int32.as_datatype_enum
+    c.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(list(value), tf.int32))
+    return name
+
+
+def _columns_of(gd: tf.compat.v1.GraphDef, dy: str, owner: str, dtype: int, start: int, stop: int) -> str:
+    """A helper of part ``owner`` (its scope: on its device) slicing columns ``[start, stop)`` of the 2-D ``dy``."""
+    n = gd.node.add()
+    n.name, n.op = f"{owner}/dy", "Slice"
+    n.attr["T"].type = dtype
+    n.attr["Index"].type = tf.int32.as_datatype_enum
+    n.input.extend([dy, _int_const(gd, f"{n.name}/begin", [0, start]), _int_const(gd, f"{n.name}/size",
+                                                                                  [-1, stop - start])])
+    return n.name
+
+
+def _gradient_parts(gd: tf.compat.v1.GraphDef, by_name: Mapping[str, tf.compat.v1.NodeDef], s: Split,
+                    dead: Collection[str], waits: dict[str, list[str]]) -> set[str]:
+    """``s``'s gradients and update in parts (:class:`~placer.core.splits.Gradients`): part ``i`` slices its columns
+    of ``dy`` and computes its weight's gradient, its share of the input's (the whole one becomes their ``AddN``)
+    and its copy of the update, writing shard ``i``; each whole write becomes a no-op after its parts (in
+    ``gd``, in place; ``waits`` gains what replaces each removed node). Returns the nodes to remove."""
+    gr = s.grads
+    assert gr is not None
+    gw = by_name[gr.weight_grad]
+    region = set(gr.update)
+    dtype = gw.attr["T"].type
+
+    def mapped(x: str, i: int) -> str:
+        src, suffix = source(x)
+        if src == s.placeholder:
+            new = split_name(s.placeholder, i)
+        elif src == s.read or src in dead:
+            new = split_name(s.read, i)
+        elif src == gr.weight_grad or src in region:
+            new = split_name(src, i)
+        else:
+            return x
+        return f"^{new}" if suffix == "^" else new + suffix
+
+    for i, (start, stop) in enumerate(s.bounds):
+        part = split_name(gr.weight_grad, i)
+        _copy_node(gd, gw, part, [gw.input[0], _columns_of(gd, gw.input[1], part, dtype, start, stop)])
+        if gr.input_grad is not None:
+            gx, part = by_name[gr.input_grad], split_name(gr.input_grad, i)
+            _copy_node(gd, gx, part, [_columns_of(gd, gx.input[0], part, dtype, start, stop),
+                                      split_name(s.read, i)])
+        for name in gr.update:
+            node = gd.node.add()
+            node.CopyFrom(by_name[name])
+            node.name = split_name(name, i)
+            inputs = list(dict.fromkeys(mapped(x, i) for x in by_name[name].input))
+            del node.input[:]
+            node.input.extend(inputs)
+    if gr.input_grad is not None:
+        gx = by_name[gr.input_grad]
+        _join(gx, "AddN", gx.attr["T"].type, [split_name(gr.input_grad, i) for i in range(s.parts)])
+    writes = {u for u in gr.update if by_name[u].op in UPDATE_WRITES}
+    for u in writes:  # a no-op after its parts (what waited for it still does)
+        whole = by_name[u]
+        whole.op = "NoOp"
+        whole.ClearField("attr")
+        del whole.input[:]
+        whole.input.extend("^" + split_name(u, i) for i in range(s.parts))
+    gone = {gr.weight_grad, *(region - writes)}
+    for u in gone:
+        waits.setdefault(u, []).extend(split_name(u, i) for i in range(s.parts))
+    for u in gr.unused:  # read the gradient, lead nowhere: what waits for one waits for the gradient's parts
+        waits.setdefault(u, []).extend(split_name(gr.weight_grad, i) for i in range(s.parts))
+    return gone | set(gr.unused)
+
+
 def split_ops(gd: tf.compat.v1.GraphDef, context: RewriteContext) -> RewriteRecord:
     """Split each op of ``context.splits`` (module docstring) in ``gd`` (in place).
 
@@ -598,7 +779,8 @@ def split_ops(gd: tf.compat.v1.GraphDef, context: RewriteContext) -> RewriteReco
         index, read, ph, axis, updates = w.index, w.read, w.placeholder, w.axis, w.updates
         rule = SPLIT_RULES[op.type]
         s = _split_of(op, w, parts, pairs.get(name))
-        dead = [c.name for c in ph.outputs[0].consumers() if c is not read and c not in updates]
+        ours = set(updates) | set(() if s.grads is None else s.grads.update + s.grads.unused)
+        dead = [c.name for c in ph.outputs[0].consumers() if c is not read and c not in ours and c.name not in ours]
         node = by_name[name]
         for i, (start, stop) in enumerate(s.bounds):
             p_name, n_name = split_name(ph.name, i), split_name(name, i)
@@ -642,6 +824,8 @@ def split_ops(gd: tf.compat.v1.GraphDef, context: RewriteContext) -> RewriteReco
             _join(node, "ConcatV2", node.attr["T"].type, joined, [a.name])
             node.attr["Tidx"].type = tf.int32.as_datatype_enum
         drop |= {read.name, ph.name, *dead}
+        if s.grads is not None:
+            drop |= _gradient_parts(gd, by_name, s, dead, waits)
         if s.pair is not None:
             shards += _pair_parts(gd, by_name, graph, s, context)
             replaced, dead_reads = _paired_nodes(graph, s)
@@ -687,6 +871,7 @@ def split_graph_def(graph: tf.Graph, captured: Mapping[str, object], splits: Seq
     context = RewriteContext(graph=graph, step="predict", devices=devices, captured=tuple(captured),
                              splits=split_map(splits), pairs=frozenset(pair_ops(splits)))
     gd = graph.as_graph_def()
+    bypass_pass_through(gd, context)  # as emit runs it first: a training step's updates read their gradients
     return gd, split_ops(gd, context).detail
 
 
