@@ -639,19 +639,24 @@ def _sgd_chain(rows: int, hidden: int, cols: int) -> keras.Model:
                              keras.layers.Dense(cols, name="second")])
 
 
-@settings(max_examples=6, deadline=None)
+OPTIMIZERS = {"sgd": lambda: keras.optimizers.SGD(0.1), "momentum": lambda: keras.optimizers.SGD(0.1, momentum=0.9),
+              "adam": lambda: keras.optimizers.Adam(0.01)}
+
+
+@settings(max_examples=8, deadline=None)
 @given(batch=st.integers(1, 4), rows=st.integers(1, 8), hidden=st.integers(2, 12), cols=st.integers(2, 10),
-       parts=st.integers(2, 4), seed=st.integers(0, 1000))
-def test_a_training_step_split_equals_the_unsplit_step(batch, rows, hidden, cols, parts, seed):
+       parts=st.integers(2, 4), seed=st.integers(0, 1000), optimizer=st.sampled_from(sorted(OPTIMIZERS)))
+def test_a_training_step_split_equals_the_unsplit_step(batch, rows, hidden, cols, parts, seed, optimizer):
     """Both products of a two-layer step split (the first reads the model's input: no input gradient; the second's
-    input gradient is the sum of its parts'), each part on its own logical CPU: one SGD step gives the same loss
-    and the same updated weights, the split ones gathered from their shards."""
+    input gradient is the sum of its parts'), each part on its own logical CPU: one step gives the same loss and
+    the same updated weights, the split ones gathered from their shards (Adam's and momentum's slots sharded
+    too)."""
     parts = min(parts, hidden, cols)
     keras.utils.set_random_seed(seed)
     model = _sgd_chain(rows, hidden, cols)
     reference = keras.models.clone_model(model)
     reference.set_weights(model.get_weights())
-    traced = trace_training_step(model, batch_size=batch, optimizer=keras.optimizers.SGD(0.1))
+    traced = trace_training_step(model, batch_size=batch, optimizer=OPTIMIZERS[optimizer]())
     found = split_candidates(traced.fixed.graph, traced.variables, parts)
     assert [s.grads is not None for s in found] == [True, True]
     assert found[0].grads.input_grad is None and found[1].grads.input_grad is not None
@@ -669,7 +674,7 @@ def test_a_training_step_split_equals_the_unsplit_step(batch, rows, hidden, cols
     x = tf.constant(rng.standard_normal((batch, rows)).astype("float32"))
     y = tf.constant(rng.standard_normal((batch, cols)).astype("float32"))
     ours = emitted.function(x, y)
-    theirs = trace_training_step(reference, batch_size=batch, optimizer=keras.optimizers.SGD(0.1)).fixed(x, y)
+    theirs = trace_training_step(reference, batch_size=batch, optimizer=OPTIMIZERS[optimizer]()).fixed(x, y)
     np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=1e-6)
     owners = dict(traced.variables)
     by_model = {id(v): w for v, w in zip(model.weights, reference.weights)}
@@ -679,12 +684,13 @@ def test_a_training_step_split_equals_the_unsplit_step(batch, rows, hidden, cols
             np.testing.assert_allclose(v.value.numpy(), by_model[id(owners[ph])].numpy(), rtol=1e-5, atol=1e-6)
 
 
-def test_a_products_training_split_in_the_op_graph_matches_the_rewrite_and_slots_keep_it_whole():
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_a_products_training_split_in_the_op_graph_matches_the_rewrite(optimizer):
     """The op graph split (:func:`split_graph`) names the nodes the rewrite makes (the parts' ``dy`` slices are
-    helpers of their parts), shards the weight's memory, and sums the input gradient's parts; Adam's and
-    momentum's slot variables keep a training step's product whole."""
+    helpers of their parts), shards the weight's memory and Adam's moments', and sums the input gradient's
+    parts."""
     model = _sgd_chain(6, 16, 8)
-    traced = trace_training_step(model, batch_size=2, optimizer=keras.optimizers.SGD(0.1))
+    traced = trace_training_step(model, batch_size=2, optimizer=optimizer)
     found = split_candidates(traced.fixed.graph, traced.variables, 2)
     og = build_op_graph(traced, {"CPU": {op.name: 10.0 for op in traced.fixed.graph.get_operations()}}).graph
     g = split_graph(og, found)
@@ -700,11 +706,19 @@ def test_a_products_training_split_in_the_op_graph_matches_the_rewrite_and_slots
     write = second.grads.update[-1]
     assert g.nodes[write]["op_type"] == "NoOp" and g.nodes[split_name(write, 1)]["colocation"] == \
         split_name(second.placeholder, 1)
-    assert sum(g.nodes[split_name(second.placeholder, i)]["memory_bytes"] for i in (0, 1)) == \
-        og.nodes[second.placeholder]["memory_bytes"]
-    for optimizer in (keras.optimizers.Adam(), keras.optimizers.SGD(0.1, momentum=0.9)):
+    assert len(second.grads.slots) == (2 if optimizer == "adam" else 0)
+    for ph in second.placeholders:
+        assert ph not in g
+        assert sum(g.nodes[split_name(ph, i)]["memory_bytes"] for i in (0, 1)) == og.nodes[ph]["memory_bytes"]
+
+
+def test_an_update_that_reads_the_whole_gradient_keeps_the_product_whole():
+    model = _sgd_chain(6, 16, 8)
+    for optimizer in (keras.optimizers.SGD(0.1, global_clipnorm=1.0), keras.optimizers.Adam(clipnorm=1.0)):
         t = trace_training_step(model, batch_size=2, optimizer=optimizer)
         assert split_candidates(t.fixed.graph, t.variables, 2) == []
+    t = trace_training_step(model, batch_size=2, optimizer=keras.optimizers.SGD(0.1, momentum=0.9))
+    assert [len(s.grads.slots) for s in split_candidates(t.fixed.graph, t.variables, 2)] == [1, 1]
 
 
 def _wide_sgd(optimizer: keras.optimizers.Optimizer) -> keras.Model:
@@ -736,9 +750,32 @@ def test_a_dense_layer_larger_than_every_device_is_split_and_trains_as_model_fit
     writes = [n for n in nodes.values() if n.op == "AssignSubVariableOp" and n.input[0] in
               {s.placeholder for s in step.shards}]
     assert len(writes) == 4 and len({n.device for n in writes}) == 4  # each shard updated where it lives
-    # Adam's slots are as large as the kernel and a split does not shard them: refused, saying why
-    with pytest.raises(InsufficientMemoryError, match="slot variables"):
-        placer.autoplace(_wide_sgd(keras.optimizers.Adam()), devs, batch_size=8, training=True, time_limit_s=1)
+    # a global-norm clip reads every gradient whole: the kernel cannot be split, and the error says why
+    with pytest.raises(InsufficientMemoryError, match="global-norm clip"):
+        placer.autoplace(_wide_sgd(keras.optimizers.SGD(0.05, global_clipnorm=1.0)), devs, batch_size=8,
+                         training=True, time_limit_s=1)
+
+
+def test_adams_moments_of_a_split_kernel_are_sharded_with_it_and_train_as_model_fit(devices):
+    """The kernel fits a device but not with Adam's two moments (3 × 768,000 bytes against 2,000,000): split with
+    its moments, each part updating its shards of the three; ``fit`` and the optimizer's state as ``model.fit``'s."""
+    devs = [placer.DeviceSpec(d, memory_bytes=2_000_000) for d in devices]
+    model, reference = _wide_sgd(keras.optimizers.Adam(1e-3)), _wide_sgd(keras.optimizers.Adam(1e-3))
+    placed = placer.autoplace(model, devs, batch_size=8, training=True, time_limit_s=1)
+    assert len(placed.plan.splits) == 1 and "wide" in next(iter(placed.plan.splits))
+    assert any("with their optimizer slots" in line for line in placed.plan.log)
+    rng = np.random.default_rng(1)
+    x, y = rng.standard_normal((32, 32)).astype("float32"), rng.standard_normal((32, 2)).astype("float32")
+    ours = placed.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0).history["loss"]
+    theirs = reference.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0).history["loss"]
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5)
+    for w, r in zip(placed.get_weights(), reference.get_weights()):
+        np.testing.assert_allclose(w, r, rtol=1e-5, atol=1e-6)
+    sharded = [v for v in placed.optimizer.variables if isinstance(v, ReplicatedVariable)]
+    assert sorted(v.path.rsplit("_", 1)[-1] for v in sharded) == ["momentum", "velocity"]
+    assert all(len(v.shards) == 4 for v in sharded)
+    for p, r in zip(placed.optimizer.variables, reference.optimizer.variables):  # gathered from the shards
+        np.testing.assert_allclose(p.numpy(), r.numpy(), rtol=1e-5, atol=1e-7)
 
 
 # --- a table larger than every device: split to run at all, trained ------------------------------------------

@@ -250,7 +250,9 @@ class Gradients:
     ``weight_grad``), its share of the input's gradient ``dy_i @ W_i^T`` (a copy of ``input_grad``, which becomes
     the ``AddN`` of those: the sum adds the parts in another order, equal to float rounding) and the optimizer's
     element-wise update of ``W_i`` (a copy of each op of ``update``, its other inputs scalars shared by the
-    parts: SGD's learning rate). No device holds the whole weight or its gradient.
+    parts: SGD's learning rate, Adam's bias corrections), reading and writing shard ``i`` of each of the
+    optimizer's ``slots`` of ``W`` (Adam's moments, momentum) as it does of ``W``. No device holds the whole
+    weight, its gradient or its slots.
 
     Attributes
     ----------
@@ -265,12 +267,16 @@ class Gradients:
         part per shard; a write's own node waits for its parts.
     unused : tuple of str
         Ops that read the gradient but lead to no write (Keras' ``Identity`` of each gradient): removed with it.
+    slots : tuple of str
+        The resource placeholders of the optimizer's variables shaped as ``W`` that ``update`` alone reads and
+        writes (Adam's two moments): sharded as ``W`` is.
     """
 
     weight_grad: str
     input_grad: str | None
     update: tuple[str, ...]
     unused: tuple[str, ...] = ()
+    slots: tuple[str, ...] = ()
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -347,9 +353,10 @@ class Split:
 
     @property
     def placeholders(self) -> tuple[str, ...]:
-        """The variables this split shards (its weight's; a pair's product weight and bias too)."""
+        """The variables this split shards (its weight's; a pair's product weight and bias too; the optimizer's
+        slots of the weight in a training step)."""
         if self.pair is None:
-            return (self.placeholder,)
+            return (self.placeholder, *(() if self.grads is None else self.grads.slots))
         bias = () if self.pair.bias_placeholder is None else (self.pair.bias_placeholder,)
         return (self.placeholder, self.pair.placeholder, *bias)
 
@@ -366,7 +373,7 @@ class Split:
         ('p/autoplace_split_1', 'e/autoplace_split_1', 'u/autoplace_split_1')
         """
         reads = () if self.kind == "rows" else (self.read,) if self.reshape is None else (self.read, self.reshape)
-        grads = () if self.grads is None else self.grads.nodes
+        grads = () if self.grads is None else (*self.grads.slots, *self.grads.nodes)
         own = tuple(split_name(n, i) for n in (self.placeholder, *reads, self.op, *self.updates, *grads))
         return own if self.pair is None else own + self.pair.part_nodes(i)
 
@@ -409,7 +416,7 @@ def split_graph(graph: nx.DiGraph, splits: Iterable[Split]) -> nx.DiGraph:
             reader = s.reshape
         data_out = _data_successors(g, reader)
         grads = () if s.grads is None else (*s.grads.nodes, *s.grads.unused)
-        for u in (*s.updates, *grads):
+        for u in (*s.updates, *grads, *(() if s.grads is None else s.grads.slots)):
             if u not in g:
                 raise GraphError(f"cannot split {s.op}: its update or gradient {u} is not in the graph")
         readers = [s.op] + ([s.grads.input_grad] if s.grads is not None and s.grads.input_grad else [])
@@ -690,23 +697,27 @@ def _split_grads(g: nx.DiGraph, s: Split, reads: Sequence[str], dead: Sequence[s
     gr = s.grads
     assert gr is not None
     region = set(gr.update)
+    sharded = {s.placeholder, *gr.slots}
     layer = g.nodes[s.op].get(LAYER, s.op)
     for i, (start, stop) in enumerate(s.bounds):
-        share, part_layer, p = (stop - start) / s.columns, split_name(layer, i), split_name(s.placeholder, i)
+        share, part_layer = (stop - start) / s.columns, split_name(layer, i)
+        for slot in gr.slots:
+            _shard_placeholder(g, slot, i, share, part_layer, f"[:, {start}:{stop}]")
         for name in gr.nodes:
             d = g.nodes[name]
             whole_out = name == gr.input_grad  # a partial sum of the whole input gradient
-            write = name in region and not _data_successors(g, name) and s.placeholder in g.predecessors(name)
+            resource = next((u for u in g.predecessors(name) if u in sharded), None)  # a read's or a write's
+            group = resource if resource is not None else d.get(COLOCATION) if d.get(COLOCATION) in sharded else None
             out_bytes = int(d.get(OUTPUT_BYTES, 0))
             g.add_node(split_name(name, i), **{
                 **d, COMPUTE_US: _scaled(d.get(COMPUTE_US, 0.0), share), LAYER: part_layer,
                 OUTPUT_BYTES: out_bytes if whole_out else int(round(out_bytes * share)),
-                COLOCATION: p if write or d.get(COLOCATION) == s.placeholder else d.get(COLOCATION)})
+                COLOCATION: split_name(group, i) if group is not None else d.get(COLOCATION)})
         for name in gr.nodes:
             n = split_name(name, i)
             for u, _, d in list(g.in_edges(name, data=True)):
-                if u == s.placeholder:
-                    g.add_edge(p, n, **dict(d))
+                if u in sharded:
+                    g.add_edge(split_name(u, i), n, **dict(d))
                 elif u == s.read or u in dead:
                     if d.get(CONTROL):
                         g.add_edge(reads[i], n, **dict(d))
@@ -728,7 +739,7 @@ def _split_grads(g: nx.DiGraph, s: Split, reads: Sequence[str], dead: Sequence[s
             g.remove_edge(u, gr.input_grad)
         x[COMPUTE_US] = _copy_us(x.get(COMPUTE_US, 0.0), int(x.get(OUTPUT_BYTES, 0)) * s.parts)
         x[OP_TYPE] = "AddN"
-    writes = [u for u in gr.update if s.placeholder in g.predecessors(u) and not _data_successors(g, u)]
+    writes = [u for u in gr.update if sharded & set(g.predecessors(u)) and not _data_successors(g, u)]
     for u in writes:  # a write: a no-op after its parts (what waited for it still does)
         for w in [w for w in g.predecessors(u) if not is_split_node(w)]:
             g.remove_edge(w, u)
@@ -736,7 +747,7 @@ def _split_grads(g: nx.DiGraph, s: Split, reads: Sequence[str], dead: Sequence[s
             g.add_edge(split_name(u, i), u, **{BYTES: 0, CONTROL: True})
         g.nodes[u].update({OP_TYPE: "NoOp", COMPUTE_US: _scaled(g.nodes[u].get(COMPUTE_US, 0.0), 0.0),
                            OUTPUT_BYTES: 0, MEMORY_BYTES: 0, COLOCATION: None})
-    g.remove_nodes_from([gr.weight_grad, *(u for u in gr.update if u not in writes), *gr.unused])
+    g.remove_nodes_from([gr.weight_grad, *(u for u in gr.update if u not in writes), *gr.unused, *gr.slots])
 
 
 def _slowest_us(costs: object) -> float:

@@ -356,7 +356,7 @@ class PlacedModel(keras.Model):
     def _mark_trained(self) -> None:
         """Note that a placed training step ran: each placed weight with shards gathers them on its next read
         (:meth:`ReplicatedVariable.mark_trained`)."""
-        for v in self.variables:
+        for v in self._placement.variables.values():  # the optimizer's sharded slots too
             if isinstance(v, ReplicatedVariable):
                 v.mark_trained()
 

@@ -90,6 +90,19 @@ class ReplicatedVariable(keras.Variable):
             self.gather_shards()
         return super().value
 
+    @classmethod
+    def adopt(cls, variable: keras.Variable) -> "ReplicatedVariable":
+        """``variable`` (a Keras variable that another object holds: an optimizer's slot of a split weight) made,
+        in place, one whose shards follow it: the same object, so its holder reads and writes it as before.
+
+        >>> v = ReplicatedVariable.adopt(keras.Variable([[1.0, 2.0]]))
+        >>> isinstance(v, ReplicatedVariable), v.shards
+        (True, [])
+        """
+        variable.__class__ = cls
+        variable._mirrors, variable._shards, variable._stale = {}, {}, False  # noqa: SLF001 (as __init__ sets)
+        return variable
+
     def mark_trained(self) -> None:
         """Note that a training step updated the shards (the next eager read gathers them)."""
         self._stale = bool(self._shards)
@@ -192,7 +205,8 @@ def place_variables(traced: TracedModel, plan: Plan, devices: DeviceSet, variabl
             else:  # the shell's own optimizer/metric state: moved, so Keras' objects keep working
                 var._value = tf.Variable(var.value.read_value(), trainable=var.trainable,  # noqa: SLF001
                                          name=var.name)
-                placed[id(var)] = var
+                # an optimizer's slot of a split weight (Adam's moments): sharded as the weight is, gathered on read
+                placed[id(var)] = ReplicatedVariable.adopt(var) if id(var) in sharded else var
     return placed
 
 

@@ -310,22 +310,25 @@ def _profiling(traced: TracedModel, devset: DeviceSet) -> tuple[list[str], dict[
 
 
 def _required_splits(traced: TracedModel, devset: DeviceSet, opts: PlacementOptions) -> list[Split]:
-    """The splits without which no placement of whole ops fits: each weight larger than every device's memory,
-    split into one part per device (``splits="none"``: none; the solve then fails naming it)."""
+    """The splits without which no placement of whole ops fits: each weight larger than every device's memory
+    (or, with the optimizer's slots it is sharded with, Adam's moments, larger together), split into one part
+    per device (``splits="none"``: none; the solve then fails naming it)."""
     cap = float(np.max(devset.arrays()[2]))
     if opts.split.splits == "none" or len(devset) < 2 or not np.isfinite(cap):
         return []
     variables = traced.fixed_captures[0]
     large = {ph for ph, v in variables.items() if variable_bytes(v) > cap}
+    candidates = split_candidates(traced.fixed.graph, variables, len(devset), pairs=opts.split.split_pairs)
+    large |= {s.placeholder for s in candidates if sum(variable_bytes(variables[ph]) for ph in s.placeholders) > cap}
     if not large:
         return []
     # paired where a pair can be (Plan.pairs records which)
-    found = [s for s in split_candidates(traced.fixed.graph, variables, len(devset), pairs=opts.split.split_pairs)
-             if large & set(s.placeholders)]
+    found = [s for s in candidates if large & set(s.placeholders)]
     whole = sorted(large - {ph for s in found for ph in s.placeholders})
     if whole:
         log.info("operator splits: %s exceed every device's memory but no split rule takes them (read by other ops "
-                 "too, or, in a training step, updated by an optimizer with slot variables)",
+                 "too, or, in a training step, updated other than element by element: a global-norm clip, a "
+                 "table's dense update)",
                  ", ".join(variables[ph].name for ph in whole))
     return found
 
@@ -986,8 +989,8 @@ def _autoplace(model: Any, devices: Sequence[Any], plan: Plan | str | os.PathLik
         splits = dict(given.splits) if given is not None else split_map(required)
         pairs = tuple(given.pairs) if given is not None else pair_ops(required)
         if required:
-            line = (f"operator splits: {', '.join(sorted(splits))} split {len(devset)} ways: their weights exceed "
-                    "every device's memory (no other split tried)")
+            line = (f"operator splits: {', '.join(sorted(splits))} split {len(devset)} ways: their weights (with "
+                    "their optimizer slots) exceed every device's memory (no other split tried)")
             log.info(line)
             notes = (*notes, line)
         placed_plan = replace(placed_plan, log=(*placed_plan.log, *notes), splits=splits, pairs=pairs)

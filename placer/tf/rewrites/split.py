@@ -260,33 +260,65 @@ def _users(t: tf.Tensor) -> list[tf.Operation]:
     return list(out.values())
 
 
-def _update_region(gw: tf.Operation, ph: tf.Operation) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
-    """The ops from ``gw`` (a weight's gradient) to the write of its variable ``ph``, in the graph's order, and
-    apart those that lead to no write (Keras' ``Identity`` of a gradient): every op reading the gradient or an op
-    after it, each element-wise (:data:`UPDATE_OPS`, :data:`PAIR_CHAIN_OPS`, :data:`PAIR_BINARY_OPS`) with its
-    other inputs scalars, or a write of ``ph`` (:data:`UPDATE_WRITES`); ``None`` where anything else reads them
-    (a global norm's sum, an optimizer slot: not split) or nothing writes ``ph``."""
+def _update_region(gw: tf.Operation, ph: tf.Operation, read: tf.Operation
+                   ) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]] | None:
+    """The ops from ``gw`` (a weight's gradient) to the write of its variable ``ph`` (``read``: the forward pass's
+    read of it), in the graph's order; apart, those that lead to no write (Keras' ``Identity`` of a gradient); and
+    the optimizer's slots of the weight. Every op reading the gradient or an op after it is element-wise
+    (:data:`UPDATE_OPS`, :data:`PAIR_CHAIN_OPS`, :data:`PAIR_BINARY_OPS`), its other inputs scalars or reads of
+    a variable shaped as the weight (a *slot*, such as Adam's moments, whose every read and write joins the
+    region), or a write of ``ph`` or a slot (:data:`UPDATE_WRITES`); ``None`` where anything else reads them (a
+    global norm's sum) or nothing writes ``ph``."""
+    shape = read.outputs[0].shape
     region: dict[str, tf.Operation] = {}
+    slots: dict[str, tf.Operation] = {}
     frontier = [gw]
+
+    def add(op: tf.Operation) -> None:
+        region[op.name] = op
+        frontier.append(op)
+
     while frontier:
-        for user in (u for t in frontier.pop().outputs for u in _users(t)):
+        cur = frontier.pop()
+        for t in cur.inputs:  # what the region reads besides the gradient and scalars
+            src = _through(t).op
+            if cur is gw or src.name in region or _scalar(t) or src is read:
+                continue
+            if src.type in UPDATE_OPS | PAIR_CHAIN_OPS | PAIR_BINARY_OPS and len(src.outputs) == 1:
+                add(src)  # computed from a slot (momentum's m * 0.9): its inputs are checked in turn
+                continue
+            if src.type != "ReadVariableOp":
+                continue  # refused below
+            var = src.inputs[0].op  # a variable shaped as the weight is sharded with it
+            if var.type != "Placeholder" or src.outputs[0].shape != shape:
+                continue  # a scalar's read (the learning rate), or checked below
+            if var is ph:
+                add(src)
+            elif var.name not in slots:
+                slots[var.name] = var
+                for c in var.outputs[0].consumers():
+                    if c.type != "ReadVariableOp" and not (c.type in UPDATE_WRITES and c.inputs[0].op is var):
+                        return None
+                    if c.name not in region:
+                        add(c)
+        for user in (u for t in cur.outputs for u in _users(t)):
             if user.name in region:
                 continue
-            if user.type in UPDATE_WRITES:
-                if user.inputs[0].op is not ph:
-                    return None
-            elif user.type not in UPDATE_OPS | PAIR_CHAIN_OPS | PAIR_BINARY_OPS or len(user.outputs) != 1:
+            if user.type not in UPDATE_WRITES | UPDATE_OPS | PAIR_CHAIN_OPS | PAIR_BINARY_OPS or \
+                    len(user.outputs) > 1:  # (a write's variable is checked below: a slot may be found later)
                 return None
-            region[user.name] = user
-            frontier.append(user)
+            add(user)
+    variables = {ph.name, *slots}
     for user in region.values():
         for k, t in enumerate(user.inputs):
             t = _through(t)
-            if t.op is gw or t.op.name in region or _scalar(t) or (k == 0 and user.type in UPDATE_WRITES):
+            if t.op is gw or t.op.name in region or _scalar(t) or (
+                    k == 0 and (user.type in UPDATE_WRITES or user.type == "ReadVariableOp") and
+                    t.op.name in variables):
                 continue
             return None
     leads = {u for u, op in region.items() if op.type in UPDATE_WRITES}  # the ops a write depends on
-    if not leads:
+    if not any(op.inputs[0].op is ph for op in region.values() if op.type in UPDATE_WRITES):
         return None
     grown = True
     while grown:
@@ -294,7 +326,8 @@ def _update_region(gw: tf.Operation, ph: tf.Operation) -> tuple[tuple[str, ...],
         leads |= {_through(t).op.name for u in list(leads) for t in region[u].inputs if _through(t).op.name in region}
         grown = len(leads) > before
     order = {o.name: i for i, o in enumerate(gw.graph.get_operations())}
-    return tuple(sorted(leads, key=order.__getitem__)), tuple(sorted(set(region) - leads, key=order.__getitem__))
+    return (tuple(sorted(leads, key=order.__getitem__)), tuple(sorted(set(region) - leads, key=order.__getitem__)),
+            tuple(sorted(slots)))
 
 
 def _scalar(t: tf.Tensor) -> bool:
@@ -321,7 +354,7 @@ def _gradients_of(op: tf.Operation, read: tf.Operation, ph: tf.Operation) -> Gra
                 gw.get_attr("transpose_b") or gw.inputs[1].shape.rank != 2 or gw.inputs[1].shape[1] != columns or \
                 (gx is not None and gw.inputs[1].name != gx.inputs[0].name):
             continue
-        region = _update_region(gw, ph)
+        region = _update_region(gw, ph, read)
         if region is not None:
             return Gradients(gw.name, None if gx is None else gx.name, *region)
     return None
@@ -692,21 +725,24 @@ def _columns_of(gd: tf.compat.v1.GraphDef, dy: str, owner: str, dtype: int, star
 
 
 def _gradient_parts(gd: tf.compat.v1.GraphDef, by_name: Mapping[str, tf.compat.v1.NodeDef], s: Split,
-                    dead: Collection[str], waits: dict[str, list[str]]) -> set[str]:
+                    dead: Collection[str], waits: dict[str, list[str]], devices: Mapping[str, str],
+                    shards: list[Shard]) -> set[str]:
     """``s``'s gradients and update in parts (:class:`~placer.core.splits.Gradients`): part ``i`` slices its columns
     of ``dy`` and computes its weight's gradient, its share of the input's (the whole one becomes their ``AddN``)
-    and its copy of the update, writing shard ``i``; each whole write becomes a no-op after its parts (in
-    ``gd``, in place; ``waits`` gains what replaces each removed node). Returns the nodes to remove."""
+    and its copy of the update, reading and writing shard ``i`` of the weight and of each slot (``shards`` gains
+    the slots' shards, on ``devices``); each whole write becomes a no-op after its parts (in ``gd``, in place;
+    ``waits`` gains what replaces each removed node). Returns the nodes to remove."""
     gr = s.grads
     assert gr is not None
     gw = by_name[gr.weight_grad]
     region = set(gr.update)
     dtype = gw.attr["T"].type
+    sharded = {s.placeholder, *gr.slots}
 
     def mapped(x: str, i: int) -> str:
         src, suffix = source(x)
-        if src == s.placeholder:
-            new = split_name(s.placeholder, i)
+        if src in sharded:
+            new = split_name(src, i)
         elif src == s.read or src in dead:
             new = split_name(s.read, i)
         elif src == gr.weight_grad or src in region:
@@ -716,6 +752,9 @@ def _gradient_parts(gd: tf.compat.v1.GraphDef, by_name: Mapping[str, tf.compat.v
         return f"^{new}" if suffix == "^" else new + suffix
 
     for i, (start, stop) in enumerate(s.bounds):
+        for slot in gr.slots:
+            _add_shard(gd, by_name, slot, None, i)
+            shards.append(Shard(split_name(slot, i), slot, devices[split_name(slot, i)], start, stop, 1))
         part = split_name(gr.weight_grad, i)
         _copy_node(gd, gw, part, [gw.input[0], _columns_of(gd, gw.input[1], part, dtype, start, stop)])
         if gr.input_grad is not None:
@@ -744,7 +783,7 @@ def _gradient_parts(gd: tf.compat.v1.GraphDef, by_name: Mapping[str, tf.compat.v
         waits.setdefault(u, []).extend(split_name(u, i) for i in range(s.parts))
     for u in gr.unused:  # read the gradient, lead nowhere: what waits for one waits for the gradient's parts
         waits.setdefault(u, []).extend(split_name(gr.weight_grad, i) for i in range(s.parts))
-    return gone | set(gr.unused)
+    return gone | set(gr.unused) | set(gr.slots)
 
 
 def split_ops(gd: tf.compat.v1.GraphDef, context: RewriteContext) -> RewriteRecord:
@@ -825,7 +864,7 @@ def split_ops(gd: tf.compat.v1.GraphDef, context: RewriteContext) -> RewriteReco
             node.attr["Tidx"].type = tf.int32.as_datatype_enum
         drop |= {read.name, ph.name, *dead}
         if s.grads is not None:
-            drop |= _gradient_parts(gd, by_name, s, dead, waits)
+            drop |= _gradient_parts(gd, by_name, s, dead, waits, context.devices, shards)
         if s.pair is not None:
             shards += _pair_parts(gd, by_name, graph, s, context)
             replaced, dead_reads = _paired_nodes(graph, s)
