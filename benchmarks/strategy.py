@@ -275,8 +275,8 @@ def _run_training_case(case: str, link: str, args: argparse.Namespace, out, devi
     """One training step (as ``fit`` runs it: :func:`placer.tf.measuring.fit_step`; SGD, MSE): one worker
     (1 and 4 micro-batches: the perfect two-stage pipeline's ceiling is computed from them,
     :func:`speedup.pipeline_ceiling`), ``replicas=2`` (data parallelism: no ``tf.distribute`` strategy runs with
-    one client and plain gRPC workers, see the note in the results), autoplace's default, its one-copy plan and
-    its pipeline search (``microbatches="auto"``)."""
+    one client and plain gRPC workers, see the note in the results), autoplace's default, its one-copy plan, its
+    plan without operator splits (``splits="none"``) and its pipeline search (``microbatches="auto"``)."""
     import keras
 
     import placer
@@ -294,6 +294,7 @@ def _run_training_case(case: str, link: str, args: argparse.Namespace, out, devi
     rows = [("one worker", one), (f"one worker, 4 micro-batches{tag}", dict(one, microbatches=4, **bn)),
             (f"data parallel (autoplace replicas=2{tag})", dict(replicas=2, **bn)),
             ("autoplace default", {}), ("autoplace replicas=1", dict(replicas=1)),
+            ("autoplace splits='none'", dict(splits="none")),
             (f"autoplace microbatches='auto'{tag}", dict(microbatches="auto", **bn))]
     if args.gradient_compression:  # the copies' weights and gradients in bf16, forced and searched
         rows += [(f"data parallel, bf16 parameter traffic (replicas=2, gradient_compression='bf16'{tag})",
@@ -313,7 +314,8 @@ def _run_training_case(case: str, link: str, args: argparse.Namespace, out, devi
     for label, (med, spread) in zip(labels, medians):
         p = placed[label]
         detail = (f" ({_copies(p)} copies)" if _copies(p) > 1 else
-                  f" (m={p.plan.microbatches}, {len(set(p.plan.assignment.values()))} worker(s))")
+                  f" (m={p.plan.microbatches}, {len(set(p.plan.assignment.values()))} worker(s)"
+                  + (f", {len(p.plan.splits)} products split" if p.plan.splits else "") + ")")
         pred = p.plan.predicted_step_time_s
         errors.append((pred - med) / med)
         out(f"| {link} | {case} | {label}{detail} | {med * 1e3:.1f} | {spread * 1e3:.1f} | {one / med:.2f}× | "
@@ -322,7 +324,8 @@ def _run_training_case(case: str, link: str, args: argparse.Namespace, out, devi
     best_ms, best_label = min((medians[i][0], labels[i]) for i in range(len(labels)) if i != ia)
     auto = placed["autoplace default"]
     chosen = (f"{_copies(auto)} copies" if _copies(auto) > 1 else
-              f"one copy, m={auto.plan.microbatches}, {len(set(auto.plan.assignment.values()))} worker(s)")
+              f"one copy, m={auto.plan.microbatches}, {len(set(auto.plan.assignment.values()))} worker(s)"
+              + (f", {len(auto.plan.splits)} products split" if auto.plan.splits else ""))
     ceiling, cm = pipeline_ceiling({1: medians[0][0], 4: medians[1][0]})
     ip = labels.index(f"autoplace microbatches='auto'{tag}")
     pipe = placed[labels[ip]].plan

@@ -384,8 +384,9 @@ def _measured_parts(traced: TracedModel, op_graph: OpGraph, splits: Sequence[Spl
 
 def _splits(traced: TracedModel, graphs: _Graphs, plan: Plan, devset: DeviceSet, opts: PlacementOptions,
             costs: ComputeCosts, notes: Sequence[str] = ()) -> tuple[Plan, _Graphs]:
-    """The splits stage: the forward pass's large dense products split into one part per device, their weights
-    sharded (:mod:`placer.core.splits`), in two families where products can pair (consecutive products paired,
+    """The splits stage: the large dense products of a forward pass or a training step (with their gradients and
+    update, :class:`~placer.core.splits.Gradients`; not where ``replicas=R`` copies the step) split into one part
+    per device, their weights sharded (:mod:`placer.core.splits`), in two families where products can pair (consecutive products paired,
     and each by columns; ``splits="all"``: the first): each family's split trace profiled once, then the
     largest one, the largest half and all of them split (:func:`~placer.core.splits.with_measured_parts`;
     ``splits="all"``: all), each split graph placed twice: by the same solver, and with each split's parts side by side
@@ -398,8 +399,9 @@ def _splits(traced: TracedModel, graphs: _Graphs, plan: Plan, devset: DeviceSet,
     mode = opts.split.splits
     if mode == "none" or len(devset) < 2:
         return plan, graphs
-    if traced.step != "predict":
-        log.info("operator splits: not tried for a training step (forward passes only, for now)")
+    if traced.step != "predict" and opts.train.training_replicas > 1:
+        # replicas=R given, or chosen on the full batch's trace: each copy holds its weights whole
+        log.info("operator splits: not tried for a training step run as %d copies", opts.train.training_replicas)
         return plan, graphs
     if mode == "auto" and len({device_host(n) for n in devset.names}) == 1 and \
             {device_kind(n) for n in devset.names} == {"CPU"}:

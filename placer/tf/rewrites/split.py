@@ -32,6 +32,16 @@ split with it: part ``i`` of update ``u`` updates shard ``i`` with the rows it
 holds (zeros at a clipped index for the others: no change), in the same order;
 ``u`` becomes a ``NoOp`` after its parts.
 
+A product in a training step (``MatMul``: a ``Dense`` kernel) splits with its
+gradients and its weight's update (:class:`~placer.core.splits.Gradients`,
+found by :func:`_gradients_of`): part ``i`` computes ``x^T @ dy_i`` and
+``dy_i @ W_i^T`` (``dy_i`` its columns of ``dy``, sliced by a helper in its
+scope; the input gradient becomes the ``AddN`` of the parts') and runs its
+copy of the optimizer's element-wise update on shard ``i`` of the weight and of
+each slot shaped as it (Adam's moments, momentum), each whole write a ``NoOp``
+after its parts. Runs after the ``bypass`` rewrite (the update reads its
+gradient, not Keras' ``IdentityN``).
+
 Applies when ``context.splits`` names ops. Record detail: the shards
 (:class:`Shard`) the caller feeds.
 """
