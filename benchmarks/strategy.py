@@ -285,7 +285,7 @@ def _run_training_case(case: str, link: str, args: argparse.Namespace, out, devi
     model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
     y = np.random.default_rng(1).standard_normal((batch, *model.outputs[0].shape[1:])).astype("float32")
     placed = {}
-    one = dict(algorithm="single", replicas=1, calibrate_links=False)
+    one = dict(algorithm="single", replicas=1, calibrate_links=False, splits="none")
     # batch normalization: micro-batches and copies only with split_batch_norm (per-part statistics, as
     # tf.distribute's replicas normalise by their own rows); the default and replicas=1 rows keep model.fit's math
     bn = dict(split_batch_norm=True) if any(type(layer).__name__ == "BatchNormalization"

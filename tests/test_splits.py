@@ -567,6 +567,24 @@ def test_splits_none_and_auto_on_shared_cores_keep_ops_whole(devices):
     assert auto.plan.splits == {} and len(said) == 1 and "one process's CPUs" in said[0], said
 
 
+def test_a_training_step_is_split_for_speed_but_not_for_single_or_for_copies_asked_for(devices):
+    model = _sgd_chain(16, 64, 64)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    common = dict(batch_size=4, training=True, splits="all", split_min_bytes=4096, time_limit_s=1)
+    split = placer.autoplace(model, devices[:2], replicas=1, **common)
+    assert len(split.plan.splits) == 2 and any("operator splits:" in line for line in split.plan.log)
+    x, y = np.ones((8, 16), "float32"), np.ones((8, 64), "float32")
+    reference = keras.models.clone_model(model)
+    reference.set_weights(model.get_weights())
+    reference.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    np.testing.assert_allclose(split.fit(x, y, batch_size=4, shuffle=False, verbose=0).history["loss"],
+                               reference.fit(x, y, batch_size=4, shuffle=False, verbose=0).history["loss"], rtol=1e-6)
+    single = placer.autoplace(model, devices[:2], algorithm="single", **common)  # one device, as asked
+    assert single.plan.splits == {} and len(set(single.plan.assignment.values())) == 1
+    copies = placer.autoplace(model, devices[:2], replicas=2, **common)  # two copies, as asked
+    assert copies.plan.splits == {} and len(copies.placement.replica_groups) == 2
+
+
 def test_a_split_placement_exports_serves_and_loads_on_its_devices_and_on_fewer(split_placed, devices, tmp_path):
     from placer.tf.export import LOAD_OPTIONS
 

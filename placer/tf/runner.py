@@ -385,7 +385,7 @@ def _measured_parts(traced: TracedModel, op_graph: OpGraph, splits: Sequence[Spl
 def _splits(traced: TracedModel, graphs: _Graphs, plan: Plan, devset: DeviceSet, opts: PlacementOptions,
             costs: ComputeCosts, notes: Sequence[str] = ()) -> tuple[Plan, _Graphs]:
     """The splits stage: the large dense products of a forward pass or a training step (with their gradients and
-    update, :class:`~placer.core.splits.Gradients`; not where ``replicas=R`` copies the step) split into one part
+    update, :class:`~placer.core.splits.Gradients`; not where ``replicas=R`` asks for copies) split into one part
     per device, their weights sharded (:mod:`placer.core.splits`), in two families where products can pair (consecutive products paired,
     and each by columns; ``splits="all"``: the first): each family's split trace profiled once, then the
     largest one, the largest half and all of them split (:func:`~placer.core.splits.with_measured_parts`;
@@ -399,9 +399,12 @@ def _splits(traced: TracedModel, graphs: _Graphs, plan: Plan, devset: DeviceSet,
     mode = opts.split.splits
     if mode == "none" or len(devset) < 2:
         return plan, graphs
-    if traced.step != "predict" and opts.train.training_replicas > 1:
-        # replicas=R given, or chosen on the full batch's trace: each copy holds its weights whole
-        log.info("operator splits: not tried for a training step run as %d copies", opts.train.training_replicas)
+    if opts.solve.algorithm == "single":  # one device asked for: its parts would spread over the others
+        log.info("operator splits: not tried for algorithm='single' (one device)")
+        return plan, graphs
+    if opts.train.training_replicas > 1:
+        # replicas=R given (or chosen on a training step's full batch): each copy holds its weights whole
+        log.info("operator splits: not tried for %d copies asked for (replicas=)", opts.train.training_replicas)
         return plan, graphs
     if mode == "auto" and len({device_host(n) for n in devset.names}) == 1 and \
             {device_kind(n) for n in devset.names} == {"CPU"}:
@@ -1014,7 +1017,7 @@ def _autoplace(model: Any, devices: Sequence[Any], plan: Plan | str | os.PathLik
                 asked or (opts.train.replicas if given is None or "replicas" in options else given.replicas),
                 wire, lambda size: _group_plan(op_graph, devset, size, opts.solve))
     with timer.stage("splits"):
-        if given is None and not required:
+        if given is None and not required and asked is None:  # (asked: replicas=R given, honoured as copies)
             placed_plan, graphs = _splits(traced, _Graphs(op_graph, built), placed_plan, devset, opts, first.costs,
                                           notes)
             if placed_plan.splits:  # made on the split graph, in one micro-batch
