@@ -385,13 +385,14 @@ def _measured_parts(traced: TracedModel, op_graph: OpGraph, splits: Sequence[Spl
 def _splits(traced: TracedModel, graphs: _Graphs, plan: Plan, devset: DeviceSet, opts: PlacementOptions,
             costs: ComputeCosts, notes: Sequence[str] = ()) -> tuple[Plan, _Graphs]:
     """The splits stage: the large dense products of a forward pass or a training step (with their gradients and
-    update, :class:`~placer.core.splits.Gradients`; not where ``replicas=R`` asks for copies) split into one part
-    per device, their weights sharded (:mod:`placer.core.splits`), in two families where products can pair (consecutive products paired,
-    and each by columns; ``splits="all"``: the first): each family's split trace profiled once, then the
-    largest one, the largest half and all of them split (:func:`~placer.core.splits.with_measured_parts`;
-    ``splits="all"``: all), each split graph placed twice: by the same solver, and with each split's parts side by side
-    (:func:`~placer.core.splits.spread_parts`; the solver's simulation does not see the acknowledged transfers
-    that let parts overlap on one-thread workers). The best of them, scored
+    update, :class:`~placer.core.splits.Gradients`; not where ``replicas=R`` asks for copies or ``algorithm="single"``
+    for one device) split into one part per device, their weights sharded (:mod:`placer.core.splits`), in two
+    families where products can pair (consecutive products paired, and each by columns; ``splits="all"``: the
+    first): each family's split trace profiled once, then the largest one, the largest half and all of them split
+    (:func:`~placer.core.splits.with_measured_parts`; ``splits="all"``: all), each split graph placed twice: by the
+    same solver, and with each split's parts side by side (:func:`~placer.core.splits.spread_parts`; the solver's
+    simulation does not see the acknowledged transfers that let parts overlap on one-thread workers). The best of
+    them, scored
     as it will be emitted (prompt sends included: :func:`_step_with_sends`), replaces ``plan`` (with the
     micro-batches and copies the stage before chose) where ``splits="auto"`` predicts it ``split_margin``
     faster (``"all"``: kept; ``"none"``: not tried). ``notes``: the log lines the solve stage added to
