@@ -29,7 +29,12 @@ interleaved in one run:
   the prediction (to measure the pairs beside the columns);
 * ``autoplace default``: ``placer.autoplace(model, devices, batch_size=b)`` (``splits="auto"``: large
   products split into one part per worker, their weights sharded, consecutive ones paired — the first by
-  output columns, the next by input rows, one sum — where predicted faster).
+  output columns, the next by input rows, one sum — where predicted faster);
+* two ``ceiling`` rows, bounds rather than strategies: one worker multiplying the input by every whole kernel
+  (no chain, no bias), and each worker multiplying it by its half of every kernel's columns at once (no
+  transfer). Their ratio is what a two-way column split can gain at that batch on these two cores, which
+  share the machine's memory bandwidth (not a strict bound: on 2026-12-07 the default's Megatron pairs at
+  batch 1 ran 7% faster than the halves' streams).
 
 Each step fetches its outputs. Medians of ``--repeats`` interleaved rounds, spread = half the IQR, the
 predicted step of every autoplace row beside its measurement, and the split outputs' largest relative
@@ -280,7 +285,8 @@ def run_wide(args: argparse.Namespace, out: MarkdownOut) -> None:
             "max rel. diff from the model |")
         out("|---|---|---|---|---|---|---|---|")
         by_hand, (w0, _w1) = copy_per_device(model, devices)
-        summary = []
+        streams = _weight_streams(model, devices)
+        summary, ceilings = [], []
         for batch in args.batches:
             x = np.random.default_rng(batch).standard_normal((batch, args.width)).astype("float32")
             xs = tf.constant(x)
@@ -296,6 +302,7 @@ def run_wide(args: argparse.Namespace, out: MarkdownOut) -> None:
                 ("one worker", lambda f=one: f(xs).numpy(), None, None)]
             if batch >= 2:
                 configs.append(("copy per worker (by hand)", lambda: by_hand(xs).numpy(), None, None))
+            configs += [(label, lambda f=f: f(xs).numpy(), None, None) for label, f in streams]
             for label, options in (("autoplace splits='none'", dict(splits="none")),
                                    ("autoplace, products by columns only", dict(split_pairs=False)),
                                    ("autoplace splits='all' (pairs)", dict(splits="all")),
@@ -326,15 +333,62 @@ def run_wide(args: argparse.Namespace, out: MarkdownOut) -> None:
                     f"{pred_s} | {err} | {diff} |")
             labels = [c[0] for c in configs]
             ia = labels.index("autoplace default")
-            best_ms, best_label = min((medians[i][0], labels[i]) for i in range(len(labels)) if i != ia)
+            best_ms, best_label = min((medians[i][0], labels[i]) for i in range(len(labels))
+                                      if i != ia and not labels[i].startswith(STREAM))
+            ceilings.append((batch, medians[labels.index(streams[0][0])][0] / medians[labels.index(streams[1][0])][0]))
             auto = configs[ia][3].plan
             summary.append((batch, base / medians[ia][0], best_label, best_ms / medians[ia][0],
                             (auto.predicted_step_time_s - medians[ia][0]) / medians[ia][0], bool(auto.splits)))
         out()
+        for batch, ceiling in ceilings:
+            out(f"- batch {batch}: the two workers stream the kernels {ceiling:.2f}× as fast as one (each its half at "
+                "once, no transfer: the two `ceiling` rows; what a column split can gain, not a strict bound)")
         for batch, speedup, best_label, vs_best, err, split in summary:
             out(f"- batch {batch}: autoplace's default ({'split' if split else 'whole ops'}) {speedup:.2f}× one "
                 f"worker, {vs_best:.2f}× the best alternative measured ({best_label}); its prediction "
                 f"{100 * err:+.1f}% off its measurement")
+
+
+#: The label prefix of the ceiling rows (:func:`_weight_streams`): bounds, not strategies.
+STREAM = "ceiling:"
+
+
+def _weight_streams(model, devices: list[str]) -> list[tuple[str, object]]:
+    """Two functions that stream ``model``'s kernels as a column split would, without its chain or transfers: one
+    worker multiplying the input by every whole kernel, and each worker multiplying it by its half of every
+    kernel's columns (its own copies), both at once. Their ratio is what a perfect two-way column split can gain
+    on these workers at that batch: the parts share the machine's memory bandwidth."""
+    import tensorflow as tf
+
+    from placer.measure.links import on_caller
+
+    kernels = [w.numpy() for w in model.weights if len(w.shape) == 2]
+    with tf.device(devices[0]):
+        whole = [tf.Variable(k, trainable=False) for k in kernels]
+    halves = []
+    for i, device in enumerate(devices[:2]):
+        with tf.device(device):
+            halves.append([tf.Variable(np.array_split(k, 2, axis=1)[i], trainable=False) for k in kernels])
+
+    def streamed(v, ws):
+        return tf.add_n([tf.reduce_sum(tf.matmul(v, w)) for w in ws])
+
+    @tf.function(autograph=False)
+    def one(v):
+        with tf.device(devices[0]):
+            y = streamed(v, whole)
+        return on_caller(y)
+
+    @tf.function(autograph=False)
+    def both(v):
+        parts = []
+        for device, ws in zip(devices, halves):
+            with tf.device(device):
+                parts.append(on_caller(streamed(v, ws)))
+        return tf.add_n(parts)
+
+    return [(f"{STREAM} one worker streams every kernel (x @ W each, no chain)", one),
+            (f"{STREAM} each worker streams its half of every kernel, both at once", both)]
 
 
 def main() -> int:
