@@ -14,11 +14,14 @@ call cost + simulated step) and the simulated makespan. The profiler slows a
 step by 11-25% (measured 2026-12-03), so compare phases within a run, not
 absolute times with the untraced step. ``--workload chain-train`` traces the
 chain of ``benchmarks/pipeline_orders.py`` trained as one worker and split in
-two stages by hand (``--microbatches``); the ``busy``/``both`` columns say how
+two stages by hand (``--microbatches``); ``--workload wide-train`` the strategy
+benchmark's 105M-parameter MLP trained as one worker, as whole layers over both
+workers and with its products split; the ``busy``/``both`` columns say how
 much of the traced window each worker computed and both did at once (a
 pipelined split that overlaps nothing reads ``both`` ≈ 0).
 
-    python benchmarks/worker_trace.py [--workload mlp|towers|inception|chain-train] [--microbatches 4] [--trace-ms 1500]
+    python benchmarks/worker_trace.py [--workload mlp|towers|inception|chain-train|wide-train] [--microbatches 4]
+                                      [--trace-ms 1500]
                                       [--out benchmarks/results/worker_trace.md]
 """
 
@@ -180,6 +183,21 @@ def _placements(args: argparse.Namespace, devices):
                                       time_limit_s=args.time_limit, **options)
             out.append((label, placed, lambda p=placed: [t.numpy() for t in tf.nest.flatten(p(x))]))
         return f"{title}, batch {batch}", out
+    if args.workload == "wide-train":  # benchmarks/strategy.py's 105M MLP, one SGD step (whole layers: -10..-14%)
+        from strategy import wide
+
+        model = wide()
+        model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+        x = rng.standard_normal((32, 1024)).astype("float32")
+        y = rng.standard_normal((32, 16)).astype("float32")
+        out = []
+        for label, options in (("one worker", dict(algorithm="single", calibrate_links=False, splits="none")),
+                               ("whole layers", dict(replicas=1, splits="none")),
+                               ("products split", dict(replicas=1, splits="all"))):
+            placed = placer.autoplace(model, devices, training=True, batch_size=32, profile_cache=False,
+                                      time_limit_s=args.time_limit, **options)
+            out.append((label, placed, lambda p=placed: p.train_on_batch(x, y)))
+        return "105M-parameter MLP (strategy.py), one SGD step, batch 32", out
     from pipeline_orders import chain, hand_split
 
     model = chain(1024, 8)
@@ -241,7 +259,7 @@ def run(args: argparse.Namespace) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--workload", choices=["mlp", "towers", "inception", "chain-train"], default="mlp",
+    ap.add_argument("--workload", choices=["mlp", "towers", "inception", "chain-train", "wide-train"], default="mlp",
                     help="the MLP's forward pass (default), or pipeline_orders.py's chain trained in two stages")
     ap.add_argument("--microbatches", type=int, default=1, help="micro-batches of the chain-train workload")
     ap.add_argument("--steps", type=int, default=30, help="untraced steps timed per placement")
