@@ -283,6 +283,11 @@ class Gradients:
         """Every op this splits into parts."""
         return (self.weight_grad, *(() if self.input_grad is None else (self.input_grad,)), *self.update)
 
+    @property
+    def ops(self) -> tuple[str, ...]:
+        """Every op of the step this replaces or removes: :attr:`nodes` and :attr:`unused`."""
+        return (*self.nodes, *self.unused)
+
 
 @dataclass(frozen=True)
 class Split:
@@ -415,7 +420,7 @@ def split_graph(graph: nx.DiGraph, splits: Iterable[Split]) -> nx.DiGraph:
                 raise GraphError(f"cannot split {s.op}: its weight's read {s.read} does not feed {s.reshape} alone")
             reader = s.reshape
         data_out = _data_successors(g, reader)
-        grads = () if s.grads is None else (*s.grads.nodes, *s.grads.unused)
+        grads = () if s.grads is None else s.grads.ops
         for u in (*s.updates, *grads, *(() if s.grads is None else s.grads.slots)):
             if u not in g:
                 raise GraphError(f"cannot split {s.op}: its update or gradient {u} is not in the graph")
@@ -616,7 +621,7 @@ def _split_one(g: nx.DiGraph, s: Split) -> None:
         g.nodes[v][COMPUTE_US] = _copy_us(g.nodes[v].get(COMPUTE_US, 0.0), int(g.nodes[v].get(OUTPUT_BYTES, 0)))
     weight_in = s.read if s.reshape is None else s.reshape  # what the op reads its weight from
     into = [(u, dict(d)) for u, _, d in g.in_edges(s.op, data=True) if u != weight_in]
-    mine = {*s.updates, *(() if s.grads is None else (*s.grads.nodes, *s.grads.unused))}
+    mine = {*s.updates, *(() if s.grads is None else s.grads.ops)}
     dead = [v for v in g.successors(s.placeholder) if v != s.read and v not in mine]
     controls = [(v, dict(d)) for r in (s.read, *dead) for v, d in g.adj[r].items()
                 if v not in (s.op, s.reshape) and v not in mine]
@@ -662,11 +667,8 @@ def _split_one(g: nx.DiGraph, s: Split) -> None:
             g.add_edge(un, u, **{BYTES: 0, CONTROL: True})
     if s.grads is not None:
         _split_grads(g, s, [split_name(s.read, i) for i in range(s.parts)], dead)
-    for u in s.updates:  # the update itself: a no-op after its parts
-        for w in [w for w in g.predecessors(u) if w != s.placeholder and not is_split_node(w)]:
-            g.remove_edge(w, u)
-        g.nodes[u].update({OP_TYPE: "NoOp", COMPUTE_US: _scaled(g.nodes[u].get(COMPUTE_US, 0.0), 0.0),
-                           OUTPUT_BYTES: 0, MEMORY_BYTES: 0, COLOCATION: None})
+    for u in s.updates:
+        _after_parts(g, u)
     if not rows:
         axis = axis_name(s.op)
         g.add_node(axis, **{OP_TYPE: "Const", COMPUTE_US: _scaled(op.get(COMPUTE_US, 0.0), 0.0), OUTPUT_BYTES: 4,
@@ -677,6 +679,15 @@ def _split_one(g: nx.DiGraph, s: Split) -> None:
     g.remove_nodes_from([s.read, s.placeholder, *dead, *([s.reshape] if s.reshape else []), *shape_consts])
     op[COMPUTE_US] = _copy_us(op.get(COMPUTE_US, 0.0), out_bytes * (s.parts if rows else 1))
     op[OP_TYPE] = "AddN" if rows else "ConcatV2"
+
+
+def _after_parts(g: nx.DiGraph, u: str) -> None:
+    """A split update's whole node ``u`` made a no-op that only waits for its parts (their control edges into it,
+    added by the caller, are what it keeps of its inputs; what waited for it still does)."""
+    for w in [w for w in g.predecessors(u) if not is_split_node(w)]:
+        g.remove_edge(w, u)
+    g.nodes[u].update({OP_TYPE: "NoOp", COMPUTE_US: _scaled(g.nodes[u].get(COMPUTE_US, 0.0), 0.0),
+                       OUTPUT_BYTES: 0, MEMORY_BYTES: 0, COLOCATION: None})
 
 
 def _renamed(d: Mapping, name: str, i: int, share: float) -> dict:
@@ -740,13 +751,10 @@ def _split_grads(g: nx.DiGraph, s: Split, reads: Sequence[str], dead: Sequence[s
         x[COMPUTE_US] = _copy_us(x.get(COMPUTE_US, 0.0), int(x.get(OUTPUT_BYTES, 0)) * s.parts)
         x[OP_TYPE] = "AddN"
     writes = [u for u in gr.update if sharded & set(g.predecessors(u)) and not _data_successors(g, u)]
-    for u in writes:  # a write: a no-op after its parts (what waited for it still does)
-        for w in [w for w in g.predecessors(u) if not is_split_node(w)]:
-            g.remove_edge(w, u)
+    for u in writes:
         for i in range(s.parts):
             g.add_edge(split_name(u, i), u, **{BYTES: 0, CONTROL: True})
-        g.nodes[u].update({OP_TYPE: "NoOp", COMPUTE_US: _scaled(g.nodes[u].get(COMPUTE_US, 0.0), 0.0),
-                           OUTPUT_BYTES: 0, MEMORY_BYTES: 0, COLOCATION: None})
+        _after_parts(g, u)
     g.remove_nodes_from([gr.weight_grad, *(u for u in gr.update if u not in writes), *gr.unused, *gr.slots])
 
 

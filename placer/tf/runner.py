@@ -317,6 +317,8 @@ def _required_splits(traced: TracedModel, devset: DeviceSet, opts: PlacementOpti
     if opts.split.splits == "none" or len(devset) < 2 or not np.isfinite(cap):
         return []
     variables = traced.fixed_captures[0]
+    if sum(variable_bytes(v) for v in variables.values()) <= cap:  # every weight with its slots fits any device
+        return []
     large = {ph for ph, v in variables.items() if variable_bytes(v) > cap}
     candidates = split_candidates(traced.fixed.graph, variables, len(devset), pairs=opts.split.split_pairs)
     large |= {s.placeholder for s in candidates if sum(variable_bytes(variables[ph]) for ph in s.placeholders) > cap}

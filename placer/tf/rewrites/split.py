@@ -236,7 +236,7 @@ def _weight_of(op: tf.Operation, captured: Mapping[str, object]) -> _Weight | No
             return None
         readers = [r for r in readers if r != grads.input_grad]
         updates = ()
-    ours = {u.name for u in updates} | set(() if grads is None else grads.update + grads.unused)
+    ours = {u.name for u in updates} | set(() if grads is None else grads.ops)
     if readers != [(reshape or op).name] or \
             any(c is not read and c.name not in ours and not _dead_read(c) for c in ph.outputs[0].consumers()):
         return None
@@ -672,6 +672,15 @@ def _paired_nodes(graph: tf.Graph, s: Split) -> tuple[set[str], set[str]]:
     return replaced, dead
 
 
+def _after_parts(node: tf.compat.v1.NodeDef, parts: int) -> None:
+    """A split update's whole ``node`` turned, in place, into a ``NoOp`` after its ``parts`` (what waited for it
+    still does)."""
+    node.op = "NoOp"
+    node.ClearField("attr")
+    del node.input[:]
+    node.input.extend("^" + split_name(node.name, i) for i in range(parts))
+
+
 def _copy_node(gd: tf.compat.v1.GraphDef, node: tf.compat.v1.NodeDef, name: str, inputs: list[str]) -> None:
     """A copy of ``node`` named ``name`` reading ``inputs`` (its control inputs kept)."""
     n = gd.node.add()
@@ -782,12 +791,8 @@ def _gradient_parts(gd: tf.compat.v1.GraphDef, by_name: Mapping[str, tf.compat.v
         gx = by_name[gr.input_grad]
         _join(gx, "AddN", gx.attr["T"].type, [split_name(gr.input_grad, i) for i in range(s.parts)])
     writes = {u for u in gr.update if by_name[u].op in UPDATE_WRITES}
-    for u in writes:  # a no-op after its parts (what waited for it still does)
-        whole = by_name[u]
-        whole.op = "NoOp"
-        whole.ClearField("attr")
-        del whole.input[:]
-        whole.input.extend("^" + split_name(u, i) for i in range(s.parts))
+    for u in writes:
+        _after_parts(by_name[u], s.parts)
     gone = {gr.weight_grad, *(region - writes)}
     for u in gone:
         waits.setdefault(u, []).extend(split_name(u, i) for i in range(s.parts))
@@ -828,7 +833,7 @@ def split_ops(gd: tf.compat.v1.GraphDef, context: RewriteContext) -> RewriteReco
         index, read, ph, axis, updates = w.index, w.read, w.placeholder, w.axis, w.updates
         rule = SPLIT_RULES[op.type]
         s = _split_of(op, w, parts, pairs.get(name))
-        ours = set(updates) | set(() if s.grads is None else s.grads.update + s.grads.unused)
+        ours = set(updates) | set(() if s.grads is None else s.grads.ops)
         dead = [c.name for c in ph.outputs[0].consumers() if c is not read and c not in ours and c.name not in ours]
         node = by_name[name]
         for i, (start, stop) in enumerate(s.bounds):
@@ -855,12 +860,8 @@ def split_ops(gd: tf.compat.v1.GraphDef, context: RewriteContext) -> RewriteReco
                                 pieces=rule.kind == "rows"))
             for r in (read.name, *dead):
                 waits.setdefault(r, []).append(r_name)
-        for u in updates:  # the whole update: a no-op after its parts (what waited for it still does)
-            whole = by_name[u.name]
-            whole.op = "NoOp"
-            whole.ClearField("attr")
-            del whole.input[:]
-            whole.input.extend("^" + split_name(u.name, i) for i in range(parts))
+        for u in updates:
+            _after_parts(by_name[u.name], parts)
         joined = [split_name(name, i) for i in range(parts)]
         if rule.kind == "rows":  # one part holds each id's row, the others zeros
             _join(node, "AddN", node.attr["Tparams"].type, joined)
