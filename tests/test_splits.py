@@ -21,7 +21,7 @@ import placer
 from tests.models import dense_chain, recommender
 from placer.core.attrs import COMPUTE_US, MEMORY_BYTES
 from placer.core.plan import Plan
-from placer.core.splits import (Pair, Split, axis_name, even_parts, fused_after, helper_owner, is_split_node,
+from placer.core.splits import (Gradients, Pair, Split, axis_name, even_parts, fused_after, helper_owner, is_split_node,
                                  pair_ops, part_bounds, split_graph, split_map, split_name, spread_parts,
                                  with_measured_parts)
 from placer.errors import AutoplaceError, GraphError, InsufficientMemoryError, PlanError
@@ -905,6 +905,10 @@ def test_inconsistent_splits_are_refused():
         split_graph(g, [Split("m", read="r", placeholder="w", columns=4, parts=2, reshape="rs")])
     with pytest.raises(GraphError, match="through a reshape"):
         Split("m", read="r", placeholder="w", columns=4, parts=2, kind="rows", reshape="rs")
+    grads = Gradients("gw", None, ("update",))
+    for other in (dict(kind="rows"), dict(reshape="rs"), dict(pair=Pair("b", "rb", "pb"))):
+        with pytest.raises(GraphError, match="only an unpaired product read without a reshape is split with its"):
+            Split("m", read="r", placeholder="w", columns=4, parts=2, grads=grads, **other)
     table = ReplicatedVariable(tf.reshape(tf.range(12.0), (6, 2)), name="t")
     table.shard_on(Shard("p/autoplace_split_0", "p", "/CPU:0", 0, 3, axis=0, pieces=True))
     table.mark_trained()  # one shard of two: its rows 3-5 are nowhere
