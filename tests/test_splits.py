@@ -774,6 +774,28 @@ def test_a_dense_layer_larger_than_every_device_is_split_and_trains_as_model_fit
                          training=True, time_limit_s=1)
 
 
+def test_a_step_whose_weights_fit_but_whose_peak_does_not_is_split_to_fit_and_trains_as_model_fit(devices):
+    """Every weight fits a device (about 810,000 bytes against 1,200,000), but the step's peak on the wide
+    kernel's device (kernel, its gradient and the layer's activations: about 1.7 MB) fits none: refused with
+    ``splits="none"`` (the error says splits would be tried), split to fit by default, trained as ``model.fit``."""
+    devs = [placer.DeviceSpec(d, memory_bytes=1_200_000) for d in devices]
+    model, reference = _wide_sgd(keras.optimizers.SGD(0.05)), _wide_sgd(keras.optimizers.SGD(0.05))
+    assert sum(int(np.prod(w.shape)) * 4 for w in model.weights) < 1_200_000
+    with pytest.raises(InsufficientMemoryError, match="predicted peak.*splits='none'"):
+        placer.autoplace(model, devs, batch_size=8, training=True, time_limit_s=1, splits="none")
+    placed = placer.autoplace(model, devs, batch_size=8, training=True, time_limit_s=1)
+    assert list(placed.plan.splits.values()) == [4] and "wide" in next(iter(placed.plan.splits))
+    assert any("predicted peak under its memory" in line for line in placed.plan.log)
+    assert max(d["predicted_peak_memory_bytes"] for d in placed.report_data["devices"]) <= 1_200_000
+    rng = np.random.default_rng(2)
+    x, y = rng.standard_normal((32, 32)).astype("float32"), rng.standard_normal((32, 2)).astype("float32")
+    ours = placed.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0).history["loss"]
+    theirs = reference.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0).history["loss"]
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5)
+    for w, r in zip(placed.get_weights(), reference.get_weights()):
+        np.testing.assert_allclose(w, r, rtol=1e-5, atol=1e-6)
+
+
 def test_adams_moments_of_a_split_kernel_are_sharded_with_it_and_train_as_model_fit(devices):
     """The kernel fits a device but not with Adam's two moments (3 × 768,000 bytes against 2,000,000): split with
     its moments, each part updating its shards of the three; ``fit`` and the optimizer's state as ``model.fit``'s."""

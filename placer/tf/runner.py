@@ -13,8 +13,8 @@ hosts         :func:`_hosts` (:mod:`placer.tf.timing`,     traced model, devices
 graph         :func:`~placer.tf.opgraph.build_op_graph`    traced model, costs             ``OpGraph`` (a saved plan's
                                                                                            split ops split)
 problem       :func:`~placer.core.build.build_problem`     op graph, devices, grouping     ``BuiltProblem``
-solve         :func:`~placer.planner.plan_problem`         built problem, ``PlanOptions``  ``Plan``
-                                                           (or a saved plan)
+solve         :func:`~placer.planner.plan_problem`         built problem, ``PlanOptions``  ``Plan`` (no whole-op plan
+                                                           (or a saved plan)               fits: :func:`_split_to_fit`)
 codecs        :func:`compression_policy`                   compression options, devices    ``CompressionPolicy``
 microbatches  :func:`_microbatches`                        plan, model, policy's           ``Plan`` with its
               (:mod:`placer.core.microbatch`)              parameter codec                 micro-batches (or copies)
@@ -65,7 +65,7 @@ from ..core.attrs import COMPUTE_US, MEMORY_BYTES
 from ..core.replicas import device_groups, simulate_replicas
 from ..core.splits import (Split, helper_owner, pair_ops, split_graph, split_map, split_saving_s, spread_parts,
                            with_measured_parts)
-from ..errors import AutoplaceError, InputSignatureError, PlanError, TrainingError
+from ..errors import AutoplaceError, InputSignatureError, InsufficientMemoryError, PlanError, TrainingError
 from ..measure.hosts import executor_ready_order, sharing_groups
 from ..measure.links import calibrate_links
 from ..planner import DEFAULT_SOLVER, PlanOptions, pipeline_plan, plan_problem, replica_plan
@@ -333,6 +333,61 @@ def _required_splits(traced: TracedModel, devset: DeviceSet, opts: PlacementOpti
                  "table's dense update)",
                  ", ".join(variables[ph].name for ph in whole))
     return found
+
+
+def _profiled_split(traced: TracedModel, op_graph: OpGraph, splits: Sequence[Split], costs: ComputeCosts,
+                    devset: DeviceSet, opts: PlacementOptions) -> OpGraph:
+    """``op_graph`` with ``splits`` applied and their parts profiled (:func:`_measured_parts`). Where the costs
+    stage profiled stand-in tables (no device holds the model whole), the other ops keep those times and the
+    parts' come from this process (the split trace holds the whole table)."""
+    split = _split(op_graph, splits)
+    measured = _measured_parts(traced, split, splits, costs, devset, opts)
+    if not costs.stand_ins:
+        return measured
+    return replace(measured, graph=with_measured_parts(split.graph, measured.graph, op_graph.graph, splits))
+
+
+def _split_to_fit(traced: TracedModel, op_graph: OpGraph, devset: DeviceSet, opts: PlacementOptions,
+                  costs: ComputeCosts, error: InsufficientMemoryError
+                  ) -> tuple[list[Split], OpGraph, BuiltProblem, Plan]:
+    """The solve stage's answer to a step whose weights fit a device but whose predicted peak (weights,
+    gradients, live tensors) fits no placement of whole ops: the splittable products and lookups, largest
+    weight first, split one part per device (each part holds its shard, its gradient and its share of the
+    output), the first of the largest one, the largest half and all of them whose plan fits.
+
+    Returns ``(splits, op graph, problem, plan)``. Raises :class:`InsufficientMemoryError`: ``error`` on one
+    device; with a hint where splits are off (``splits="none"``, ``algorithm="single"``, ``replicas=R`` asked
+    for), nothing can be split, or no subset fits (saying what was tried)."""
+    off = ("splits='none'" if opts.split.splits == "none" else "algorithm='single'"
+           if opts.solve.algorithm == "single" else f"replicas={opts.train.training_replicas}"
+           if opts.train.training_replicas > 1 else None)
+    if len(devset) < 2:
+        raise error
+    if off is not None:
+        raise InsufficientMemoryError(f"{error}; with {off} no layer is split: without it, autoplace tries "
+                                      "splitting the largest weights over the devices") from error
+    variables = traced.fixed_captures[0]
+    found = split_candidates(traced.fixed.graph, variables, len(devset), pairs=opts.split.split_pairs)
+    if not found:
+        raise InsufficientMemoryError(f"{error}. No op can be split to lower the peak (no dense product, "
+                                      "convolution or lookup reads a weight no other op reads)") from error
+    log.info("operator splits: no placement of whole ops fits the devices' memory; profiling %d splittable "
+             "ops split %d ways", len(found), len(devset))
+    measured = _profiled_split(traced, op_graph, found, costs, devset, opts)
+    ranked = sorted(found, key=lambda s: (-sum(variable_bytes(variables[ph]) for ph in s.placeholders), s.op))
+    last: InsufficientMemoryError = error
+    for n in sorted({1, (len(ranked) + 1) // 2, len(ranked)}):
+        subset = ranked[:n]
+        graph = replace(measured, graph=with_measured_parts(split_graph(op_graph.graph, subset), measured.graph,
+                                                            op_graph.graph, subset))
+        built = build_problem(graph.graph, devset, group_by=opts.solve.group_by)
+        try:
+            return subset, graph, built, _solve(built, opts.solve, None, traced.batch_size, opts.emit.compression)
+        except InsufficientMemoryError as e:
+            log.info("operator splits: %d of %d split ops do not fit either", n, len(ranked))
+            last = e
+    raise InsufficientMemoryError(f"{last}. Tried: the {len(ranked)} splittable ops' weights split "
+                                  f"{len(devset)} ways (the largest one, half and all of them)") from error
 
 
 def _kept(plan: Plan) -> str:
@@ -983,22 +1038,24 @@ def _autoplace(model: Any, devices: Sequence[Any], plan: Plan | str | os.PathLik
             op_graph = _split(op_graph, split_candidates(traced.fixed.graph, traced.fixed_captures[0], given.splits,
                                                          pairs=given.pairs))
         elif required:  # weights no device holds whole: split before the solve, parts profiled
-            split = _split(op_graph, required)
-            measured = _measured_parts(traced, split, required, first.costs, devset, opts)
-            # profiled with stand-in tables on a device of the kind, the other ops keep those times; the parts'
-            # come from this process (the split trace holds the whole table)
-            op_graph = measured if not first.costs.stand_ins else replace(measured, graph=with_measured_parts(
-                split.graph, measured.graph, op_graph.graph, required))
+            op_graph = _profiled_split(traced, op_graph, required, first.costs, devset, opts)
     with timer.stage("problem"):
         built = build_problem(op_graph.graph, devset, group_by=opts.solve.group_by)
     with timer.stage("solve"):
-        placed_plan = _solve(built, opts.solve, given, traced.batch_size, opts.emit.compression)
+        why = "their weights (with their optimizer slots) exceed every device's memory (no other split tried)"
+        try:
+            placed_plan = _solve(built, opts.solve, given, traced.batch_size, opts.emit.compression)
+        except InsufficientMemoryError as e:
+            if given is not None or required:
+                raise
+            required, op_graph, built, placed_plan = _split_to_fit(traced, op_graph, devset, opts, first.costs, e)
+            why = ("no placement of whole ops keeps every device's predicted peak under its memory (the largest "
+                   "weights split first)")
         notes = _inputs_note(first.costs, hosts_note)
         splits = dict(given.splits) if given is not None else split_map(required)
         pairs = tuple(given.pairs) if given is not None else pair_ops(required)
         if required:
-            line = (f"operator splits: {', '.join(sorted(splits))} split {len(devset)} ways: their weights (with "
-                    "their optimizer slots) exceed every device's memory (no other split tried)")
+            line = f"operator splits: {', '.join(sorted(splits))} split {len(devset)} ways: {why}"
             log.info(line)
             notes = (*notes, line)
         placed_plan = replace(placed_plan, log=(*placed_plan.log, *notes), splits=splits, pairs=pairs)
