@@ -34,22 +34,6 @@ from markdown import MarkdownOut  # noqa: E402
 from speedup import ROUNDS_TEXT, interleaved_times, median_spread  # noqa: E402
 
 
-def predicted_arrivals_last(placed) -> float:
-    """``placed``'s predicted step with ``SimOptions(arrivals_last=True)``: its plan's prediction moved by what
-    simulating received tensors' readers at the back of each worker's queue changes (the call cost kept)."""
-    from cost_models.simulate import SimOptions
-    from placer.core.build import build_problem
-    from placer.tf.rewrites.sends import acknowledged_nodes
-
-    pl = placed.placement
-    built = build_problem(pl.op_graph.graph, pl.devices, group_by=pl.plan.group_by)
-    acks = acknowledged_nodes(built, pl.planned.sends)
-    a = built.group_assignment(pl.plan.assignment)
-    now, last = (built.simulate(a, SimOptions(acknowledged=acks, arrivals_last=flag)).step_time_s
-                 for flag in (False, True))
-    return pl.plan.predicted_step_time_s + (last - now)
-
-
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import keras
@@ -81,14 +65,13 @@ def run(args: argparse.Namespace) -> int:
             f"105M-parameter MLP (strategy.py), one SGD step at batch 32; {args.repeats} interleaved rounds "
             f"({ROUNDS_TEXT}); each executor row is the prompt row's plan placed again with `sends=\"executor\"`.")
         out()
-        out("| placement | measured ms | ± | predicted ms | prediction error | predicted, arrivals last | error |")
-        out("|---|---|---|---|---|---|---|")
+        out("| placement | measured ms | ± | predicted ms | prediction error |")
+        out("|---|---|---|---|---|")
         for label, ts in zip(labels, times):
             med, spread = median_spread(ts)
             pred = placed[label].plan.predicted_step_time_s
-            last = predicted_arrivals_last(placed[label])
             out(f"| {label} | {med * 1e3:.1f} | {spread * 1e3:.1f} | {pred * 1e3:.1f} | "
-                f"{100 * (pred - med) / med:+.1f}% | {last * 1e3:.1f} | {100 * (last - med) / med:+.1f}% |")
+                f"{100 * (pred - med) / med:+.1f}% |")
     out.write(args.out)
     return 0
 

@@ -239,17 +239,6 @@ class SimOptions:
         (TensorFlow's executor runs an inexpensive op inline before expensive ones, whatever their profiled
         times: a fused product's ``MatMul`` profiles at 0 s, the fused kernel's time on the op it is named
         after). :func:`simulate` sets it for the acknowledgements it adds; the caller need not.
-    arrivals_last : bool
-        Under ``"lifo"``: an op made ready by a tensor arriving from another device (or, with
-        ``transfer_cpu_s``, by its receive op) goes *below* every op on its device's stack, after the ops
-        that arrived before it, instead of by when it became ready. TensorFlow's executor schedules a
-        received tensor's readers from the RPC's thread, which puts them at the back of a one-thread pool's
-        queue, while the pool's own thread pushes the ops it makes ready to the front: a tensor that arrives
-        while a chain runs waits for every op the worker can run meanwhile, and so does an acknowledgement's
-        reply (its zero-time node is a reader of the tensor, queued after the tensor's other readers).
-    receives : frozenset of int
-        Nodes whose readers count as arrivals under :attr:`arrivals_last` (the receive ops
-        :func:`simulate` adds for ``transfer_cpu_s``; the caller need not set it).
     snapshots : int
         Keep this many states of the simulation, evenly spaced over its ops,
         in ``SimResult.snapshots``, so that a simulation of a changed
@@ -267,8 +256,6 @@ class SimOptions:
     shared: tuple[tuple[tuple[int, ...], float] | tuple[tuple[int, ...], float, float], ...] = ()
     acknowledged: tuple[tuple[int, int, tuple[int, ...]], ...] = ()
     inline_first: frozenset[int] = frozenset()
-    arrivals_last: bool = False
-    receives: frozenset[int] = frozenset()
     snapshots: int = 0
 
     def checked_shares(self, k: int) -> tuple[tuple[tuple[int, ...], float, float], ...]:
@@ -437,8 +424,6 @@ def simulate(
     start = None if resume is None or resume.snapshots is None else resume.snapshots.state_for(a, deps)
     dev, heaps, stacks, release, waiting = _ready_queues(deps, a, k, lifo, start)
     consumers_of, ctrl_succ, receivers = deps.produced, deps.control_successors, deps.receivers
-    arrived_last = waiting[3] if lifo and options.arrivals_last else None
-    receives = options.receives
     seconds = durations[np.arange(n), a].tolist()
     first = options.inline_first  # only the lifo stack reads `instant`: 2 runs first, then 1 (no time), 0
     instant = [2 if v in first else int(t == 0.0) for v, t in enumerate(seconds)] if lifo else []
@@ -499,7 +484,7 @@ def simulate(
             else:
                 for e in range(k):
                     if at[e] == t_start and (stacks[e] or heaps[e]):
-                        _to_stack(heaps[e], stacks[e], t_start, instant, arrived_last)
+                        _to_stack(heaps[e], stacks[e], t_start, instant)
                         if d < 0 or stacks[e][-1] < v:
                             d, v = e, stacks[e][-1]
         else:
@@ -529,7 +514,7 @@ def simulate(
         timeline.append((v, d, t_start, end))
         done += 1
         _send(d, end, tensors, consumers_of[v], receivers, dev, link_seconds, link_latency_s, link_free, link_bytes,
-              transfers, release, v in receives)
+              transfers, release)
         for w in ctrl_succ[v]:
             release(w, end, end)
     latest = max(latest, max((tr[4] for tr in transfers[arrived:]), default=0.0))
@@ -543,20 +528,18 @@ def _ready_queues(deps: Dependencies, a: np.ndarray, k: int, lifo: bool, saved: 
                   ) -> tuple[list[int], list[list[tuple[float, float, int]]], list[list[int]],
                              Callable[[int, float, float], None], tuple[list[int], list[float], list[float]]]:
     """The ready queues both simulators share: ``(device of each node as a list, heaps, stacks, release,
-    (inputs each node still waits for, when its inputs are there, what made it ready, whether that was an
-    arrival))``, fresh or copied from ``saved``.
+    (inputs each node still waits for, when its inputs are there, what made it ready))``, fresh or copied
+    from ``saved``.
 
     Per device, a heap of the ops released but not yet ready (entries ``(ready time, -cause, node)``, the
     cause 0 with ``"fifo"``; see :func:`_to_stack`) and, with ``"lifo"``, a stack of ready ops. The sources
-    start in the heaps; ``release(v, t, cause, far)`` tells node ``v`` that one of its inputs is there at
-    ``t`` thanks to an op that ended at ``cause`` (``far``: on another device, the input arrived), and
-    pushes it once all are. Python lists: indexing them is
+    start in the heaps; ``release(v, t, cause)`` tells node ``v`` that one of its inputs is there at ``t``
+    thanks to an op that ended at ``cause``, and pushes it once all are. Python lists: indexing them is
     several times faster than numpy scalars in the event loop.
     """
     dev = a.tolist()
     if saved is not None:
         n_waiting, ready_at, caused_at = list(saved.n_waiting), list(saved.ready_at), list(saved.caused_at)
-        arrival = list(saved.arrival)
         heaps = [list(h) for h in saved.heaps]
         stacks = [list(x) for x in saved.stacks]
     else:
@@ -564,7 +547,6 @@ def _ready_queues(deps: Dependencies, a: np.ndarray, k: int, lifo: bool, saved: 
         n = len(n_waiting)
         ready_at = [0.0] * n
         caused_at = [0.0] * n  # when the event that made each op ready happened (an op's end)
-        arrival = [False] * n  # whether that event was a tensor's arrival from another device
         heaps = [[] for _ in range(k)]
         stacks = [[] for _ in range(k)]
         for v in range(n):
@@ -573,18 +555,17 @@ def _ready_queues(deps: Dependencies, a: np.ndarray, k: int, lifo: bool, saved: 
 
     push = heapq.heappush
 
-    def release(v: int, t: float, cause: float, far: bool = False) -> None:  # the hottest call: no tuples compared
+    def release(v: int, t: float, cause: float) -> None:  # the event loop's hottest call: no tuples compared
         ready = ready_at[v]
         if t > ready or (t == ready and cause > caused_at[v]):
             ready_at[v] = ready = t
             caused_at[v] = cause
-            arrival[v] = far
         left = n_waiting[v] - 1
         n_waiting[v] = left
         if left == 0:
             push(heaps[dev[v]], (float(ready), -float(caused_at[v]) if lifo else 0.0, v))
 
-    return dev, heaps, stacks, release, (n_waiting, ready_at, caused_at, arrival)
+    return dev, heaps, stacks, release, (n_waiting, ready_at, caused_at)
 
 
 @dataclass(frozen=True)
@@ -596,7 +577,6 @@ class _State:
     n_waiting: list[int]
     ready_at: list[float]
     caused_at: list[float]
-    arrival: list[bool]
     heaps: list[list[tuple[float, float, int]]]
     stacks: list[list]  # per device: "lifo"'s stack of ready ops, or "priority"'s pool (a heap)
     slots: list[list[float]]
@@ -656,8 +636,7 @@ class Snapshots:
         return position
 
 
-def _to_stack(heap: list[tuple[float, float, int]], stack: list[int], now: float, instant: Sequence[int],
-              arrival: Sequence[bool] | None = None) -> None:
+def _to_stack(heap: list[tuple[float, float, int]], stack: list[int], now: float, instant: Sequence[int]) -> None:
     """Move a device's ops that are ready by ``now`` from its heap onto its ready stack (``ready_order="lifo"``).
 
     ``instant`` ranks each node: 2 (``SimOptions.inline_first``) above 1 (takes no time) above 0.
@@ -675,20 +654,10 @@ def _to_stack(heap: list[tuple[float, float, int]], stack: list[int], now: float
     TensorFlow runs when the chain ends, ``benchmarks/results/send_deferral.md``).
     The order depends on these times only, not on the order the simulation
     processed events.
-
-    With ``arrival`` (``SimOptions.arrivals_last``), the ops an arrival made ready go to the *bottom* of
-    the stack instead, below the ones that arrived before them: by when they arrived, then by node index,
-    nodes of ``instant`` rank 2 (acknowledgements) after the others of their arrival.
     """
     moved = []
     while heap and heap[0][0] <= now:
         moved.append(heapq.heappop(heap))
-    if arrival is not None and moved:
-        far = [x for x in moved if arrival[x[2]]]
-        if far:
-            moved = [x for x in moved if not arrival[x[2]]]
-            far.sort(key=lambda x: (x[0], instant[x[2]] == 2, x[2]), reverse=True)  # the first to run on top
-            stack[0:0] = [v for _, _, v in far]
     stack.extend(v for _, _, v in sorted(moved, key=lambda x: (instant[x[2]], x[0], -x[1], -x[2])))
 
 
@@ -803,10 +772,10 @@ def _send(d: int, end: float, tensors: Sequence[TensorEdge], produced: Sequence[
           receivers: Sequence[tuple[int, ...]], dev: list[int], link_seconds: Callable[[int, int, float], float],
           link_latency_s: np.ndarray | None, link_free: np.ndarray | list[list[float]],
           link_bytes: np.ndarray | list[list[float]], transfers: list,
-          release: Callable[[int, float, float, bool], None], received: bool = False) -> None:
+          release: Callable[[int, float, float], None]) -> None:
     """An op ended on device ``d`` at ``end``: send each tensor it produced (indices ``produced``) once per
     other device that reads it (each ordered link one transfer at a time) and release its readers when it
-    arrives (as an arrival; ``received``: the op is a receive, its readers on ``d`` count as arrivals too)."""
+    arrives."""
     for ti in produced:
         readers = receivers[ti]
         for w in readers:
@@ -814,7 +783,7 @@ def _send(d: int, end: float, tensors: Sequence[TensorEdge], produced: Sequence[
                 break
         else:  # the common case: every reader on the producer's device
             for w in readers:
-                release(w, end, end, received)
+                release(w, end, end)
             continue
         t = tensors[ti]
         by_dev: dict[int, list[int]] = {}
@@ -830,7 +799,7 @@ def _send(d: int, end: float, tensors: Sequence[TensorEdge], produced: Sequence[
                 link_bytes[d][dd] += t.nbytes
                 transfers.append((ti, d, dd, ls, arrival))
             for w in by_dev[dd]:
-                release(w, arrival, end, received or dd != d)
+                release(w, arrival, end)
 
 
 def _with_transfer_ops(durations: np.ndarray, tensors: Sequence[TensorEdge], a: np.ndarray,
@@ -868,9 +837,7 @@ def _with_transfer_ops(durations: np.ndarray, tensors: Sequence[TensorEdge], a: 
     r = simulate(np.vstack(rows), new_tensors, devs, link_seconds, control_edges=control_edges,
                  link_latency_s=link_latency_s, memory=memory.padded(n, len(devs) - n, extra_alias),
                  options=SimOptions(concurrency=options.concurrency, ready_order=options.ready_order,
-                                    shared=options.shared, inline_first=options.inline_first,
-                                    arrivals_last=options.arrivals_last,
-                                    receives=frozenset(range(n + 1, len(devs), 2))))
+                                    shared=options.shared, inline_first=options.inline_first))
     timeline = tuple(x for x in r.timeline if x[0] < n)
     transfers = tuple((origin[ti], i, j, ts, te) for ti, i, j, ts, te in r.transfers)
     # what a send or receive op holds is its original tensor's, so its producer's
@@ -937,8 +904,7 @@ def _simulate_shared(durations: np.ndarray, tensors: Sequence[TensorEdge], a: np
         group_of[list(devs)] = g
         slots[list(devs)] = max(options.concurrency, math.ceil(alone - 1e-9))
     deps = _checked(deps, n, tensors) or dependencies_of(n, tensors, control_edges)
-    dev, heaps, stacks, release, waiting = _ready_queues(deps, a, k, lifo)
-    arrived_last = waiting[3] if lifo and options.arrivals_last else None
+    dev, heaps, stacks, release, _ = _ready_queues(deps, a, k, lifo)
     instant = ([2 if v in options.inline_first else int(t == 0.0)
                 for v, t in enumerate(durations[np.arange(n), a].tolist())] if lifo else [])
     consumers_of, ctrl_succ, receivers = deps.produced, deps.control_successors, deps.receivers
@@ -954,7 +920,7 @@ def _simulate_shared(durations: np.ndarray, tensors: Sequence[TensorEdge], a: np
 
     def next_ready(d: int) -> int | None:
         if lifo:
-            _to_stack(heaps[d], stacks[d], now, instant, arrived_last)
+            _to_stack(heaps[d], stacks[d], now, instant)
             return stacks[d].pop() if stacks[d] else None
         return heapq.heappop(heaps[d])[2] if heaps[d] and heaps[d][0][0] <= now else None
 
@@ -993,7 +959,7 @@ def _simulate_shared(durations: np.ndarray, tensors: Sequence[TensorEdge], a: np
             timeline.append((v, d, start, now))
             done += 1
             _send(d, now, tensors, consumers_of[v], receivers, dev, link_seconds, link_latency_s, link_free,
-                  link_bytes, transfers, release, v in options.receives)
+                  link_bytes, transfers, release)
             for w in ctrl_succ[v]:
                 release(w, now, now)
     timeline.sort(key=lambda e: e[2])  # stable: ops that started together in the order they ended
