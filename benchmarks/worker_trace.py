@@ -195,7 +195,7 @@ def _placements(args: argparse.Namespace, devices):
                                ("whole layers", dict(replicas=1, splits="none")),
                                ("products split", dict(replicas=1, splits="all"))):
             placed = placer.autoplace(model, devices, training=True, batch_size=32, profile_cache=False,
-                                      time_limit_s=args.time_limit, **options)
+                                      time_limit_s=args.time_limit, sends=args.sends, **options)
             out.append((label, placed, lambda p=placed: p.train_on_batch(x, y)))
         return "105M-parameter MLP (strategy.py), one SGD step, batch 32", out
     from pipeline_orders import chain, hand_split
@@ -211,6 +211,32 @@ def _placements(args: argparse.Namespace, devices):
                                   plan=plan, profile_cache=False)
         out.append((label, placed, lambda p=placed: p.train_on_batch(x, y)))
     return f"chain of 8 dense layers trained, batch 128, {args.microbatches} micro-batch(es)", out
+
+
+def timeline_rows(label: str, placed, events: dict[int, list[tuple[str, float, float]]], min_ms: float
+                  ) -> list[str]:
+    """Markdown rows comparing one traced step's kernels of at least ``min_ms`` (the middle step of the trace;
+    times from the earliest ``FunctionRun`` of that step on either worker) with the simulated timeline of the
+    same ops (the plan's emitted simulation, ``placed``'s report): op, type, worker, traced start and end, and
+    simulated start and end (ms)."""
+    starts = {task: sorted(s for name, s, _ in evs if name == "FunctionRun") for task, evs in events.items()}
+    steps = min(len(v) for v in starts.values() if v)
+    k = steps // 2
+    t0 = min(v[k] for v in starts.values() if len(v) > k)
+    report = placed.placement.report
+    sim = {report._op_name(v): (s, e) for v, _, s, e in report.step_simulation.timeline}
+    rows = []
+    for task, evs in sorted(events.items()):
+        hi = starts[task][k + 1] if len(starts[task]) > k + 1 else float("inf")
+        for name, s, e in sorted(evs, key=lambda x: x[1]):
+            if not _is_kernel(name) or not (t0 <= s < hi) or (e - s) < 1e3 * min_ms:
+                continue
+            op, kind = name.rsplit(":", 1)
+            op = op.split("autoplace/", 1)[1]
+            ss, se = sim.get(op, (float("nan"), float("nan")))
+            rows.append(f"| {label} | {op} | {kind} | task {task} | {(s - t0) / 1e3:.1f} | {(e - t0) / 1e3:.1f} | "
+                        f"{1e3 * ss:.1f} | {1e3 * se:.1f} |")
+    return rows
 
 
 def run(args: argparse.Namespace) -> int:
@@ -232,6 +258,7 @@ def run(args: argparse.Namespace) -> int:
         out("| placement | measured step ms (untraced) | predicted ms | simulated makespan ms | worker | steps | "
             "first compute kernel | last kernel end | kernels' sum | period | busy | both |")
         out("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        timelines: list[str] = []
         for label, placed, step in placements:
             for _ in range(20):
                 step()
@@ -245,6 +272,8 @@ def run(args: argparse.Namespace) -> int:
             with tempfile.TemporaryDirectory() as logdir:
                 events = {task: trace_events(path) for task, path in cluster.trace(step, logdir, args.trace_ms).items()}
             shares = busy_together(events.get(0, []), events.get(1, []))
+            if args.timeline:
+                timelines += timeline_rows(label, placed, events, args.timeline_min_ms)
             for task, evs in events.items():
                 phases = step_phases(evs)
                 if not len(phases):
@@ -253,6 +282,17 @@ def run(args: argparse.Namespace) -> int:
                 out(f"| {label} | {1e3 * float(np.median(times)):.2f} | {1e3 * plan.predicted_step_time_s:.2f} | "
                     f"{1e3 * makespan:.2f} | task {task} | {len(phases)} | {first:.0f} | {last:.0f} | "
                     f"{busy:.0f} | {period:.0f} | {100 * shares[task]:.0f}% | {100 * shares[2]:.0f}% |")
+        if timelines:
+            out()
+            out(f"### One traced step's kernels of {args.timeline_min_ms} ms or more beside the simulated timeline")
+            out()
+            out("Traced: ms from the step's first `FunctionRun` on either worker (the profiler slows kernels); "
+                "simulated: the plan's emitted simulation (ms from its start).")
+            out()
+            out("| placement | op | type | runs on | traced start | traced end | simulated start | simulated end |")
+            out("|---|---|---|---|---|---|---|---|")
+            for row in timelines:
+                out(row)
     out.write(args.out)
     return 0
 
@@ -265,6 +305,11 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=30, help="untraced steps timed per placement")
     ap.add_argument("--trace-ms", type=int, default=1500, help="how long each placement is traced")
     ap.add_argument("--time-limit", type=float, default=5.0, help="solver time limit per placement (s)")
+    ap.add_argument("--sends", default="auto", choices=["auto", "prompt", "executor"],
+                    help="sends= of the wide-train placements")
+    ap.add_argument("--timeline", action="store_true", help="also list one traced step's kernels beside the "
+                    "simulated timeline")
+    ap.add_argument("--timeline-min-ms", type=float, default=1.0, help="the shortest kernel --timeline lists")
     ap.add_argument("--out", default=str(HERE / "results" / "worker_trace.md"))
     args = ap.parse_args()
     return isolated(lambda: run(args))

@@ -125,7 +125,7 @@ def test_report_is_built_from_what_the_stages_did(placed):
     data = placed["latency"].report_data
     assert data["cost_model"]["compute"]["CPU"] in ("measured", "measured (cached)")
     assert data["plan"]["log"], "the solver's log is in the report"
-    assert set(data["stage_seconds"]) == {"devices", "trace", "costs", "hosts", "graph", "problem", "solve", "microbatches", "splits", "calls", "codecs", "emit"}
+    assert set(data["stage_seconds"]) == {"devices", "trace", "costs", "hosts", "graph", "problem", "solve", "microbatches", "splits", "order", "calls", "codecs", "emit"}
     assert data["simulation"]["predicted_step_time_s"] == pytest.approx(data["plan"]["predicted_step_time_s"]
                                                                         - data["plan"]["call_overhead_s"])
 

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cost_models import MemoryTraits, SimOptions, TensorEdge, simulate
+from placer.core.order import order_edges, timeline_order
 
 
 def link(lat=0.0, bw=1.0):
@@ -492,3 +493,24 @@ def test_dependencies_with_further_control_edges_are_those_of_all_the_edges(case
     n = durations.shape[0]
     first, more = control[:split], control[split:]
     assert dependencies_of(n, edges, first).with_control(more) == dependencies_of(n, edges, control)
+
+
+@settings(max_examples=100, deadline=None)
+@given(shared_cases(), st.sampled_from([0.0, 0.5, 1.5]), st.booleans())
+def test_a_simulated_order_keeps_the_graph_acyclic_and_runs_in_that_order(case, min_s, transfer_ops):
+    """``execution_order="simulated"``: each device's ops of ``min_s`` or more, in the order a simulation started
+    them, as control edges. Simulating again with them never finds a cycle, and each device starts its ordered
+    ops in that order (shared processors, the transfer-op path and zero-time ops included)."""
+    durations, edges, a, group, capacity, lifo = case
+    k = durations.shape[1]
+    opts = SimOptions(shared=((group, capacity),), ready_order="lifo" if lifo else "fifo",
+                      transfer_cpu_s=np.full((k, k), 0.25) if transfer_ops else None)
+    first = simulate(durations, edges, a, link(), options=opts)
+    order = timeline_order(first.timeline, k, min_s)
+    assert sorted(v for ops in order for v in ops) == sorted(v for v, _, s, e in first.timeline if e - s >= min_s)
+    again = simulate(durations, edges, a, link(), control_edges=order_edges(order), options=opts)
+    start = {v: s for v, _, s, _ in again.timeline}
+    end = {v: e for v, _, _, e in again.timeline}
+    for ops in order:
+        for before, after in zip(ops, ops[1:]):
+            assert start[after] >= end[before] - 1e-9

@@ -35,8 +35,10 @@ from ..errors import PlanError
 
 #: Values of the ``execution_order`` option: ``"auto"`` lets a plan fix each device's order of its ops where that
 #: is predicted faster (the search keeps the better of both kinds of plan); ``"executor"`` leaves the order to
-#: TensorFlow's executor in every plan.
-EXECUTION_ORDERS = ("auto", "executor")
+#: TensorFlow's executor in every plan; ``"simulated"`` searches as ``"executor"``, then (``placer.autoplace``
+#: only) fixes the order the plan's own simulation ran its longer ops in, where the devices' executors run one
+#: op at a time depth first (one-thread workers, ready order ``"lifo"``): :func:`timeline_order`.
+EXECUTION_ORDERS = ("auto", "executor", "simulated")
 #: ``placer.solve``'s default: a graph's plan is judged by the simulator alone.
 DEFAULT_EXECUTION_ORDER = "auto"
 #: ``placer.autoplace``'s default: a model runs on real devices, and there a planned order has not been seen to
@@ -45,13 +47,23 @@ DEFAULT_EXECUTION_ORDER = "auto"
 #: inference 54.11 against 52.66 ms, as predicted; a Transformer training step 20.47 against 21.13); the
 #: predicted gains are on devices that run one op at a time in ready order (GPUs' streams), where none was
 #: at hand to measure.
-MODEL_EXECUTION_ORDER = "executor"
+#: Since 2026-12-07 it is ``"simulated"``: on two one-thread gRPC workers the order of a one-copy plan's own
+#: simulation, fixed, measured 0.91x, 0.93x and 0.99x the executor's order of the same plans (a 105M-parameter
+#: MLP's, a 4-tower MLP's and a Transformer's training steps) and was predicted within -1.5..-10.1% where the
+#: executor's order was -10.8..-15.9% (``benchmarks/results/order_training.md``): the executor ran a layer's
+#: weight gradient before the input gradient the other worker waited for, which no ready order predicts.
+MODEL_EXECUTION_ORDER = "simulated"
 #: Ops shorter than this (seconds, on their device) are left out of an order: they run when the executor gets
 #: to them. They are what Grappler rewrites (a fused partner's time lands on its fused op, so it profiles at
 #: ~0; shape computations and duplicates it merges), and an order through ops that Grappler merges can close a
 #: cycle in the graph it optimises: a Transformer training step ordered through every op failed Grappler's
 #: topological sort on two gRPC workers (2026-12-04), which then skipped its optimisations.
 MIN_ORDERED_OP_S = 20e-6
+#: Ops shorter than this are left out of a simulated order (:func:`timeline_order`). Ordering the ops of 1 ms or
+#: more made the 105M-parameter MLP's and 4-tower MLP's steps follow their simulation, but left InceptionV3's
+#: split (22 of 2,217 ops ordered) predicted -10.7%; its ops of 50 µs or more (120) -5.5%, and the Transformer's
+#: training step -0.2% (150 ops; 2026-12-07, ``benchmarks/results/order_training.md``).
+SIMULATED_ORDER_MIN_OP_S = 50e-6
 
 
 def order_edges(order: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
@@ -128,3 +140,23 @@ def check_order(order: Sequence[Sequence[int]], fine_assignment: np.ndarray) -> 
                                 f"{int(fine[v])}; re-apply the order with the assignment it was made with, "
                                 "or solve again")
             seen.add(v)
+
+
+def timeline_order(timeline: Sequence[tuple[int, int, float, float]], k: int,
+                   min_s: float = SIMULATED_ORDER_MIN_OP_S) -> tuple[tuple[int, ...], ...]:
+    """Per device of ``k``, the nodes of a simulated ``timeline`` (``(node, device, start, end)``) that ran
+    ``min_s`` or longer, in the order they started there (ties: in the timeline's order, which lists an op
+    after its inputs' producers): the order that makes a run follow its simulation where the executor would
+    choose otherwise (``execution_order="simulated"``). Every edge of the order, like every input, goes from an
+    op to one that started no earlier, so the graph stays acyclic.
+
+    Examples
+    --------
+    >>> timeline_order([(0, 0, 0.0, 2.0), (3, 1, 0.0, 1.0), (1, 0, 2.0, 2.0), (2, 0, 2.0, 5.0)], 2, min_s=0.5)
+    ((0, 2), (3,))
+    """
+    out: list[list[int]] = [[] for _ in range(k)]
+    for v, d, s, e in sorted(timeline, key=lambda t: t[2]):  # stable
+        if e - s >= min_s:
+            out[d].append(int(v))
+    return tuple(tuple(ops) for ops in out)

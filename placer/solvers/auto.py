@@ -204,7 +204,7 @@ def auto(problem: PlacementProblem, options: SolveOptions) -> Solution:
         if reason is None and name in SIMULATED_ONLY and not simulated:
             reason = f"{SIMULATED_ONLY[name]} for a simulated objective only, not {options.objective}"
         if reason is None and name in ORDERED and not options.ordered:
-            reason = "execution_order='executor': every plan runs in the executor's order"
+            reason = "execution_order is not 'auto': the search orders no plan"
         cost = (HEURISTIC_ESTIMATES[name](problem, options) if name in HEURISTIC_ESTIMATES
                 else _estimated_s(name, m, problem.k, options.objective, problem.n))
         if reason is None and cost > MAX_SHARE.get(name, np.inf) * options.time_limit_s:

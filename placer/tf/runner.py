@@ -21,6 +21,8 @@ microbatches  :func:`_microbatches`                        plan, model, policy's
 splits        :func:`_splits`                              plan, op graph, traced model    ``Plan``, ``OpGraph``,
               (:mod:`placer.core.splits`)                                                  ``BuiltProblem``: large
                                                                                            products split where it pays
+order         :func:`_simulated_order`                     plan, op graph, traced model    ``Plan`` (its ops' order
+                                                                                           fixed, or one device)
 calls         :func:`_call_overhead`                       plan, traced model              ``Plan`` + the measured
                                                                                            fixed cost per call
 emit          :func:`_emit` (:mod:`placer.tf.placement`,   traced model, plan              ``EmittedModel`` (and the
@@ -57,15 +59,17 @@ from cost_models.comm import Link, LinkFit
 from cost_models.simulate import SimOptions
 
 from ..core.build import BuiltProblem, build_problem, check_total_memory
+from ..core.order import SIMULATED_ORDER_MIN_OP_S, timeline_order
 from ..core.compression import CODECS, CompressionPolicy
 from ..core.devices import DeviceSet, SharedProcessor, device_host, device_kind, resolve_devices
 from ..core.microbatch import SmallBatchCosts, ParameterCodec, candidate_microbatches, simulate_pipeline
-from ..core.plan import Plan
+from ..core.plan import KEPT, Candidate, Plan
 from ..core.attrs import COMPUTE_US, MEMORY_BYTES
 from ..core.replicas import device_groups, simulate_replicas
 from ..core.splits import (Split, helper_owner, pair_ops, split_graph, split_map, split_saving_s, spread_parts,
                            with_measured_parts)
-from ..errors import AutoplaceError, InputSignatureError, InsufficientMemoryError, PlanError, TrainingError
+from ..errors import (AutoplaceError, InputSignatureError, InsufficientMemoryError, NoFeasiblePlanError, PlanError,
+                      TrainingError)
 from ..measure.hosts import executor_ready_order, sharing_groups
 from ..measure.links import calibrate_links
 from ..planner import DEFAULT_SOLVER, PlanOptions, pipeline_plan, plan_problem, replica_plan
@@ -90,7 +94,7 @@ log = logging.getLogger(__name__)
 
 #: The stages of :func:`autoplace`, in order; :func:`profile` runs :data:`PROFILE_STAGES`.
 STAGES = ("devices", "trace", "costs", "hosts", "graph", "problem", "solve", "codecs", "microbatches", "splits",
-          "calls", "emit", "report")
+          "order", "calls", "emit", "report")
 PROFILE_STAGES = STAGES[:3]
 
 
@@ -536,6 +540,50 @@ def _splits(traced: TracedModel, graphs: _Graphs, plan: Plan, devset: DeviceSet,
                                      f"({1e3 * whole_s:.3f} ms as emitted)")
         out = out.scored(cand, kept=keep and i == best_i)
     return replace(out, log=(*out.log, line)), (split if keep else graphs)
+
+
+def _simulated_order(traced: TracedModel, plan: Plan, graphs: _Graphs, devset: DeviceSet,
+                     opts: PlacementOptions) -> Plan:
+    """The order stage (``execution_order="simulated"``, autoplace's default): where the devices' executors run
+    one op at a time depth first (one-thread workers: ready order ``"lifo"``), a plan of one copy in one
+    micro-batch over several devices gets the order its own simulation (its prompt sends' acknowledgements
+    included) ran its ops of :data:`~placer.core.order.SIMULATED_ORDER_MIN_OP_S` or more in
+    (:func:`~placer.core.order.timeline_order`; ``Plan.op_order``, control edges in the placed graph), and is
+    predicted in that order. TensorFlow's executor chooses among ready ops by the order of the graph's edges,
+    which nothing predicts: on two workers it ran layers' weight gradients before the input gradients the other
+    worker waited for (``docs/costs.md``). Where the ordered plan is no longer ``split_margin`` faster than one
+    device, the one-device plan replaces it."""
+    if (opts.solve.execution_order != "simulated" or devset.ready_order != "lifo" or plan.microbatches > 1
+            or plan.replicas > 1 or opts.train.training_replicas > 1 or plan.op_order
+            or len(set(plan.assignment.values())) < 2):
+        return plan
+    built = graphs.built
+    acks = predicted_acknowledgements(traced, plan, graphs.op_graph, built) if _prompt_sends(opts, devset) else ()
+    a = built.group_assignment(plan.assignment)
+    free = built.simulate(a, SimOptions(acknowledged=acks))
+    order = timeline_order(free.timeline, len(devset))
+    ordered = built.simulate(a, SimOptions(acknowledged=acks), order=order)
+    try:  # (a split's parts on one device: its graph is the split one)
+        single = replace(_solve(built, replace(opts.solve, algorithm="single"), None, traced.batch_size,
+                                opts.emit.compression), splits=plan.splits, pairs=plan.pairs)
+    except (InsufficientMemoryError, NoFeasiblePlanError):  # no device holds it: the ordered plan or none
+        single = None
+    margin = opts.solve.split_margin or 0.0
+    keep = single is None or ordered.step_time_s < single.predicted_step_time_s * (1.0 - margin)
+    line = (f"execution order: {sum(map(len, order))} ops of {1e3 * SIMULATED_ORDER_MIN_OP_S:g} ms or more fixed "
+            f"in the plan's simulated order: predicted {1e3 * ordered.step_time_s:.3f} ms (executor's order: "
+            f"{1e3 * free.step_time_s:.3f} ms)"
+            + ("" if single is None else f"; one device {1e3 * single.predicted_step_time_s:.3f} ms") + ": "
+            + ("kept" if keep else f"one device (the ordered plan is not {100 * margin:.0f}% (split_margin) "
+                                   "faster)"))
+    log.info(line)
+    if not keep:
+        one = Candidate("one device", "single", 1, 1, 1, len(plan.splits), single.predicted_step_time_s,
+                        max(single.predicted_peak_memory_bytes, default=None), KEPT, line)
+        return replace(single, log=(*single.log, line), candidates=plan.candidates).scored(one, kept=True)
+    unacked = built.simulate(a, order=order).step_time_s  # the emit stage adds the acknowledgements' change
+    out = replace(plan, op_order=built.op_order(order), predicted_step_time_s=unacked, log=(*plan.log, line))
+    return out.scored(out.as_candidate(ordered.step_time_s, note=line), kept=True)
 
 
 def _splits_that_could_pay(families: list[list[Split]], whole: Any, devset: DeviceSet, needed_s: float
@@ -1090,6 +1138,9 @@ def _autoplace(model: Any, devices: Sequence[Any], plan: Plan | str | os.PathLik
         placed_plan = replace(placed_plan, log=(*placed_plan.log, f"chosen on the full batch's trace: "
                                                                   f"{_kept(chosen)}"),
                               predicted_step_time_s=chosen.predicted_step_time_s, candidates=chosen.candidates)
+    with timer.stage("order"):
+        if given is None:
+            placed_plan = _simulated_order(traced, placed_plan, _Graphs(op_graph, built), devset, opts)
     if opts.hosts.measure_call:
         with timer.stage("calls"):
             placed_plan = _call_overhead(traced, placed_plan)
