@@ -70,8 +70,8 @@ def hand_split(model, devices, batch: int, m: int, depth: int):
     stage0, stage1 = first.plan.devices
     split = {op: stage1 if any(k in str(graph.nodes[op].get("layer", op)) for k in late) else stage0
              for op in first.plan.assignment}
-    return (graph, replace(first.plan, assignment=split),
-            replace(first.plan, assignment=dict.fromkeys(split, stage0)))
+    return (graph, replace(first.plan, assignment=split, op_order={}),  # an order belongs to its own assignment
+            replace(first.plan, assignment=dict.fromkeys(split, stage0), op_order={}))
 
 
 def simulated_live(built, groups: np.ndarray, sim) -> list[float]:

@@ -88,14 +88,15 @@ def stand_in_table(devices: list, specs: list) -> dict:
 
 
 def by_layers(placed, late: tuple[str, ...]) -> placer.Plan:
-    """``placed.plan`` with the ops of the ``late`` layers on its second device, the rest on its first."""
+    """``placed.plan`` with the ops of the ``late`` layers on its second device, the rest on its first (without
+    the order the plan's own assignment ran in: ``Plan.op_order`` belongs to that assignment)."""
     graph = placed.placement.op_graph.graph
     first, second = placed.plan.devices
     def layer(op: str) -> str:  # "chain_1/c2_1" -> "c2"
         return re.sub(r"_\d+$", "", str(graph.nodes[op].get("layer", op)).split("/")[-1])
 
     return replace(placed.plan, assignment={op: second if layer(op) in late else first
-                                            for op in placed.plan.assignment})
+                                            for op in placed.plan.assignment}, op_order={})
 
 
 def ack_count(placed) -> int:

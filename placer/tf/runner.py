@@ -551,8 +551,9 @@ def _simulated_order(traced: TracedModel, plan: Plan, graphs: _Graphs, devset: D
     (:func:`~placer.core.order.timeline_order`; ``Plan.op_order``, control edges in the placed graph), and is
     predicted in that order. TensorFlow's executor chooses among ready ops by the order of the graph's edges,
     which nothing predicts: on two workers it ran layers' weight gradients before the input gradients the other
-    worker waited for (``docs/costs.md``). Where the ordered plan is no longer ``split_margin`` faster than one
-    device, the one-device plan replaces it."""
+    worker waited for (``docs/costs.md``). Where the ordered plan of the default solver is no longer
+    ``split_margin`` faster than one device, the one-device plan replaces it (a solver asked for by name keeps
+    its plan)."""
     if (opts.solve.execution_order != "simulated" or devset.ready_order != "lifo" or plan.microbatches > 1
             or plan.replicas > 1 or opts.train.training_replicas > 1 or plan.op_order
             or len(set(plan.assignment.values())) < 2):
@@ -563,11 +564,13 @@ def _simulated_order(traced: TracedModel, plan: Plan, graphs: _Graphs, devset: D
     free = built.simulate(a, SimOptions(acknowledged=acks))
     order = timeline_order(free.timeline, len(devset))
     ordered = built.simulate(a, SimOptions(acknowledged=acks), order=order)
-    try:  # (a split's parts on one device: its graph is the split one)
-        single = replace(_solve(built, replace(opts.solve, algorithm="single"), None, traced.batch_size,
-                                opts.emit.compression), splits=plan.splits, pairs=plan.pairs)
-    except (InsufficientMemoryError, NoFeasiblePlanError):  # no device holds it: the ordered plan or none
-        single = None
+    single = None  # one device replaces a plan only where the default solver chose it (as in pipeline_plan)
+    if opts.solve.algorithm == DEFAULT_SOLVER:
+        try:  # (a split's parts on one device: its graph is the split one)
+            single = replace(_solve(built, replace(opts.solve, algorithm="single"), None, traced.batch_size,
+                                    opts.emit.compression), splits=plan.splits, pairs=plan.pairs)
+        except (InsufficientMemoryError, NoFeasiblePlanError):  # no device holds it: the ordered plan stands
+            pass
     margin = opts.solve.split_margin or 0.0
     keep = single is None or ordered.step_time_s < single.predicted_step_time_s * (1.0 - margin)
     line = (f"execution order: {sum(map(len, order))} ops of {1e3 * SIMULATED_ORDER_MIN_OP_S:g} ms or more fixed "
