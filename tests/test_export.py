@@ -214,7 +214,7 @@ def test_a_planned_order_is_emitted_as_control_edges_and_applied_again_at_load(t
     assert set(loaded.order_edges) == set(emitted.order_edges)
     for got, e in zip(tf_flat(loaded(x)), expected):
         assert np.array_equal(got, e)
-    remapped = placer.load(path, devices[2:4], time_limit_s=1)  # re-planned as autoplace plans: no order
+    remapped = placer.load(path, devices[2:4], time_limit_s=1)  # re-planned in the executor's order: no order
     assert remapped.remapped and remapped.plan.op_order == {} and remapped.order_edges == ()
     # no ordering heuristic ran (they are skipped for the executor's order, unless auto stopped earlier at a
     # plan proven optimal: the measured costs decide; tests/test_graph_solve.py checks the skip itself)
