@@ -749,19 +749,25 @@ def _wide_sgd(optimizer: keras.optimizers.Optimizer) -> keras.Model:
     return model
 
 
+def _trains_as_model_fit(placed, reference, seed: int, rows: int) -> None:
+    """Two epochs of ``fit`` (batch 8) on ``rows`` random rows: ``placed``'s losses and weights (gathered from
+    any shards) equal ``reference``'s, the same model trained by ``model.fit``, within 1e-5."""
+    rng = np.random.default_rng(seed)
+    x, y = rng.standard_normal((rows, 32)).astype("float32"), rng.standard_normal((rows, 2)).astype("float32")
+    ours = placed.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0).history["loss"]
+    theirs = reference.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0).history["loss"]
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5)
+    for w, r in zip(placed.get_weights(), reference.get_weights()):
+        np.testing.assert_allclose(w, r, rtol=1e-5, atol=1e-6)
+
+
 def test_a_dense_layer_larger_than_every_device_is_split_and_trains_as_model_fit(devices):
     devs = [placer.DeviceSpec(d, memory_bytes=700_000) for d in devices]
     model, reference = _wide_sgd(keras.optimizers.SGD(0.05)), _wide_sgd(keras.optimizers.SGD(0.05))
     placed = placer.autoplace(model, devs, batch_size=8, training=True, time_limit_s=1)
     op = next(iter(placed.plan.splits))
     assert "wide" in op and placed.plan.splits == {op: 4}
-    rng = np.random.default_rng(0)
-    x, y = rng.standard_normal((48, 32)).astype("float32"), rng.standard_normal((48, 2)).astype("float32")
-    ours = placed.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0).history["loss"]
-    theirs = reference.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0).history["loss"]
-    np.testing.assert_allclose(ours, theirs, rtol=1e-5)
-    for w, r in zip(placed.get_weights(), reference.get_weights()):  # the kernel gathered from its trained shards
-        np.testing.assert_allclose(w, r, rtol=1e-5, atol=1e-6)
+    _trains_as_model_fit(placed, reference, seed=0, rows=48)
     step = next(e for e in placed.placement.functions.emitted() if e.step == "train")
     nodes = {n.name: n for n in step.graph_def.node}
     assert {s.variable for s in step.shards}.isdisjoint(nodes)  # no whole kernel in the step
@@ -787,13 +793,7 @@ def test_a_step_whose_weights_fit_but_whose_peak_does_not_is_split_to_fit_and_tr
     assert list(placed.plan.splits.values()) == [4] and "wide" in next(iter(placed.plan.splits))
     assert any("predicted peak under its memory" in line for line in placed.plan.log)
     assert max(d["predicted_peak_memory_bytes"] for d in placed.report_data["devices"]) <= 1_200_000
-    rng = np.random.default_rng(2)
-    x, y = rng.standard_normal((32, 32)).astype("float32"), rng.standard_normal((32, 2)).astype("float32")
-    ours = placed.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0).history["loss"]
-    theirs = reference.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0).history["loss"]
-    np.testing.assert_allclose(ours, theirs, rtol=1e-5)
-    for w, r in zip(placed.get_weights(), reference.get_weights()):
-        np.testing.assert_allclose(w, r, rtol=1e-5, atol=1e-6)
+    _trains_as_model_fit(placed, reference, seed=2, rows=32)
 
 
 def test_adams_moments_of_a_split_kernel_are_sharded_with_it_and_train_as_model_fit(devices):
@@ -804,13 +804,7 @@ def test_adams_moments_of_a_split_kernel_are_sharded_with_it_and_train_as_model_
     placed = placer.autoplace(model, devs, batch_size=8, training=True, time_limit_s=1)
     assert len(placed.plan.splits) == 1 and "wide" in next(iter(placed.plan.splits))
     assert any("with their optimizer slots" in line for line in placed.plan.log)
-    rng = np.random.default_rng(1)
-    x, y = rng.standard_normal((32, 32)).astype("float32"), rng.standard_normal((32, 2)).astype("float32")
-    ours = placed.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0).history["loss"]
-    theirs = reference.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0).history["loss"]
-    np.testing.assert_allclose(ours, theirs, rtol=1e-5)
-    for w, r in zip(placed.get_weights(), reference.get_weights()):
-        np.testing.assert_allclose(w, r, rtol=1e-5, atol=1e-6)
+    _trains_as_model_fit(placed, reference, seed=1, rows=32)
     sharded = [v for v in placed.optimizer.variables if isinstance(v, ReplicatedVariable)]
     assert sorted(v.path.rsplit("_", 1)[-1] for v in sharded) == ["momentum", "velocity"]
     assert all(len(v.shards) == 4 for v in sharded)

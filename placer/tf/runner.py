@@ -407,9 +407,33 @@ def _prompt_sends(opts: PlacementOptions, devset: DeviceSet) -> bool:
     return opts.emit.sends == "prompt" or (opts.emit.sends == "auto" and devset.ready_order == "lifo")
 
 
-def _step_with_sends(traced: TracedModel, plan: Plan, graphs: _Graphs, prompt: bool) -> float:
+def _orders(opts: PlacementOptions, devset: DeviceSet, plan: Plan) -> bool:
+    """Whether the order stage fixes ``plan``'s simulated order (:func:`_simulated_order`)."""
+    return (opts.solve.execution_order == "simulated" and devset.ready_order == "lifo" and plan.microbatches == 1
+            and plan.replicas == 1 and opts.train.training_replicas == 1 and not plan.op_order
+            and len(set(plan.assignment.values())) > 1)
+
+
+def _ordered(traced: TracedModel, plan: Plan, graphs: _Graphs, prompt: bool
+             ) -> tuple[SimResult, tuple[tuple[int, ...], ...], SimResult]:
+    """``plan`` simulated as emitted with prompt sends' acknowledgements (where ``prompt``), the order that
+    simulation ran each device's ops of :data:`~placer.core.order.SIMULATED_ORDER_MIN_OP_S` or more in, and the
+    plan simulated again in that order: ``(free, order, ordered)``."""
+    built = graphs.built
+    acks = predicted_acknowledgements(traced, plan, graphs.op_graph, built) if prompt else ()
+    a = built.group_assignment(plan.assignment)
+    free = built.simulate(a, SimOptions(acknowledged=acks))
+    order = timeline_order(free.timeline, len(built.devices))
+    return free, order, built.simulate(a, SimOptions(acknowledged=acks), order=order)
+
+
+def _step_with_sends(traced: TracedModel, plan: Plan, graphs: _Graphs, prompt: bool, ordered: bool = False
+                     ) -> float:
     """``plan``'s simulated step (its ``predicted_step_time_s`` where pipelined or copied) with the transfers its
-    emitted function would acknowledge (prompt sends): what the emit stage will predict."""
+    emitted function would acknowledge (prompt sends) and, where ``ordered`` (:func:`_orders`), in the order the
+    order stage will fix: what the emit stage will predict."""
+    if ordered:
+        return _ordered(traced, plan, graphs, prompt)[2].step_time_s
     if not prompt or plan.microbatches > 1 or plan.replicas > 1:
         return plan.predicted_step_time_s
     acks = predicted_acknowledgements(traced, plan, graphs.op_graph, graphs.built)
@@ -454,7 +478,8 @@ def _splits(traced: TracedModel, graphs: _Graphs, plan: Plan, devset: DeviceSet,
     same solver, and with each split's parts side by side (:func:`~placer.core.splits.spread_parts`; the solver's
     simulation does not see the acknowledged transfers that let parts overlap on one-thread workers). The best of
     them, scored
-    as it will be emitted (prompt sends included: :func:`_step_with_sends`), replaces ``plan`` (with the
+    as it will be emitted (prompt sends and the order stage's order included: :func:`_step_with_sends`),
+    replaces ``plan`` (with the
     micro-batches and copies the stage before chose) where ``splits="auto"`` predicts it ``split_margin``
     faster (``"all"``: kept; ``"none"``: not tried). ``notes``: the log lines the solve stage added to
     ``plan``'s (a split plan gets them too)."""
@@ -488,7 +513,7 @@ def _splits(traced: TracedModel, graphs: _Graphs, plan: Plan, devset: DeviceSet,
                                                      opts.split.split_min_bytes) if s.kind == "columns"])
     whole = graphs.op_graph.graph
     prompt = _prompt_sends(opts, devset)
-    whole_s = _step_with_sends(traced, plan, graphs, prompt)
+    whole_s = _step_with_sends(traced, plan, graphs, prompt, _orders(opts, devset, plan))
     margin = opts.solve.split_margin or 0.0
     if mode == "auto":  # before profiling (a whole trace): only splits that could save more than they send
         families, line = _splits_that_could_pay(families, whole, devset, margin * whole_s)
@@ -519,7 +544,8 @@ def _splits(traced: TracedModel, graphs: _Graphs, plan: Plan, devset: DeviceSet,
         except PlanError as e:  # the parts side by side exceed a device's memory: the solver's plan alone
             log.info("operator splits: %d parts side by side do not fit (%s)", len(subset), e)
         for p in plans:
-            scored.append((_step_with_sends(traced, p, split, prompt), len(scored), p, split))
+            scored.append((_step_with_sends(traced, p, split, prompt, _orders(opts, devset, p)), len(scored), p,
+                           split))
     best_s, best_i, best, split = min(scored, key=lambda t: t[:2])
     faster = best_s < whole_s * (1.0 - margin)
     what = (f"{len(best.splits)} of {len(split_map(found))} products split {len(devset)} ways ("
@@ -554,16 +580,11 @@ def _simulated_order(traced: TracedModel, plan: Plan, graphs: _Graphs, devset: D
     worker waited for (``docs/costs.md``). Where the ordered plan of the default solver is no longer
     ``split_margin`` faster than one device, the one-device plan replaces it (a solver asked for by name keeps
     its plan)."""
-    if (opts.solve.execution_order != "simulated" or devset.ready_order != "lifo" or plan.microbatches > 1
-            or plan.replicas > 1 or opts.train.training_replicas > 1 or plan.op_order
-            or len(set(plan.assignment.values())) < 2):
+    if not _orders(opts, devset, plan):
         return plan
     built = graphs.built
-    acks = predicted_acknowledgements(traced, plan, graphs.op_graph, built) if _prompt_sends(opts, devset) else ()
+    free, order, ordered = _ordered(traced, plan, graphs, _prompt_sends(opts, devset))
     a = built.group_assignment(plan.assignment)
-    free = built.simulate(a, SimOptions(acknowledged=acks))
-    order = timeline_order(free.timeline, len(devset))
-    ordered = built.simulate(a, SimOptions(acknowledged=acks), order=order)
     single = None  # one device replaces a plan only where the default solver chose it (as in pipeline_plan)
     if opts.solve.algorithm == DEFAULT_SOLVER:
         try:  # (a split's parts on one device: its graph is the split one)
