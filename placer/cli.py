@@ -121,7 +121,9 @@ def _parser() -> argparse.ArgumentParser:
                          f"{also}{memory}")
         sub.add_argument("--execution-order", default=default(execution_order), choices=list(EXECUTION_ORDERS),
                          help="auto: a plan may fix the order each device runs its ops in, where predicted "
-                         f"faster; executor: TensorFlow's executor orders them{also}{execution_order}")
+                         "faster; executor: TensorFlow's executor orders them; simulated (placing a model): "
+                         "searched as executor, then on one-thread workers a one-copy plan keeps the order its "
+                         f"simulation ran its ops in{also}{execution_order}")
         common(sub)
 
     def model(sub: argparse.ArgumentParser) -> None:

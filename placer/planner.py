@@ -108,7 +108,9 @@ class PlanOptions:
     execution_order : str
         ``"auto"`` (default): a plan may fix the order each device runs its ops in (control edges in the
         placed graph) where that is predicted faster; ``"executor"``: TensorFlow's executor orders them in
-        every plan. See :mod:`placer.core.order`.
+        every plan; ``"simulated"`` (:func:`placer.autoplace`'s default): searched as ``"executor"``, then
+        ``autoplace``'s order stage fixes a one-copy plan's simulated order on one-thread workers (here, as
+        ``"executor"``). See :mod:`placer.core.order`.
     split_margin : float or None
         With the default algorithm and a time objective, the plan on several devices is kept over one
         device only where its simulated step is predicted at least this much faster (:func:`pipeline_plan`:
