@@ -119,10 +119,11 @@ def plant(directory: str) -> str:
 
 def two_stages(plan: placer.Plan) -> placer.Plan:
     """``plan`` with the towers on its first device and the head (concatenation, dense, output) on its second (one
-    copy of the model: ``replicas=1``)."""
+    copy of the model: ``replicas=1``; without the order of the plan's own assignment)."""
     first, second = plan.devices
-    return replace(plan, replicas=1, assignment={op: second if ("head" in op or "concatenate" in op or op.startswith("Identity"))
-                                     else first for op in plan.assignment})
+    return replace(plan, replicas=1, op_order={},
+                   assignment={op: second if ("head" in op or "concatenate" in op or op.startswith("Identity"))
+                               else first for op in plan.assignment})
 
 
 def profile_with_variable(dtype: str, target: str, device: str) -> None:

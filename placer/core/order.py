@@ -138,7 +138,7 @@ def check_order(order: Sequence[Sequence[int]], fine_assignment: np.ndarray) -> 
             if fine[v] != d:
                 raise PlanError(f"the plan's op order puts op {v} on device {d}, its assignment on device "
                                 f"{int(fine[v])}; re-apply the order with the assignment it was made with, "
-                                "or solve again")
+                                "drop the order of a changed assignment (op_order={} in the plan) or solve again")
             seen.add(v)
 
 
