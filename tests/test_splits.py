@@ -796,6 +796,15 @@ def test_a_step_whose_weights_fit_but_whose_peak_does_not_is_split_to_fit_and_tr
     _trains_as_model_fit(placed, reference, seed=2, rows=32)
 
 
+def test_a_peak_that_no_split_brings_under_the_devices_memory_is_refused_saying_what_was_tried(devices):
+    """The weights fit a device, but at batch 2048 the wide layer's activations alone (about 24 MB) exceed four
+    devices of 1.2 MB however it is split: a typed error naming what was tried, before anything runs."""
+    devs = [placer.DeviceSpec(d, memory_bytes=1_200_000) for d in devices]
+    with pytest.raises(InsufficientMemoryError, match=r"Tried: the \d+ splittable ops' weights split 4 ways"):
+        placer.autoplace(_wide_sgd(keras.optimizers.SGD(0.05)), devs, batch_size=2048, training=True,
+                         time_limit_s=1)
+
+
 def test_adams_moments_of_a_split_kernel_are_sharded_with_it_and_train_as_model_fit(devices):
     """The kernel fits a device but not with Adam's two moments (3 × 768,000 bytes against 2,000,000): split with
     its moments, each part updating its shards of the three; ``fit`` and the optimizer's state as ``model.fit``'s."""
