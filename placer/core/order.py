@@ -48,10 +48,11 @@ DEFAULT_EXECUTION_ORDER = "auto"
 #: predicted gains are on devices that run one op at a time in ready order (GPUs' streams), where none was
 #: at hand to measure.
 #: Since 2026-12-07 it is ``"simulated"``: on two one-thread gRPC workers the order of a one-copy plan's own
-#: simulation, fixed, measured 0.91x, 0.93x and 0.99x the executor's order of the same plans (a 105M-parameter
-#: MLP's, a 4-tower MLP's and a Transformer's training steps) and was predicted within -1.5..-10.1% where the
-#: executor's order was -10.8..-15.9% (``benchmarks/results/order_training.md``): the executor ran a layer's
-#: weight gradient before the input gradient the other worker waited for, which no ready order predicts.
+#: simulation, fixed (or one worker where the ordered plan is no longer faster), measured 0.93-1.21x as fast as
+#: the executor's order of the same plans over two runs of five workloads (median 1.04x) and was predicted with
+#: a median |error| of 4.9% against 15.4% (``benchmarks/results/order_training.md``, ``order_training_run2.md``):
+#: the executor ran a layer's weight gradient before the input gradient the other worker waited for, as the
+#: graph's edge order had it, which no ready order predicts.
 MODEL_EXECUTION_ORDER = "simulated"
 #: Ops shorter than this (seconds, on their device) are left out of an order: they run when the executor gets
 #: to them. They are what Grappler rewrites (a fused partner's time lands on its fused op, so it profiles at
