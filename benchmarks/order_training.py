@@ -43,16 +43,14 @@ DEFAULT_CASES = ("wide_training", "towers_training", "transformer_training", "to
 
 
 def simulated_order(placed, min_us: float) -> dict[str, tuple[str, ...]]:
-    """Per device, the ops of ``placed``'s plan that take at least ``min_us`` there, in the start order of the
-    plan's emitted simulation."""
+    """Per device, the ops of ``placed``'s plan that ran at least ``min_us`` in the plan's emitted simulation,
+    in their start order there (:func:`placer.core.order.timeline_order`, as the order stage takes it)."""
+    from placer.core.order import timeline_order
+
     pl = placed.placement
-    report = pl.report
     names = pl.devices.names
-    order: dict[str, list[str]] = {}
-    for v, d, s, e in sorted(report.step_simulation.timeline, key=lambda t: (t[2], t[3])):
-        if 1e6 * (e - s) >= min_us:
-            order.setdefault(names[d], []).append(report._op_name(v))
-    return {dev: tuple(ops) for dev, ops in order.items()}
+    order = timeline_order(pl.report.step_simulation.timeline, len(names), 1e-6 * min_us)
+    return {names[d]: tuple(pl.report._op_name(v) for v in ops) for d, ops in enumerate(order) if ops}
 
 
 def run(args: argparse.Namespace) -> int:
