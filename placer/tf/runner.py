@@ -351,6 +351,24 @@ def _profiled_split(traced: TracedModel, op_graph: OpGraph, splits: Sequence[Spl
     return replace(measured, graph=with_measured_parts(split.graph, measured.graph, op_graph.graph, splits))
 
 
+def _largest_first(splits: Sequence[Split], whole: OpGraph) -> list[list[Split]]:
+    """The subsets of ``splits`` the splits search tries: the one, the half and all of them whose weights (with
+    the slots they shard, bytes of ``whole``'s placeholders) are largest (ties: by op)."""
+    g = whole.graph
+    ranked = sorted(splits, key=lambda s: (-sum(int(g.nodes[ph].get(MEMORY_BYTES, 0)) for ph in s.placeholders),
+                                           s.op))
+    return [ranked[:n] for n in sorted({1, (len(ranked) + 1) // 2, len(ranked)})]
+
+
+def _subset_graphs(measured: OpGraph, whole: OpGraph, subset: Sequence[Split], devset: DeviceSet,
+                   opts: PlacementOptions) -> _Graphs:
+    """``whole`` with ``subset`` split, the ops the splits change timed as in ``measured`` (a profile of a
+    graph with at least these splits, :func:`~placer.core.splits.with_measured_parts`), and its problem."""
+    graph = replace(measured, graph=with_measured_parts(split_graph(whole.graph, subset), measured.graph,
+                                                        whole.graph, subset))
+    return _Graphs(graph, build_problem(graph.graph, devset, group_by=opts.solve.group_by))
+
+
 def _split_to_fit(traced: TracedModel, op_graph: OpGraph, devset: DeviceSet, opts: PlacementOptions,
                   costs: ComputeCosts, error: InsufficientMemoryError
                   ) -> tuple[list[Split], OpGraph, BuiltProblem, Plan]:
@@ -378,19 +396,16 @@ def _split_to_fit(traced: TracedModel, op_graph: OpGraph, devset: DeviceSet, opt
     log.info("operator splits: no placement of whole ops fits the devices' memory; profiling %d splittable "
              "ops split %d ways", len(found), len(devset))
     measured = _profiled_split(traced, op_graph, found, costs, devset, opts)
-    ranked = sorted(found, key=lambda s: (-sum(variable_bytes(variables[ph]) for ph in s.placeholders), s.op))
     last: InsufficientMemoryError = error
-    for n in sorted({1, (len(ranked) + 1) // 2, len(ranked)}):
-        subset = ranked[:n]
-        graph = replace(measured, graph=with_measured_parts(split_graph(op_graph.graph, subset), measured.graph,
-                                                            op_graph.graph, subset))
-        built = build_problem(graph.graph, devset, group_by=opts.solve.group_by)
+    for subset in _largest_first(found, op_graph):
+        split = _subset_graphs(measured, op_graph, subset, devset, opts)
         try:
-            return subset, graph, built, _solve(built, opts.solve, None, traced.batch_size, opts.emit.compression)
+            return subset, split.op_graph, split.built, _solve(split.built, opts.solve, None, traced.batch_size,
+                                                               opts.emit.compression)
         except InsufficientMemoryError as e:
-            log.info("operator splits: %d of %d split ops do not fit either", n, len(ranked))
+            log.info("operator splits: %d of %d split ops do not fit either", len(subset), len(found))
             last = e
-    raise InsufficientMemoryError(f"{last}. Tried: the {len(ranked)} splittable ops' weights split "
+    raise InsufficientMemoryError(f"{last}. Tried: the {len(found)} splittable ops' weights split "
                                   f"{len(devset)} ways (the largest one, half and all of them)") from error
 
 
@@ -414,17 +429,22 @@ def _orders(opts: PlacementOptions, devset: DeviceSet, plan: Plan) -> bool:
             and len(set(plan.assignment.values())) > 1)
 
 
+def _as_emitted(traced: TracedModel, plan: Plan, graphs: _Graphs, prompt: bool) -> tuple[np.ndarray, SimOptions]:
+    """``plan``'s group assignment and the simulation options of its step as emitted: the transfers prompt sends
+    acknowledge (where ``prompt``)."""
+    acks = predicted_acknowledgements(traced, plan, graphs.op_graph, graphs.built) if prompt else ()
+    return graphs.built.group_assignment(plan.assignment), SimOptions(acknowledged=acks)
+
+
 def _ordered(traced: TracedModel, plan: Plan, graphs: _Graphs, prompt: bool
-             ) -> tuple[SimResult, tuple[tuple[int, ...], ...], SimResult]:
-    """``plan`` simulated as emitted with prompt sends' acknowledgements (where ``prompt``), the order that
-    simulation ran each device's ops of :data:`~placer.core.order.SIMULATED_ORDER_MIN_OP_S` or more in, and the
-    plan simulated again in that order: ``(free, order, ordered)``."""
-    built = graphs.built
-    acks = predicted_acknowledgements(traced, plan, graphs.op_graph, built) if prompt else ()
-    a = built.group_assignment(plan.assignment)
-    free = built.simulate(a, SimOptions(acknowledged=acks))
-    order = timeline_order(free.timeline, len(built.devices))
-    return free, order, built.simulate(a, SimOptions(acknowledged=acks), order=order)
+             ) -> tuple[np.ndarray, SimResult, tuple[tuple[int, ...], ...], SimResult]:
+    """``plan`` simulated as emitted (:func:`_as_emitted`), the order that simulation ran each device's ops of
+    :data:`~placer.core.order.SIMULATED_ORDER_MIN_OP_S` or more in, and the plan simulated again in that order:
+    ``(group assignment, free, order, ordered)``."""
+    a, options = _as_emitted(traced, plan, graphs, prompt)
+    free = graphs.built.simulate(a, options)
+    order = timeline_order(free.timeline, len(graphs.built.devices))
+    return a, free, order, graphs.built.simulate(a, options, order=order)
 
 
 def _step_with_sends(traced: TracedModel, plan: Plan, graphs: _Graphs, prompt: bool, ordered: bool = False
@@ -433,12 +453,10 @@ def _step_with_sends(traced: TracedModel, plan: Plan, graphs: _Graphs, prompt: b
     emitted function would acknowledge (prompt sends) and, where ``ordered`` (:func:`_orders`), in the order the
     order stage will fix: what the emit stage will predict."""
     if ordered:
-        return _ordered(traced, plan, graphs, prompt)[2].step_time_s
+        return _ordered(traced, plan, graphs, prompt)[-1].step_time_s
     if not prompt or plan.microbatches > 1 or plan.replicas > 1:
         return plan.predicted_step_time_s
-    acks = predicted_acknowledgements(traced, plan, graphs.op_graph, graphs.built)
-    return graphs.built.simulate(graphs.built.group_assignment(plan.assignment),
-                                 SimOptions(acknowledged=acks)).step_time_s
+    return graphs.built.simulate(*_as_emitted(traced, plan, graphs, prompt)).step_time_s
 
 
 def _measured_parts(traced: TracedModel, op_graph: OpGraph, splits: Sequence[Split], costs: ComputeCosts,
@@ -524,14 +542,10 @@ def _splits(traced: TracedModel, graphs: _Graphs, plan: Plan, devset: DeviceSet,
     subsets = []
     for family in families:  # one profile of each family's splits; the largest weights first: 1, half, all
         measured = _measured_parts(traced, _split(graphs.op_graph, family), family, costs, devset, opts)
-        ranked = sorted(family, key=lambda s: (-sum(int(whole.nodes[ph].get(MEMORY_BYTES, 0))
-                                                     for ph in s.placeholders), s.op))
-        subsets += [(measured, ranked[:n]) for n in ([len(ranked)] if mode == "all" else
-                                                     sorted({1, (len(ranked) + 1) // 2, len(ranked)}))]
+        tried = _largest_first(family, graphs.op_graph)
+        subsets += [(measured, subset) for subset in (tried[-1:] if mode == "all" else tried)]
     for measured, subset in subsets:
-        op_graph = replace(measured, graph=with_measured_parts(split_graph(whole, subset), measured.graph, whole,
-                                                               subset))
-        split = _Graphs(op_graph, build_problem(op_graph.graph, devset, group_by=opts.solve.group_by))
+        split = _subset_graphs(measured, graphs.op_graph, subset, devset, opts)
         splits, pairs = split_map(subset), pair_ops(subset)
         solved = replace(_solve(split.built, opts.solve, None, traced.batch_size, opts.emit.compression),
                          splits=splits, pairs=pairs)
@@ -583,8 +597,7 @@ def _simulated_order(traced: TracedModel, plan: Plan, graphs: _Graphs, devset: D
     if not _orders(opts, devset, plan):
         return plan
     built = graphs.built
-    free, order, ordered = _ordered(traced, plan, graphs, _prompt_sends(opts, devset))
-    a = built.group_assignment(plan.assignment)
+    a, free, order, ordered = _ordered(traced, plan, graphs, _prompt_sends(opts, devset))
     single = None  # one device replaces a plan only where the default solver chose it (as in pipeline_plan)
     if opts.solve.algorithm == DEFAULT_SOLVER:
         try:  # (a split's parts on one device: its graph is the split one)
