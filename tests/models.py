@@ -24,15 +24,17 @@ def dense_chain(inputs: int, width: int, outputs: int, name: str) -> keras.Model
     return keras.Model(inp, keras.layers.Dense(outputs, name="head")(h), name=name)
 
 
-def recommender(rows: int, dim: int, history: int = 6, name: str = "recommender") -> keras.Model:
+def recommender(rows: int, dim: int, history: int = 6, name: str = "recommender",
+                optimizer: keras.optimizers.Optimizer | None = None) -> keras.Model:
     """A user's ``history`` item ids → an item table of ``rows`` × ``dim`` (``items``) averaged → a small head;
-    compiled with SGD (sparse updates of the table) and MSE, the weights seeded."""
+    compiled with ``optimizer`` (default SGD: sparse updates of the table; Adam updates it densely) and MSE, the
+    weights seeded."""
     keras.utils.set_random_seed(0)
     inp = keras.Input((history,), dtype="int32", name="history")
     h = keras.layers.GlobalAveragePooling1D(name="pool")(keras.layers.Embedding(rows, dim, name="items")(inp))
     h = keras.layers.Dense(16, activation="relu", name="hidden")(h)
     model = keras.Model(inp, keras.layers.Dense(1, name="score")(h), name=name)
-    model.compile(optimizer=keras.optimizers.SGD(0.5), loss="mse")
+    model.compile(optimizer=optimizer or keras.optimizers.SGD(0.5), loss="mse")
     return model
 
 

@@ -12,7 +12,7 @@ import json
 import networkx as nx
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 import keras
 import tensorflow as tf
@@ -658,12 +658,13 @@ def _sgd_chain(rows: int, hidden: int, cols: int) -> keras.Model:
 
 
 OPTIMIZERS = {"sgd": lambda: keras.optimizers.SGD(0.1), "momentum": lambda: keras.optimizers.SGD(0.1, momentum=0.9),
-              "adam": lambda: keras.optimizers.Adam(0.01)}
+              "adam": lambda: keras.optimizers.Adam(0.01), "adamw": lambda: keras.optimizers.AdamW(0.01, 0.1)}
 
 
 @settings(max_examples=8, deadline=None)
 @given(batch=st.integers(1, 4), rows=st.integers(1, 8), hidden=st.integers(2, 12), cols=st.integers(2, 10),
        parts=st.integers(2, 4), seed=st.integers(0, 1000), optimizer=st.sampled_from(sorted(OPTIMIZERS)))
+@example(batch=3, rows=5, hidden=8, cols=6, parts=3, seed=7, optimizer="adamw")  # decay: a write not from the grad
 def test_a_training_step_split_equals_the_unsplit_step(batch, rows, hidden, cols, parts, seed, optimizer):
     """Both products of a two-layer step split (the first reads the model's input: no input gradient; the second's
     input gradient is the sum of its parts'), each part on its own logical CPU: one step gives the same loss and
@@ -702,7 +703,71 @@ def test_a_training_step_split_equals_the_unsplit_step(batch, rows, hidden, cols
             np.testing.assert_allclose(v.value.numpy(), by_model[id(owners[ph])].numpy(), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def _table_model(length: int, rows: int, dim: int) -> keras.Model:
+    inp = keras.Input((length,), dtype="int32")
+    e = keras.layers.Embedding(rows, dim, name="table")(inp)
+    return keras.Model(inp, keras.layers.Dense(1, name="head")(keras.layers.Flatten()(e)))
+
+
+def _emitted_step(traced, found: list[Split]):
+    """``traced``'s step emitted with ``found`` split, part ``i`` on logical CPU ``i % 4``, the rest on CPU 0:
+    (the emitted step, its variables by placeholder)."""
+    devices = {op.name: "/CPU:0" for op in traced.dynamic.graph.get_operations()}
+    for sp in found:
+        devices[axis_name(sp.op)] = "/CPU:0"
+        for i in range(sp.parts):
+            devices.update({n: f"/CPU:{i % 4}" for n in sp.part_nodes(i)})
+    variables = {ph: ReplicatedVariable(v.value.read_value(), name=v.name) for ph, v in traced.variables.items()}
+    return emit(traced, variables, rewrite_context(traced, devices, splits=split_map(found)),
+                shard=lambda v, s: v.shard_on(s)), variables
+
+
+def _same_step(traced, reference, emitted, variables, optimizer: str, inputs) -> None:
+    """One step of ``emitted`` (the split step of ``traced``) gives the loss of one unsplit step of ``reference``
+    (a copy of the model) and the same variables after it, the optimizer's included (the split ones gathered
+    from their shards)."""
+    theirs = trace_training_step(reference, batch_size=int(inputs[0].shape[0]), optimizer=OPTIMIZERS[optimizer]())
+    np.testing.assert_allclose(np.asarray(emitted.function(*inputs)), np.asarray(theirs.fixed(*inputs)), rtol=1e-6)
+    assert len(traced.variables) == len(theirs.variables)
+    for ph, r in zip(traced.variables, theirs.variables.values()):  # captured in the same order
+        v = variables[ph]
+        v.gather_shards()
+        assert v.value.shape == r.shape
+        np.testing.assert_allclose(v.value.numpy(), r.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@settings(max_examples=5, deadline=None)
+@given(batch=st.integers(1, 4), length=st.integers(1, 5), rows=st.integers(2, 30), dim=st.integers(1, 6),
+       parts=st.integers(2, 4), seed=st.integers(0, 1000), optimizer=st.sampled_from(["momentum", "adam", "adamw"]))
+@example(batch=4, length=5, rows=7, dim=3, parts=3, seed=1, optimizer="adam")
+@example(batch=2, length=3, rows=9, dim=2, parts=2, seed=2, optimizer="adamw")
+def test_a_tables_dense_update_split_equals_the_unsplit_step(batch, length, rows, dim, parts, seed, optimizer):
+    """A table whose optimizer updates it densely (Adam's moments, momentum: the sparse gradient summed into a
+    table-sized one) splits by rows with its update: each part sums the ids its rows hold and updates its shards
+    of the table and its slots; one step gives the same loss, weights and optimizer state (ids repeat)."""
+    parts = min(parts, rows)
+    keras.utils.set_random_seed(seed)
+    model = _table_model(length, rows, dim)
+    reference = keras.models.clone_model(model)
+    reference.set_weights(model.get_weights())
+    traced = trace_training_step(model, batch_size=batch, optimizer=OPTIMIZERS[optimizer]())
+    found = [s for s in split_candidates(traced.fixed.graph, traced.variables, parts) if s.kind == "rows"]
+    assert len(found) == 1 and found[0].grads is not None and not found[0].updates
+    adam = optimizer.startswith("adam")
+    assert len(found[0].grads.weight_grads) == (2 if adam else 1)  # Adam sums the squares apart
+    assert len(found[0].grads.slots) == (2 if adam else 1)
+    emitted, variables = _emitted_step(traced, found)
+    nodes = {n.name for n in emitted.graph_def.node}
+    assert not {s.variable for s in emitted.shards} & nodes  # neither the table nor a whole slot in the step
+    assert sorted((s.start, s.stop) for s in emitted.shards) == sorted(part_bounds(rows, parts) * (
+        1 + len(found[0].grads.slots)))
+    rng = np.random.default_rng(seed)
+    ids = tf.constant(rng.integers(0, rows, (batch, length)).astype("int32"))
+    y = tf.constant(rng.standard_normal((batch, 1)).astype("float32"))
+    _same_step(traced, reference, emitted, variables, optimizer, (ids, y))
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam", "adamw"])
 def test_a_products_training_split_in_the_op_graph_matches_the_rewrite(optimizer):
     """The op graph split (:func:`split_graph`) names the nodes the rewrite makes (the parts' ``dy`` slices are
     helpers of their parts), shards the weight's memory and Adam's moments', and sums the input gradient's
@@ -719,15 +784,44 @@ def test_a_products_training_split_in_the_op_graph_matches_the_rewrite(optimizer
     second = found[1]
     assert g.nodes[second.grads.input_grad]["op_type"] == "AddN"
     assert sorted(g.predecessors(second.grads.input_grad)) == [split_name(second.grads.input_grad, i) for i in (0, 1)]
-    for n in (second.grads.weight_grad, *second.grads.unused):
+    for n in (*second.grads.weight_grads, *second.grads.unused):
         assert n not in g
     write = second.grads.update[-1]
     assert g.nodes[write]["op_type"] == "NoOp" and g.nodes[split_name(write, 1)]["colocation"] == \
         split_name(second.placeholder, 1)
-    assert len(second.grads.slots) == (2 if optimizer == "adam" else 0)
+    assert len(second.grads.slots) == (0 if optimizer == "sgd" else 2)
     for ph in second.placeholders:
         assert ph not in g
         assert sum(g.nodes[split_name(ph, i)]["memory_bytes"] for i in (0, 1)) == og.nodes[ph]["memory_bytes"]
+
+
+@pytest.mark.parametrize("optimizer", ["momentum", "adam", "adamw"])
+def test_a_tables_dense_update_in_the_op_graph_matches_the_rewrite(optimizer):
+    """The op graph's split of a table Adam (or momentum) updates names the nodes the rewrite makes (the parts'
+    local ids are helpers), shards the table's and its slots' memory by rows, and gives each part's sum a shard's
+    bytes."""
+    traced = trace_training_step(_table_model(4, 40, 8), batch_size=2, optimizer=OPTIMIZERS[optimizer]())
+    found = [sp for sp in split_candidates(traced.fixed.graph, traced.variables, 2) if sp.kind == "rows"]
+    og = build_op_graph(traced, {"CPU": {op.name: 10.0 for op in traced.fixed.graph.get_operations()}}).graph
+    g = split_graph(og, found)
+    assert nx.is_directed_acyclic_graph(g)
+    gd, shards = split_graph_def(traced.fixed.graph, traced.variables, found)
+    made = {n.name for n in gd.node if is_split_node(n.name) and helper_owner(n.name) is None}
+    assert {v for v in g if is_split_node(v)} == made
+    assert any(helper_owner(n.name) and n.op == "SelectV2" for n in gd.node)  # each part's local ids
+    sp = found[0]
+    assert {(sh.start, sh.stop, sh.axis) for sh in shards} == {(0, 20, 0), (20, 40, 0)}
+    for total in sp.grads.weight_grads:
+        assert total not in g
+        for i in (0, 1):
+            assert g.nodes[split_name(total, i)]["output_bytes"] * 2 == og.nodes[total]["output_bytes"]
+    for ph in sp.placeholders:
+        assert ph not in g
+        assert sum(g.nodes[split_name(ph, i)]["memory_bytes"] for i in (0, 1)) == og.nodes[ph]["memory_bytes"]
+    write = next(u for u in sp.grads.update if og.nodes[u]["op_type"].startswith("Assign") and
+                 sp.placeholder in og.predecessors(u))  # the table's (Adam subtracts, momentum adds)
+    assert g.nodes[write]["op_type"] == "NoOp" and g.nodes[split_name(write, 1)]["colocation"] == \
+        split_name(sp.placeholder, 1)
 
 
 def test_an_update_that_reads_the_whole_gradient_keeps_the_product_whole():
@@ -886,6 +980,40 @@ def test_a_trained_split_table_saves_loads_and_syncs_whole(trained_split, tmp_pa
     np.testing.assert_allclose(placed.predict(x, verbose=0), other.predict(x, verbose=0), rtol=1e-6, atol=1e-7)
 
 
+def test_a_table_adam_updates_is_split_with_its_moments_and_trains_as_model_fit(devices):
+    """Adam updates a table densely (its two moments are table-sized): the table with its moments (2,304,000
+    bytes) fits no device of 1,500,000, so it is split with them 4 ways; each part sums the gradient of the ids
+    its rows hold and updates its shards of the three where they live; ``fit``, the weights and Adam's state as
+    ``model.fit``'s."""
+    devs = [placer.DeviceSpec(d, memory_bytes=1_500_000) for d in devices]
+    model = recommender(ROWS, DIM, optimizer=keras.optimizers.Adam(1e-2))
+    reference = recommender(ROWS, DIM, optimizer=keras.optimizers.Adam(1e-2))
+    placed = placer.autoplace(model, devs, batch_size=8, training=True, time_limit_s=1)
+    assert list(placed.plan.splits.values()) == [4] and "items" in next(iter(placed.plan.splits))
+    assert max(d["predicted_peak_memory_bytes"] for d in placed.report_data["devices"]) <= 1_500_000
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, ROWS, (48, 6)).astype("int32")
+    x[:, 0] = rng.integers(0, 40, 48)  # rows updated by many steps, and twice in one batch
+    y = rng.standard_normal((48, 1)).astype("float32")
+    ours = placed.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0).history["loss"]
+    theirs = reference.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0).history["loss"]
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5)
+    for w, r in zip(placed.get_weights(), reference.get_weights()):
+        np.testing.assert_allclose(w, r, rtol=1e-5, atol=1e-6)
+    sharded = [v for v in placed.optimizer.variables if isinstance(v, ReplicatedVariable)]
+    assert sorted(v.path.rsplit("_", 1)[-1] for v in sharded) == ["momentum", "velocity"]
+    for p, r in zip(placed.optimizer.variables, reference.optimizer.variables):  # gathered from the shards
+        np.testing.assert_allclose(p.numpy(), r.numpy(), rtol=1e-5, atol=1e-7)
+    step = next(e for e in placed.placement.functions.emitted() if e.step == "train")
+    nodes = {n.name: n for n in step.graph_def.node}
+    assert {s.variable for s in step.shards}.isdisjoint(nodes)  # no whole table or moment in the step
+    sums = [n for n in nodes.values() if n.op == "UnsortedSegmentSum"]
+    assert len(sums) == 8 and len({n.device for n in sums}) == 4  # values and squares, one of each per shard
+    writes = [n for n in nodes.values() if n.op.startswith("Assign") and n.input[0] in
+              {s.placeholder for s in step.shards}]
+    assert len(writes) == 12 and all(n.device == nodes[n.input[0]].device for n in writes)
+
+
 def test_a_table_no_device_holds_is_refused_without_splits(devices):
     with pytest.raises(InsufficientMemoryError, match="items.*splits='auto'"):
         placer.autoplace(recommender(ROWS, DIM), _limited(devices), batch_size=8, training=True, splits="none",
@@ -930,10 +1058,14 @@ def test_inconsistent_splits_are_refused():
         split_graph(g, [Split("m", read="r", placeholder="w", columns=4, parts=2, reshape="rs")])
     with pytest.raises(GraphError, match="through a reshape"):
         Split("m", read="r", placeholder="w", columns=4, parts=2, kind="rows", reshape="rs")
-    grads = Gradients("gw", None, ("update",))
-    for other in (dict(kind="rows"), dict(reshape="rs"), dict(pair=Pair("b", "rb", "pb"))):
-        with pytest.raises(GraphError, match="only an unpaired product read without a reshape is split with its"):
+    grads = Gradients(("gw",), None, ("update",))
+    for other in (dict(reshape="rs"), dict(pair=Pair("b", "rb", "pb"))):
+        with pytest.raises(GraphError, match=r"only an unpaired product read without a reshape \(or a lookup\)"):
             Split("m", read="r", placeholder="w", columns=4, parts=2, grads=grads, **other)
+    with pytest.raises(GraphError, match="a lookup's ids have no gradient"):
+        Split("m", read="r", placeholder="w", columns=4, parts=2, kind="rows", grads=Gradients(("gw",), "gx", ()))
+    with pytest.raises(GraphError, match="not both"):
+        Split("m", read="r", placeholder="w", columns=4, parts=2, kind="rows", grads=grads, updates=("scatter",))
     table = ReplicatedVariable(tf.reshape(tf.range(12.0), (6, 2)), name="t")
     table.shard_on(Shard("p/autoplace_split_0", "p", "/CPU:0", 0, 3, axis=0, pieces=True))
     table.mark_trained()  # one shard of two: its rows 3-5 are nowhere

@@ -436,7 +436,7 @@ def _check_memory(graph: nx.DiGraph, nodes: Sequence, members: list[list[int]], 
                 f"(largest: {int(cap[ok].max()):,}); give that device more memory, or split the group (autoplace's "
                 f"splits='auto' splits a lookup's table or a dense product's weight that exceeds every device, with "
                 f"its optimizer slots; in a training step only where the optimizer updates it element by element: a "
-                f"table only by SGD, a product by SGD, momentum or Adam, never under a global-norm clip)")
+                f"table or a product by SGD, momentum or Adam, never under a global-norm clip)")
 
 
 def canonical_order(graph: nx.DiGraph) -> list[Hashable]:

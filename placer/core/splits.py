@@ -243,24 +243,32 @@ class Pair:
 
 @dataclass(frozen=True)
 class Gradients:
-    """A column-split product's backward pass and its weight's update in a training step.
+    """A split weight's backward pass and update in a training step.
 
-    For ``y = x @ W`` split by ``W``'s columns into ``W_i``, the gradient ``dy`` of ``y`` is cut the same way
-    (``dy_i``, a slice each part takes); part ``i`` computes its weight's gradient ``x^T @ dy_i`` (a copy of
-    ``weight_grad``), its share of the input's gradient ``dy_i @ W_i^T`` (a copy of ``input_grad``, which becomes
-    the ``AddN`` of those: the sum adds the parts in another order, equal to float rounding) and the optimizer's
-    element-wise update of ``W_i`` (a copy of each op of ``update``, its other inputs scalars shared by the
+    *A product's* (``kind="columns"``): for ``y = x @ W`` split by ``W``'s columns into ``W_i``, the gradient ``dy``
+    of ``y`` is cut the same way (``dy_i``, a slice each part takes); part ``i`` computes its weight's gradient
+    ``x^T @ dy_i`` (a copy of the one op of ``weight_grads``), its share of the input's gradient ``dy_i @ W_i^T`` (a
+    copy of ``input_grad``, which becomes the ``AddN`` of those: the sum adds the parts in another order, equal to
+    float rounding) and the optimizer's element-wise update of ``W_i``.
+
+    *A table's* (``kind="rows"``, a lookup whose optimizer updates the table densely: Adam, momentum): the
+    lookup's sparse gradient (values and ids) is made dense by ``UnsortedSegmentSum`` ops (``weight_grads``: Adam
+    sums the values and, apart, their squares); part ``i``'s copy of each sums only the ids its rows
+    ``[start, stop)`` hold (the others dropped: id ``-1``) into a shard-sized gradient; no input gradient.
+
+    Either way, part ``i`` then runs a copy of each op of ``update`` (its other inputs scalars shared by the
     parts: SGD's learning rate, Adam's bias corrections), reading and writing shard ``i`` of each of the
     optimizer's ``slots`` of ``W`` (Adam's moments, momentum) as it does of ``W``. No device holds the whole
     weight, its gradient or its slots.
 
     Attributes
     ----------
-    weight_grad : str
-        The product ``x^T @ dy`` (``MatMul`` with ``transpose_a``): its output is the weight's gradient.
+    weight_grads : tuple of str
+        The ops whose outputs are the weight's gradient: a product's ``x^T @ dy`` (one ``MatMul`` with
+        ``transpose_a``); a table's ``UnsortedSegmentSum`` ops summing its lookup's sparse gradient.
     input_grad : str or None
         The product ``dy @ W^T`` (``MatMul`` with ``transpose_b``) reading the weight's read, or ``None`` where
-        ``x`` needs no gradient (a model input).
+        ``x`` needs no gradient (a model input, a lookup's ids).
     update : tuple of str
         The ops from the gradient to the weight's write (``AssignSubVariableOp``), in the graph's order:
         element-wise ops on the gradient (their other inputs scalars), the write last among them. Each becomes a
@@ -272,7 +280,7 @@ class Gradients:
         writes (Adam's two moments): sharded as ``W`` is.
     """
 
-    weight_grad: str
+    weight_grads: tuple[str, ...]
     input_grad: str | None
     update: tuple[str, ...]
     unused: tuple[str, ...] = ()
@@ -281,7 +289,7 @@ class Gradients:
     @property
     def nodes(self) -> tuple[str, ...]:
         """Every op this splits into parts."""
-        return (self.weight_grad, *(() if self.input_grad is None else (self.input_grad,)), *self.update)
+        return (*self.weight_grads, *(() if self.input_grad is None else (self.input_grad,)), *self.update)
 
     @property
     def ops(self) -> tuple[str, ...]:
@@ -322,7 +330,7 @@ class Split:
         The product that takes this column split's parts as its rows (no join between them), or ``None``.
     grads : Gradients or None
         In a training step: the product's gradients and its weight's update, split with it (a product read
-        without a reshape, not paired).
+        without a reshape, not paired); a lookup's dense gradients and its table's update (Adam, momentum).
     """
 
     op: str
@@ -341,13 +349,16 @@ class Split:
             raise GraphError(f"{self.op}: split kind {self.kind!r} is not one of {SPLIT_KINDS}")
         if self.reshape is not None and self.kind != "columns":
             raise GraphError(f"{self.op}: only a product's weight is split through a reshape")
-        if self.updates and self.kind != "rows":
-            raise GraphError(f"{self.op}: only a lookup's table (kind='rows') is split with its updates")
+        if self.updates and (self.kind != "rows" or self.grads is not None):
+            raise GraphError(f"{self.op}: only a lookup's table (kind='rows') is split with its sparse updates "
+                             "(or its gradients' dense ones, not both)")
         if self.pair is not None and (self.kind != "columns" or self.reshape is not None):
             raise GraphError(f"{self.op}: only a product read without a reshape pairs with the next product")
-        if self.grads is not None and (self.kind != "columns" or self.reshape is not None or self.pair is not None):
-            raise GraphError(f"{self.op}: only an unpaired product read without a reshape is split with its "
-                             "gradients")
+        if self.grads is not None and (self.reshape is not None or self.pair is not None):
+            raise GraphError(f"{self.op}: only an unpaired product read without a reshape (or a lookup) is split "
+                             "with its gradients")
+        if self.grads is not None and self.kind == "rows" and self.grads.input_grad is not None:
+            raise GraphError(f"{self.op}: a lookup's ids have no gradient")
         if self.parts < 2 or self.parts > self.columns:
             raise GraphError(f"{self.op}: cannot split {self.columns} {self.kind} into {self.parts} parts")
 
@@ -666,7 +677,7 @@ def _split_one(g: nx.DiGraph, s: Split) -> None:
                     g.add_edge(w if w not in (s.read, *dead) else r, un, **d)
             g.add_edge(un, u, **{BYTES: 0, CONTROL: True})
     if s.grads is not None:
-        _split_grads(g, s, [split_name(s.read, i) for i in range(s.parts)], dead)
+        _split_grads(g, s, [split_name(s.op if rows else s.read, i) for i in range(s.parts)], dead)
     for u in s.updates:
         _after_parts(g, u)
     if not rows:
@@ -702,9 +713,9 @@ def _renamed(d: Mapping, name: str, i: int, share: float) -> dict:
 
 def _split_grads(g: nx.DiGraph, s: Split, reads: Sequence[str], dead: Sequence[str]) -> None:
     """``s``'s backward pass and update in parts (:class:`Gradients`): part ``i``'s copy of the weight's gradient
-    (its inputs whole: the part slices ``dy`` itself) and of the input's gradient (reading shard read
-    ``reads[i]``; the whole one becomes their ``AddN``), and its copy of each update op (its write on shard
-    ``i``, the whole write a no-op after its parts)."""
+    (its inputs whole: the part slices ``dy``, or a table's part picks its ids, itself) and of the input's
+    gradient (reading shard read ``reads[i]``; the whole one becomes their ``AddN``), and its copy of each update
+    op (its write on shard ``i``, the whole write a no-op after its parts)."""
     gr = s.grads
     assert gr is not None
     region = set(gr.update)
@@ -713,7 +724,8 @@ def _split_grads(g: nx.DiGraph, s: Split, reads: Sequence[str], dead: Sequence[s
     for i, (start, stop) in enumerate(s.bounds):
         share, part_layer = (stop - start) / s.columns, split_name(layer, i)
         for slot in gr.slots:
-            _shard_placeholder(g, slot, i, share, part_layer, f"[:, {start}:{stop}]")
+            _shard_placeholder(g, slot, i, share, part_layer,
+                               f"[{start}:{stop}]" if s.kind == "rows" else f"[:, {start}:{stop}]")
         for name in gr.nodes:
             d = g.nodes[name]
             whole_out = name == gr.input_grad  # a partial sum of the whole input gradient
@@ -734,7 +746,7 @@ def _split_grads(g: nx.DiGraph, s: Split, reads: Sequence[str], dead: Sequence[s
                         g.add_edge(reads[i], n, **dict(d))
                     else:  # the input gradient reads the shard
                         g.add_edge(reads[i], n, **_renamed(d, u, i, share) | {TENSORS: (f"{reads[i]}:0",)})
-                elif u == gr.weight_grad or u in region:
+                elif u in gr.weight_grads or u in region:
                     g.add_edge(split_name(u, i), n, **_renamed(d, u, i, share))
                 elif not is_split_node(u):  # x and dy (whole: the part slices dy), a shared scalar
                     g.add_edge(u, n, **dict(d))
@@ -755,7 +767,7 @@ def _split_grads(g: nx.DiGraph, s: Split, reads: Sequence[str], dead: Sequence[s
         for i in range(s.parts):
             g.add_edge(split_name(u, i), u, **{BYTES: 0, CONTROL: True})
         _after_parts(g, u)
-    g.remove_nodes_from([gr.weight_grad, *(u for u in gr.update if u not in writes), *gr.unused, *gr.slots])
+    g.remove_nodes_from([*gr.weight_grads, *(u for u in gr.update if u not in writes), *gr.unused, *gr.slots])
 
 
 def _slowest_us(costs: object) -> float:

@@ -333,8 +333,8 @@ def _required_splits(traced: TracedModel, devset: DeviceSet, opts: PlacementOpti
     whole = sorted(large - {ph for s in found for ph in s.placeholders})
     if whole:
         log.info("operator splits: %s exceed every device's memory but no split rule takes them (read by other ops "
-                 "too, or, in a training step, updated other than element by element: a global-norm clip, a "
-                 "table's dense update)",
+                 "too, or, in a training step, updated other than element by element: a global-norm clip, weight "
+                 "decay)",
                  ", ".join(variables[ph].name for ph in whole))
     return found
 

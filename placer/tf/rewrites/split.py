@@ -38,8 +38,13 @@ found by :func:`_gradients_of`): part ``i`` computes ``x^T @ dy_i`` and
 ``dy_i @ W_i^T`` (``dy_i`` its columns of ``dy``, sliced by a helper in its
 scope; the input gradient becomes the ``AddN`` of the parts') and runs its
 copy of the optimizer's element-wise update on shard ``i`` of the weight and of
-each slot shaped as it (Adam's moments, momentum), each whole write a ``NoOp``
-after its parts. Runs after the ``bypass`` rewrite (the update reads its
+each slot shaped as it (Adam's moments, momentum; AdamW's decay, a write not
+computed from the gradient, too), each whole write a ``NoOp`` after its parts.
+A table its optimizer updates densely (momentum, Adam: Keras sums the lookup's
+sparse gradient into a table-sized one with ``UnsortedSegmentSum``, found by
+:func:`_table_gradients_of`) splits the same way: part ``i``'s copy of each sum
+takes the ids its rows hold (made local, the others ``-1``: dropped) into a
+shard-sized gradient. Runs after the ``bypass`` rewrite (the update reads its
 gradient, not Keras' ``IdentityN``).
 
 Applies when ``context.splits`` names ops. Record detail: the shards
@@ -231,7 +236,8 @@ def _weight_of(op: tf.Operation, captured: Mapping[str, object]) -> _Weight | No
     readers = [c.name for c in read.outputs[0].consumers()]
     grads = None
     if reshape is None and (readers != [op.name] or any(c.type in UPDATE_WRITES for c in ph.outputs[0].consumers())):
-        grads = _gradients_of(op, read, ph)  # a training step's product: its gradients and update split with it
+        # a training step's product (or table): its gradients and update split with it
+        grads = _gradients_of(op, read, ph) if rule.kind == "columns" else _table_gradients_of(op, read, ph)
         if grads is None:
             return None
         readers = [r for r in readers if r != grads.input_grad]
@@ -270,29 +276,35 @@ def _users(t: tf.Tensor) -> list[tf.Operation]:
     return list(out.values())
 
 
-def _update_region(gw: tf.Operation, ph: tf.Operation, read: tf.Operation
+def _update_region(sources: Sequence[tf.Operation], ph: tf.Operation, read: tf.Operation
                    ) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]] | None:
-    """The ops from ``gw`` (a weight's gradient) to the write of its variable ``ph`` (``read``: the forward pass's
-    read of it), in the graph's order; apart, those that lead to no write (Keras' ``Identity`` of a gradient); and
-    the optimizer's slots of the weight. Every op reading the gradient or an op after it is element-wise
-    (:data:`UPDATE_OPS`, :data:`PAIR_CHAIN_OPS`, :data:`PAIR_BINARY_OPS`), its other inputs scalars or reads of
-    a variable shaped as the weight (a *slot*, such as Adam's moments, whose every read and write joins the
-    region), or a write of ``ph`` or a slot (:data:`UPDATE_WRITES`); ``None`` where anything else reads them (a
-    global norm's sum) or nothing writes ``ph``."""
+    """The ops from ``sources`` (the ops whose outputs are a weight's gradient: a product's one, a table's sums)
+    to the writes of its variable ``ph`` (``read``: the forward pass's read of it), in the graph's order; apart,
+    those that lead to no write (Keras' ``Identity`` of a gradient); and the optimizer's slots of the weight.
+    Every op reading the gradient or an op after it is element-wise (:data:`UPDATE_OPS`, :data:`PAIR_CHAIN_OPS`,
+    :data:`PAIR_BINARY_OPS`), its other inputs scalars or reads of a variable shaped as the weight (a *slot*, such
+    as Adam's moments, whose every read and write joins the region; or ``ph`` itself: AdamW's decay), or a write
+    of ``ph`` or a slot (:data:`UPDATE_WRITES`; every write of ``ph`` joins the region); ``None`` where anything
+    else reads them (a global norm's sum) or nothing writes ``ph``."""
     shape = read.outputs[0].shape
     region: dict[str, tf.Operation] = {}
     slots: dict[str, tf.Operation] = {}
-    frontier = [gw]
+    frontier = list(sources)
+    grads = {op.name for op in sources}
 
     def add(op: tf.Operation) -> None:
         region[op.name] = op
         frontier.append(op)
 
+    for write in ph.outputs[0].consumers():  # every write of the weight: also one not computed from the gradient
+        if write.type in UPDATE_WRITES and write.inputs[0].op is ph:  # (AdamW's decay, w - w * lr * wd)
+            add(write)
+
     while frontier:
         cur = frontier.pop()
         for t in cur.inputs:  # what the region reads besides the gradient and scalars
             src = _through(t).op
-            if cur is gw or src.name in region or _scalar(t) or src is read:
+            if cur.name in grads or src.name in region or _scalar(t) or src is read:
                 continue
             if src.type in UPDATE_OPS | PAIR_CHAIN_OPS | PAIR_BINARY_OPS and len(src.outputs) == 1:
                 add(src)  # computed from a slot (momentum's m * 0.9): its inputs are checked in turn
@@ -322,7 +334,7 @@ def _update_region(gw: tf.Operation, ph: tf.Operation, read: tf.Operation
     for user in region.values():
         for k, t in enumerate(user.inputs):
             t = _through(t)
-            if t.op is gw or t.op.name in region or _scalar(t) or (
+            if t.op.name in grads or t.op.name in region or _scalar(t) or (
                     k == 0 and (user.type in UPDATE_WRITES or user.type == "ReadVariableOp") and
                     t.op.name in variables):
                 continue
@@ -335,7 +347,7 @@ def _update_region(gw: tf.Operation, ph: tf.Operation, read: tf.Operation
         before = len(leads)
         leads |= {_through(t).op.name for u in list(leads) for t in region[u].inputs if _through(t).op.name in region}
         grown = len(leads) > before
-    order = {o.name: i for i, o in enumerate(gw.graph.get_operations())}
+    order = {o.name: i for i, o in enumerate(ph.graph.get_operations())}
     return (tuple(sorted(leads, key=order.__getitem__)), tuple(sorted(set(region) - leads, key=order.__getitem__)),
             tuple(sorted(slots)))
 
@@ -364,10 +376,54 @@ def _gradients_of(op: tf.Operation, read: tf.Operation, ph: tf.Operation) -> Gra
                 gw.get_attr("transpose_b") or gw.inputs[1].shape.rank != 2 or gw.inputs[1].shape[1] != columns or \
                 (gx is not None and gw.inputs[1].name != gx.inputs[0].name):
             continue
-        region = _update_region(gw, ph, read)
+        region = _update_region([gw], ph, read)
         if region is not None:
-            return Gradients(gw.name, None if gx is None else gx.name, *region)
+            return Gradients((gw.name,), None if gx is None else gx.name, *region)
     return None
+
+
+def _sums_ids(op: tf.Operation, ids: tf.Tensor) -> bool:
+    """Whether ``op`` is an ``UnsortedSegmentSum`` by ``ids`` (flattened, as a lookup's gradient holds them)."""
+    if op.type != "UnsortedSegmentSum":
+        return False
+    seg = _through(op.inputs[1])
+    return seg.name == ids.name or (
+        seg.op.type == "Reshape" and _through(seg.op.inputs[0]).name == ids.name)
+
+
+def _table_gradients_of(op: tf.Operation, read: tf.Operation, ph: tf.Operation) -> Gradients | None:
+    """A training step's dense gradients of lookup ``op``'s table (``read`` of ``ph``) and the table's update
+    (:class:`~placer.core.splits.Gradients`): the ``UnsortedSegmentSum``\\ s by the lookup's ids that the writes
+    of ``ph`` are computed from (through element-wise ops and the optimizer's table-shaped slots: Adam sums the
+    sparse gradient's values and their squares); ``None`` where there are none or the update is not
+    element-wise on them (:func:`_update_region`)."""
+    ids, shape = op.inputs[1], read.outputs[0].shape
+    sums: dict[str, tf.Operation] = {}
+    seen: set[str] = set()
+    stack = [c for c in ph.outputs[0].consumers() if c.type in UPDATE_WRITES and c.inputs[0].op is ph]
+    while stack:  # back from the table's writes to the sums (the region's checks come after)
+        cur = stack.pop()
+        if cur.name in seen:
+            continue
+        seen.add(cur.name)
+        for t in (_through(x) for x in cur.inputs):
+            src = t.op
+            if _scalar(t) or src.name in seen:
+                continue
+            if _sums_ids(src, ids) and t.shape == shape:
+                sums[src.name] = src
+            elif src.type == "ReadVariableOp" and t.shape == shape and src.inputs[0].op is not ph:
+                var = src.inputs[0].op  # a slot: what it is written from leads back too
+                stack += [c for c in var.outputs[0].consumers() if c.type in UPDATE_WRITES and c.inputs[0].op is var]
+            elif src.type in UPDATE_OPS | PAIR_CHAIN_OPS | PAIR_BINARY_OPS:
+                stack.append(src)
+    if not sums:
+        return None
+    region = _update_region(list(sums.values()), ph, read)
+    if region is None:
+        return None
+    order = {o.name: i for i, o in enumerate(ph.graph.get_operations())}
+    return Gradients(tuple(sorted(sums, key=order.__getitem__)), None, *region)
 
 
 #: Element-wise ops a column split's parts may run on their own columns before the product that takes them as
@@ -743,28 +799,43 @@ def _columns_of(gd: tf.compat.v1.GraphDef, dy: str, owner: str, dtype: int, star
     return n.name
 
 
+def _shard_ids(gd: tf.compat.v1.GraphDef, uss: tf.compat.v1.NodeDef, owner: str, start: int, stop: int
+               ) -> list[str]:
+    """Helpers of part ``owner`` of ``uss`` (an ``UnsortedSegmentSum`` of a lookup's gradient by its ids): the ids
+    of rows ``[start, stop)`` made local to the shard, ``-1`` for the others (a negative id's value is dropped
+    by the sum), and the shard's row count; returns the two inputs the part's sum takes after its values."""
+    ids_type, rows_type = tf.as_dtype(uss.attr["Tindices"].type), tf.as_dtype(uss.attr["Tnumsegments"].type)
+
+    def local(ids: tf.Tensor) -> list[tf.Tensor]:
+        inside = tf.logical_and(ids >= tf.constant(start, ids_type), ids < tf.constant(stop, ids_type))
+        return [tf.where(inside, ids - tf.constant(start, ids_type), tf.constant(-1, ids_type), name="local"),
+                tf.constant(stop - start, rows_type, name="rows")]
+    nodes, phs, outs = template(local, [tf.TensorSpec(None, ids_type)])
+    return splice(gd, nodes, phs, [uss.input[1]], outs, f"{owner}/ids", "")
+
+
 def _gradient_parts(gd: tf.compat.v1.GraphDef, by_name: Mapping[str, tf.compat.v1.NodeDef], s: Split,
                     dead: Collection[str], waits: dict[str, list[str]], devices: Mapping[str, str],
                     shards: list[Shard]) -> set[str]:
-    """``s``'s gradients and update in parts (:class:`~placer.core.splits.Gradients`): part ``i`` slices its columns
-    of ``dy`` and computes its weight's gradient, its share of the input's (the whole one becomes their ``AddN``)
-    and its copy of the update, reading and writing shard ``i`` of the weight and of each slot (``shards`` gains
-    the slots' shards, on ``devices``); each whole write becomes a no-op after its parts (in ``gd``, in place;
-    ``waits`` gains what replaces each removed node). Returns the nodes to remove."""
+    """``s``'s gradients and update in parts (:class:`~placer.core.splits.Gradients`): part ``i`` slices its
+    columns of ``dy`` and computes its weight's gradient, its share of the input's (the whole one becomes their
+    ``AddN``) (a table's part: sums the ids its rows hold, :func:`_shard_ids`) and its copy of the update,
+    reading and writing shard ``i`` of the weight and of each slot (``shards`` gains the slots' shards, on
+    ``devices``); each whole write becomes a no-op after its parts (in ``gd``, in place; ``waits`` gains what
+    replaces each removed node). Returns the nodes to remove."""
     gr = s.grads
     assert gr is not None
-    gw = by_name[gr.weight_grad]
     region = set(gr.update)
-    dtype = gw.attr["T"].type
     sharded = {s.placeholder, *gr.slots}
+    rows = s.kind == "rows"
 
     def mapped(x: str, i: int) -> str:
         src, suffix = source(x)
         if src in sharded:
             new = split_name(src, i)
-        elif src == s.read or src in dead:
-            new = split_name(s.read, i)
-        elif src == gr.weight_grad or src in region:
+        elif src == s.read or src in dead:  # (a lookup's part reads its shard itself: no read)
+            new = split_name(s.op if rows else s.read, i)
+        elif src in gr.weight_grads or src in region:
             new = split_name(src, i)
         else:
             return x
@@ -773,12 +844,18 @@ def _gradient_parts(gd: tf.compat.v1.GraphDef, by_name: Mapping[str, tf.compat.v
     for i, (start, stop) in enumerate(s.bounds):
         for slot in gr.slots:
             _add_shard(gd, by_name, slot, None, i)
-            shards.append(Shard(split_name(slot, i), slot, devices[split_name(slot, i)], start, stop, 1))
-        part = split_name(gr.weight_grad, i)
-        _copy_node(gd, gw, part, [gw.input[0], _columns_of(gd, gw.input[1], part, dtype, start, stop)])
+            shards.append(Shard(split_name(slot, i), slot, devices[split_name(slot, i)], start, stop,
+                                0 if rows else 1, pieces=rows))
+        for name in gr.weight_grads:
+            gw, part = by_name[name], split_name(name, i)
+            if rows:  # the sum of the ids this shard's rows hold
+                _copy_node(gd, gw, part, [gw.input[0], *_shard_ids(gd, gw, part, start, stop)])
+            else:
+                _copy_node(gd, gw, part, [gw.input[0], _columns_of(gd, gw.input[1], part, gw.attr["T"].type,
+                                                                   start, stop)])
         if gr.input_grad is not None:
             gx, part = by_name[gr.input_grad], split_name(gr.input_grad, i)
-            _copy_node(gd, gx, part, [_columns_of(gd, gx.input[0], part, dtype, start, stop),
+            _copy_node(gd, gx, part, [_columns_of(gd, gx.input[0], part, gx.attr["T"].type, start, stop),
                                       split_name(s.read, i)])
         for name in gr.update:
             node = gd.node.add()
@@ -793,11 +870,11 @@ def _gradient_parts(gd: tf.compat.v1.GraphDef, by_name: Mapping[str, tf.compat.v
     writes = {u for u in gr.update if by_name[u].op in UPDATE_WRITES}
     for u in writes:
         _after_parts(by_name[u], s.parts)
-    gone = {gr.weight_grad, *(region - writes)}
+    gone = {*gr.weight_grads, *(region - writes)}
     for u in gone:
         waits.setdefault(u, []).extend(split_name(u, i) for i in range(s.parts))
     for u in gr.unused:  # read the gradient, lead nowhere: what waits for one waits for the gradient's parts
-        waits.setdefault(u, []).extend(split_name(gr.weight_grad, i) for i in range(s.parts))
+        waits.setdefault(u, []).extend(split_name(g, i) for g in gr.weight_grads for i in range(s.parts))
     return gone | set(gr.unused) | set(gr.slots)
 
 
