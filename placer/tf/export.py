@@ -358,8 +358,8 @@ def _check_names(path: str, manifest: Mapping[str, Any], gd: tf.compat.v1.GraphD
             raise _fail(path, where, f"constants/{i} {name!r} is not a constant of graph_def.pb")
     copies = int(manifest.get("microbatches", 1)) * int(manifest.get("replicas", 1)) * len(gd.node)
     if copies > MAX_LOADED_NODES:
-        raise _fail(path, where, f"microbatches={manifest.get('microbatches')} × replicas={manifest.get('replicas', 1)} "
-                    f"would copy the graph's {len(gd.node)} "
+        raise _fail(path, where, f"microbatches={manifest.get('microbatches')} × "
+                    f"replicas={manifest.get('replicas', 1)} would copy the graph's {len(gd.node)} "
                     f"nodes into {copies:,}, more than {MAX_LOADED_NODES:,}")
 
 
@@ -491,7 +491,7 @@ class LoadedModel(tf.Module):
         in_pieces = {s["placeholder"] for s in m.get("shards", []) if s.get("pieces")}
         for v, value in zip(m["variables"], export.values):
             name, device = v["placeholder"].split("/")[-1], self.op_devices[v["placeholder"]]
-            if v["placeholder"] in in_pieces:  # a table's shard: sent in pieces (placer.tf.remote.variable_on)
+            if v["placeholder"] in in_pieces:  # a shard: sent in pieces (placer.tf.remote.variable_on)
                 placed.append(variable_on(device, tf.constant(value), name=name))
                 continue
             with tf.device(device):

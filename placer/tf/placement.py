@@ -142,7 +142,7 @@ class ReplicatedVariable(keras.Variable):
         for shard, v in self._shards.values():
             if shard.pieces and tf.executing_eagerly():
                 write_rows(v, self._slice(shard))
-            else:  # a product's shard, or inside a tf.function (a Keras write there): one assign where it lives
+            else:  # inside a tf.function (a Keras write there), or an old export's shard: one assign where it lives
                 v.assign(self._slice(shard))
 
     def _slice(self, shard: Shard) -> tf.Tensor:
@@ -156,9 +156,9 @@ class ReplicatedVariable(keras.Variable):
         key = (shard.device, shard.start, shard.stop, shard.axis)  # every trace of the model shares it
         if key not in self._shards:
             name = f"{self.name.split('/')[-1]}_shard_{shard.start}"
-            if shard.pieces:  # a table's shard: in pieces (read and updated sparsely in any case)
+            if shard.pieces:  # in pieces (remote.variable_on: its copy-on-read mode off afterwards)
                 variable = variable_on(shard.device, self._slice(shard), name=name)
-            else:  # a product's weight shard, read whole every step: sent whole (remote.variable_on)
+            else:  # a shard of an export made before shards travelled in pieces: sent whole
                 with tf.device(shard.device):
                     variable = tf.Variable(self._slice(shard), trainable=False, name=name)
             self._shards[key] = (shard, variable)

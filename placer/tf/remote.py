@@ -239,9 +239,18 @@ def _small(shape: Sequence[int], itemsize: int) -> bool:
     return len(shape) == 0 or itemsize * math.prod(shape) <= SHARD_CHUNK_BYTES
 
 
+def _dense_reads(variable: tf.Variable) -> None:
+    """Turn ``variable``'s copy-on-read mode off (``DisableCopyOnRead``, where it lives): a slice assignment or a
+    sparse read puts a variable in it, and from then on every whole read (``ReadVariableOp``) copies it. Off,
+    whole reads share the buffer again; the next sparse op (a lookup's gather, a scatter) turns it on again.
+    Measured here: a 256 MiB variable's whole read took 23 ms after a slice assignment, 0.2 ms after this."""
+    with tf.device(variable.device):
+        tf.raw_ops.DisableCopyOnRead(resource=variable.handle)
+
+
 def write_rows(variable: tf.Variable, value: tf.Tensor) -> None:
     """Assign ``variable`` (on any device) ``value`` (a tensor here) in pieces of rows
-    (:data:`SHARD_CHUNK_BYTES`; see :func:`variable_on` for what that costs its whole reads)."""
+    (:data:`SHARD_CHUNK_BYTES`), then turn its copy-on-read mode off (:func:`_dense_reads`)."""
     if _small(value.shape, value.dtype.size):
         with tf.device(variable.device):
             variable.assign(value)
@@ -256,6 +265,7 @@ def write_rows(variable: tf.Variable, value: tf.Tensor) -> None:
             # wait for it: remote eager ops are queued, and pieces sent faster than the worker writes them pile
             # up in its memory (a 360 MiB shard's pieces took 232 MB more and failed under a limit)
             tf.raw_ops.VarIsInitializedOp(resource=variable.handle).numpy()
+    _dense_reads(variable)
 
 
 def read_rows(variable: tf.Variable) -> tf.Tensor:
@@ -269,6 +279,7 @@ def read_rows(variable: tf.Variable) -> tf.Tensor:
         with tf.device(variable.device):
             piece = variable.sparse_read(tf.range(a, b))
         pieces.append(piece.numpy())  # fetched before the next piece is gathered there
+    _dense_reads(variable)  # (the gathers turned copy-on-read on)
     with tf.device(CLIENT_DEVICE):
         return tf.constant(np.concatenate(pieces, axis=0))
 
@@ -277,10 +288,10 @@ def variable_on(device: str, value: tf.Tensor, *, name: str | None = None) -> tf
     """A non-trainable variable on ``device`` holding ``value`` (a tensor here): made there as zeros, then
     filled in pieces of rows (:func:`write_rows`), so no transfer carries more than :data:`SHARD_CHUNK_BYTES`.
 
-    A variable written in pieces is in TensorFlow's copy-on-read mode from then on (a slice assignment, like a
-    sparse update, puts it there): every whole read (``ReadVariableOp``) copies it (a product with a 256 MiB
-    weight written so took 39 ms on a worker, 16 ms with the weight sent whole). Use it for what is read
-    and updated sparsely anyway (an embedding table's shard); send a product's weight whole.
+    A slice assignment, like a sparse update, puts a variable in TensorFlow's copy-on-read mode, in which every
+    whole read (``ReadVariableOp``) copies it (a product with a 256 MiB weight written so took 39 ms on a
+    worker, 16 ms with the weight sent whole; a table's Adam moments, read whole twice each per step, ran out
+    of a worker's memory limit): :func:`write_rows` turns the mode off after the pieces (:func:`_dense_reads`).
 
     >>> v = variable_on("/CPU:0", tf.reshape(tf.range(6.0), (3, 2)))
     >>> v.numpy().tolist(), v.trainable

@@ -83,8 +83,11 @@ class Shard:
     axis : int
         The axis of the variable that is sharded.
     pieces : bool
-        Whether the shard is read and updated sparsely (a lookup's table): it travels in pieces of rows
-        (:func:`placer.tf.remote.variable_on`); a product's shard is read whole and travels whole.
+        Whether the shard travels between the client and its device in pieces of rows
+        (:func:`placer.tf.remote.variable_on`: no transfer larger than a piece, so a worker under a memory
+        limit never needs a whole shard's size again in its gRPC buffers). Every shard this rewrite makes does
+        (:func:`~placer.tf.remote.write_rows` turns TensorFlow's copy-on-read mode off afterwards, so whole
+        reads do not copy it); an export made before 2026-12-07 holds products' shards that travel whole.
     """
 
     placeholder: str
@@ -765,7 +768,7 @@ def _pair_parts(gd: tf.compat.v1.GraphDef, by_name: Mapping[str, tf.compat.v1.No
                 data = [split_name(source(node.input[0])[0], i), _add_shard(gd, by_name, p.bias_placeholder,
                                                                           p.bias_read, i)]
                 out.append(Shard(split_name(p.bias_placeholder, i), p.bias_placeholder,
-                                 context.devices[split_name(p.bias_placeholder, i)], start, stop, 0))
+                                 context.devices[split_name(p.bias_placeholder, i)], start, stop, 0, pieces=True))
             else:  # the region's own inputs from this part's copies; a scalar constant shared
                 data = [split_name(source(x)[0], i) if source(x)[0] in ours else x
                         for x in node.input if not x.startswith("^")]
@@ -774,7 +777,7 @@ def _pair_parts(gd: tf.compat.v1.GraphDef, by_name: Mapping[str, tf.compat.v1.No
         _copy_node(gd, by_name[p.op], split_name(p.op, i), [split_name(source(last)[0], i),
                                                             _add_shard(gd, by_name, p.placeholder, p.read, i)])
         out.append(Shard(split_name(p.placeholder, i), p.placeholder, context.devices[split_name(p.placeholder, i)],
-                         start, stop, rows_axis))
+                         start, stop, rows_axis, pieces=True))
     node = by_name[p.op]
     _join(node, "AddN", node.attr["T"].type, [split_name(p.op, i) for i in range(s.parts)])
     return out
@@ -845,7 +848,7 @@ def _gradient_parts(gd: tf.compat.v1.GraphDef, by_name: Mapping[str, tf.compat.v
         for slot in gr.slots:
             _add_shard(gd, by_name, slot, None, i)
             shards.append(Shard(split_name(slot, i), slot, devices[split_name(slot, i)], start, stop,
-                                0 if rows else 1, pieces=rows))
+                                0 if rows else 1, pieces=True))
         for name in gr.weight_grads:
             gw, part = by_name[name], split_name(name, i)
             if rows:  # the sum of the ids this shard's rows hold
@@ -933,8 +936,7 @@ def split_ops(gd: tf.compat.v1.GraphDef, context: RewriteContext) -> RewriteReco
                                                                               r_name, stop - start)
             for u in updates:
                 _split_update(gd, by_name[u.name], u, s, i, start, stop)
-            shards.append(Shard(p_name, ph.name, context.devices[p_name], start, stop, axis,
-                                pieces=rule.kind == "rows"))
+            shards.append(Shard(p_name, ph.name, context.devices[p_name], start, stop, axis, pieces=True))
             for r in (read.name, *dead):
                 waits.setdefault(r, []).append(r_name)
         for u in updates:
