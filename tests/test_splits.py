@@ -890,6 +890,22 @@ def test_a_step_whose_weights_fit_but_whose_peak_does_not_is_split_to_fit_and_tr
     _trains_as_model_fit(placed, reference, seed=2, rows=32)
 
 
+def test_a_peak_that_fits_only_split_is_refused_where_splits_are_off_or_nothing_can_split(devices):
+    """The same step (weights fit, peak fits no placement of whole ops) where no split may be tried: one device
+    asked for, copies asked for, or no op that a rule can split (a global-norm clip reads every gradient whole):
+    each a typed error that says so and what to change."""
+    devs = [placer.DeviceSpec(d, memory_bytes=1_200_000) for d in devices]
+    with pytest.raises(InsufficientMemoryError, match="with algorithm='single' no layer is split"):
+        placer.autoplace(_wide_sgd(keras.optimizers.SGD(0.05)), devs, batch_size=8, training=True,
+                         time_limit_s=1, algorithm="single")
+    with pytest.raises(InsufficientMemoryError, match="with replicas=2 no layer is split"):
+        placer.autoplace(_wide_sgd(keras.optimizers.SGD(0.05)), devs, batch_size=8, training=True,
+                         time_limit_s=1, replicas=2)
+    with pytest.raises(InsufficientMemoryError, match="No op can be split to lower the peak"):
+        placer.autoplace(_wide_sgd(keras.optimizers.SGD(0.05, global_clipnorm=1.0)), devs, batch_size=8,
+                         training=True, time_limit_s=1)
+
+
 def test_a_peak_that_no_split_brings_under_the_devices_memory_is_refused_saying_what_was_tried(devices):
     """The weights fit a device, but at batch 2048 the wide layer's activations alone (about 24 MB) exceed four
     devices of 1.2 MB however it is split: a typed error naming what was tried, before anything runs."""
