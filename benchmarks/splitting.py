@@ -42,7 +42,7 @@ difference from the model's. Runs itself inside a loopback-only network namespac
 
     python benchmarks/splitting.py [--workloads recommender wide] [--batches 1 4 8] [--width 8192]
                                    [--layers 4] [--activation relu|gelu] [--repeats 7] [--worker-mib 400]
-                                   [--table-ratio 1.8]
+                                   [--table-ratio 1.8] [--optimizer sgd|adam]
                                    [--out benchmarks/results/splitting.md]
 """
 
@@ -77,9 +77,21 @@ def wide_mlp(width: int, layers: int, activation: str = "relu") -> "object":
     return keras.Model(inp, h, name="wide_mlp")
 
 
-def recommender(rows: int, dim: int, history: int) -> "object":
+#: ``--optimizer`` → how many table-sized slots it keeps: SGD updates the table's rows (sparse), Adam the whole
+#: table and its two moments (dense).
+SLOTS = {"sgd": 0, "adam": 2}
+
+
+def optimizer(name: str) -> "object":
+    """A fresh optimizer of :data:`SLOTS` ``name``."""
+    import keras
+
+    return keras.optimizers.SGD(0.5) if name == "sgd" else keras.optimizers.Adam(1e-2)
+
+
+def recommender(rows: int, dim: int, history: int, optimizer_name: str = "sgd") -> "object":
     """A user's ``history`` item ids → an item table of ``rows`` × ``dim`` averaged → Dense(64, relu) →
-    Dense(1); SGD (sparse updates of the table), MSE; seeded, so two builds hold the same weights."""
+    Dense(1); :func:`optimizer` ``optimizer_name``, MSE; seeded, so two builds hold the same weights."""
     import keras
 
     keras.utils.set_random_seed(0)
@@ -87,7 +99,7 @@ def recommender(rows: int, dim: int, history: int) -> "object":
     h = keras.layers.GlobalAveragePooling1D(name="pool")(keras.layers.Embedding(rows, dim, name="items")(inp))
     h = keras.layers.Dense(64, activation="relu", name="hidden")(h)
     model = keras.Model(inp, keras.layers.Dense(1, name="score")(h), name="recommender")
-    model.compile(optimizer=keras.optimizers.SGD(0.5), loss="mse")
+    model.compile(optimizer=optimizer(optimizer_name), loss="mse")
     return model
 
 
@@ -121,9 +133,10 @@ def run_recommender(args: argparse.Namespace, out: MarkdownOut) -> None:
 
     usable = args.worker_mib << 20
     limit = WORKER_RUNTIME_BYTES + WORKER_TRANSFER_POOL_BYTES + usable
-    rows = int(args.table_ratio * usable / (4 * args.dim))
+    slots = SLOTS[args.optimizer]
+    rows = int(args.table_ratio * usable / (4 * args.dim * (1 + slots)))  # the table with its slots: that ratio
     batch, steps, history = args.rec_batch, args.rec_steps, 8
-    model, reference = recommender(rows, args.dim, history), recommender(rows, args.dim, history)
+    model, reference = (recommender(rows, args.dim, history, args.optimizer) for _ in range(2))
     table_mib = rows * args.dim * 4 / 2**20
     rng = np.random.default_rng(0)
     x = rng.integers(0, rows, (batch * steps, history)).astype("int32")
@@ -132,12 +145,16 @@ def run_recommender(args: argparse.Namespace, out: MarkdownOut) -> None:
     out("## A table larger than one worker: the recommender on workers with an enforced memory limit")
     out()
     out(f"{time.strftime('%Y-%m-%d')}; `python benchmarks/splitting.py --workloads recommender --worker-mib "
-        f"{args.worker_mib} --table-ratio {args.table_ratio} --dim {args.dim}`; each worker process limited to "
+        f"{args.worker_mib} --table-ratio {args.table_ratio} --dim {args.dim} --optimizer {args.optimizer} "
+        f"--rec-workers {args.rec_workers}`; "
+        "each worker process limited to "
         f"{limit / 2**20:.0f} MiB of data (`LocalCluster(memory_limit_bytes=)`: RLIMIT_DATA; its runtime holds "
         f"{WORKER_RUNTIME_BYTES >> 20} MiB and transfers {WORKER_TRANSFER_POOL_BYTES >> 20} MiB, so "
         f"`device_specs` gives a plan {args.worker_mib} MiB per worker); an item table of "
-        f"{rows:,} × {args.dim} float32 ({table_mib:.0f} MiB, {table_mib / args.worker_mib:.2f}× that) "
-        f"averaged over {history} ids → Dense(64) → Dense(1), SGD; batch {batch}, {steps} steps.")
+        f"{rows:,} × {args.dim} float32 ({table_mib:.0f} MiB"
+        + (f", {table_mib * (1 + slots):.0f} MiB with its {slots} slots" if slots else "")
+        + f", {table_mib * (1 + slots) / args.worker_mib:.2f}× that) averaged over {history} ids → Dense(64) → "
+        f"Dense(1), {args.optimizer}; batch {batch}, {steps} steps; {args.rec_workers} workers.")
     out()
     rows_out: list[tuple[str, str]] = []
 
@@ -154,20 +171,20 @@ def run_recommender(args: argparse.Namespace, out: MarkdownOut) -> None:
     weights_theirs = reference.get_weights()
     # what placing and training cost a worker besides the model: the same flow with a table of 1,024 rows
     runtime_growth = []
-    with placer.LocalCluster(2, pin_cores=True, threads=1, memory_limit_bytes=limit) as cluster:
+    with placer.LocalCluster(args.rec_workers, pin_cores=True, threads=1, memory_limit_bytes=limit) as cluster:
         devices = placer.connect(cluster)
         pids = [proc.pid for proc in cluster.procs]
         before = [_memory(pid) for pid in pids]
         _ = [_reset_peak(pid) for pid in pids]
-        small = placer.autoplace(recommender(1024, args.dim, history), cluster.device_specs(devices), training=True,
-                                 batch_size=batch)
+        small = placer.autoplace(recommender(1024, args.dim, history, args.optimizer), cluster.device_specs(devices),
+                                 training=True, batch_size=batch)
         placing_growth = [_memory(pid)["VmHWM"] - b["VmRSS"] for pid, b in zip(pids, before)]
         _ = [_reset_peak(pid) for pid in pids]
         batches(small, x % 1024)
         runtime_growth = [_memory(pid)["VmHWM"] - b["VmRSS"] for pid, b in zip(pids, before)]
     print(f"  runtime growth (a 1,024-row table): placing {[g >> 20 for g in placing_growth]} MiB, training "
           f"{[g >> 20 for g in runtime_growth]} MiB", file=sys.stderr)
-    with placer.LocalCluster(2, pin_cores=True, threads=1, memory_limit_bytes=limit) as cluster:
+    with placer.LocalCluster(args.rec_workers, pin_cores=True, threads=1, memory_limit_bytes=limit) as cluster:
         devices = placer.connect(cluster)
         specs = cluster.device_specs(devices)
         try:
@@ -185,6 +202,8 @@ def run_recommender(args: argparse.Namespace, out: MarkdownOut) -> None:
         placing = [_memory(pid) for pid in pids]  # the costs stage profiles on a worker: its peak is placing's
         reset = reset and all(_reset_peak(pid) for pid in pids)
         plan = placed.plan
+        print(f"  placed: {plan.splits}; predicted peaks "
+              f"{[round(b / 2**20) for b in plan.predicted_peak_memory_bytes]} MiB", file=sys.stderr, flush=True)
         t = time.perf_counter()
         ours = batches(placed)
         fit_s = time.perf_counter() - t
@@ -201,7 +220,8 @@ def run_recommender(args: argparse.Namespace, out: MarkdownOut) -> None:
         (step_s, spread_s), = [median_spread(ts) for ts in interleaved_times(
             [lambda: tf.nest.map_structure(lambda t: t.numpy(), placed.train_step((xb, yb)))], args.repeats)]
         predicted_s = plan.predicted_step_time_s
-        rows_out.append(("autoplace on two workers", f"placed in {placed_s:.1f} s: {plan.summary().splitlines()[0]}; "
+        rows_out.append((f"autoplace on {args.rec_workers} workers",
+                         f"placed in {placed_s:.1f} s: {plan.summary().splitlines()[0]}; "
                          f"{len(plan.splits)} op split {max(plan.splits.values()) if plan.splits else 1} ways"))
         rows_out.append((f"losses (`fit` of {steps} steps, then `train_on_batch` on each batch again) vs the "
                          "model's on this process (no limit)", f"largest relative difference {rel:.1e} over "
@@ -209,7 +229,7 @@ def run_recommender(args: argparse.Namespace, out: MarkdownOut) -> None:
         rows_out.append(("predictions and weights after training vs the model's", f"largest relative difference "
                          f"{pred_rel:.1e} (predictions), {weights_rel:.1e} (weights, the table gathered from its "
                          "shards)"))
-        rows_out.append(("training step on two workers (`placed.train_step`, its logs fetched)",
+        rows_out.append((f"training step on {args.rec_workers} workers (`placed.train_step`, its logs fetched)",
                          f"measured {step_s * 1e3:.1f} ± "
                          f"{spread_s * 1e3:.1f} ms, predicted {predicted_s * 1e3:.1f} ms "
                          f"({100 * (predicted_s - step_s) / step_s:+.1f}%)"))
@@ -218,7 +238,7 @@ def run_recommender(args: argparse.Namespace, out: MarkdownOut) -> None:
         try:
             with tf.device(devices[0]):
                 clone = keras.models.clone_model(model)
-            clone.compile(optimizer=keras.optimizers.SGD(0.5), loss="mse")
+            clone.compile(optimizer=optimizer(args.optimizer), loss="mse")
             clone.fit(x[:batch], y[:batch], batch_size=batch, verbose=0)
             rows_out.append(("the model on one worker, unplaced (`tf.device`)", "**ran** (expected to fail)"))
         except (tf.errors.ResourceExhaustedError, tf.errors.UnavailableError, tf.errors.InternalError) as e:
@@ -402,9 +422,14 @@ def main() -> int:
     ap.add_argument("--workloads", nargs="+", choices=("recommender", "wide"), default=["recommender", "wide"])
     ap.add_argument("--worker-mib", type=int, default=400, help="recommender: MiB each worker's limit leaves a "
                     "plan (its runtime's and transfers' on top)")
-    ap.add_argument("--table-ratio", type=float, default=1.8, help="recommender: the table's size over that")
+    ap.add_argument("--table-ratio", type=float, default=1.8, help="recommender: the table's size (with the "
+                    "optimizer's table-sized slots) over that")
+    ap.add_argument("--optimizer", choices=sorted(SLOTS), default="sgd", help="recommender: SGD (sparse "
+                    "updates of the table) or Adam (dense: the table and its two moments updated whole)")
     ap.add_argument("--dim", type=int, default=64, help="recommender: the table's width")
     ap.add_argument("--rec-batch", type=int, default=256, help="recommender: the batch size")
+    ap.add_argument("--rec-workers", type=int, default=2, help="recommender: workers (pinned to the cores in "
+                    "turn: more workers than cores share them, fine for memory, not for timing)")
     ap.add_argument("--rec-steps", type=int, default=20, help="recommender: steps of fit compared")
     ap.add_argument("--out", default=str(HERE / "results" / "splitting.md"))
     args = ap.parse_args()
