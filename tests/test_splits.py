@@ -669,7 +669,7 @@ def test_a_training_step_split_equals_the_unsplit_step(batch, rows, hidden, cols
     """Both products of a two-layer step split (the first reads the model's input: no input gradient; the second's
     input gradient is the sum of its parts'), each part on its own logical CPU: one step gives the same loss and
     the same updated weights, the split ones gathered from their shards (Adam's and momentum's slots sharded
-    too)."""
+    too; the optimizer's state compared too)."""
     parts = min(parts, hidden, cols)
     keras.utils.set_random_seed(seed)
     model = _sgd_chain(rows, hidden, cols)
@@ -679,28 +679,13 @@ def test_a_training_step_split_equals_the_unsplit_step(batch, rows, hidden, cols
     found = split_candidates(traced.fixed.graph, traced.variables, parts)
     assert [s.grads is not None for s in found] == [True, True]
     assert found[0].grads.input_grad is None and found[1].grads.input_grad is not None
-    devices = {op.name: "/CPU:0" for op in traced.dynamic.graph.get_operations()}
-    for sp in found:
-        devices[axis_name(sp.op)] = "/CPU:0"
-        for i in range(sp.parts):
-            devices.update({n: f"/CPU:{i % 4}" for n in sp.part_nodes(i)})
-    variables = {ph: ReplicatedVariable(v.value.read_value(), name=v.name) for ph, v in traced.variables.items()}
-    emitted = emit(traced, variables, rewrite_context(traced, devices, splits=split_map(found)),
-                   shard=lambda v, s: v.shard_on(s))
+    emitted, variables = _emitted_step(traced, found)
     nodes = {n.name for n in emitted.graph_def.node}
     assert not {s.variable for s in emitted.shards} & nodes  # no whole kernel in the step
     rng = np.random.default_rng(seed)
     x = tf.constant(rng.standard_normal((batch, rows)).astype("float32"))
     y = tf.constant(rng.standard_normal((batch, cols)).astype("float32"))
-    ours = emitted.function(x, y)
-    theirs = trace_training_step(reference, batch_size=batch, optimizer=OPTIMIZERS[optimizer]()).fixed(x, y)
-    np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=1e-6)
-    owners = dict(traced.variables)
-    by_model = {id(v): w for v, w in zip(model.weights, reference.weights)}
-    for ph, v in variables.items():
-        if id(owners[ph]) in by_model:
-            v.gather_shards()
-            np.testing.assert_allclose(v.value.numpy(), by_model[id(owners[ph])].numpy(), rtol=1e-5, atol=1e-6)
+    _same_step(traced, reference, emitted, variables, optimizer, (x, y))
 
 
 def _table_model(length: int, rows: int, dim: int) -> keras.Model:
