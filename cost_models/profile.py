@@ -34,6 +34,38 @@ _PREFIX = "profiled"
 REMOTE_RUN_TIMEOUT_S = 300.0
 #: Length of ``_PREFIX + "/"``, cut from the imported graph's node names.
 _CUT = len(_PREFIX) + 1
+#: The most bytes one transfer of a variable's value to a worker carries: a larger value travels in pieces of
+#: rows (a tensor sent whole needs its size again in the receiver's gRPC buffers, which a worker under a memory
+#: limit may not have: an allocation that fails there kills the worker, not a clean error). Also the pieces of
+#: ``placer.tf.remote``.
+PIECE_BYTES = 16 << 20
+
+
+def row_pieces(shape: Sequence[int], itemsize: int, piece_bytes: int | None = None) -> list[tuple[int, int]]:
+    """``[start, stop)`` rows of a tensor of ``shape`` in pieces of at most ``piece_bytes`` (default
+    :data:`PIECE_BYTES`; one row at least).
+
+    >>> row_pieces((10, 1 << 20), 4)[:2]
+    [(0, 4), (4, 8)]
+    """
+    row = max(1, int(itemsize * int(np.prod(shape[1:], dtype=np.int64))))
+    step = max(1, (piece_bytes or PIECE_BYTES) // row)
+    return [(a, min(a + step, shape[0])) for a in range(0, max(1, shape[0]), step)]
+
+
+def _piecewise(var: tf.Variable, value: np.ndarray, i: int) -> tuple[list, tf.Operation]:
+    """Graph ops that write ``value`` into ``var`` (made as zeros where it lives) in :func:`row_pieces`, then turn
+    its copy-on-read mode off (a slice assignment turns it on: every whole read would copy it): ``(the pieces'
+    (op, feeds) pairs, the op that turns it off)``."""
+    rest = list(value.shape[1:])
+    piece = tf.compat.v1.placeholder(tf.as_dtype(value.dtype), [None, *rest], name=f"autoplace_piece_{i}")
+    begin = tf.compat.v1.placeholder(tf.int64, [len(value.shape)], name=f"autoplace_begin_{i}")
+    end = tf.compat.v1.placeholder(tf.int64, [len(value.shape)], name=f"autoplace_end_{i}")
+    write = tf.raw_ops.ResourceStridedSliceAssign(ref=var.handle, begin=begin, end=end,
+                                                  strides=tf.ones([len(value.shape)], tf.int64), value=piece)
+    runs = [(write, {piece: value[a:b], begin: [a] + [0] * len(rest), end: [b] + rest})
+            for a, b in row_pieces(value.shape, value.dtype.itemsize)]
+    return runs, tf.raw_ops.DisableCopyOnRead(resource=var.handle)
 
 
 @dataclass(frozen=True)
@@ -347,13 +379,20 @@ class GraphProfiler:
                 input_map[name] = ph
                 self._feeds[ph] = value
             # each variable's value is fed to its initializer, one at a time: a value in the graph would travel
-            # in its GraphDef (a message of at most 2 GB, serialised whole: minutes for a 1 GB model on a worker)
-            initial = []
+            # in its GraphDef (a message of at most 2 GB, serialised whole: minutes for a 1 GB model on a worker);
+            # a value larger than PIECE_BYTES is made as zeros there and fed in pieces of rows
+            initial: list[tuple[object, dict]] = []
             for i, (name, value) in enumerate(resources.items()):
                 value = np.asarray(value)
-                ph = tf.compat.v1.placeholder(tf.as_dtype(value.dtype), value.shape, name=f"autoplace_init_{i}")
-                var = tf.compat.v1.Variable(ph, use_resource=True, name=f"autoplace_var_{i}")
-                initial.append((var.initializer, ph, value))
+                if value.ndim and value.nbytes > PIECE_BYTES:
+                    var = tf.compat.v1.Variable(tf.zeros(value.shape, tf.as_dtype(value.dtype)), use_resource=True,
+                                                name=f"autoplace_var_{i}")
+                    runs, dense = _piecewise(var, value, i)
+                    initial += [(var.initializer, {}), *runs, (dense, {})]
+                else:
+                    ph = tf.compat.v1.placeholder(tf.as_dtype(value.dtype), value.shape, name=f"autoplace_init_{i}")
+                    var = tf.compat.v1.Variable(ph, use_resource=True, name=f"autoplace_var_{i}")
+                    initial.append((var.initializer, {ph: value}))
                 input_map[name] = var.handle
             for name, value in (constants or {}).items():
                 input_map[name] = tf.constant(value)
@@ -376,8 +415,8 @@ class GraphProfiler:
         self._config, self._timeout_s = config, timeout_s
         self._sess = tf.compat.v1.Session(target, graph=g, config=config)
         try:
-            for initializer, ph, value in initial:
-                self._run(initializer, feed_dict={ph: value})
+            for op, feed in initial:
+                self._run(op, feed_dict=feed)
         except BaseException:
             self.close()
             raise

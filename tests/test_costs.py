@@ -506,3 +506,25 @@ def test_the_workers_shared_capacity_probe_is_run_once_more_after_an_empty_tenso
     with pytest.raises(tf.errors.InvalidArgumentError, match="biases"):  # logical devices of one process: no retry
         timing.measure_shared_capacity(small_traced, devices[:2], pooled=True)
 
+
+
+def test_a_profiled_variable_larger_than_a_piece_travels_in_pieces_with_the_same_value(monkeypatch):
+    """A variable's value larger than ``PIECE_BYTES`` is made as zeros where it is profiled and written there in
+    pieces of rows (so no transfer to a worker is larger than a piece), then read whole like any other: the step
+    fetches the same sum."""
+    from cost_models import profile
+
+    monkeypatch.setattr(profile, "PIECE_BYTES", 64)  # 4 rows of 4 float32 per piece
+    cut, real = [], profile.row_pieces
+    monkeypatch.setattr(profile, "row_pieces", lambda *a: cut.append(real(*a)) or cut[-1])
+    g = tf.Graph()
+    with g.as_default():
+        h = tf.compat.v1.placeholder(tf.resource, [], name="v")
+        read = tf.raw_ops.ReadVariableOp(resource=h, dtype=tf.float32, name="read")
+        tf.reduce_sum(read * tf.range(1.0, 11.0)[:, None], name="out")
+    value = np.arange(40, dtype=np.float32).reshape(10, 4)
+    with profile.GraphProfiler(g.as_graph_def(), {}, {"v:0": value}, ["out:0"], warmup=0) as p:
+        pieces = [op for op in p._sess.graph.get_operations() if op.type == "ResourceStridedSliceAssign"]
+        assert len(pieces) == 1 and any(op.type == "DisableCopyOnRead" for op in p._sess.graph.get_operations())
+        assert p._run(p._outs[0], {}) == pytest.approx(float((value * np.arange(1, 11)[:, None]).sum()))
+    assert cut == [[(0, 4), (4, 8), (8, 10)]]  # written in three pieces

@@ -47,6 +47,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.eager import context
 
+from cost_models.profile import PIECE_BYTES, row_pieces
+
 from ..errors import WorkerError
 from ..measure.health import WorkerStatus, probe_worker
 from ..measure.links import CLIENT_DEVICE
@@ -217,21 +219,19 @@ class Watchdog:
                               "broke during the call. Run it again; if it keeps failing, restart the cluster") from e
 
 
-#: The most bytes one transfer of a variable's value to or from a worker carries (its rows in pieces): a tensor
-#: sent whole needs its size again in the receiver's gRPC buffers, which a worker under a memory limit may not
-#: have (an allocation that fails there kills the worker, not a clean error).
-SHARD_CHUNK_BYTES = 16 << 20
+#: The most bytes one transfer of a variable's value to or from a worker carries (its rows in pieces): the
+#: profiler's (:data:`cost_models.profile.PIECE_BYTES`, which says why).
+SHARD_CHUNK_BYTES = PIECE_BYTES
 
 
 def _row_chunks(shape: Sequence[int], itemsize: int) -> list[tuple[int, int]]:
-    """``[start, stop)`` rows of a tensor of ``shape`` in pieces of at most :data:`SHARD_CHUNK_BYTES`.
+    """``[start, stop)`` rows of a tensor of ``shape`` in pieces of at most :data:`SHARD_CHUNK_BYTES`
+    (:func:`cost_models.profile.row_pieces`).
 
     >>> _row_chunks((10, 1 << 20), 4)[:2]
     [(0, 4), (4, 8)]
     """
-    row = max(1, int(itemsize * math.prod(shape[1:])))
-    step = max(1, SHARD_CHUNK_BYTES // row)
-    return [(a, min(a + step, shape[0])) for a in range(0, max(1, shape[0]), step)]
+    return row_pieces(shape, itemsize, SHARD_CHUNK_BYTES)
 
 
 def _small(shape: Sequence[int], itemsize: int) -> bool:
