@@ -68,6 +68,11 @@ def _piecewise(var: tf.Variable, value: np.ndarray, i: int) -> tuple[list, tf.Op
     return runs, tf.raw_ops.DisableCopyOnRead(resource=var.handle)
 
 
+class ProfileOutOfMemory(ValueError):
+    """A profiling run (or its variables' initialisation) ran out of the device's memory (TensorFlow's
+    ``ResourceExhaustedError``: a worker under a memory limit that holds the weights but not the step's peak)."""
+
+
 @dataclass(frozen=True)
 class OpProfile:
     """Per-op kernel times of one graph on one device kind.
@@ -384,11 +389,12 @@ class GraphProfiler:
             initial: list[tuple[object, dict]] = []
             for i, (name, value) in enumerate(resources.items()):
                 value = np.asarray(value)
-                if value.ndim and value.nbytes > PIECE_BYTES:
-                    var = tf.compat.v1.Variable(tf.zeros(value.shape, tf.as_dtype(value.dtype)), use_resource=True,
-                                                name=f"autoplace_var_{i}")
+                if value.ndim and value.nbytes > PIECE_BYTES:  # zeros of a fed shape: never a folded constant
+                    dims = tf.compat.v1.placeholder(tf.int64, [value.ndim], name=f"autoplace_dims_{i}")
+                    var = tf.compat.v1.Variable(tf.fill(dims, tf.zeros([], tf.as_dtype(value.dtype))),
+                                                shape=value.shape, use_resource=True, name=f"autoplace_var_{i}")
                     runs, dense = _piecewise(var, value, i)
-                    initial += [(var.initializer, {}), *runs, (dense, {})]
+                    initial += [(var.initializer, {dims: list(value.shape)}), *runs, (dense, {})]
                 else:
                     ph = tf.compat.v1.placeholder(tf.as_dtype(value.dtype), value.shape, name=f"autoplace_init_{i}")
                     var = tf.compat.v1.Variable(ph, use_resource=True, name=f"autoplace_var_{i}")
@@ -422,11 +428,16 @@ class GraphProfiler:
             raise
 
     def _run(self, fetches: object, feed_dict: Mapping[object, object], **kwargs: object) -> object:
-        """``session.run``, a run past the deadline on a worker a ``ValueError`` that says what to check."""
+        """``session.run``, a run past the deadline on a worker a ``ValueError`` that says what to check, a run
+        out of the device's memory :class:`ProfileOutOfMemory`."""
         try:
             return self._sess.run(fetches, feed_dict, **kwargs)
         except tf.errors.DeadlineExceededError as e:
             raise ValueError(self._deadline_message("a profiling run")) from e
+        except tf.errors.ResourceExhaustedError as e:
+            op = e.op.name[_CUT:] if e.op is not None and e.op.name.startswith(_PREFIX) else e.op
+            raise ProfileOutOfMemory(f"profiling ran out of memory at op {op!r} on {self.device}: "
+                                     f"{e.message.strip().splitlines()[0]}") from e
 
     def _deadline_message(self, what: str) -> str:
         return (f"{what} on {self.device} ({self._target}) did not finish within {self._timeout_s:g} s: the worker "

@@ -528,3 +528,29 @@ def test_a_profiled_variable_larger_than_a_piece_travels_in_pieces_with_the_same
         assert len(pieces) == 1 and any(op.type == "DisableCopyOnRead" for op in p._sess.graph.get_operations())
         assert p._run(p._outs[0], {}) == pytest.approx(float((value * np.arange(1, 11)[:, None]).sum()))
     assert cut == [[(0, 4), (4, 8), (8, 10)]]  # written in three pieces
+
+
+def test_a_profile_out_of_a_workers_memory_is_taken_in_this_process_instead(small_traced, monkeypatch, caplog):
+    """A worker under a memory limit that holds the weights but not the step's peak runs out of memory while
+    the step is profiled there (TensorFlow's ``ResourceExhaustedError``): the costs stage profiles in this
+    process instead and says so (the plan's memory check decides what fits the worker), rather than failing."""
+    from cost_models.profile import ProfileOutOfMemory
+    from placer.tf import costs as costs_module
+
+    worker = "/job:worker/replica:0/task:0/device:CPU:0"
+    monkeypatch.setattr(costs_module, "worker_addresses", lambda names: {"/job:worker/replica:0/task:0": "x:1"})
+    where, real = [], costs_module._profiled
+
+    def profiled(**kw):
+        where.append(kw["target"])
+        if kw["target"]:
+            raise ProfileOutOfMemory(f"profiling ran out of memory at op 'MatMul' on {kw['device']}: OOM")
+        return real(**kw)
+
+    monkeypatch.setattr(costs_module, "_profiled", profiled)
+    with caplog.at_level(logging.INFO, logger="placer.tf.costs"):
+        got = compute_costs(small_traced, ["CPU"], ProfileOptions(repeats=1, seed=0, runtime=False, cache=False),
+                            devices=[worker])
+    assert where == ["grpc://x:1", ""] and got.source["CPU"] == "measured"
+    assert all(t >= 0 for t in got.us["CPU"].values()) and got.us["CPU"]
+    assert "ran out of memory" in caplog.text and "profiled in this process instead" in caplog.text

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -28,7 +28,7 @@ from cost_models.analytic import (
     estimate_graph,
 )
 from cost_models.cache import CacheKey, ProfileCache, default_cache_dir, fingerprint
-from cost_models.profile import GraphProfiler
+from cost_models.profile import GraphProfiler, OpProfile, ProfileOutOfMemory
 
 from ..core.devices import device_host, device_kind
 from ..core.splits import Split
@@ -178,6 +178,18 @@ def hardware_spec(value: Any) -> HardwareSpec:
     raise CostError(f"cannot use {value!r} as a hardware spec; pass a name, a dict or a HardwareSpec")
 
 
+def _profiled(*, gd: tf.compat.v1.GraphDef, feeds: Mapping[str, np.ndarray], resources: Mapping[str, np.ndarray],
+              fetches: Sequence[str], constants: Mapping[str, np.ndarray], device: str, target: str,
+              grappler: bool, repeats: int) -> OpProfile:
+    """``repeats`` rounds of :class:`~cost_models.profile.GraphProfiler` on ``device`` (of ``target``): its
+    result."""
+    with GraphProfiler(gd, feeds, resources, fetches, constants=constants, device=device, target=target,
+                       grappler=grappler, measure_step=True, warmup=2) as prof:
+        for _ in range(repeats):
+            prof.round()
+        return prof.result()
+
+
 def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOptions = ProfileOptions(),
                   devices: Sequence[str] = (), splits: Sequence[Split] = (),
                   table_rows: Mapping[str, int] | None = None) -> ComputeCosts:
@@ -288,11 +300,19 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
                     resources[f"{s.placeholder}:0"] = s.slice_of(
                         fixed_variables[s.variable].value.read_value()).numpy()
                 constants = {f"{ph}:0": t.numpy() for ph, t in fixed_constants.items()}
-                with GraphProfiler(gd, feeds, resources, traced.output_names, constants=constants, device=device,
-                                   target=target, grappler=grappler, measure_step=True, warmup=2) as prof:
-                    for _ in range(repeats):
-                        prof.round()
-                    result = prof.result()
+                profile = dict(gd=gd, feeds=feeds, resources=resources, fetches=traced.output_names,
+                               constants=constants, grappler=grappler, repeats=repeats)
+                try:
+                    result = _profiled(device=device, target=target, **profile)
+                except ProfileOutOfMemory as e:
+                    if not target or kind not in local:
+                        raise
+                    # the worker holds the weights but not the step's peak: the plan's memory check (next
+                    # stages) decides what fits it; the op times come from this process
+                    log.info("costs: %s; %s ops profiled in this process instead", e, kind)
+                    device, target = f"/device:{kind}:0", ""
+                    key = replace(key, worker="")
+                    result = _profiled(device=device, target=target, **profile)
                 calibrated = result.calibrated_us()
                 log.info("%s: executor overhead %.1f µs per op (untraced step %.2f ms, kernels %.2f ms)", kind,
                          result.overhead_us or 0.0, (result.step_s or 0.0) * 1e3, result.op_sum_s * 1e3)

@@ -40,6 +40,7 @@ from ..measure.hosts import (BUDGET_S, DEFAULT_ROUNDS, MAX_REFERENCE_ROUNDS, MAX
                              compute_seconds, enough_rounds)
 from ..measure.links import CallInterface, TensorAt, measure_call, on_caller, stand_in
 from .graphdef import IMPORT_PREFIX, complete_assignment, layer_devices_of, tf_variable
+from .remote import variable_on
 from .trace import TracedModel, traced_batch
 
 log = logging.getLogger(__name__)
@@ -217,13 +218,10 @@ def runtime_factor(traced: TracedModel, device: str, reference_s: float, *, roun
 
 def weight_copies(traced: TracedModel, devices: Sequence[str]) -> dict[str, dict[str, Any]]:
     """device → (placeholder → a non-trainable copy of that weight on the device): where a plan puts
-    them, so that a timed copy does not read its weights across processes."""
-    out = {}
-    for device in devices:
-        with tf.device(device):
-            out[device] = {ph: tf.Variable(tf_variable(v).read_value(), trainable=False)
-                           for ph, v in traced.fixed_captures[0].items()}
-    return out
+    them, so that a timed copy does not read its weights across processes. Each copy travels in pieces of rows
+    (:func:`~placer.tf.remote.variable_on`: a whole table sent at once killed a worker under a memory limit)."""
+    return {device: {ph: variable_on(device, tf_variable(v).read_value())
+                     for ph, v in traced.fixed_captures[0].items()} for device in devices}
 
 
 def _interleaved(traced: TracedModel, placements: Sequence[Sequence[str]], rounds: int, budget_s: float, seed: int,
