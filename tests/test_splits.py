@@ -752,20 +752,27 @@ def test_a_tables_dense_update_split_equals_the_unsplit_step(batch, length, rows
     _same_step(traced, reference, emitted, variables, optimizer, (ids, y))
 
 
+def _split_both_ways(traced, found: list[Split]):
+    """``found`` applied to ``traced``'s op graph (:func:`split_graph`) and to its GraphDef (the rewrite): the
+    split op graph is acyclic and names exactly the nodes the rewrite makes (its helpers apart). Returns
+    ``(op graph, split op graph, split GraphDef, shards)``."""
+    og = build_op_graph(traced, {"CPU": {op.name: 10.0 for op in traced.fixed.graph.get_operations()}}).graph
+    g = split_graph(og, found)
+    assert nx.is_directed_acyclic_graph(g)
+    gd, shards = split_graph_def(traced.fixed.graph, traced.variables, found)
+    made = {n.name for n in gd.node if is_split_node(n.name) and helper_owner(n.name) is None}
+    assert {v for v in g if is_split_node(v)} == made
+    return og, g, gd, shards
+
+
 @pytest.mark.parametrize("optimizer", ["sgd", "adam", "adamw"])
 def test_a_products_training_split_in_the_op_graph_matches_the_rewrite(optimizer):
     """The op graph split (:func:`split_graph`) names the nodes the rewrite makes (the parts' ``dy`` slices are
     helpers of their parts), shards the weight's memory and Adam's moments', and sums the input gradient's
     parts."""
-    model = _sgd_chain(6, 16, 8)
-    traced = trace_training_step(model, batch_size=2, optimizer=optimizer)
+    traced = trace_training_step(_sgd_chain(6, 16, 8), batch_size=2, optimizer=optimizer)
     found = split_candidates(traced.fixed.graph, traced.variables, 2)
-    og = build_op_graph(traced, {"CPU": {op.name: 10.0 for op in traced.fixed.graph.get_operations()}}).graph
-    g = split_graph(og, found)
-    assert nx.is_directed_acyclic_graph(g)
-    gd, _ = split_graph_def(traced.fixed.graph, traced.variables, found)
-    made = {n.name for n in gd.node if is_split_node(n.name) and helper_owner(n.name) is None}
-    assert {v for v in g if is_split_node(v)} == made
+    og, g, _, _ = _split_both_ways(traced, found)
     second = found[1]
     assert g.nodes[second.grads.input_grad]["op_type"] == "AddN"
     assert sorted(g.predecessors(second.grads.input_grad)) == [split_name(second.grads.input_grad, i) for i in (0, 1)]
@@ -787,12 +794,7 @@ def test_a_tables_dense_update_in_the_op_graph_matches_the_rewrite(optimizer):
     bytes."""
     traced = trace_training_step(_table_model(4, 40, 8), batch_size=2, optimizer=OPTIMIZERS[optimizer]())
     found = [sp for sp in split_candidates(traced.fixed.graph, traced.variables, 2) if sp.kind == "rows"]
-    og = build_op_graph(traced, {"CPU": {op.name: 10.0 for op in traced.fixed.graph.get_operations()}}).graph
-    g = split_graph(og, found)
-    assert nx.is_directed_acyclic_graph(g)
-    gd, shards = split_graph_def(traced.fixed.graph, traced.variables, found)
-    made = {n.name for n in gd.node if is_split_node(n.name) and helper_owner(n.name) is None}
-    assert {v for v in g if is_split_node(v)} == made
+    og, g, gd, shards = _split_both_ways(traced, found)
     assert any(helper_owner(n.name) and n.op == "SelectV2" for n in gd.node)  # each part's local ids
     sp = found[0]
     assert {(sh.start, sh.stop, sh.axis) for sh in shards} == {(0, 20, 0), (20, 40, 0)}
