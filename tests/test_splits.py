@@ -752,6 +752,28 @@ def test_a_tables_dense_update_split_equals_the_unsplit_step(batch, length, rows
     _same_step(traced, reference, emitted, variables, optimizer, (ids, y))
 
 
+def test_two_tables_looked_up_by_the_same_ids_split_each_with_its_own_update():
+    """Two tables Adam trains, looked up by the same ids: each table's split takes its own sums (walked back from
+    its writes, not every sum by those ids) and moments; one step equals the unsplit one."""
+    keras.utils.set_random_seed(5)
+    inp = keras.Input((3,), dtype="int32")
+    a = keras.layers.Embedding(12, 4, name="a")(inp)
+    b = keras.layers.Embedding(12, 2, name="b")(inp)
+    model = keras.Model(inp, keras.layers.Dense(1)(keras.layers.Flatten()(keras.layers.Concatenate()([a, b]))))
+    reference = keras.models.clone_model(model)
+    reference.set_weights(model.get_weights())
+    traced = trace_training_step(model, batch_size=4, optimizer=OPTIMIZERS["adam"]())
+    found = [s for s in split_candidates(traced.fixed.graph, traced.variables, 2) if s.kind == "rows"]
+    assert len(found) == 2 and all(len(s.grads.weight_grads) == 2 for s in found)
+    assert not set(found[0].grads.ops) & set(found[1].grads.ops)
+    assert not set(found[0].grads.slots) & set(found[1].grads.slots)
+    emitted, variables = _emitted_step(traced, found)
+    rng = np.random.default_rng(5)
+    ids = tf.constant(rng.integers(0, 12, (4, 3)).astype("int32"))
+    y = tf.constant(rng.standard_normal((4, 1)).astype("float32"))
+    _same_step(traced, reference, emitted, variables, "adam", (ids, y))
+
+
 def _split_both_ways(traced, found: list[Split]):
     """``found`` applied to ``traced``'s op graph (:func:`split_graph`) and to its GraphDef (the rewrite): the
     split op graph is acyclic and names exactly the nodes the rewrite makes (its helpers apart). Returns
