@@ -1005,11 +1005,11 @@ def test_a_trained_split_table_saves_loads_and_syncs_whole(trained_split, tmp_pa
     np.testing.assert_allclose(placed.predict(x, verbose=0), other.predict(x, verbose=0), rtol=1e-6, atol=1e-7)
 
 
-def test_a_table_adam_updates_is_split_with_its_moments_and_trains_as_model_fit(devices):
+def test_a_table_adam_updates_is_split_with_its_moments_and_trains_as_model_fit(devices, tmp_path):
     """Adam updates a table densely (its two moments are table-sized): the table with its moments (2,304,000
     bytes) fits no device of 1,500,000, so it is split with them 4 ways; each part sums the gradient of the ids
     its rows hold and updates its shards of the three where they live; ``fit``, the weights and Adam's state as
-    ``model.fit``'s."""
+    ``model.fit``'s; the moments save and load through Keras' weights file."""
     devs = [placer.DeviceSpec(d, memory_bytes=1_500_000) for d in devices]
     model = recommender(ROWS, DIM, optimizer=keras.optimizers.Adam(1e-2))
     reference = recommender(ROWS, DIM, optimizer=keras.optimizers.Adam(1e-2))
@@ -1037,6 +1037,15 @@ def test_a_table_adam_updates_is_split_with_its_moments_and_trains_as_model_fit(
     writes = [n for n in nodes.values() if n.op.startswith("Assign") and n.input[0] in
               {s.placeholder for s in step.shards}]
     assert len(writes) == 12 and all(n.device == nodes[n.input[0]].device for n in writes)
+    # Keras' weights file holds the moments gathered from their shards; loading it writes the shards again
+    saved = [v.numpy().copy() for v in placed.optimizer.variables]
+    placed.save_weights(str(tmp_path / "adam.weights.h5"))
+    placed.train_on_batch(x[:8], y[:8])
+    placed.load_weights(str(tmp_path / "adam.weights.h5"))
+    for v, value in zip(placed.optimizer.variables, saved):
+        np.testing.assert_array_equal(v.numpy(), value)
+    for v in sharded:
+        np.testing.assert_array_equal(np.concatenate([s.numpy() for s in v.shards]), v.numpy())
 
 
 def test_a_table_no_device_holds_is_refused_without_splits(devices):
