@@ -41,15 +41,25 @@ _CUT = len(_PREFIX) + 1
 PIECE_BYTES = 16 << 20
 
 
-def row_pieces(shape: Sequence[int], itemsize: int, piece_bytes: int | None = None) -> list[tuple[int, int]]:
-    """``[start, stop)`` rows of a tensor of ``shape`` in pieces of at most ``piece_bytes`` (default
-    :data:`PIECE_BYTES`; one row at least).
+def one_piece(shape: Sequence[int], itemsize: int) -> bool:
+    """Whether a tensor of ``shape`` (items of ``itemsize`` bytes) is a scalar or fits one piece
+    (:data:`PIECE_BYTES`).
+
+    >>> one_piece((), 4), one_piece((4, 1 << 20), 4), one_piece((5, 1 << 20), 4)
+    (True, True, False)
+    """
+    return len(shape) == 0 or itemsize * int(np.prod(shape, dtype=np.int64)) <= PIECE_BYTES
+
+
+def row_pieces(shape: Sequence[int], itemsize: int) -> list[tuple[int, int]]:
+    """``[start, stop)`` rows of a tensor of ``shape`` in pieces of at most :data:`PIECE_BYTES` (one row at
+    least).
 
     >>> row_pieces((10, 1 << 20), 4)[:2]
     [(0, 4), (4, 8)]
     """
     row = max(1, int(itemsize * int(np.prod(shape[1:], dtype=np.int64))))
-    step = max(1, (piece_bytes or PIECE_BYTES) // row)
+    step = max(1, PIECE_BYTES // row)
     return [(a, min(a + step, shape[0])) for a in range(0, max(1, shape[0]), step)]
 
 
@@ -389,7 +399,7 @@ class GraphProfiler:
             initial: list[tuple[object, dict]] = []
             for i, (name, value) in enumerate(resources.items()):
                 value = np.asarray(value)
-                if value.ndim and value.nbytes > PIECE_BYTES:  # zeros of a fed shape: never a folded constant
+                if not one_piece(value.shape, value.itemsize):  # zeros of a fed shape: never a folded constant
                     dims = tf.compat.v1.placeholder(tf.int64, [value.ndim], name=f"autoplace_dims_{i}")
                     var = tf.compat.v1.Variable(tf.fill(dims, tf.zeros([], tf.as_dtype(value.dtype))),
                                                 shape=value.shape, use_resource=True, name=f"autoplace_var_{i}")

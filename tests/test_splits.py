@@ -1068,10 +1068,11 @@ def test_attention_projections_are_split_by_heads(devices):
 
 
 def test_variables_travel_in_pieces_of_rows(devices, monkeypatch):
+    from cost_models import profile
     from placer.tf import remote
 
-    monkeypatch.setattr(remote, "SHARD_CHUNK_BYTES", 64)  # 3 rows of 5 float32 per piece
-    assert remote._row_chunks((37, 5), 4)[:2] == [(0, 3), (3, 6)] and remote._row_chunks((37, 5), 4)[-1] == (36, 37)
+    monkeypatch.setattr(profile, "PIECE_BYTES", 64)  # 3 rows of 5 float32 per piece
+    assert profile.row_pieces((37, 5), 4)[:2] == [(0, 3), (3, 6)] and profile.row_pieces((37, 5), 4)[-1] == (36, 37)
     rng = np.random.default_rng(7)
     for shape in [(37, 5), (9, 2, 3), (), (2,)]:
         value = tf.constant(rng.standard_normal(shape).astype("float32"))

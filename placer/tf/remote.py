@@ -37,17 +37,16 @@ Examples
 
 from __future__ import annotations
 
-import math
 import queue
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.eager import context
 
-from cost_models.profile import PIECE_BYTES, row_pieces
+from cost_models.profile import one_piece, row_pieces
 
 from ..errors import WorkerError
 from ..measure.health import WorkerStatus, probe_worker
@@ -219,26 +218,6 @@ class Watchdog:
                               "broke during the call. Run it again; if it keeps failing, restart the cluster") from e
 
 
-#: The most bytes one transfer of a variable's value to or from a worker carries (its rows in pieces): the
-#: profiler's (:data:`cost_models.profile.PIECE_BYTES`, which says why).
-SHARD_CHUNK_BYTES = PIECE_BYTES
-
-
-def _row_chunks(shape: Sequence[int], itemsize: int) -> list[tuple[int, int]]:
-    """``[start, stop)`` rows of a tensor of ``shape`` in pieces of at most :data:`SHARD_CHUNK_BYTES`
-    (:func:`cost_models.profile.row_pieces`).
-
-    >>> _row_chunks((10, 1 << 20), 4)[:2]
-    [(0, 4), (4, 8)]
-    """
-    return row_pieces(shape, itemsize, SHARD_CHUNK_BYTES)
-
-
-def _small(shape: Sequence[int], itemsize: int) -> bool:
-    """Whether a tensor of ``shape`` is a scalar or fits one piece (:data:`SHARD_CHUNK_BYTES`)."""
-    return len(shape) == 0 or itemsize * math.prod(shape) <= SHARD_CHUNK_BYTES
-
-
 def _dense_reads(variable: tf.Variable) -> None:
     """Turn ``variable``'s copy-on-read mode off (``DisableCopyOnRead``, where it lives): a slice assignment or a
     sparse read puts a variable in it, and from then on every whole read (``ReadVariableOp``) copies it. Off,
@@ -250,13 +229,13 @@ def _dense_reads(variable: tf.Variable) -> None:
 
 def write_rows(variable: tf.Variable, value: tf.Tensor) -> None:
     """Assign ``variable`` (on any device) ``value`` (a tensor here) in pieces of rows
-    (:data:`SHARD_CHUNK_BYTES`), then turn its copy-on-read mode off (:func:`_dense_reads`)."""
-    if _small(value.shape, value.dtype.size):
+    (:data:`~cost_models.profile.PIECE_BYTES`), then turn its copy-on-read mode off (:func:`_dense_reads`)."""
+    if one_piece(value.shape, value.dtype.size):
         with tf.device(variable.device):
             variable.assign(value)
         return
     rest = list(value.shape[1:])
-    for a, b in _row_chunks(value.shape, value.dtype.size):
+    for a, b in row_pieces(value.shape, value.dtype.size):
         with tf.device(value.device):  # cut where the value is: only the piece travels
             piece = value[a:b]
         with tf.device(variable.device):
@@ -269,13 +248,14 @@ def write_rows(variable: tf.Variable, value: tf.Tensor) -> None:
 
 
 def read_rows(variable: tf.Variable) -> tf.Tensor:
-    """``variable``'s value, fetched here in pieces of rows (:data:`SHARD_CHUNK_BYTES`; gathered, so a variable
-    in copy-on-read mode, as a table with sparse updates is, is never copied whole where it lives)."""
-    if _small(variable.shape, variable.dtype.size):
+    """``variable``'s value, fetched here in pieces of rows (:data:`~cost_models.profile.PIECE_BYTES`; gathered,
+    so a variable in copy-on-read mode, as a table with sparse updates is, is never copied whole where it
+    lives)."""
+    if one_piece(variable.shape, variable.dtype.size):
         with tf.device(CLIENT_DEVICE):
             return tf.identity(variable.read_value())
     pieces = []
-    for a, b in _row_chunks(variable.shape, variable.dtype.size):
+    for a, b in row_pieces(variable.shape, variable.dtype.size):
         with tf.device(variable.device):
             piece = variable.sparse_read(tf.range(a, b))
         pieces.append(piece.numpy())  # fetched before the next piece is gathered there
@@ -286,7 +266,8 @@ def read_rows(variable: tf.Variable) -> tf.Tensor:
 
 def variable_on(device: str, value: tf.Tensor, *, name: str | None = None) -> tf.Variable:
     """A non-trainable variable on ``device`` holding ``value`` (a tensor here): made there as zeros, then
-    filled in pieces of rows (:func:`write_rows`), so no transfer carries more than :data:`SHARD_CHUNK_BYTES`.
+    filled in pieces of rows (:func:`write_rows`), so no transfer carries more than
+    :data:`~cost_models.profile.PIECE_BYTES`.
 
     A slice assignment, like a sparse update, puts a variable in TensorFlow's copy-on-read mode, in which every
     whole read (``ReadVariableOp``) copies it (a product with a 256 MiB weight written so took 39 ms on a
