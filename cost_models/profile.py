@@ -447,7 +447,8 @@ class GraphProfiler:
         except tf.errors.ResourceExhaustedError as e:
             op = e.op.name[_CUT:] if e.op is not None and e.op.name.startswith(_PREFIX) else e.op
             raise ProfileOutOfMemory(f"profiling ran out of memory at op {op!r} on {self.device}: "
-                                     f"{e.message.strip().splitlines()[0]}") from e
+                                     f"{e.message.strip().splitlines()[0]}. Profile a smaller batch "
+                                     "(batch_size=), or plan with an analytic model (hardware=)") from e
 
     def _deadline_message(self, what: str) -> str:
         return (f"{what} on {self.device} ({self._target}) did not finish within {self._timeout_s:g} s: the worker "

@@ -554,3 +554,12 @@ def test_a_profile_out_of_a_workers_memory_is_taken_in_this_process_instead(smal
     assert where == ["grpc://x:1", ""] and got.source["CPU"] == "measured"
     assert all(t >= 0 for t in got.us["CPU"].values()) and got.us["CPU"]
     assert "ran out of memory" in caplog.text and "profiled in this process instead" in caplog.text
+
+    def out_of_memory(**kw):
+        raise ProfileOutOfMemory(f"profiling ran out of memory at op 'MatMul' on {kw['device']}: OOM. Profile a "
+                                 "smaller batch (batch_size=), or plan with an analytic model (hardware=)")
+
+    monkeypatch.setattr(costs_module, "_profiled", out_of_memory)  # here too: nowhere else to profile
+    with pytest.raises(placer.CostError, match=r"ran out of memory.*batch_size="):
+        compute_costs(small_traced, ["CPU"], ProfileOptions(repeats=1, seed=0, runtime=False, cache=False),
+                      devices=[worker])

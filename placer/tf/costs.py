@@ -311,7 +311,8 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
                     # stages) decides what fits it; the op times come from this process
                     log.info("costs: %s; %s ops profiled in this process instead", e, kind)
                     device, target = f"/device:{kind}:0", ""
-                    key = replace(key, worker="")
+                    key = replace(key, worker="")  # what is cached from here on is this process's
+                    factor_key = {"of": "runtime_factor", **asdict(key)}
                     result = _profiled(device=device, target=target, **profile)
                 calibrated = result.calibrated_us()
                 log.info("%s: executor overhead %.1f µs per op (untraced step %.2f ms, kernels %.2f ms)", kind,
