@@ -9,6 +9,10 @@ per-step losses and the weights against ``model.fit`` on this process (no limit)
 worker's peak memory while training (``VmHWM``, reset after placing) beside the plan's predicted peak, and
 while placing (the costs stage profiles on worker 0 with a stand-in of the table's first rows), the step
 time measured and predicted. Nothing without splitting can run it here, so there is no other row to compare.
+``--optimizer adam``: Adam updates the table and its two moments densely (the ratio counts the three); each
+part sums its rows' gradient and updates its shards of the three. ``--rec-workers N`` (default 2) spreads it
+over more workers, pinned to the cores in turn (more workers than cores: a memory check, not a timing). The
+one-worker refusal runs after the memory is measured (a refused profile can leave memory on worker 0).
 
 **The wide MLP** (``--workloads wide``):
 A chain of ``--layers`` dense layers of ``--width`` (ReLU; 4 × 8192 by default: 1 GiB of float32 weights)
@@ -42,7 +46,7 @@ difference from the model's. Runs itself inside a loopback-only network namespac
 
     python benchmarks/splitting.py [--workloads recommender wide] [--batches 1 4 8] [--width 8192]
                                    [--layers 4] [--activation relu|gelu] [--repeats 7] [--worker-mib 400]
-                                   [--table-ratio 1.8] [--optimizer sgd|adam]
+                                   [--table-ratio 1.8] [--optimizer sgd|adam] [--rec-workers 2]
                                    [--out benchmarks/results/splitting.md]
 """
 
