@@ -563,3 +563,41 @@ def test_a_profile_out_of_a_workers_memory_is_taken_in_this_process_instead(smal
     with pytest.raises(placer.CostError, match=r"ran out of memory.*batch_size="):
         compute_costs(small_traced, ["CPU"], ProfileOptions(repeats=1, seed=0, runtime=False, cache=False),
                       devices=[worker])
+
+
+def test_a_worker_that_holds_the_weights_but_not_the_steps_peak_is_not_profiled_on(monkeypatch, caplog):
+    """Before profiling, each gRPC worker under a memory limit is checked against the step's predicted peak on
+    it alone (weights and live tensors, simulated from the graph with unit op times): one that holds the weights
+    but not the peak is left out (profiled in this process instead) rather than run out of memory with the
+    step there. A device of this process keeps being profiled on (its memory is the plan's promise, not a
+    limit). Unit op times give the peak the profiled times give."""
+    from placer.core.build import build_problem
+    from placer.core.devices import resolve_devices
+    from placer.tf import runner
+    from placer.tf.graphdef import variable_bytes
+    from placer.tf.opgraph import build_op_graph
+    from placer.tf.trace import trace_training_step
+
+    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(256, activation="relu"),
+                              keras.layers.Dense(256, activation="relu"), keras.layers.Dense(4)], name="peak_mlp")
+    step = trace_training_step(model, batch_size=512, optimizer="adam")
+    weights = sum(variable_bytes(v) for v in step.fixed_captures[0].values())
+    names = [f"/job:worker/task:{i}/device:CPU:0" for i in range(2)]
+    monkeypatch.setattr(runner, "worker_addresses", lambda devices: {
+        f"/job:worker/replica:0/task:{i}": f"127.0.0.1:{2000 + i}" for i in range(2)})
+    peak = runner._one_device_peak(step, resolve_devices(names), 1)
+    assert peak > 1.5 * weights  # 512 rows of 256-wide activations, kept for the backward pass
+    costs = compute_costs(step, ["CPU"], ProfileOptions(repeats=1, seed=0, runtime=False, cache=False))
+    built = build_problem(build_op_graph(step, costs.us).graph, resolve_devices(["/CPU:0"]))
+    assert built.simulate(np.zeros(built.problem.n, dtype=int)).peak_memory_bytes[0] == pytest.approx(peak, rel=0.05)
+
+    between = int((weights + peak) / 2)
+    with caplog.at_level(logging.INFO, logger="placer.tf.runner"):
+        assert runner._holds_whole(step, resolve_devices(
+            [placer.DeviceSpec(n, memory_bytes=between) for n in names])) == [False, False]
+    assert "holds the model's weights" in caplog.text and "not its step's predicted peak" in caplog.text
+    assert runner._holds_whole(step, resolve_devices(
+        [placer.DeviceSpec(n, memory_bytes=int(peak * 1.01)) for n in names])) == [True, True]
+    assert runner._holds_whole(step, resolve_devices(  # the weights alone do not fit: as before
+        [placer.DeviceSpec(n, memory_bytes=weights // 2) for n in names])) == [False, False]
+    assert runner._holds_whole(step, resolve_devices([placer.DeviceSpec("/CPU:0", memory_bytes=between)])) == [True]
