@@ -6,8 +6,9 @@ leaves the model. On one worker autoplace refuses it before running (``Insuffici
 table and the shortfall) and the model placed there by hand fails; on two workers autoplace splits the
 lookup by table rows (each worker holds half the table and applies its rows' SGD updates) and it trains:
 per-step losses and the weights against ``model.fit`` on this process (no limit), the predictions, each
-worker's peak memory while training (``VmHWM``, reset after placing) beside the plan's predicted peak, and
-while placing (the costs stage profiles on worker 0 with a stand-in of the table's first rows), the step
+worker's peak memory while training (``VmHWM``, reset after placing; and its allocator's most bytes in use, from
+the allocator's events under the workers' profilers) beside the plan's predicted peak (the workers' BFC pools
+replayed: ``DeviceSpec.memory_pool``), and while placing (the costs stage profiles on worker 0 with a stand-in of the table's first rows), the step
 time measured and predicted. Nothing without splitting can run it here, so there is no other row to compare.
 ``--optimizer adam``: Adam updates the table and its two moments densely (the ratio counts the three); each
 part sums its rows' gradient and updates its shards of the three. ``--rec-workers N`` (default 2) spreads it
@@ -126,6 +127,18 @@ def _reset_peak(pid: int) -> bool:
         return False
 
 
+def _allocator_peaks(cluster: "object", step: "object", trace_ms: int = 1500) -> list[float]:
+    """Per worker: the most bytes its allocator had in use (its pool's chunks, what TensorFlow reports) while
+    ``step`` ran in a loop for ``trace_ms`` under the workers' profilers (``nan``: no allocator events)."""
+    import tempfile
+
+    from worker_trace import allocated_bytes
+
+    with tempfile.TemporaryDirectory() as logdir:
+        used = {task: allocated_bytes(path) for task, path in cluster.trace(step, logdir, trace_ms).items()}
+    return [float(used[t].max()) if t in used and used[t].size else float("nan") for t in range(cluster.workers)]
+
+
 def run_recommender(args: argparse.Namespace, out: MarkdownOut) -> None:
     """A table about ``--table-ratio`` × what each worker's enforced limit leaves: refused on one worker, an
     unplaced run fails there, split over two workers it trains like ``model.fit`` (module docstring)."""
@@ -175,7 +188,8 @@ def run_recommender(args: argparse.Namespace, out: MarkdownOut) -> None:
     weights_theirs = reference.get_weights()
     # what placing and training cost a worker besides the model: the same flow with a table of 1,024 rows
     runtime_growth = []
-    with placer.LocalCluster(args.rec_workers, pin_cores=True, threads=1, memory_limit_bytes=limit) as cluster:
+    with placer.LocalCluster(args.rec_workers, pin_cores=True, threads=1, memory_limit_bytes=limit,
+                             profiler=True) as cluster:
         devices = placer.connect(cluster)
         pids = [proc.pid for proc in cluster.procs]
         before = [_memory(pid) for pid in pids]
@@ -188,14 +202,23 @@ def run_recommender(args: argparse.Namespace, out: MarkdownOut) -> None:
         runtime_growth = [_memory(pid)["VmHWM"] - b["VmRSS"] for pid, b in zip(pids, before)]
     print(f"  runtime growth (a 1,024-row table): placing {[g >> 20 for g in placing_growth]} MiB, training "
           f"{[g >> 20 for g in runtime_growth]} MiB", file=sys.stderr)
-    with placer.LocalCluster(args.rec_workers, pin_cores=True, threads=1, memory_limit_bytes=limit) as cluster:
+    with placer.LocalCluster(args.rec_workers, pin_cores=True, threads=1, memory_limit_bytes=limit,
+                             profiler=True) as cluster:
         devices = placer.connect(cluster)
         specs = cluster.device_specs(devices)
         pids = [proc.pid for proc in cluster.procs]
         before = [_memory(pid) for pid in pids]
         reset = all(_reset_peak(pid) for pid in pids)
         t = time.perf_counter()
-        placed = placer.autoplace(model, specs, training=True, batch_size=batch)
+        try:
+            placed = placer.autoplace(model, specs, training=True, batch_size=batch)
+        except placer.InsufficientMemoryError as e:  # the plan's memory check (the workers' pools) refused it
+            out("| what | result |")
+            out("|---|---|")
+            out(f"| autoplace on {args.rec_workers} workers | refused before running after "
+                f"{time.perf_counter() - t:.1f} s: `{type(e).__name__}`: {str(e)[:600]}… |")
+            out()
+            return
         placed_s = time.perf_counter() - t
         placing = [_memory(pid) for pid in pids]  # the costs stage profiles on a worker: its peak is placing's
         reset = reset and all(_reset_peak(pid) for pid in pids)
@@ -218,6 +241,7 @@ def run_recommender(args: argparse.Namespace, out: MarkdownOut) -> None:
         (step_s, spread_s), = [median_spread(ts) for ts in interleaved_times(
             [lambda: tf.nest.map_structure(lambda t: t.numpy(), placed.train_step((xb, yb)))], args.repeats)]
         predicted_s = plan.predicted_step_time_s
+        in_use = _allocator_peaks(cluster, lambda: placed.train_step((xb, yb)))
         rows_out.append((f"autoplace on {args.rec_workers} workers",
                          f"placed in {placed_s:.1f} s: {plan.summary().splitlines()[0]}; "
                          f"{len(plan.splits)} op split {max(plan.splits.values()) if plan.splits else 1} ways"))
@@ -257,11 +281,14 @@ def run_recommender(args: argparse.Namespace, out: MarkdownOut) -> None:
             placed_grew = p["VmHWM"] - b["VmRSS"] - placing_growth[i]
             predicted = peaks.get(specs[i].name)
             err = f" ({100 * (predicted - grew) / grew:+.1f}%)" if predicted and grew > 0 else ""
+            pool = (f"; its allocator's peak in use {in_use[i] / 2**20:.1f} MiB"
+                    + (f" ({100 * (predicted - in_use[i]) / in_use[i]:+.1f}%)" if predicted else "")
+                    if np.isfinite(in_use[i]) else "; no allocator events")
             rows_out.append((f"worker {i} memory", f"measured peak while training {grew / 2**20:.0f} MiB (resident "
                              f"growth over the worker's before placing, VmHWM {'reset' if reset else 'since start'} "
                              f"after placing, less the {runtime_growth[i] / 2**20:.0f} MiB the same flow grew with a "
                              f"1,024-row table); predicted peak "
-                             + (f"{predicted / 2**20:.0f} MiB{err}" if predicted else "none")
+                             + (f"{predicted / 2**20:.0f} MiB{err}" if predicted else "none") + pool
                              + f"; while placing {placed_grew / 2**20:.0f} MiB (less the same flow's "
                              f"{placing_growth[i] / 2**20:.0f} MiB); VmData {a['VmData'] / 2**20:.0f} of "
                              f"{limit / 2**20:.0f} MiB allowed"))

@@ -55,6 +55,8 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from .pool import replay_pool
+
 #: Values of ``SimOptions.ready_order`` for an executor (a device's).
 READY_ORDERS = ("fifo", "lifo")
 #: The further value :func:`simulate` takes: each device runs its ready op of highest ``SimOptions.priority``.
@@ -245,6 +247,13 @@ class SimOptions:
         assignment can continue from the last one the change leaves intact
         (:func:`simulate`'s ``resume``). Only the plain simulation keeps them
         (not ``shared`` nor ``transfer_cpu_s``); 0: none.
+    memory_pools : tuple of (float or None)
+        Per device (empty: none): ``None``, or the bytes of regions its allocator pool may take (TensorFlow's
+        BFC allocator, ``inf``: no limit). A pooled device's ``SimResult.peak_memory_bytes`` is what the pool
+        holds in use at its peak (its chunks, :mod:`cost_models.pool`), the step replayed twice after its
+        resident bytes (each node's, in node order, as variables are created), or, where the pool cannot serve
+        an allocation under its limit, that limit plus the allocation's bytes (over any capacity it is
+        compared with, when the limit is the capacity).
     """
 
     concurrency: int = 1
@@ -257,6 +266,7 @@ class SimOptions:
     acknowledged: tuple[tuple[int, int, tuple[int, ...]], ...] = ()
     inline_first: frozenset[int] = frozenset()
     snapshots: int = 0
+    memory_pools: tuple[float | None, ...] = ()
 
     def checked_shares(self, k: int) -> tuple[tuple[tuple[int, ...], float, float], ...]:
         """:attr:`shared` as ``(devices, capacity, one device's share)`` with ints and floats.
@@ -681,7 +691,7 @@ def _result(tensors: Sequence[TensorEdge], a: np.ndarray, k: int, timeline: list
     if not math.isfinite(step):
         raise ValueError("simulated step time is not finite")
     if options.peak_memory:
-        peak, at_peak = _peak_memory(tensors, a, k, timeline, transfers, memory)
+        peak, at_peak = _peak_memory(tensors, a, k, timeline, transfers, memory, options.memory_pools)
     else:
         peak, at_peak = np.zeros(k), np.zeros(len(a))
     return SimResult(step, busy, link_bytes, tuple(timeline), tuple(transfers), peak, at_peak,
@@ -991,8 +1001,11 @@ def _reads_until(tensors: Sequence[TensorEdge], a: np.ndarray,
 def _peak_memory(tensors: Sequence[TensorEdge], a: np.ndarray, k: int,
                  timeline: Sequence[tuple[int, int, float, float]],
                  transfers: Sequence[tuple[int, int, int, float, float]],
-                 memory: MemoryTraits) -> tuple[np.ndarray, np.ndarray]:
-    """Per device: resident + the most live tensor bytes; per node: what it holds live at those peaks."""
+                 memory: MemoryTraits, pools: Sequence[float | None] = ()) -> tuple[np.ndarray, np.ndarray]:
+    """Per device: resident + the most live tensor bytes (a pooled device: what its pool holds, ``pools``:
+    :attr:`SimOptions.memory_pools`); per node: what it holds live at those peaks."""
+    if pools and len(pools) != k:
+        raise ValueError(f"memory_pools has {len(pools)} entries for {k} devices")
     resident_bytes, aliasing, inplace, held = memory.resident_bytes, memory.aliasing, memory.inplace, memory.held
     start = {v: s for v, _, s, _ in timeline}
     end = {v: e for v, _, _, e in timeline}
@@ -1038,22 +1051,23 @@ def _peak_memory(tensors: Sequence[TensorEdge], a: np.ndarray, k: int,
                 if donor is not None and alloc[to]:
                     alloc[to] = False
                     release[donor] = max(release[donor], release[to])
-    events: list[tuple[float, int, int, float, int]] = []  # (time, frees first at a tie, device, delta, producer)
+    # (time, frees first at a tie, device, delta, producer, tensor: its index, and the receiving device or -1)
+    events: list[tuple[float, int, int, float, int, tuple[int, int]]] = []
     for ti, t in enumerate(tensors):
         if t.nbytes <= 0:
             continue
         if alloc[ti]:
-            events.append((start[t.src], 1, int(a[t.src]), t.nbytes, t.src))
-            events.append((release[ti], 0, int(a[t.src]), -t.nbytes, t.src))
+            events.append((start[t.src], 1, int(a[t.src]), t.nbytes, t.src, (ti, -1)))
+            events.append((release[ti], 0, int(a[t.src]), -t.nbytes, t.src, (ti, -1)))
         for dst, ts, _te in sends.get(ti, []):
             last = max(reads[w] for w in t.dsts if a[w] == dst)
-            events.append((ts, 1, dst, t.nbytes, t.src))
-            events.append((last, 0, dst, -t.nbytes, t.src))
+            events.append((ts, 1, dst, t.nbytes, t.src, (ti, dst)))
+            events.append((last, 0, dst, -t.nbytes, t.src, (ti, dst)))
     events.sort()
     live = np.zeros(k)
     peak = np.zeros(k)
     when = np.full(k, -1)  # the event at which each device first reached its peak
-    for i, (_, _, d, delta, _) in enumerate(events):
+    for i, (_, _, d, delta, _, _) in enumerate(events):
         live[d] += delta
         if live[d] > peak[d]:
             peak[d], when[d] = live[d], i
@@ -1061,11 +1075,26 @@ def _peak_memory(tensors: Sequence[TensorEdge], a: np.ndarray, k: int,
     held_now: list[dict[int, float]] = [{} for _ in range(k)]
     at_peak = np.zeros(len(a))
     last_event = int(when.max(initial=-1))
-    for i, (_, _, d, delta, v) in enumerate(events[:last_event + 1]):
+    for i, (_, _, d, delta, v, _) in enumerate(events[:last_event + 1]):
         held_now[d][v] = held_now[d].get(v, 0.0) + delta
         if i == when[d]:
             for u, b in held_now[d].items():
                 at_peak[u] += b
     if resident_bytes is not None:
         peak += np.bincount(a, weights=np.asarray(resident_bytes, dtype=float), minlength=k)
+    for d, limit in enumerate(pools):
+        if limit is not None:
+            peak[d] = max(peak[d], _pool_peak(d, limit, a, resident_bytes, events))
     return peak, at_peak
+
+
+def _pool_peak(d: int, limit: float, a: np.ndarray, resident_bytes: Sequence[float] | None,
+               events: Sequence[tuple[float, int, int, float, int, tuple[int, int]]]) -> float:
+    """Device ``d``'s pool (:mod:`cost_models.pool`): its resident bytes allocated first, node by node, then
+    the step's allocations and frees twice (a pool keeps its regions from one step to the next); the most
+    it holds in use, or ``limit`` plus the first allocation it cannot serve."""
+    held = [] if resident_bytes is None else [
+        (("resident", v), float(b)) for v, b in enumerate(resident_bytes) if a[v] == d and b > 0]
+    step = [(key, delta) for _, _, dev, delta, _, key in events if dev == d]
+    use = replay_pool([*held, *step, *step], limit)
+    return use.peak_bytes if use.failed is None else limit + use.failed_bytes

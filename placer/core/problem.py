@@ -205,6 +205,10 @@ class PlacementProblem:
         time per byte depends on the size) by :meth:`occupancy_seconds`, :meth:`link_seconds` and
         :meth:`transfer_s`; ``bandwidth`` and ``latency`` stay their fitted line (the solvers' linear
         models).
+    memory_pools : tuple of (float or None)
+        Per device (empty: none), the limit of its allocator's pool where the simulated peak replays it
+        (``cost_models.SimOptions.memory_pools``; ``placer.core.devices.DeviceSet.memory_pools``). Kept when
+        :meth:`with_memory` lowers the capacities the solvers see.
     """
 
     names: tuple[str, ...]
@@ -222,6 +226,7 @@ class PlacementProblem:
     transfer_cpu: np.ndarray | None = None
     ready_order: str | None = None
     measured_links: tuple[tuple[tuple[int, int], Link], ...] = ()
+    memory_pools: tuple[float | None, ...] = ()
     _memo: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
     @property
@@ -252,6 +257,7 @@ class PlacementProblem:
         transfer_cpu: np.ndarray | None = None,
         ready_order: str | None = None,
         measured_links: Sequence[tuple[tuple[int, int], Link]] = (),
+        memory_pools: Sequence[float | None] = (),
     ) -> "PlacementProblem":
         """Validate the arrays and build a frozen problem.
 
@@ -319,9 +325,13 @@ class PlacementProblem:
             raise GraphError(f"a measured link names a device pair outside 0..{k - 1} or one device twice")
         if measured_t:  # twin devices: every pair measured alike
             symmetric = symmetric and len(measured_t) == k * (k - 1) and len({x.points for _, x in measured_t}) == 1
+        pools = tuple(None if p is None else float(p) for p in memory_pools)
+        if pools and (len(pools) != k or any(p is not None and not p > 0 for p in pools)):
+            raise GraphError(f"memory_pools must be empty or one positive limit (or None) per device, not {pools}")
+        symmetric = symmetric and len(set(pools)) <= 1
         return cls(tuple(names), _frozen(c), _frozen(mem), _frozen(cap), tuple(tensors),
                    _frozen(bw), _frozen(lat), order_t, symmetric, control_t, schedule, shared_t, cpu, ready_order,
-                   measured_t)
+                   measured_t, pools)
 
     def with_memory(self, *, memory_bytes: np.ndarray | None = None,
                     capacity_bytes: np.ndarray | None = None) -> "PlacementProblem":
@@ -355,7 +365,8 @@ class PlacementProblem:
         base = options or SimOptions(peak_memory=False)
         return replace(base, shared=base.shared or self.shared,
                        transfer_cpu_s=base.transfer_cpu_s if base.transfer_cpu_s is not None else self.transfer_cpu,
-                       ready_order=base.ready_order or self.ready_order)
+                       ready_order=base.ready_order or self.ready_order,
+                       memory_pools=base.memory_pools or self.memory_pools)
 
     def parallel_devices(self) -> float:
         """How many ops' worth of work can run at once: one per device, a shared group's capacity for its devices."""

@@ -302,17 +302,21 @@ class LocalCluster:
     def device_specs(self, devices: Sequence[str]) -> list[DeviceSpec]:
         """``devices`` (what :func:`connect` returned for this cluster) with the memory each may plan for: the
         worker's ``memory_limit_bytes`` less :data:`WORKER_RUNTIME_BYTES` and :data:`WORKER_TRANSFER_POOL_BYTES`
-        (no limit: ``memory_bytes=None``).
+        (no limit: ``memory_bytes=None``), and, with a limit and oneDNN's allocator on in the workers (TensorFlow's
+        default on x86; ``TF_ENABLE_ONEDNN_OPTS=0`` turns it off), ``memory_pool="bfc"``: their tensors come from
+        a BFC pool (:data:`POOL_CAP_VARIABLE`), whose chunks and regions a plan's peak then counts.
 
         Examples
         --------
-        >>> LocalCluster(2, memory_limit_bytes=2 << 30).device_specs(
-        ...     ["/job:worker/replica:0/task:1/device:CPU:0"])[0].memory_bytes >> 20
-        512
+        >>> spec = LocalCluster(2, memory_limit_bytes=2 << 30).device_specs(["/job:worker/replica:0/task:1/device:CPU:0"])
+        >>> spec[0].memory_bytes >> 20, spec[0].memory_pool
+        (512, 'bfc')
         """
         memory = None if self.memory_limit_bytes is None else (
             self.memory_limit_bytes - WORKER_RUNTIME_BYTES - WORKER_TRANSFER_POOL_BYTES)
-        return [DeviceSpec(d, memory_bytes=memory) for d in devices]
+        onednn = {**os.environ, **self.env}.get("TF_ENABLE_ONEDNN_OPTS", "1").strip().lower() not in ("0", "false")
+        pool = "bfc" if memory is not None and onednn else None
+        return [DeviceSpec(d, memory_bytes=memory, memory_pool=pool) for d in devices]
 
     @property
     def profiler_addresses(self) -> str:
