@@ -11,8 +11,8 @@ a device hold more than the tensors it has live, and both depend only on the ord
 * **regions**: when no free chunk fits, the pool takes a new region: the next region size (from
   :data:`FIRST_REGION`, doubled until the request fits, and doubled again after a region of the size it
   already had), at most what its limit leaves. A tensor never spans two regions, so a pool can refuse a
-  request with enough free bytes in all (628 MiB free in three chunks, below): a table Adam trained (275 MiB shards with two moments) ran out of a
-  1,728 MiB pool where the step's tensors needed 1,373 MiB.
+  request with enough free bytes in all (628 MiB free in three chunks, below): a table Adam trained (275 MiB
+  shards with two moments) ran out of a 1,728 MiB pool where the step's tensors needed 1,373 MiB.
 
 :func:`replay_pool` runs the algorithm on a sequence of allocations and frees (TF's ``bfc_allocator.cc``,
 without its garbage collection, which CPU pools leave off, and its timestamped chunks, which only GPU streams

@@ -126,7 +126,8 @@ def test_a_pooled_device_peaks_at_what_its_pool_holds_and_over_its_limit_where_t
              for limit in (math.inf, 240 * MiB, 230 * MiB)}
     assert peaks == {math.inf: 256 * MiB, 240 * MiB: 240 * MiB, 230 * MiB: 230 * MiB + SHARD}
     with pytest.raises(ValueError, match="memory_pools has 2 entries for 1 devices"):
-        simulate(durations, tensors, a, lambda i, j, b: 0.0, memory=memory, options=SimOptions(peak_memory=True, memory_pools=(1.0, 1.0)))
+        simulate(durations, tensors, a, lambda i, j, b: 0.0, memory=memory,
+                 options=SimOptions(peak_memory=True, memory_pools=(1.0, 1.0)))
 
 
 def test_a_plan_on_pooled_devices_is_refused_where_only_the_tensors_would_fit():

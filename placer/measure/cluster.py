@@ -308,7 +308,8 @@ class LocalCluster:
 
         Examples
         --------
-        >>> spec = LocalCluster(2, memory_limit_bytes=2 << 30).device_specs(["/job:worker/replica:0/task:1/device:CPU:0"])
+        >>> worker = "/job:worker/replica:0/task:1/device:CPU:0"
+        >>> spec = LocalCluster(2, memory_limit_bytes=2 << 30).device_specs([worker])
         >>> spec[0].memory_bytes >> 20, spec[0].memory_pool
         (512, 'bfc')
         """
