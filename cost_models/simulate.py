@@ -847,7 +847,8 @@ def _with_transfer_ops(durations: np.ndarray, tensors: Sequence[TensorEdge], a: 
     r = simulate(np.vstack(rows), new_tensors, devs, link_seconds, control_edges=control_edges,
                  link_latency_s=link_latency_s, memory=memory.padded(n, len(devs) - n, extra_alias),
                  options=SimOptions(concurrency=options.concurrency, ready_order=options.ready_order,
-                                    shared=options.shared, inline_first=options.inline_first))
+                                    shared=options.shared, inline_first=options.inline_first,
+                                    memory_pools=options.memory_pools))
     timeline = tuple(x for x in r.timeline if x[0] < n)
     transfers = tuple((origin[ti], i, j, ts, te) for ti, i, j, ts, te in r.transfers)
     # what a send or receive op holds is its original tensor's, so its producer's
@@ -1095,6 +1096,18 @@ def _pool_peak(d: int, limit: float, a: np.ndarray, resident_bytes: Sequence[flo
     it holds in use, or ``limit`` plus the first allocation it cannot serve."""
     held = [] if resident_bytes is None else [
         (("resident", v), float(b)) for v, b in enumerate(resident_bytes) if a[v] == d and b > 0]
-    step = [(key, delta) for _, _, dev, delta, _, key in events if dev == d]
+    step: list[tuple[tuple[int, int], float]] = []
+    live: set[tuple[int, int]] = set()
+    empty: set[tuple[int, int]] = set()  # freed at the very moment they were made (frees come first at a tie)
+    for _, _, dev, delta, _, key in events:
+        if dev != d:
+            continue
+        if delta < 0 and key not in live:
+            empty.add(key)
+        elif delta > 0 and key in empty:
+            empty.discard(key)
+        else:
+            (live.add if delta > 0 else live.discard)(key)
+            step.append((key, delta))
     use = replay_pool([*held, *step, *step], limit)
     return use.peak_bytes if use.failed is None else limit + use.failed_bytes

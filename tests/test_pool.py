@@ -125,6 +125,11 @@ def test_a_pooled_device_peaks_at_what_its_pool_holds_and_over_its_limit_where_t
                              options=SimOptions(peak_memory=True, memory_pools=(limit,))).peak_memory_bytes[0]
              for limit in (math.inf, 240 * MiB, 230 * MiB)}
     assert peaks == {math.inf: 256 * MiB, 240 * MiB: 240 * MiB, 230 * MiB: 230 * MiB + SHARD}
+    # every way of simulating keeps the pool: with transfer costs (gRPC workers), shared processors, in lifo
+    for extra in (dict(transfer_cpu_s=np.zeros((1, 1))), dict(shared=(((0,), 1.0),)), dict(ready_order="lifo")):
+        options = SimOptions(peak_memory=True, memory_pools=(math.inf,), **extra)
+        assert simulate(durations, tensors, a, lambda i, j, b: 0.0, memory=memory,
+                        options=options).peak_memory_bytes[0] == 256 * MiB, extra
     with pytest.raises(ValueError, match="memory_pools has 2 entries for 1 devices"):
         simulate(durations, tensors, a, lambda i, j, b: 0.0, memory=memory,
                  options=SimOptions(peak_memory=True, memory_pools=(1.0, 1.0)))
@@ -155,3 +160,17 @@ def test_a_plan_on_pooled_devices_is_refused_where_only_the_tensors_would_fit():
     assert max(two.predicted_peak_memory_bytes) <= cap
     with pytest.raises(placer.DeviceError, match="memory_pool='slab'"):
         placer.DeviceSpec("/CPU:0", memory_pool="slab")
+
+
+def test_a_tensor_freed_the_moment_it_is_made_holds_nothing_in_the_pool():
+    """A zero-time op's output that nothing reads is made and freed at one moment (frees sort first at a tie in
+    the simulated events): the pool replay skips it instead of freeing what it never allocated."""
+    import numpy as np
+
+    from cost_models import MemoryTraits, SimOptions, TensorEdge, simulate
+
+    durations = np.array([[0.0], [1.0]])
+    tensors = [TensorEdge(0, (), float(SHARD)), TensorEdge(1, (), float(SHARD))]
+    r = simulate(durations, tensors, np.zeros(2, dtype=int), lambda i, j, b: 0.0, memory=MemoryTraits(),
+                 options=SimOptions(peak_memory=True, memory_pools=(math.inf,)))
+    assert r.peak_memory_bytes[0] == 64 * MiB  # node 1's output alone, in a 64 MiB chunk
