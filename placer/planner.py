@@ -225,10 +225,14 @@ def _peak_error(built: BuiltProblem, peak: np.ndarray, why: str) -> Insufficient
     def top(values: np.ndarray) -> str:
         idx = [int(i) for i in np.argsort(-values, kind="stable")[:3] if values[i] > 0]
         return ", ".join(f"{built.problem.names[i]} ({int(values[i]):,} B)" for i in idx) or "none"
+    pooled = [names[d] for d, p in enumerate(built.problem.memory_pools) if p is not None]
+    pools = (f" On {', '.join(pooled)} the peak is what TensorFlow's BFC allocator pool holds (whole chunks, "
+             "regions of doubling size, no tensor across two: docs/costs.md#memory), more than the tensors "
+             "alone." if pooled else "")
     return InsufficientMemoryError(
         f"no plan keeps every device's predicted peak memory (resident state + live tensors of one step) "
         f"under its capacity: {why}. Over: {over}. Largest resident groups: {top(res)}; largest activation "
-        f"producers: {top(act)}. Add devices, declare larger memory_bytes or use a smaller batch")
+        f"producers: {top(act)}.{pools} Add devices, declare larger memory_bytes or use a smaller batch")
 
 
 def _fit_peak(built: BuiltProblem, sol: Solution, algorithm: str, options: SolveOptions) -> tuple[Solution, list[str]]:
