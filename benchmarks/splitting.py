@@ -8,7 +8,7 @@ lookup by table rows (each worker holds half the table and applies its rows' SGD
 per-step losses and the weights against ``model.fit`` on this process (no limit), the predictions, each
 worker's peak memory while training (``VmHWM``, reset after placing; and its allocator's most bytes in use,
 from the allocator's events under the workers' profilers) beside the plan's predicted peak (the workers' BFC
-pools replayed: ``DeviceSpec.memory_pool``), and while placing (the costs stage profiles on worker 0 with a stand-in of the table's first rows), the step
+pools replayed: ``DeviceSpec.memory_pool_bytes``), and while placing (the costs stage profiles on worker 0 with a stand-in of the table's first rows), the step
 time measured and predicted. Nothing without splitting can run it here, so there is no other row to compare.
 ``--optimizer adam``: Adam updates the table and its two moments densely (the ratio counts the three); each
 part sums its rows' gradient and updates its shards of the three. ``--rec-workers N`` (default 2) spreads it

@@ -136,9 +136,10 @@ def test_a_pooled_device_peaks_at_what_its_pool_holds_and_over_its_limit_where_t
 
 
 def test_a_plan_on_pooled_devices_is_refused_where_only_the_tensors_would_fit():
-    """``placer.solve`` with ``DeviceSpec(memory_pool="bfc")``: 230 MiB holds the step's 213.3 MiB of tensors
-    but not the pool's regions, so one device is refused (the same device without a pool is not); two
-    devices place it, each peak within its pool."""
+    """``placer.solve`` with ``DeviceSpec(memory_pool_bytes=)``: 250 MiB holds the step's 213.3 MiB of tensors
+    but not the 256 MiB of chunks its pool hands out, and a pool capped at 230 MiB cannot serve the step at
+    all, so one device is refused either way (the same device without a pool is not); two devices place it,
+    each peak within its memory."""
     import networkx as nx
 
     import placer
@@ -150,16 +151,17 @@ def test_a_plan_on_pooled_devices_is_refused_where_only_the_tensors_would_fit():
     g.add_node("grad", compute_us=1.0)
     g.add_node("update", compute_us=1.0)
     g.add_edge("grad", "update", bytes=SHARD)
-    cap = 230 * MiB
+    cap = 250 * MiB
     plain = placer.solve(g, [placer.DeviceSpec("/CPU:0", memory_bytes=cap)], memory="peak")
     assert plain.predicted_peak_memory_bytes == (4 * SHARD,)
-    with pytest.raises(InsufficientMemoryError, match=r"(?s)over.*BFC allocator pool.*Add devices"):
-        placer.solve(g, [placer.DeviceSpec("/CPU:0", memory_bytes=cap, memory_pool="bfc")], memory="peak")
-    two = placer.solve(g, [placer.DeviceSpec(f"/CPU:{i}", memory_bytes=cap, memory_pool="bfc") for i in range(2)],
-                       memory="peak")
+    for pool in (1 << 40, 230 * MiB):
+        with pytest.raises(InsufficientMemoryError, match=r"(?s)over.*BFC allocator pool.*Add devices"):
+            placer.solve(g, [placer.DeviceSpec("/CPU:0", memory_bytes=cap, memory_pool_bytes=pool)], memory="peak")
+    two = placer.solve(g, [placer.DeviceSpec(f"/CPU:{i}", memory_bytes=cap, memory_pool_bytes=230 * MiB)
+                           for i in range(2)], memory="peak")
     assert max(two.predicted_peak_memory_bytes) <= cap
-    with pytest.raises(placer.DeviceError, match="memory_pool='slab'"):
-        placer.DeviceSpec("/CPU:0", memory_pool="slab")
+    with pytest.raises(placer.DeviceError, match="memory_pool_bytes"):
+        placer.DeviceSpec("/CPU:0", memory_pool_bytes=0)
 
 
 def test_a_tensor_freed_the_moment_it_is_made_holds_nothing_in_the_pool():

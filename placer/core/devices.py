@@ -47,8 +47,6 @@ DEFAULT_REMOTE_LATENCY_S = 1e-3
 #: worker defers its sends (a pipeline on gRPC workers planned with ``calibrate_links=False`` was predicted
 #: 13–40% too fast without it, ``docs/costs.md``).
 DEFAULT_REMOTE_TRANSFER_CPU_S = 50e-6
-#: Values of ``DeviceSpec.memory_pool``: allocators whose pool :mod:`cost_models.pool` replays.
-MEMORY_POOLS = ("bfc",)
 
 _FULL = re.compile(
     r"^/?(?:job:(?P<job>[A-Za-z0-9_]+))?/?(?:replica:(?P<replica>\d+))?/?"
@@ -131,12 +129,13 @@ class DeviceSpec:
         Relative compute speed (2.0 runs every op in half the measured time).
     bandwidth_bytes_per_s, latency_s : float or None
         Link to every *other* device of the set, overriding the defaults.
-    memory_pool : {"bfc"} or None
-        How the device's allocator holds ``memory_bytes``: ``"bfc"``, a pool of regions TensorFlow's BFC
-        allocator takes as it grows and keeps (a CPU with oneDNN on, where ``TF_MKL_ALLOC_MAX_BYTES`` caps
-        it: :meth:`placer.LocalCluster.device_specs` says so for its limited workers); a step's peak is then
-        what that pool holds, chunks and regions replayed (:mod:`cost_models.pool`), and a step the pool
-        cannot serve within ``memory_bytes`` does not fit. ``None``: the live tensors' bytes.
+    memory_pool_bytes : int or None
+        The device's tensors come from a pool of regions TensorFlow's BFC allocator takes as it grows and
+        keeps, capped at this many bytes (a CPU with oneDNN on under ``TF_MKL_ALLOC_MAX_BYTES``:
+        :meth:`placer.LocalCluster.device_specs` says so for its limited workers). A step's peak is then what
+        that pool holds in use, chunks and regions replayed (:mod:`cost_models.pool`), compared with
+        ``memory_bytes`` as any peak is; a step the pool cannot serve under its cap does not fit. ``None``: the
+        live tensors' bytes.
 
     Examples
     --------
@@ -149,16 +148,14 @@ class DeviceSpec:
     speed: float = 1.0
     bandwidth_bytes_per_s: float | None = None
     latency_s: float | None = None
-    memory_pool: str | None = None
+    memory_pool_bytes: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "name", canonical_device_name(self.name))
-        if self.memory_pool not in (None, *MEMORY_POOLS):
-            raise DeviceError(f"{self.name}: memory_pool={self.memory_pool!r}; use one of {list(MEMORY_POOLS)} "
-                              "or None")
-        if self.memory_bytes is not None:
-            object.__setattr__(self, "memory_bytes", integer(f"{self.name}: memory_bytes", self.memory_bytes,
-                                                             minimum=1, maximum=MAX_BYTES, error=DeviceError))
+        for attr in ("memory_bytes", "memory_pool_bytes"):
+            if getattr(self, attr) is not None:
+                object.__setattr__(self, attr, integer(f"{self.name}: {attr}", getattr(self, attr), minimum=1,
+                                                       maximum=MAX_BYTES, error=DeviceError))
         for attr in ("speed", "bandwidth_bytes_per_s", "latency_s"):
             v = getattr(self, attr)
             if v is not None:
@@ -326,15 +323,14 @@ class DeviceSet:
         return bw, lat, cap
 
     def memory_pools(self) -> tuple[float | None, ...]:
-        """Per device, the bytes its allocator pool may take (``cost_models.SimOptions.memory_pools``: its
-        ``memory_bytes``, ``inf`` when unlimited) where it has one (``DeviceSpec.memory_pool``), else ``None``;
-        empty when none has.
+        """Per device, the bytes its allocator pool may take (``cost_models.SimOptions.memory_pools``) where it
+        has one (``DeviceSpec.memory_pool_bytes``), else ``None``; empty when none has.
 
-        >>> resolve_devices([DeviceSpec("/CPU:0", memory_bytes=1 << 30, memory_pool="bfc"), "/CPU:1"]).memory_pools()
+        >>> resolve_devices([DeviceSpec("/CPU:0", memory_bytes=1 << 29, memory_pool_bytes=1 << 30), "/CPU:1"]
+        ...                 ).memory_pools()
         (1073741824.0, None)
         """
-        pools = tuple(None if d.memory_pool is None else float(c)
-                      for d, c in zip(self.devices, self.arrays()[2]))
+        pools = tuple(None if d.memory_pool_bytes is None else float(d.memory_pool_bytes) for d in self.devices)
         return pools if any(p is not None for p in pools) else ()
 
     def measured_links(self) -> tuple[tuple[tuple[int, int], Link], ...]:

@@ -56,8 +56,8 @@ def devices_to_json(devset: DeviceSet) -> dict:
             e["memory_bytes"] = int(d.memory_bytes)
         if d.speed != 1.0:
             e["speed"] = d.speed
-        if d.memory_pool is not None:
-            e["memory_pool"] = d.memory_pool
+        if d.memory_pool_bytes is not None:
+            e["memory_pool_bytes"] = int(d.memory_pool_bytes)
         devs.append(e)
     links = [{"src": devset.names[i], "dst": devset.names[j], "bandwidth_bytes_per_s": link.bandwidth_bytes_per_s,
               "latency_s": link.latency_s, **({"measured": [list(p) for p in link.points]} if link.points else {})}
@@ -85,7 +85,7 @@ def devices_from_json(data: Mapping) -> DeviceSet:
     if not all(isinstance(e, dict) and isinstance(e.get("name"), str) for e in entries):
         raise DeviceError("each device needs at least a string 'name'; see docs/graph-format.md")
     specs = [DeviceSpec(e["name"], memory_bytes=e.get("memory_bytes"), speed=e.get("speed", 1.0),
-                        memory_pool=e.get("memory_pool")) for e in entries]
+                        memory_pool_bytes=e.get("memory_pool_bytes")) for e in entries]
     devset = resolve_devices(specs)
     links = dict(devset.links)
     pos = {n: i for i, n in enumerate(devset.names)}

@@ -303,21 +303,22 @@ class LocalCluster:
         """``devices`` (what :func:`connect` returned for this cluster) with the memory each may plan for: the
         worker's ``memory_limit_bytes`` less :data:`WORKER_RUNTIME_BYTES` and :data:`WORKER_TRANSFER_POOL_BYTES`
         (no limit: ``memory_bytes=None``), and, with a limit and oneDNN's allocator on in the workers (TensorFlow's
-        default on x86; ``TF_ENABLE_ONEDNN_OPTS=0`` turns it off), ``memory_pool="bfc"``: their tensors come from
-        a BFC pool (:data:`POOL_CAP_VARIABLE`), whose chunks and regions a plan's peak then counts.
+        default on x86; ``TF_ENABLE_ONEDNN_OPTS=0`` turns it off), ``memory_pool_bytes``: the cap of the BFC pool
+        their tensors come from (:data:`POOL_CAP_VARIABLE`: the limit less :data:`WORKER_RUNTIME_BYTES`), whose
+        chunks and regions a plan's peak then counts.
 
         Examples
         --------
         >>> worker = "/job:worker/replica:0/task:1/device:CPU:0"
         >>> spec = LocalCluster(2, memory_limit_bytes=2 << 30).device_specs([worker])
-        >>> spec[0].memory_bytes >> 20, spec[0].memory_pool
-        (512, 'bfc')
+        >>> spec[0].memory_bytes >> 20, spec[0].memory_pool_bytes >> 20
+        (512, 640)
         """
         memory = None if self.memory_limit_bytes is None else (
             self.memory_limit_bytes - WORKER_RUNTIME_BYTES - WORKER_TRANSFER_POOL_BYTES)
         onednn = {**os.environ, **self.env}.get("TF_ENABLE_ONEDNN_OPTS", "1").strip().lower() not in ("0", "false")
-        pool = "bfc" if memory is not None and onednn else None
-        return [DeviceSpec(d, memory_bytes=memory, memory_pool=pool) for d in devices]
+        pool = self.memory_limit_bytes - WORKER_RUNTIME_BYTES if memory is not None and onednn else None
+        return [DeviceSpec(d, memory_bytes=memory, memory_pool_bytes=pool) for d in devices]
 
     @property
     def profiler_addresses(self) -> str:

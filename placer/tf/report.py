@@ -165,8 +165,8 @@ def build_report(plan: Plan, op_graph: OpGraph, built: BuiltProblem, sim: SimRes
     names = list(devset.names)
     counts = plan.ops_per_device()
     devices = tuple({
-        "name": d.name, "kind": d.kind, "memory_capacity_bytes": d.memory_bytes, "memory_pool": d.memory_pool,
-        "speed": d.speed,
+        "name": d.name, "kind": d.kind, "memory_capacity_bytes": d.memory_bytes,
+        "memory_pool_bytes": d.memory_pool_bytes, "speed": d.speed,
         "ops": counts[d.name], "resident_bytes": plan.device_memory_bytes[i],
         "predicted_busy_s": sim.busy_s[i], "predicted_peak_memory_bytes": sim.peak_memory_bytes[i],
         "predicted_load_s": plan.predicted_device_load_s[i],
