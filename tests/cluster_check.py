@@ -87,6 +87,27 @@ def stand_in_table(devices: list, specs: list) -> dict:
             "weights": float(max(np.abs(a - b).max() for a, b in zip(p.get_weights(), twin.get_weights())))}
 
 
+def pooled_kernels(specs: list) -> dict:
+    """Two 4.06 MiB kernels on workers whose plan has 12 MiB each from allocator pools capped at 64 MiB
+    (``DeviceSpec.memory_pool_bytes``): each kernel takes a whole 8 MiB region of its pool, so one worker
+    holds 16 MiB in use where the tensors are 8.1 MiB. What autoplace did on one worker and on two."""
+    model = keras.Sequential([keras.Input((1024,)), keras.layers.Dense(1040, name="a"),
+                              keras.layers.Dense(1024, name="b")], name="pooled_kernels")
+    pooled = [replace(s, memory_bytes=12 << 20, memory_pool_bytes=64 << 20) for s in specs]
+    try:
+        placer.autoplace(model, pooled[:1], batch_size=1, profile_cache=False)
+        refused = None
+    except placer.InsufficientMemoryError as e:
+        refused = str(e)
+    out = {"one": refused, "plain": timed_error(lambda: placer.autoplace(
+        model, [replace(pooled[0], memory_pool_bytes=None)], batch_size=1, profile_cache=False))}
+    two = placer.autoplace(model, pooled, batch_size=1, profile_cache=False)
+    out["peaks"] = list(two.plan.predicted_peak_memory_bytes)
+    out["link_sources"] = sorted({link["source"] for link in two.report_data["links"]})
+    out["pools"] = [d["memory_pool_bytes"] for d in two.report_data["devices"]]
+    return out
+
+
 def by_layers(placed, late: tuple[str, ...]) -> placer.Plan:
     """``placed.plan`` with the ops of the ``late`` layers on its second device, the rest on its first (without
     the order the plan's own assignment ran in: ``Plan.op_order`` belongs to that assignment)."""
@@ -335,6 +356,8 @@ def main() -> None:
         # worker 0 by its first rows (not in this process, whose CPU is not a worker's), trains as model.fit does
         progress("a table no worker holds whole, profiled by a stand-in")
         out["stand_in"] = stand_in_table(devices, cluster.device_specs(devices))
+        progress("weights whose allocator pools hold more than their bytes")
+        out["pooled"] = pooled_kernels(cluster.device_specs(devices))
         # two profiles on one worker whose variables share a name but not a dtype (a second model placed in
         # the same process): each profile's variables live in a container of its own on the worker
         progress("two profiles with clashing variable names")

@@ -193,6 +193,16 @@ def test_two_pinned_workers_place_a_model_and_shut_down():
     assert list(stand_in["splits"].values()) == [2], stand_in
     assert stand_in["rel"] <= 1e-5 and stand_in["weights"] <= 1e-5, stand_in
     assert out["pipelined_training_rel"] <= 1e-5 and out["pipelined_training_weights"] <= 1e-5, out
+    # workers whose tensors come from allocator pools (memory_pool_bytes): two 4.06 MiB kernels take a whole
+    # 8 MiB region each, so one worker with 12 MiB for the plan is refused (the same without a pool places
+    # them), and two workers hold one kernel each: each peak is its pool's, over 8 MiB (one kernel's bytes
+    # are 4.06 MiB; both on one worker would hold 16 MiB) and within 12 MiB, on links calibrated between them
+    # (the simulation with transfer costs keeps the pools)
+    pooled = out["pooled"]
+    assert pooled["one"] and "BFC allocator pool" in pooled["one"] and "Add devices" in pooled["one"], pooled
+    assert pooled["plain"]["error"] is None, pooled
+    assert all(8 << 20 < p <= 12 << 20 for p in pooled["peaks"]) and len(pooled["peaks"]) == 2, pooled
+    assert pooled["link_sources"] == ["calibrated"] and pooled["pools"] == [64 << 20] * 2, pooled
     workers = {f"/job:worker/replica:0/task:{i}/device:CPU:0" for i in range(2)}
     # a two-stage training split: its stage boundary's activation and gradient are acknowledged with prompt
     # sends (and nothing with TensorFlow's order); both train as model.fit does
