@@ -601,3 +601,10 @@ def test_a_worker_that_holds_the_weights_but_not_the_steps_peak_is_not_profiled_
     assert runner._holds_whole(step, resolve_devices(  # the weights alone do not fit: as before
         [placer.DeviceSpec(n, memory_bytes=weights // 2) for n in names])) == [False, False]
     assert runner._holds_whole(step, resolve_devices([placer.DeviceSpec("/CPU:0", memory_bytes=between)])) == [True]
+    # a worker whose allocator pool is replayed is checked by its pool's peak: two 4.06 MiB kernels take an
+    # 8 MiB region each (16 MiB in use), where the same worker without a pool holds the step's 8.1 MiB
+    pair = keras.Sequential([keras.Input((1024,)), keras.layers.Dense(1040), keras.layers.Dense(1024)])
+    forward = trace_model(pair, batch_size=1)
+    specs = [placer.DeviceSpec(n, memory_bytes=12 << 20, memory_pool_bytes=pool) for n, pool in
+             zip(names, (64 << 20, None))]
+    assert runner._holds_whole(forward, resolve_devices(specs)) == [False, True]

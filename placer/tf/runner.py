@@ -255,20 +255,22 @@ def _holds_whole(traced: TracedModel, devset: DeviceSet) -> list[bool]:
     remote = worker_addresses(devset.names)
     limited = [i for i, d in enumerate(devset.devices)
                if fits[i] and np.isfinite(caps[i]) and device_host(d.name) in remote]
-    # an upper bound first: the weights and every tensor of the step live at once
+    # an upper bound first: the weights and every tensor of the step live at once (not for a device whose
+    # allocator pool is replayed: its chunks and regions can hold more than the tensors)
     bound = need + sum(tensor_bytes(t, traced.batch_size or None)
                        for op in traced.fixed.graph.get_operations() for t in op.outputs)
-    peaks: dict[str, float] = {}
+    peaks: dict[tuple[str, int | None], float] = {}
     for i in limited:
-        kind = devset.devices[i].kind
-        if bound <= caps[i]:
+        device = devset.devices[i]
+        if bound <= caps[i] and device.memory_pool_bytes is None:
             continue
-        if kind not in peaks:
-            peaks[kind] = _one_device_peak(traced, devset, i)
-        if peaks[kind] > caps[i]:
+        key = (device.kind, device.memory_pool_bytes)
+        if key not in peaks:
+            peaks[key] = _one_device_peak(traced, devset, i)
+        if peaks[key] > caps[i]:
             fits[i] = False
             log.info("costs: %s holds the model's weights (%s B) but not its step's predicted peak (%s of %s B); "
-                     "the step is not profiled there", devset.names[i], f"{need:,}", f"{int(peaks[kind]):,}",
+                     "the step is not profiled there", devset.names[i], f"{need:,}", f"{int(peaks[key]):,}",
                      f"{int(caps[i]):,}")
     return fits
 
