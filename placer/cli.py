@@ -204,6 +204,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="device names; default: the devices in the file")
     graph.add_argument("--memory-bytes", type=nbytes, default=None,
                        help="capacity of each device given with --devices (default: unlimited)")
+    graph.add_argument("--memory-pool-bytes", type=nbytes, default=None,
+                       help="the cap of each device's allocator pool (TensorFlow's BFC allocator, replayed: "
+                            "docs/costs.md#memory), for the devices given with --devices (default: not replayed)")
     graph.add_argument("--out", default=None, help="write the plan (node → device, figures) as JSON here")
     planning(graph, PlanOptions.group_by, PlanOptions.memory, PlanOptions.execution_order, from_file=True)
     return p
@@ -291,9 +294,11 @@ def _plan_graph(args: argparse.Namespace, bar: _Progress | None = None) -> int:
         check_output(args.out, inputs=[args.graph])
     graph, devices = load_graph(args.graph)
     if args.devices:
-        devices = [DeviceSpec(d, memory_bytes=args.memory_bytes) for d in args.devices]
-    elif args.memory_bytes is not None:
-        raise DeviceError("--memory-bytes applies to the devices given with --devices; pass them too")
+        devices = [DeviceSpec(d, memory_bytes=args.memory_bytes, memory_pool_bytes=args.memory_pool_bytes)
+                   for d in args.devices]
+    elif args.memory_bytes is not None or args.memory_pool_bytes is not None:
+        raise DeviceError("--memory-bytes and --memory-pool-bytes apply to the devices given with --devices; "
+                          "pass them too")
     if devices is None:
         raise DeviceError(f"{args.graph} lists no devices; pass --devices")
     given = {"objective": args.objective, "algorithm": args.algorithm, "time_limit_s": args.time_limit,

@@ -164,6 +164,36 @@ def test_a_plan_on_pooled_devices_is_refused_where_only_the_tensors_would_fit():
         placer.DeviceSpec("/CPU:0", memory_pool_bytes=0)
 
 
+def test_pool_caps_travel_in_graph_files_and_the_cli_plans_with_them(tmp_path, capsys):
+    """``memory_pool_bytes`` is kept by a graph file's devices, and ``autoplace plan-graph --memory-pool-bytes``
+    replays the pools: the step that fits 250 MiB as tensors is refused once its pool is replayed."""
+    import networkx as nx
+
+    import placer
+    from placer.cli import main as cli_main
+    from placer.core.graph_io import load_graph, save_graph
+
+    g = nx.DiGraph()
+    for v in "abc":
+        g.add_node(v, compute_us=1.0, memory_bytes=SHARD)
+    g.add_node("grad", compute_us=1.0)
+    g.add_node("update", compute_us=1.0)
+    g.add_edge("grad", "update", bytes=SHARD)
+    path = tmp_path / "step.json"
+    save_graph(path, g, [placer.DeviceSpec("/CPU:0", memory_bytes=250 * MiB, memory_pool_bytes=1 << 40)])
+    (device,) = load_graph(path)[1].devices
+    assert (device.memory_bytes, device.memory_pool_bytes) == (250 * MiB, 1 << 40)
+    assert cli_main(["plan-graph", str(path), "--memory", "peak", "-q"]) == 2  # the file's pool: refused
+    assert "BFC allocator pool" in capsys.readouterr().err
+    base = ["plan-graph", str(path), "--devices", "/CPU:0", "--memory-bytes", str(250 * MiB), "--memory", "peak",
+            "-q"]
+    assert cli_main(base) == 0
+    assert cli_main([*base, "--memory-pool-bytes", str(1 << 40)]) == 2
+    assert "BFC allocator pool" in capsys.readouterr().err
+    assert cli_main(["plan-graph", str(path), "--memory-pool-bytes", "1000", "-q"]) == 2
+    assert "--devices" in capsys.readouterr().err
+
+
 def test_a_tensor_freed_the_moment_it_is_made_holds_nothing_in_the_pool():
     """A zero-time op's output that nothing reads is made and freed at one moment (frees sort first at a tie in
     the simulated events): the pool replay skips it instead of freeing what it never allocated."""
