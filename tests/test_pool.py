@@ -135,15 +135,9 @@ def test_a_pooled_device_peaks_at_what_its_pool_holds_and_over_its_limit_where_t
                  options=SimOptions(peak_memory=True, memory_pools=(1.0, 1.0)))
 
 
-def test_a_plan_on_pooled_devices_is_refused_where_only_the_tensors_would_fit():
-    """``placer.solve`` with ``DeviceSpec(memory_pool_bytes=)``: 250 MiB holds the step's 213.3 MiB of tensors
-    but not the 256 MiB of chunks its pool hands out, and a pool capped at 230 MiB cannot serve the step at
-    all, so one device is refused either way (the same device without a pool is not); two devices place it,
-    each peak within its memory."""
+def _step_graph():
+    """:func:`_update_step` as a graph for ``placer.solve``: three resident shards, a shard-sized gradient."""
     import networkx as nx
-
-    import placer
-    from placer.errors import InsufficientMemoryError
 
     g = nx.DiGraph()
     for v in "abc":
@@ -151,6 +145,18 @@ def test_a_plan_on_pooled_devices_is_refused_where_only_the_tensors_would_fit():
     g.add_node("grad", compute_us=1.0)
     g.add_node("update", compute_us=1.0)
     g.add_edge("grad", "update", bytes=SHARD)
+    return g
+
+
+def test_a_plan_on_pooled_devices_is_refused_where_only_the_tensors_would_fit():
+    """``placer.solve`` with ``DeviceSpec(memory_pool_bytes=)``: 250 MiB holds the step's 213.3 MiB of tensors
+    but not the 256 MiB of chunks its pool hands out, and a pool capped at 230 MiB cannot serve the step at
+    all, so one device is refused either way (the same device without a pool is not); two devices place it,
+    each peak within its memory."""
+    import placer
+    from placer.errors import InsufficientMemoryError
+
+    g = _step_graph()
     cap = 250 * MiB
     plain = placer.solve(g, [placer.DeviceSpec("/CPU:0", memory_bytes=cap)], memory="peak")
     assert plain.predicted_peak_memory_bytes == (4 * SHARD,)
@@ -167,18 +173,11 @@ def test_a_plan_on_pooled_devices_is_refused_where_only_the_tensors_would_fit():
 def test_pool_caps_travel_in_graph_files_and_the_cli_plans_with_them(tmp_path, capsys):
     """``memory_pool_bytes`` is kept by a graph file's devices, and ``autoplace plan-graph --memory-pool-bytes``
     replays the pools: the step that fits 250 MiB as tensors is refused once its pool is replayed."""
-    import networkx as nx
-
     import placer
     from placer.cli import main as cli_main
     from placer.core.graph_io import load_graph, save_graph
 
-    g = nx.DiGraph()
-    for v in "abc":
-        g.add_node(v, compute_us=1.0, memory_bytes=SHARD)
-    g.add_node("grad", compute_us=1.0)
-    g.add_node("update", compute_us=1.0)
-    g.add_edge("grad", "update", bytes=SHARD)
+    g = _step_graph()
     path = tmp_path / "step.json"
     save_graph(path, g, [placer.DeviceSpec("/CPU:0", memory_bytes=250 * MiB, memory_pool_bytes=1 << 40)])
     (device,) = load_graph(path)[1].devices
