@@ -135,7 +135,8 @@ class DeviceSpec:
         :meth:`placer.LocalCluster.device_specs` says so for its limited workers). A step's peak is then what
         that pool holds in use, chunks and regions replayed (:mod:`cost_models.pool`), compared with
         ``memory_bytes`` as any peak is; a step the pool cannot serve under its cap does not fit. ``None``: the
-        live tensors' bytes.
+        live tensors' bytes. The replay grows the pool from 2 MiB, as TensorFlow's CPU pools and GPUs under
+        ``allow_growth`` do (a GPU without it takes all its memory in one region: not modelled).
 
     Examples
     --------
