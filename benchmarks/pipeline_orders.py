@@ -87,16 +87,10 @@ def simulated_live(built, groups: np.ndarray, sim) -> list[float]:
 
 def step_memory(cluster, step, trace_ms: int) -> list[float]:
     """Per worker: the most bytes its allocator had in use while ``step`` ran in a loop for ``trace_ms``, less
-    the least (:func:`worker_trace.allocated_bytes`); ``nan`` for a worker with no allocator events."""
-    import tempfile
+    the least (:func:`worker_trace.allocated_while`); ``nan`` for a worker with no allocator events."""
+    from worker_trace import allocated_while
 
-    from worker_trace import allocated_bytes
-
-    with tempfile.TemporaryDirectory() as logdir:
-        paths = cluster.trace(step, logdir, trace_ms)
-        used = {task: allocated_bytes(path) for task, path in paths.items()}
-    return [float(used[t].max() - used[t].min()) if t in used and used[t].size else float("nan")
-            for t in range(cluster.workers)]
+    return [float(u.max() - u.min()) if u.size else float("nan") for u in allocated_while(cluster, step, trace_ms)]
 
 
 def run(args: argparse.Namespace) -> int:

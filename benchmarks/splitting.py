@@ -8,8 +8,8 @@ lookup by table rows (each worker holds half the table and applies its rows' SGD
 per-step losses and the weights against ``model.fit`` on this process (no limit), the predictions, each
 worker's peak memory while training (``VmHWM``, reset after placing; and its allocator's most bytes in use,
 from the allocator's events under the workers' profilers) beside the plan's predicted peak (the workers' BFC
-pools replayed: ``DeviceSpec.memory_pool_bytes``), and while placing (the costs stage profiles on worker 0 with a stand-in of the table's first rows), the step
-time measured and predicted. Nothing without splitting can run it here, so there is no other row to compare.
+pools replayed: ``DeviceSpec.memory_pool_bytes``), and while placing (the costs stage profiles on worker 0
+with a stand-in of the table's first rows), the step time measured and predicted. Nothing without splitting can run it here, so there is no other row to compare.
 ``--optimizer adam``: Adam updates the table and its two moments densely (the ratio counts the three); each
 part sums its rows' gradient and updates its shards of the three. ``--rec-workers N`` (default 2) spreads it
 over more workers, pinned to the cores in turn (more workers than cores: a memory check, not a timing). The
@@ -129,14 +129,11 @@ def _reset_peak(pid: int) -> bool:
 
 def _allocator_peaks(cluster: "object", step: "object", trace_ms: int = 1500) -> list[float]:
     """Per worker: the most bytes its allocator had in use (its pool's chunks, what TensorFlow reports) while
-    ``step`` ran in a loop for ``trace_ms`` under the workers' profilers (``nan``: no allocator events)."""
-    import tempfile
+    ``step`` ran in a loop for ``trace_ms`` under the workers' profilers (``nan``: no allocator events;
+    :func:`worker_trace.allocated_while`)."""
+    from worker_trace import allocated_while
 
-    from worker_trace import allocated_bytes
-
-    with tempfile.TemporaryDirectory() as logdir:
-        used = {task: allocated_bytes(path) for task, path in cluster.trace(step, logdir, trace_ms).items()}
-    return [float(used[t].max()) if t in used and used[t].size else float("nan") for t in range(cluster.workers)]
+    return [float(u.max()) if u.size else float("nan") for u in allocated_while(cluster, step, trace_ms)]
 
 
 def run_recommender(args: argparse.Namespace, out: MarkdownOut) -> None:

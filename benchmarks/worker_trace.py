@@ -86,6 +86,14 @@ def allocated_bytes(path: str | Path) -> np.ndarray:
     return np.array([b for _, b in sorted(out)])
 
 
+def allocated_while(cluster, step, trace_ms: int) -> list[np.ndarray]:
+    """Per worker of ``cluster`` (started with ``profiler=True``): :func:`allocated_bytes` of its trace while
+    ``step`` ran in a loop for ``trace_ms`` (an empty array for a worker with no allocator events)."""
+    with tempfile.TemporaryDirectory() as logdir:
+        used = {task: allocated_bytes(path) for task, path in cluster.trace(step, logdir, trace_ms).items()}
+    return [used.get(t, np.array([])) for t in range(cluster.workers)]
+
+
 #: Kernel types that move or name data rather than compute (not a step's "first compute kernel").
 BOOKKEEPING = frozenset({"ReadVariableOp", "Const", "Identity", "NoOp", "_Send", "_Recv", "_HostSend", "_HostRecv",
                          "_Arg", "_Retval"})
