@@ -9,7 +9,8 @@ per-step losses and the weights against ``model.fit`` on this process (no limit)
 worker's peak memory while training (``VmHWM``, reset after placing; and its allocator's most bytes in use,
 from the allocator's events under the workers' profilers) beside the plan's predicted peak (the workers' BFC
 pools replayed: ``DeviceSpec.memory_pool_bytes``), and while placing (the costs stage profiles on worker 0
-with a stand-in of the table's first rows), the step time measured and predicted. Nothing without splitting can run it here, so there is no other row to compare.
+with a stand-in of the table's first rows), the step time measured and predicted. Nothing without splitting
+can run it here, so there is no other row to compare.
 ``--optimizer adam``: Adam updates the table and its two moments densely (the ratio counts the three); each
 part sums its rows' gradient and updates its shards of the three. ``--rec-workers N`` (default 2) spreads it
 over more workers, pinned to the cores in turn (more workers than cores: a memory check, not a timing). The
