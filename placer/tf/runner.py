@@ -255,6 +255,8 @@ def _holds_whole(traced: TracedModel, devset: DeviceSet) -> list[bool]:
     remote = worker_addresses(devset.names)
     limited = [i for i, d in enumerate(devset.devices)
                if fits[i] and np.isfinite(caps[i]) and device_host(d.name) in remote]
+    if not limited:
+        return fits
     # an upper bound first: the weights and every tensor of the step live at once (not for a device whose
     # allocator pool is replayed: its chunks and regions can hold more than the tensors)
     bound = need + sum(tensor_bytes(t, traced.batch_size or None)
