@@ -1052,18 +1052,20 @@ def _peak_memory(tensors: Sequence[TensorEdge], a: np.ndarray, k: int,
                 if donor is not None and alloc[to]:
                     alloc[to] = False
                     release[donor] = max(release[donor], release[to])
-    # (time, frees first at a tie, device, delta, producer, tensor: its index, and the receiving device or -1)
+    # (time, frees first at a tie, device, delta, producer, tensor: its index, and the receiving device or -1);
+    # a tensor freed the moment it is made holds nothing (its free would sort before its allocation)
     events: list[tuple[float, int, int, float, int, tuple[int, int]]] = []
     for ti, t in enumerate(tensors):
         if t.nbytes <= 0:
             continue
-        if alloc[ti]:
+        if alloc[ti] and release[ti] > start[t.src]:
             events.append((start[t.src], 1, int(a[t.src]), t.nbytes, t.src, (ti, -1)))
             events.append((release[ti], 0, int(a[t.src]), -t.nbytes, t.src, (ti, -1)))
         for dst, ts, _te in sends.get(ti, []):
             last = max(reads[w] for w in t.dsts if a[w] == dst)
-            events.append((ts, 1, dst, t.nbytes, t.src, (ti, dst)))
-            events.append((last, 0, dst, -t.nbytes, t.src, (ti, dst)))
+            if last > ts:
+                events.append((ts, 1, dst, t.nbytes, t.src, (ti, dst)))
+                events.append((last, 0, dst, -t.nbytes, t.src, (ti, dst)))
     events.sort()
     live = np.zeros(k)
     peak = np.zeros(k)
@@ -1096,18 +1098,6 @@ def _pool_peak(d: int, limit: float, a: np.ndarray, resident_bytes: Sequence[flo
     it holds in use, or ``limit`` plus the first allocation it cannot serve."""
     held = [] if resident_bytes is None else [
         (("resident", v), float(b)) for v, b in enumerate(resident_bytes) if a[v] == d and b > 0]
-    step: list[tuple[tuple[int, int], float]] = []
-    live: set[tuple[int, int]] = set()
-    empty: set[tuple[int, int]] = set()  # freed at the very moment they were made (frees come first at a tie)
-    for _, _, dev, delta, _, key in events:
-        if dev != d:
-            continue
-        if delta < 0 and key not in live:
-            empty.add(key)
-        elif delta > 0 and key in empty:
-            empty.discard(key)
-        else:
-            (live.add if delta > 0 else live.discard)(key)
-            step.append((key, delta))
+    step = [(key, delta) for _, _, dev, delta, _, key in events if dev == d]
     use = replay_pool([*held, *step, *step], limit)
     return use.peak_bytes if use.failed is None else limit + use.failed_bytes
