@@ -153,6 +153,8 @@ def test_a_plan_on_pooled_devices_is_refused_where_only_the_tensors_would_fit():
     but not the 256 MiB of chunks its pool hands out, and a pool capped at 230 MiB cannot serve the step at
     all, so one device is refused either way (the same device without a pool is not); two devices place it,
     each peak within its memory."""
+    import numpy as np
+
     import placer
     from placer.errors import InsufficientMemoryError
 
@@ -168,6 +170,15 @@ def test_a_plan_on_pooled_devices_is_refused_where_only_the_tensors_would_fit():
     assert max(two.predicted_peak_memory_bytes) <= cap
     with pytest.raises(placer.DeviceError, match="memory_pool_bytes"):
         placer.DeviceSpec("/CPU:0", memory_pool_bytes=0)
+    from placer.core.problem import PlacementProblem
+    from placer.errors import GraphError
+
+    arrays = dict(names=["a"], compute_s=np.ones((1, 2)), memory_bytes=np.zeros(1), capacity_bytes=np.full(2, 1.0),
+                  tensors=[], bandwidth=np.full((2, 2), 1e9), latency=np.zeros((2, 2)))
+    for pools in ((1.0,), (0.0, None)):  # one per device, each positive or None
+        with pytest.raises(GraphError, match="memory_pools must be empty or one positive limit"):
+            PlacementProblem.build(**arrays, memory_pools=pools)
+    assert PlacementProblem.build(**arrays, memory_pools=(None, 8.0)).memory_pools == (None, 8.0)
 
 
 def test_pool_caps_travel_in_graph_files_and_the_cli_plans_with_them(tmp_path, capsys):
@@ -194,8 +205,9 @@ def test_pool_caps_travel_in_graph_files_and_the_cli_plans_with_them(tmp_path, c
 
 
 def test_a_tensor_freed_the_moment_it_is_made_holds_nothing_in_the_pool():
-    """A zero-time op's output that nothing reads is made and freed at one moment (frees sort first at a tie in
-    the simulated events): the pool replay skips it instead of freeing what it never allocated."""
+    """A zero-time op's output that nothing reads is made and freed at one moment (its free would sort before its
+    allocation among the simulated events): it gets no events, so the pool replay never frees what it did not
+    allocate."""
     import numpy as np
 
     from cost_models import MemoryTraits, SimOptions, TensorEdge, simulate
