@@ -30,6 +30,7 @@ import tensorflow as tf  # noqa: E402
 
 import placer  # noqa: E402
 from cost_models.profile import GraphProfiler  # noqa: E402
+from placer.core.plan import KEPT  # noqa: E402
 from placer.measure.cluster import LocalCluster  # noqa: E402
 from placer.measure.links import measure_link, on_caller  # noqa: E402
 from placer.measure.steps import measure_steps  # noqa: E402
@@ -106,6 +107,28 @@ def pooled_kernels(specs: list) -> dict:
     out["link_sources"] = sorted({link["source"] for link in two.report_data["links"]})
     out["pools"] = [d["memory_pool_bytes"] for d in two.report_data["devices"]]
     return out
+
+
+def layer_splits(devices: list) -> dict:
+    """A chain of three 2048-wide dense layers and two 256-wide ones at batch 4 with ``splits="auto"``: the splits
+    stage's search (largest-first subsets, then layer by layer, :func:`placer.core.splits.descend_splits`) on
+    real workers: its log line, the kept plan's predicted step beside every scored split plan's, and the
+    outputs against the model's."""
+    keras.utils.set_random_seed(3)
+    inp = keras.Input((2048,))
+    h = inp
+    for i, width in enumerate((2048, 2048, 2048, 256, 256)):
+        h = keras.layers.Dense(width, activation="relu", name=f"m{i}")(h)
+    model = keras.Model(inp, h, name="mixed")
+    p = placer.autoplace(model, devices, batch_size=4, profile_cache=False, split_toggles=6)
+    x = np.random.default_rng(4).standard_normal((4, 2048)).astype("float32")
+    ref = model(x).numpy()
+    split = [c for c in p.plan.candidates if c.strategy == "split" and c.predicted_step_time_s is not None]
+    return {"said": [line for line in p.plan.log if line.startswith("operator splits:")],
+            "splits": dict(p.plan.splits), "solver": p.plan.solver,
+            "scored": [c.predicted_step_time_s for c in split],
+            "kept": [c.predicted_step_time_s for c in p.plan.candidates if c.outcome == KEPT],
+            "rel": float(np.abs(p(x).numpy() - ref).max() / np.abs(ref).max())}
 
 
 def by_layers(placed, late: tuple[str, ...]) -> placer.Plan:
@@ -360,6 +383,8 @@ def main() -> None:
         out["pooled"] = pooled_kernels(cluster.device_specs(devices))
         # two profiles on one worker whose variables share a name but not a dtype (a second model placed in
         # the same process): each profile's variables live in a container of its own on the worker
+        progress("splits chosen layer by layer")
+        out["layer_splits"] = layer_splits(devices)
         progress("two profiles with clashing variable names")
         out["second_profile"] = timed_error(lambda: [profile_with_variable(dtype, f"grpc://{cluster.spec['worker'][0]}",
                                                                            devices[0]) for dtype in ("int64", "float32")])

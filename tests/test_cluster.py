@@ -4,6 +4,7 @@ The check runs in a child process inside a loopback-only network namespace
 (``unshare -rn``), because TensorFlow's servers listen on all interfaces.
 """
 
+import re
 import json
 import os
 import shutil
@@ -198,6 +199,15 @@ def test_two_pinned_workers_place_a_model_and_shut_down():
     # them), and two workers hold one kernel each: each peak is its pool's, over 8 MiB (one kernel's bytes
     # are 4.06 MiB; both on one worker would hold 16 MiB) and within 12 MiB, on links calibrated between them
     # (the simulation with transfer costs keeps the pools)
+    # splits="auto" on real workers: the largest-first subsets, then layer by layer (at most split_toggles=6
+    # scored; each scored plan a candidate), the kept plan no slower than any split plan scored, outputs equal
+    layered = out["layer_splits"]
+    said = layered["said"]
+    assert len(said) == 1 and re.search(r"then [1-6] layers toggled one at a time", said[0]), layered
+    assert layered["scored"] and len(layered["kept"]) == 1, layered
+    if layered["splits"]:
+        assert layered["kept"][0] == min(layered["scored"]), layered
+    assert layered["rel"] <= 1e-5, layered
     pooled = out["pooled"]
     assert pooled["one"] and "BFC allocator pool" in pooled["one"] and "Add devices" in pooled["one"], pooled
     assert pooled["plain"]["error"] is None, pooled

@@ -21,9 +21,9 @@ import placer
 from tests.models import dense_chain, recommender
 from placer.core.attrs import COMPUTE_US, MEMORY_BYTES
 from placer.core.plan import Plan
-from placer.core.splits import (Gradients, Pair, Split, axis_name, even_parts, fused_after, helper_owner, is_split_node,
-                                 pair_ops, part_bounds, split_graph, split_map, split_name, spread_parts,
-                                 with_measured_parts)
+from placer.core.splits import (Gradients, Pair, Split, axis_name, descend_splits, even_parts, fused_after,
+                                 helper_owner, is_split_node, pair_ops, part_bounds, rejoined, split_apart, split_graph,
+                                 split_map, split_name, spread_parts, with_measured_parts)
 from placer.errors import AutoplaceError, GraphError, InsufficientMemoryError, PlanError
 from placer.tf.emit import emit, rewrite_context
 from placer.tf.placement import ReplicatedVariable
@@ -157,6 +157,86 @@ def test_spread_parts_puts_each_part_on_its_device():
         for i in range(sp.parts):
             assert {spread[split_name(n, i)] for n in (sp.op, sp.read, sp.placeholder)} == {["/d:0", "/d:1"][i % 2]}
 
+
+
+def _check_rejoined(whole: nx.DiGraph, splits: list[Split], draw) -> None:
+    """Every split applied and its graph's nodes put on random devices: running some of the layers whole
+    (:func:`rejoined`) gives a plan of every node of the graph without them, those layers where their join
+    (a pair: its sum) ran and the rest where they were; splitting them again (:func:`split_apart`) gives a plan of every
+    node of the graph with all split, their parts side by side."""
+    every = split_graph(whole, splits)
+    devices = ["/d:0", "/d:1", "/d:2"]
+    a = {v: devices[draw(st.integers(0, 2))] for v in sorted(every)}
+    together = [sp for sp in splits if draw(st.booleans())]
+    kept = [sp for sp in splits if sp not in together]
+    fewer = split_graph(whole, kept)
+    out = rejoined(a, together, fewer.nodes)
+    assert out is not None and set(out) == set(fewer)  # a plan of every node of the graph with fewer splits
+    for sp in kept:  # the splits kept keep their parts where the plan put them
+        assert all(out[n] == a[n] for i in range(sp.parts) for n in sp.part_nodes(i))
+    for sp in together:  # the others run whole where their join (a pair: its sum) ran
+        d = a[sp.ops[-1]]
+        assert {out[n] for n in (sp.op, sp.read, sp.placeholder, *(sp.pair.chain if sp.pair else ()))} == {d}
+    assert all(out[v] == a[v] for v in fewer if v in every)
+    assert rejoined(a, together, [*fewer.nodes, "not-a-node"]) is None
+    back = split_apart(out, together, devices, every.nodes)
+    assert back is not None and set(back) == set(every)
+    for sp in together:
+        assert all(back[n] == devices[i % 3] for i in range(sp.parts) for n in sp.part_nodes(i))
+        assert back[sp.ops[-1]] == out[sp.ops[-1]]  # the join (a pair: its sum) where the whole op ran
+    assert all(back[v] == out[v] for v in fewer if v in every)
+
+
+@settings(max_examples=40, deadline=None)
+@given(layers=st.integers(1, 5), widths=st.lists(st.integers(4, 64), min_size=6, max_size=6),
+       batch=st.integers(1, 8), data=st.data())
+def test_the_layers_a_plan_of_every_split_spreads_are_split_and_the_others_run_whole_on_their_device(
+        layers, widths, batch, data):
+    whole, splits = _chain(layers, widths, batch)
+    _check_rejoined(whole, splits, data.draw)
+
+
+@settings(max_examples=30, deadline=None)
+@given(layers=st.integers(2, 6), widths=st.lists(st.integers(4, 64), min_size=7, max_size=7),
+       batch=st.integers(1, 8), parts=st.integers(2, 3), data=st.data())
+def test_pairs_a_plan_keeps_together_run_whole_on_their_device(layers, widths, batch, parts, data):
+    whole, _ = _chain(layers, widths, batch)
+    pairs = [Split(f"l{i}/MatMul", read=f"l{i}/read", placeholder=f"l{i}/w", columns=widths[i + 1],
+                   parts=min(parts, widths[i + 1]),
+                   pair=Pair(f"l{i + 1}/MatMul", f"l{i + 1}/read", f"l{i + 1}/w",
+                             chain=(f"l{i}/BiasAdd", f"l{i}/Relu")))
+             for i in range(0, layers - 1, 2)]
+    _check_rejoined(whole, pairs, data.draw)
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 7), data=st.data(), budget=st.integers(0, 40))
+def test_the_layer_by_layer_descent_ends_where_no_toggle_is_faster(n, data, budget):
+    """A step whose time depends on the layers split (each layer's saving, and pairs of layers interacting):
+    the descent never returns a slower set, returns the step of the set it returns, scores no set twice and
+    never the empty one, keeps to its budget, and within it stops only where no single toggle is faster."""
+    gains = data.draw(st.lists(st.floats(-5, 5), min_size=n, max_size=n))
+    pairs = data.draw(st.dictionaries(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), st.floats(-3, 3),
+                                      max_size=6))
+
+    def time_of(layers: frozenset[int]) -> float:
+        return 100.0 - sum(gains[i] for i in layers) - sum(v for (i, j), v in pairs.items()
+                                                          if i != j and i in layers and j in layers)
+
+    start = frozenset(data.draw(st.sets(st.integers(0, n - 1), min_size=1)))
+    fixed = data.draw(st.sets(st.integers(0, n - 1), max_size=2))  # toggles that cannot be placed: None
+    scored = []
+
+    def step_s(current, i):
+        scored.append(current ^ {i})
+        return None if i in fixed else time_of(current ^ {i})
+
+    chosen, best, evaluations = descend_splits(start, time_of(start), n, step_s, max_evaluations=budget)
+    assert best <= time_of(start) and best == time_of(chosen) and chosen
+    assert evaluations == len(scored) <= budget and len(set(scored)) == len(scored) and frozenset() not in scored
+    assert (chosen ^ start) <= set(range(n)) - fixed or chosen == start  # never through a toggle it could not place
+    if evaluations < budget:  # a local optimum: no single toggle it can place (but to no split at all) is faster
+        assert all(time_of(chosen ^ {i}) >= best for i in range(n) if chosen ^ {i} and i not in fixed)
 
 # --- the GraphDef rewrite, forward and gradient ---------------------------------------------------------------
 
@@ -638,6 +718,8 @@ def test_bad_split_requests_are_typed(split_placed, devices, tmp_path):
         placer.autoplace(model, devices[:2], batch_size=4, splits="rows")
     with pytest.raises(AutoplaceError, match="split_pairs"):
         placer.autoplace(model, devices[:2], batch_size=4, split_pairs="yes")
+    with pytest.raises(AutoplaceError, match="split_toggles"):
+        placer.autoplace(model, devices[:2], batch_size=4, split_toggles=-1)
     data = placed.plan.to_dict()
     with pytest.raises(PlanError, match="pairs names"):  # a pair whose products the plan does not split
         Plan.from_dict({**data, "splits": {"wide_1/nowhere/MatMul": 2}})
@@ -800,6 +882,17 @@ def test_a_products_training_split_in_the_op_graph_matches_the_rewrite(optimizer
     assert sorted(g.predecessors(second.grads.input_grad)) == [split_name(second.grads.input_grad, i) for i in (0, 1)]
     for n in (*second.grads.weight_grads, *second.grads.unused):
         assert n not in g
+    # the step with both split, planned: the first run whole again gets a plan of every node of the step with
+    # the second alone split, the first's whole ops (its gradients, update, unused readers, slots) on its
+    # join's device; split apart again, a plan of every node of the step with both split
+    a = {v: "/d:0" for v in g}
+    a[found[0].op] = "/d:1"
+    one = split_graph(og, [second])
+    out = rejoined(a, [found[0]], one.nodes)
+    assert out is not None and set(out) == set(one)
+    assert {out[n] for n in (found[0].op, found[0].placeholder, *found[0].grads.ops, *found[0].grads.slots)} == {"/d:1"}
+    back = split_apart(out, [found[0]], ["/d:0", "/d:1"], g.nodes)
+    assert back is not None and set(back) == set(g)
     write = second.grads.update[-1]
     assert g.nodes[write]["op_type"] == "NoOp" and g.nodes[split_name(write, 1)]["colocation"] == \
         split_name(second.placeholder, 1)

@@ -52,7 +52,7 @@ Examples
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import networkx as nx
@@ -153,6 +153,101 @@ def spread_parts(assignment: Mapping[str, str], splits: Iterable[Split], devices
             for name in s.part_nodes(i):
                 out[name] = devices[i % len(devices)]
     return out
+
+
+def rejoined(assignment: Mapping[str, str], together: Iterable[Split], nodes: Iterable[str]
+             ) -> dict[str, str] | None:
+    """``assignment`` (a plan of a graph with ``together`` split) for ``nodes``, the graph without them: each of
+    their whole nodes (the op, its weight, read, reshape, its gradients', update's and unused gradient readers'
+    ops; a pair's too) on the device of its join (a pair: its sum; the node that keeps the op's layer, which
+    ``group_by="layer"`` keeps on one device with the layer's other ops), every other node where
+    ``assignment`` put it; ``None`` where a node is in neither. The inverse of :func:`split_apart`.
+
+    Examples
+    --------
+    >>> s = Split("b", read="r", placeholder="p", columns=4, parts=2)
+    >>> plan = {"x": "/d:0", "b": "/d:1", "b/autoplace_split_0": "/d:0", "b/autoplace_split_1": "/d:1",
+    ...         "p/autoplace_split_0": "/d:0", "r/autoplace_split_0": "/d:0"}
+    >>> rejoined(plan, [s], ["x", "b", "p", "r"])
+    {'x': '/d:0', 'b': '/d:1', 'p': '/d:1', 'r': '/d:1'}
+    >>> rejoined(plan, [s], ["x", "y"]) is None
+    True
+    """
+    whole: dict[str, str] = {}
+    for s in together:
+        device = assignment[s.ops[-1]]
+        extra = (s.read, s.placeholder, *(() if s.reshape is None else (s.reshape,)),
+                 *(() if s.grads is None else s.grads.unused))
+        for name in (*extra, *(split_origin(n) for n in s.part_nodes(0))):
+            whole[name] = device
+    out = {}
+    for name in nodes:
+        device = whole.get(name, assignment.get(name))
+        if device is None:
+            return None
+        out[name] = device
+    return out
+
+
+def split_apart(assignment: Mapping[str, str], splits: Iterable[Split], devices: Sequence[str],
+                nodes: Iterable[str]) -> dict[str, str] | None:
+    """``assignment`` (a plan of a graph without ``splits``) for ``nodes``, a graph with them applied: part ``i``
+    of each on ``devices[i % len(devices)]`` (:func:`spread_parts`), its join (the op's name) and the join's
+    axis where the whole op ran, every other node where ``assignment`` put it; ``None`` where a node is in
+    neither. The inverse of :func:`rejoined`.
+
+    Examples
+    --------
+    >>> s = Split("b", read="r", placeholder="p", columns=4, parts=2)
+    >>> out = split_apart({"x": "/d:0", "b": "/d:0", "p": "/d:0", "r": "/d:0"}, [s], ["/d:0", "/d:1"],
+    ...                   ["x", "b", "b/autoplace_split_1", "p/autoplace_split_1", "b/autoplace_split_axis"])
+    >>> out["b"], out["b/autoplace_split_1"], out["p/autoplace_split_1"], out["b/autoplace_split_axis"]
+    ('/d:0', '/d:1', '/d:1', '/d:0')
+    """
+    out = spread_parts(assignment, splits, devices)
+    for s in splits:
+        out.setdefault(axis_name(s.op), assignment.get(s.op))
+    placed = {name: out.get(name) for name in nodes}
+    return None if None in placed.values() else placed  # type: ignore[return-value]
+
+
+def descend_splits(start: frozenset[int], start_s: float, n: int,
+                   step_s: Callable[[frozenset[int], int], float | None], *, max_evaluations: int
+                   ) -> tuple[frozenset[int], float, int]:
+    """Which of ``n`` splittable layers to split, layer by layer: from ``start`` (the layers split; its
+    predicted step ``start_s``), each round scores toggling each layer — splitting one more, or running one
+    split layer whole — with ``step_s(current, i)`` (the step of ``current`` with layer ``i`` toggled, made from
+    ``current``'s plan; ``None`` where that cannot be placed), and moves to the fastest toggle that is faster
+    than ``current``; it stops where none is, or after ``max_evaluations`` scores. No layer set is scored twice
+    and the empty one (every layer whole: the plan the splits are compared with) is never scored.
+
+    Returns ``(layers split, its predicted step, evaluations)``: never slower than ``start``.
+
+    Examples
+    --------
+    >>> gain = [3.0, -1.0, 2.0]  # splitting layer 0 or 2 saves time, layer 1 costs
+    >>> step = lambda current, i: 10.0 - sum(gain[j] for j in current ^ {i})
+    >>> descend_splits(frozenset({1}), 11.0, 3, step, max_evaluations=20)
+    (frozenset({0, 2}), 5.0, 6)
+    """
+    current, best, evaluations = start, start_s, 0
+    seen = {start}
+    while True:
+        move: tuple[float, frozenset[int]] | None = None
+        for i in range(n):
+            toggled = current ^ {i}
+            if not toggled or toggled in seen:
+                continue
+            if evaluations >= max_evaluations:
+                return current, best, evaluations
+            seen.add(toggled)
+            evaluations += 1
+            s = step_s(current, i)
+            if s is not None and s < best and (move is None or s < move[0]):
+                move = (s, toggled)
+        if move is None:
+            return current, best, evaluations
+        best, current = move
 
 
 def even_parts(n: int, k: int) -> list[int]:

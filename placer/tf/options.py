@@ -218,27 +218,33 @@ class SplitOptions:
     Attributes
     ----------
     splits : {"auto", "none", "all"}
-        ``"auto"`` (default): for a forward pass on several devices (not one process's logical CPUs: they share
-        its threads), the dense products whose weight holds at
-        least ``split_min_bytes`` are candidates; the largest one, the largest half and all of them are split
-        by output columns into one part per device and each graph placed again; the best of those plans is
-        kept where its simulated step is predicted at least ``split_margin`` (the solve group's) shorter than
-        the plan of whole ops. In any step (training included), a weight larger than every device is split
-        before the solve: a dense product's by output columns, a lookup's (an ``Embedding``) table by rows with
-        its sparse updates. ``"all"``: every candidate (products and lookups) split and kept regardless (to
-        measure it). ``"none"``: every op whole (a weight no device holds is an ``InsufficientMemoryError``).
-        A product in a training step is not split (its gradient and update read the whole weight:
-        ``docs/limitations.md``).
+        ``"auto"`` (default): on several devices (not one process's logical CPUs: they share its threads),
+        the dense products (and convolutions) whose weight holds at least ``split_min_bytes`` and whose split
+        could save time are candidates; the largest one, the largest half and all of them are split by output
+        columns into one part per device (forward passes and training steps: a ``Dense`` kernel's gradients
+        and update split with it) and each graph placed again; from the best of those plans, layers are
+        toggled one at a time (``split_toggles``); the best plan is kept where its simulated step is predicted
+        at least ``split_margin`` (the solve group's) shorter than the plan of whole ops. In any step, a
+        weight larger than every device is split before the solve: a dense product's by output columns, a
+        lookup's (an ``Embedding``) table by rows with its updates. ``"all"``: every candidate (products and
+        lookups) split and kept regardless (to measure it). ``"none"``: every op whole (a weight no device
+        holds is an ``InsufficientMemoryError``). What is not split: ``docs/limitations.md``.
     split_min_bytes : int
         The least bytes of a weight whose product is split for speed.
     split_pairs : bool
         Whether a split product pairs with the product after it where it can (Megatron-LM's column then row
         split, one sum instead of two joins: :class:`placer.core.splits.Pair`); ``False``: each by columns.
+    split_toggles : int
+        ``splits="auto"``: the most plans the search scores after its largest-first subsets, each the best
+        plan so far with one layer split (its parts side by side) or run whole again (where its join ran),
+        moving to the fastest while one is faster (:func:`placer.core.splits.descend_splits`); ``0``: the
+        largest-first subsets alone.
     """
 
     splits: str = "auto"
     split_min_bytes: int = 1 << 20
     split_pairs: bool = True
+    split_toggles: int = 24
 
     def __post_init__(self) -> None:
         if self.splits not in SPLITS:
@@ -246,6 +252,8 @@ class SplitOptions:
         object.__setattr__(self, "split_min_bytes", integer("split_min_bytes", self.split_min_bytes, minimum=0,
                                                            maximum=1 << 50))
         object.__setattr__(self, "split_pairs", boolean("split_pairs", self.split_pairs))
+        object.__setattr__(self, "split_toggles", integer("split_toggles", self.split_toggles, minimum=0,
+                                                         maximum=1 << 20))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -66,7 +66,8 @@ from ..core.microbatch import SmallBatchCosts, ParameterCodec, candidate_microba
 from ..core.plan import KEPT, Candidate, Plan
 from ..core.attrs import COMPUTE_US, MEMORY_BYTES
 from ..core.replicas import device_groups, simulate_replicas
-from ..core.splits import (Split, helper_owner, pair_ops, split_graph, split_map, split_saving_s, spread_parts,
+from ..core.splits import (Split, descend_splits, helper_owner, pair_ops, rejoined, split_apart, split_graph,
+                           split_map, split_saving_s, spread_parts,
                            with_measured_parts)
 from ..errors import (AutoplaceError, InputSignatureError, InsufficientMemoryError, NoFeasiblePlanError, PlanError,
                       TrainingError)
@@ -579,33 +580,31 @@ def _splits(traced: TracedModel, graphs: _Graphs, plan: Plan, devset: DeviceSet,
         if not families:
             log.info(line)
             return replace(plan, log=(*plan.log, line)), graphs
-    scored = []
-    subsets = []
+    scored: list[tuple[float, int, Plan, _Graphs]] = []
+    starts = []  # per family: its measured graph, its splits, and its best greedy plan's (step, index, subset)
     for family in families:  # one profile of each family's splits; the largest weights first: 1, half, all
         measured = _measured_parts(traced, _split(graphs.op_graph, family), family, costs, devset, opts)
         tried = _largest_first(family, graphs.op_graph)
-        subsets += [(measured, subset) for subset in (tried[-1:] if mode == "all" else tried)]
-    for measured, subset in subsets:
-        split = _subset_graphs(measured, graphs.op_graph, subset, devset, opts)
-        splits, pairs = split_map(subset), pair_ops(subset)
-        solved = replace(_solve(split.built, opts.solve, None, traced.batch_size, opts.emit.compression),
-                         splits=splits, pairs=pairs)
-        plans = [solved]
-        parts_apart = replace(solved, assignment=spread_parts(solved.assignment, subset, devset.names), op_order={})
-        try:
-            plans.append(replace(_solve(split.built, opts.solve, parts_apart, traced.batch_size,
-                                        opts.emit.compression), splits=splits, pairs=pairs,
-                                 solver=f"{solved.solver}, parts spread"))
-        except PlanError as e:  # the parts side by side exceed a device's memory: the solver's plan alone
-            log.info("operator splits: %d parts side by side do not fit (%s)", len(subset), e)
-        for p in plans:
-            scored.append((_step_with_sends(traced, p, split, prompt, _orders(opts, devset, p)), len(scored), p,
-                           split))
+        best_here = None
+        for subset in (tried[-1:] if mode == "all" else tried):
+            split = _subset_graphs(measured, graphs.op_graph, subset, devset, opts)
+            for p in _split_plans(traced, split, subset, devset, opts):
+                entry = (_step_with_sends(traced, p, split, prompt, _orders(opts, devset, p)), len(scored), p, split)
+                scored.append(entry)
+                best_here = min(best_here or (entry, subset), (entry, subset), key=lambda t: t[0][:2])
+        starts.append((measured, family, best_here))
+    moved = ""
+    if mode == "auto":  # then layer by layer, from the best greedy plan, in its family
+        measured, family, ((start_s, start_i, start, start_split), subset) = min(starts, key=lambda t: t[2][0][:2])
+        moved, found_better = _descend_splits(traced, graphs, measured, family, subset, start, start_split, start_s,
+                                              devset, opts, prompt)
+        for step_s, p, split in found_better:
+            scored.append((step_s, len(scored), p, split))
     best_s, best_i, best, split = min(scored, key=lambda t: t[:2])
     faster = best_s < whole_s * (1.0 - margin)
     what = (f"{len(best.splits)} of {len(split_map(found))} products split {len(devset)} ways ("
-            f"{len(best.pairs)} column-then-row pairs, of {len(scored)} split plans scored; the largest weights, "
-            f"sharded; {best.solver}) predicted {1e3 * best_s:.3f} ms against {1e3 * whole_s:.3f} ms whole"
+            f"{len(best.pairs)} column-then-row pairs, of {len(scored)} split plans scored: the largest weights"
+            f"{moved}, sharded; {best.solver}) predicted {1e3 * best_s:.3f} ms against {1e3 * whole_s:.3f} ms whole"
             + (" (both with the transfers prompt sends acknowledge)" if prompt else ""))
     keep = mode == "all" or faster
     line = f"operator splits: {what}: " + (("split" + ("" if faster else " (splits='all')")) if keep else
@@ -621,6 +620,70 @@ def _splits(traced: TracedModel, graphs: _Graphs, plan: Plan, devset: DeviceSet,
                                      f"({1e3 * whole_s:.3f} ms as emitted)")
         out = out.scored(cand, kept=keep and i == best_i)
     return replace(out, log=(*out.log, line)), (split if keep else graphs)
+
+
+def _split_plans(traced: TracedModel, split: _Graphs, subset: Sequence[Split], devset: DeviceSet,
+                 opts: PlacementOptions) -> list[Plan]:
+    """The plans the splits stage scores for ``subset`` split (``split``, its graphs): the solver's, and the same
+    with each split's parts side by side (:func:`~placer.core.splits.spread_parts`; left out where that exceeds
+    a device's memory)."""
+    splits, pairs = split_map(subset), pair_ops(subset)
+    solved = replace(_solve(split.built, opts.solve, None, traced.batch_size, opts.emit.compression),
+                     splits=splits, pairs=pairs)
+    plans = [solved]
+    parts_apart = replace(solved, assignment=spread_parts(solved.assignment, subset, devset.names), op_order={})
+    try:
+        plans.append(replace(_solve(split.built, opts.solve, parts_apart, traced.batch_size, opts.emit.compression),
+                             splits=splits, pairs=pairs, solver=f"{solved.solver}, parts spread"))
+    except PlanError as e:  # the parts side by side exceed a device's memory: the solver's plan alone
+        log.info("operator splits: %d parts side by side do not fit (%s)", len(subset), e)
+    return plans
+
+
+def _descend_splits(traced: TracedModel, graphs: _Graphs, measured: OpGraph, family: Sequence[Split],
+                    subset: Sequence[Split], start: Plan, start_split: _Graphs, start_s: float, devset: DeviceSet,
+                    opts: PlacementOptions, prompt: bool) -> tuple[str, list[tuple[float, Plan, _Graphs]]]:
+    """The splits stage's choice layer by layer (:func:`~placer.core.splits.descend_splits`): from ``start`` (the
+    best plan of the greedy subsets, ``subset`` of ``family`` split), each layer of ``family`` toggled — split
+    one more (its parts side by side, :func:`~placer.core.splits.split_apart`) or a split one whole where its
+    join ran (:func:`~placer.core.splits.rejoined`) — the rest of the plan kept, each scored as emitted
+    (:func:`_step_with_sends`), the fastest faster one moved to, at most ``split_toggles`` scores (each a
+    problem built and a plan simulated as emitted: tenths of a second on a wide MLP's graph).
+
+    Returns ``(words for the log line, [(step, plan, graphs)] of the plan it ended at where it moved)``."""
+    current = frozenset(family.index(s) for s in subset)
+    plans = {current: (start, start_split)}
+
+    def step_s(current: frozenset[int], i: int) -> float | None:
+        plan, split = plans[current]
+        toggled = current ^ {i}
+        chosen = [family[j] for j in sorted(toggled)]
+        new = _subset_graphs(measured, graphs.op_graph, chosen, devset, opts)
+        nodes = new.op_graph.graph.nodes
+        a = (rejoined(plan.assignment, [family[i]], nodes) if i in current else
+             split_apart(plan.assignment, [family[i]], devset.names, nodes))
+        if a is None:
+            return None
+        given = replace(plan, assignment=a, op_order={}, splits=split_map(chosen), pairs=pair_ops(chosen))
+        try:
+            p = replace(_solve(new.built, opts.solve, given, traced.batch_size, opts.emit.compression),
+                        splits=split_map(chosen), pairs=pair_ops(chosen),
+                        solver=f"{plan.solver.removesuffix(', layer by layer')}, layer by layer")
+        except PlanError as e:  # e.g. a layer whole no longer fits its device
+            log.info("operator splits: layer %s toggled does not fit (%s)", family[i].op, e)
+            return None
+        plans[toggled] = (p, new)
+        return _step_with_sends(traced, p, new, prompt, _orders(opts, devset, p))
+
+    chosen, best_s, evaluations = descend_splits(current, start_s, len(family), step_s,
+                                                 max_evaluations=opts.split.split_toggles)
+    out = [(best_s, *plans[chosen])] if chosen != current else []
+    words = (f", then {evaluations} layers toggled one at a time"
+             + (f" ({len(chosen)} split, {1e3 * best_s:.3f} ms against {1e3 * start_s:.3f} ms)" if chosen != current
+                else " (none faster)")) if evaluations else ""
+    log.info("operator splits: layer by layer from %d of %d split: %d toggles scored, %s", len(current), len(family),
+             evaluations, "moved" if chosen != current else "none faster")
+    return words, out
 
 
 def _simulated_order(traced: TracedModel, plan: Plan, graphs: _Graphs, devset: DeviceSet,
