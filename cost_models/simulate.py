@@ -254,6 +254,11 @@ class SimOptions:
         resident bytes (each node's, in node order, as variables are created), or, where the pool cannot serve
         an allocation under its limit, that limit plus the allocation's bytes (over any capacity it is
         compared with, when the limit is the capacity).
+    fed : frozenset of int
+        Nodes whose outputs the step's caller feeds (a function's arguments, fed where each consumer runs):
+        with ``transfer_cpu_s``, a tensor of theirs that crosses to another device gets a receive op there
+        but no send op on their own device, so it never queues behind that device's ops (the caller sends
+        it when the step starts).
     """
 
     concurrency: int = 1
@@ -265,6 +270,7 @@ class SimOptions:
     shared: tuple[tuple[tuple[int, ...], float] | tuple[tuple[int, ...], float, float], ...] = ()
     acknowledged: tuple[tuple[int, int, tuple[int, ...]], ...] = ()
     inline_first: frozenset[int] = frozenset()
+    fed: frozenset[int] = frozenset()
     snapshots: int = 0
     memory_pools: tuple[float | None, ...] = ()
 
@@ -834,8 +840,17 @@ def _with_transfer_ops(durations: np.ndarray, tensors: Sequence[TensorEdge], a: 
                 remote.setdefault(int(a[w]), []).append(w)
         sends = []
         for dd, ws in sorted(remote.items()):
-            snd, rcv = len(devs), len(devs) + 1
             c = cpu[src_dev, dd] * t.count
+            if t.src in options.fed:  # the caller sends it: a receive op alone
+                rcv = len(devs)
+                rows.append(np.full((1, k), c))
+                devs.append(dd)
+                extra_alias.append(False)
+                sends.append(rcv)
+                new_tensors.append(TensorEdge(rcv, tuple(ws), t.nbytes, t.count))
+                origin.append(ti)
+                continue
+            snd, rcv = len(devs), len(devs) + 1
             rows.append(np.full((2, k), c))
             devs += [src_dev, dd]
             extra_alias += [True, False]  # a send shares the producer's buffer; a receive owns its copy

@@ -323,6 +323,29 @@ def test_simulated_ops_scale_with_a_device_time_factor(small_traced, devices):
         built.simulate(on_second, SimOptions(time_factor=[1.0, 0.0]))
 
 
+def test_the_models_inputs_are_fed_by_the_caller_and_its_variables_and_their_shards_are_not():
+    """``Schedule.fed`` (what the simulator takes as fed by the caller, ``SimOptions.fed``): a training step's
+    inputs and labels, not its variables' resources, nor the shards a split makes of them."""
+    from placer.core.build import build_problem
+    from placer.core.devices import resolve_devices
+    from placer.core.splits import split_graph
+    from placer.tf.opgraph import build_op_graph
+    from placer.tf.rewrites.split import split_candidates
+    from placer.tf.trace import trace_training_step
+
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(16, name="a"), keras.layers.Dense(4, name="b")])
+    traced = trace_training_step(model, batch_size=2, optimizer="sgd")
+    og = build_op_graph(traced, {"CPU": {op.name: 1.0 for op in traced.fixed.graph.get_operations()}}).graph
+    found = split_candidates(traced.fixed.graph, traced.variables, 2, 0)
+    for graph in (og, split_graph(og, found[:1])):
+        built = build_problem(graph, resolve_devices(["/CPU:0"]))
+        fed = {built.nodes[i] for i in built.problem.schedule.fed}
+        inputs = {v for v in graph if graph.nodes[v].get("op_type") == "Placeholder" and "variable" not in graph.nodes[v]}
+        assert fed == inputs and len(fed) >= 2, (fed, inputs)  # x and y at least
+        assert not any("variable" in graph.nodes[v] for v in fed)
+        assert built.problem.sim_options().fed == frozenset(built.problem.schedule.fed)
+
+
 def test_simulated_activation_peak_matches_tfs_allocation_records():
     """The issue's memory bound (15%) on a real Keras model: TF's allocation records vs the simulator."""
     from cost_models.profile import profile_graph

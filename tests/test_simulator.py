@@ -88,6 +88,29 @@ def test_lifo_runs_ops_that_take_no_time_before_the_depth_first_chain():
         assert start[2] == 0.0 and start[3] == 0.0 and r.step_time_s == 2.0, r.timeline
 
 
+def test_a_fed_input_reaches_another_device_without_queueing_behind_its_own_devices_ops():
+    # a model input x (node 0, no time) on device 0 feeds a 3 s op there (1) and a 3 s op on device 1 (2); on
+    # one-thread workers (lifo, transfer ops of 0.1 s each end) x's send queues behind op 1, so op 2 starts
+    # after it. The caller feeds a function's arguments to each device that consumes them (SimOptions.fed):
+    # then op 2 starts after the link (0.5 s) and its receive op (0.1 s), and the step ends when op 1 does.
+    d = np.array([[0.0, 0.0], [3.0, 3.0], [3.0, 3.0]])
+    es = [TensorEdge(0, (1, 2), 1.0)]
+    cpu = np.full((2, 2), 0.1)
+    queued = simulate(d, es, [0, 0, 1], link(lat=0.5, bw=np.inf),
+                      options=SimOptions(ready_order="lifo", transfer_cpu_s=cpu))
+    fed = simulate(d, es, [0, 0, 1], link(lat=0.5, bw=np.inf),
+                   options=SimOptions(ready_order="lifo", transfer_cpu_s=cpu, fed=frozenset({0})))
+    start = {v: s for v, _, s, _ in fed.timeline}
+    assert {v: s for v, _, s, _ in queued.timeline}[2] >= 3.0
+    assert start[1] == 0.0 and start[2] == pytest.approx(0.6) and fed.step_time_s == pytest.approx(3.6)
+    assert fed.busy_s[0] == pytest.approx(3.0) and fed.busy_s[1] == pytest.approx(3.1)  # no send op on 0
+    assert [t[:3] for t in fed.transfers] == [(0, 0, 1)]  # the tensor still crosses once
+    # without transfer ops the option changes nothing (sends take no device time there)
+    assert simulate(d, es, [0, 0, 1], link(lat=0.5, bw=np.inf), options=SimOptions(
+        ready_order="lifo", fed=frozenset({0}))).step_time_s == simulate(
+        d, es, [0, 0, 1], link(lat=0.5, bw=np.inf), options=SimOptions(ready_order="lifo")).step_time_s
+
+
 def test_lifo_runs_the_latest_ready_op_first_depth_first_like_tensorflows_executor():
     # device 0: x0 0-1, x1 1-2 (ready last), y0 2-3, y1 3-4; device 1: x2 2-5, y2 5-8
     d, es, a = two_towers_feeding_a_second_device()

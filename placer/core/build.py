@@ -248,6 +248,13 @@ class BuiltProblem:
             raise CostError(f"cannot simulate the plan: {e}") from e
 
 
+def _fed(graph: nx.DiGraph, nodes: Sequence[Hashable]) -> tuple[int, ...]:
+    """The nodes the step's caller feeds (``Schedule.fed``): placeholders that are not a variable's resource (the
+    model's inputs, and tensors captured from the caller)."""
+    return tuple(i for i, v in enumerate(nodes) if graph.nodes[v].get(OP_TYPE) == "Placeholder"
+                 and graph.nodes[v].get(VARIABLE) is None and not graph.in_degree(v))
+
+
 #: Largest per-node µs and per-edge/node bytes a graph may give (the solvers' integer models scale by them).
 MAX_COMPUTE_US = 1e12
 MAX_GRAPH_BYTES = float(MAX_BYTES)
@@ -537,7 +544,7 @@ def build_problem(graph: nx.DiGraph, devices: DeviceSet, *, group_by: str = DEFA
     problem = PlacementProblem.build(
         names=names, compute_s=compute, memory_bytes=gmem, capacity_bytes=cap,
         tensors=group_tensors(tensors, group), bandwidth=bw, latency=lat, order=range(n),
-        schedule=Schedule(durations, tuple(tensors), tuple(control), group),
+        schedule=Schedule(durations, tuple(tensors), tuple(control), group, _fed(graph, nodes)),
         shared=[(h.devices, h.capacity, h.per_device) for h in devices.shared], transfer_cpu=devices.transfer_cpu(),
         ready_order=devices.ready_order, measured_links=devices.measured_links(), memory_pools=devices.memory_pools())
     layer_keys = None

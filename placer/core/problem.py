@@ -60,12 +60,16 @@ class Schedule:
         Ordering-only dependencies between fine nodes.
     group : numpy.ndarray
         ``(m,)`` problem node of each fine node.
+    fed : tuple of int
+        The fine nodes whose outputs the step's caller feeds (the model's inputs:
+        ``cost_models.SimOptions.fed``).
     """
 
     durations_s: np.ndarray
     tensors: tuple[TensorEdge, ...]
     control: tuple[tuple[int, int], ...]
     group: np.ndarray
+    fed: tuple[int, ...] = ()
 
     @property
     def m(self) -> int:
@@ -74,7 +78,8 @@ class Schedule:
 
     def regroup(self, coarse_of: np.ndarray) -> "Schedule":
         """The same DAG, with problem nodes merged by ``coarse_of[old] = new``."""
-        return Schedule(self.durations_s, self.tensors, self.control, _frozen(np.asarray(coarse_of)[self.group], int))
+        return Schedule(self.durations_s, self.tensors, self.control, _frozen(np.asarray(coarse_of)[self.group], int),
+                        self.fed)
 
 
 Edge = tuple[int, int]  # (tensor index, or -1 for a control edge; the other node)
@@ -360,10 +365,11 @@ class PlacementProblem:
                        symmetric=self.symmetric and bool(np.allclose(cap, cap[0])))
 
     def sim_options(self, options: "SimOptions | None" = None) -> "SimOptions":
-        """``options`` (default: the step only) with what this problem knows of its devices: shared
-        processors, transfer CPU costs and the order their executors run ready ops."""
+        """``options`` (default: the step only) with what this problem knows of its devices (shared
+        processors, transfer CPU costs, the order their executors run ready ops, allocator pools) and of its
+        schedule (the nodes the caller feeds)."""
         base = options or SimOptions(peak_memory=False)
-        return replace(base, shared=base.shared or self.shared,
+        return replace(base, shared=base.shared or self.shared, fed=base.fed or frozenset(self.schedule_view().fed),
                        transfer_cpu_s=base.transfer_cpu_s if base.transfer_cpu_s is not None else self.transfer_cpu,
                        ready_order=base.ready_order or self.ready_order,
                        memory_pools=base.memory_pools or self.memory_pools)
