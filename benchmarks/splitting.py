@@ -33,23 +33,30 @@ interleaved in one run:
   the next layer: the plan the default made before Megatron pairs);
 * ``autoplace splits='all' (pairs)``: every product split, consecutive ones as Megatron pairs, kept whatever
   the prediction (to measure the pairs beside the columns);
+* ``autoplace, largest-first subsets only``: ``split_toggles=0``: the largest weight, the largest half and all
+  of them split, without the layer-by-layer search after them (the default's search before 2026-12-07);
 * ``autoplace default``: ``placer.autoplace(model, devices, batch_size=b)`` (``splits="auto"``: large
   products split into one part per worker, their weights sharded, consecutive ones paired — the first by
-  output columns, the next by input rows, one sum — where predicted faster);
+  output columns, the next by input rows, one sum — where predicted faster; which layers, searched from the
+  largest-first subsets layer by layer);
 * two ``ceiling`` rows, bounds rather than strategies: one worker multiplying the input by every whole kernel
   (no chain, no bias), and each worker multiplying it by its half of every kernel's columns at once (no
   transfer). Their ratio is what a two-way column split can gain at that batch on these two cores, which
   share the machine's memory bandwidth (not a strict bound: on 2026-12-07 the default's Megatron pairs at
   batch 1 ran 7% faster than the halves' streams).
 
+**The mixed chain** (``--workloads mixed``): the same rows for dense layers of uneven widths
+(``--mixed-widths``: by default four 4096-wide layers, then four 512-wide ones), where splitting every large
+layer, or the largest ones first, is not what pays most.
+
 Each step fetches its outputs. Medians of ``--repeats`` interleaved rounds, spread = half the IQR, the
 predicted step of every autoplace row beside its measurement, and the split outputs' largest relative
 difference from the model's. Runs itself inside a loopback-only network namespace.
 
-    python benchmarks/splitting.py [--workloads recommender wide] [--batches 1 4 8] [--width 8192]
-                                   [--layers 4] [--activation relu|gelu] [--repeats 7] [--worker-mib 400]
-                                   [--table-ratio 1.8] [--optimizer sgd|adam] [--rec-workers 2]
-                                   [--out benchmarks/results/splitting.md]
+    python benchmarks/splitting.py [--workloads recommender wide mixed] [--batches 1 4 8] [--width 8192]
+                                   [--layers 4] [--mixed-widths 4096 4096 ...] [--activation relu|gelu]
+                                   [--repeats 7] [--worker-mib 400] [--table-ratio 1.8] [--optimizer sgd|adam]
+                                   [--rec-workers 2] [--out benchmarks/results/splitting.md]
 """
 
 from __future__ import annotations
@@ -74,13 +81,18 @@ from speedup import ROUNDS_TEXT, interleaved_times, median_spread  # noqa: E402
 def wide_mlp(width: int, layers: int, activation: str = "relu") -> "object":
     """``layers`` dense layers of ``width`` with ``activation`` (ReLU; GELU: a Transformer's feed-forward
     activation, several element-wise ops) on a ``width``-wide input."""
+    return chain_mlp([width] * (layers + 1), activation, "wide_mlp")
+
+
+def chain_mlp(widths: list[int], activation: str = "relu", name: str = "mixed_mlp") -> "object":
+    """Dense layers of ``widths[1:]`` with ``activation`` on a ``widths[0]``-wide input."""
     import keras
 
-    inp = keras.Input((width,), name="features")
+    inp = keras.Input((widths[0],), name="features")
     h = inp
-    for i in range(layers):
+    for i, width in enumerate(widths[1:]):
         h = keras.layers.Dense(width, activation=activation, name=f"wide{i}")(h)
-    return keras.Model(inp, h, name="wide_mlp")
+    return keras.Model(inp, h, name=name)
 
 
 #: ``--optimizer`` → how many table-sized slots it keeps: SGD updates the table's rows (sparse), Adam the whole
@@ -302,32 +314,41 @@ def run(args: argparse.Namespace) -> int:
     out = MarkdownOut()
     if "recommender" in args.workloads:
         run_recommender(args, out)
+    import keras
+
     if "wide" in args.workloads:
-        run_wide(args, out)
+        keras.utils.set_random_seed(0)
+        keras_model = wide_mlp(args.width, args.layers, args.activation)
+        run_chain(args, out, keras_model, f"a chain of {args.layers} dense layers of {args.width} ({args.activation})",
+                  f"--width {args.width} --layers {args.layers} --activation {args.activation}")
+    if "mixed" in args.workloads:
+        keras.utils.set_random_seed(0)
+        keras_model = chain_mlp(args.mixed_widths, args.activation)
+        run_chain(args, out, keras_model, f"dense layers of {', '.join(map(str, args.mixed_widths[1:]))} on a "
+                  f"{args.mixed_widths[0]}-wide input ({args.activation})",
+                  f"--workloads mixed --mixed-widths {' '.join(map(str, args.mixed_widths))} --activation "
+                  f"{args.activation}")
     out.write(args.out)
     return 0
 
 
-def run_wide(args: argparse.Namespace, out: MarkdownOut) -> None:
-    """The wide MLP at small batch (module docstring)."""
-    import keras
+def run_chain(args: argparse.Namespace, out: MarkdownOut, model: "object", what: str, flags: str) -> None:
+    """A chain of dense layers at small batch, ``what`` in words, ``flags`` its command line's (module
+    docstring)."""
     import tensorflow as tf
 
     import placer
     from placer.measure.links import on_caller
     from placer.tf.measuring import copy_per_device
 
-    keras.utils.set_random_seed(0)
-    model = wide_mlp(args.width, args.layers, args.activation)
+    width = int(model.input_shape[-1])
     weight_mb = sum(int(np.prod(w.shape)) * 4 for w in model.weights) / 2**20
     with placer.LocalCluster(2, pin_cores=True, threads=1) as cluster:
         devices = placer.connect(cluster)
         out("## Operator splitting on 2 TF gRPC workers (one pinned core, one thread each)")
         out()
         out(f"{time.strftime('%Y-%m-%d')}; `python benchmarks/splitting.py --batches "
-            f"{' '.join(map(str, args.batches))} --width {args.width} --layers {args.layers} --activation "
-            f"{args.activation} --repeats {args.repeats}`; a chain of {args.layers} dense layers of {args.width} "
-            f"({args.activation}), {weight_mb:.0f} MiB "
+            f"{' '.join(map(str, args.batches))} {flags} --repeats {args.repeats}`; {what}, {weight_mb:.0f} MiB "
             f"of float32 weights; {args.repeats} interleaved rounds after 2 warm-up calls ({ROUNDS_TEXT}); "
             "speedup = one worker's step / this step (the same batch); predicted = the plan's predicted step "
             "(simulated, plus its measured fixed cost per call). Every row fetches its outputs.")
@@ -339,7 +360,7 @@ def run_wide(args: argparse.Namespace, out: MarkdownOut) -> None:
         streams = _weight_streams(model, devices)
         summary, ceilings = [], []
         for batch in args.batches:
-            x = np.random.default_rng(batch).standard_normal((batch, args.width)).astype("float32")
+            x = np.random.default_rng(batch).standard_normal((batch, width)).astype("float32")
             xs = tf.constant(x)
             ref = model(xs, training=False).numpy()
 
@@ -357,6 +378,7 @@ def run_wide(args: argparse.Namespace, out: MarkdownOut) -> None:
             for label, options in (("autoplace splits='none'", dict(splits="none")),
                                    ("autoplace, products by columns only", dict(split_pairs=False)),
                                    ("autoplace splits='all' (pairs)", dict(splits="all")),
+                                   ("autoplace, largest-first subsets only", dict(split_toggles=0)),
                                    ("autoplace default", {})):
                 t = time.perf_counter()
                 p = placer.autoplace(model, devices, batch_size=batch, **options)
@@ -373,7 +395,7 @@ def run_wide(args: argparse.Namespace, out: MarkdownOut) -> None:
                 if p is not None:
                     plan = p.plan
                     detail = (f" ({len(plan.splits)} ops split {max(plan.splits.values())} ways, "
-                              f"{len(plan.pairs)} pairs)" if plan.splits else
+                              f"{len(plan.pairs)} pairs: {_layers(plan)})" if plan.splits else
                               f" ({plan.replicas} copies)" if plan.replicas > 1 else
                               f" (whole ops, m={plan.microbatches}, {len(set(plan.assignment.values()))} worker(s))")
                     got = step()
@@ -400,6 +422,11 @@ def run_wide(args: argparse.Namespace, out: MarkdownOut) -> None:
                 f"{100 * err:+.1f}% off its measurement")
 
 
+def _layers(plan: "object") -> str:
+    """The layers ``plan`` splits (``wide0, wide1``), by their ops' scopes."""
+    return ", ".join(sorted(op.split("/")[-2].rsplit("_", 1)[0] for op in plan.splits))
+
+
 #: The label prefix of the ceiling rows (:func:`_weight_streams`): bounds, not strategies.
 STREAM = "ceiling:"
 
@@ -421,8 +448,11 @@ def _weight_streams(model, devices: list[str]) -> list[tuple[str, object]]:
         with tf.device(device):
             halves.append([tf.Variable(np.array_split(k, 2, axis=1)[i], trainable=False) for k in kernels])
 
-    def streamed(v, ws):
-        return tf.add_n([tf.reduce_sum(tf.matmul(v, w)) for w in ws])
+    def streamed(v, ws):  # each kernel times the input, cut (or tiled) to the kernel's rows
+        def rows(w):
+            n = int(w.shape[0])
+            return tf.tile(v, [1, -(-n // int(v.shape[1]))])[:, :n]
+        return tf.add_n([tf.reduce_sum(tf.matmul(rows(w), w)) for w in ws])
 
     @tf.function(autograph=False)
     def one(v):
@@ -450,7 +480,10 @@ def main() -> int:
     ap.add_argument("--activation", default="relu", choices=("relu", "gelu"),
                     help="wide: the layers' activation (gelu: pairs through its element-wise graph)")
     ap.add_argument("--repeats", type=int, default=7, help="interleaved measured rounds per strategy")
-    ap.add_argument("--workloads", nargs="+", choices=("recommender", "wide"), default=["recommender", "wide"])
+    ap.add_argument("--workloads", nargs="+", choices=("recommender", "wide", "mixed"),
+                    default=["recommender", "wide", "mixed"])
+    ap.add_argument("--mixed-widths", nargs="+", type=int, default=[4096, 4096, 4096, 4096, 512, 512, 512, 512],
+                    help="mixed: the input's width, then each dense layer's")
     ap.add_argument("--worker-mib", type=int, default=400, help="recommender: MiB each worker's limit leaves a "
                     "plan (its runtime's and transfers' on top)")
     ap.add_argument("--table-ratio", type=float, default=1.8, help="recommender: the table's size (with the "
