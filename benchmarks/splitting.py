@@ -33,8 +33,9 @@ interleaved in one run:
   the next layer: the plan the default made before Megatron pairs);
 * ``autoplace splits='all' (pairs)``: every product split, consecutive ones as Megatron pairs, kept whatever
   the prediction (to measure the pairs beside the columns);
-* ``autoplace, largest-first subsets only``: ``split_toggles=0``: the largest weight, the largest half and all
-  of them split, without the layer-by-layer search after them (the default's search before 2026-12-07);
+* ``autoplace, largest-first subsets only`` (the mixed chain only): ``split_toggles=0``: the largest weight, the
+  largest half and all of them split, without the layer-by-layer search after them (the default's search
+  before 2026-12-07);
 * ``autoplace default``: ``placer.autoplace(model, devices, batch_size=b)`` (``splits="auto"``: large
   products split into one part per worker, their weights sharded, consecutive ones paired — the first by
   output columns, the next by input rows, one sum — where predicted faster; which layers, searched from the
@@ -320,7 +321,7 @@ def run(args: argparse.Namespace) -> int:
         keras.utils.set_random_seed(0)
         keras_model = wide_mlp(args.width, args.layers, args.activation)
         run_chain(args, out, keras_model, f"a chain of {args.layers} dense layers of {args.width} ({args.activation})",
-                  f"--width {args.width} --layers {args.layers} --activation {args.activation}")
+                  f"--width {args.width} --layers {args.layers} --activation {args.activation}", largest_first=False)
     if "mixed" in args.workloads:
         keras.utils.set_random_seed(0)
         keras_model = chain_mlp(args.mixed_widths, args.activation)
@@ -332,9 +333,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_chain(args: argparse.Namespace, out: MarkdownOut, model: "object", what: str, flags: str) -> None:
+def run_chain(args: argparse.Namespace, out: MarkdownOut, model: "object", what: str, flags: str,
+              largest_first: bool = True) -> None:
     """A chain of dense layers at small batch, ``what`` in words, ``flags`` its command line's (module
-    docstring)."""
+    docstring); ``largest_first``: with the row of the largest-first subsets alone (the wide MLP leaves it out:
+    its layers are alike, and a fifth placement of its 1 GiB a batch ran the workers out of 24 GB)."""
     import tensorflow as tf
 
     import placer
@@ -343,22 +346,22 @@ def run_chain(args: argparse.Namespace, out: MarkdownOut, model: "object", what:
 
     width = int(model.input_shape[-1])
     weight_mb = sum(int(np.prod(w.shape)) * 4 for w in model.weights) / 2**20
+    out("## Operator splitting on 2 TF gRPC workers (one pinned core, one thread each)")
+    out()
+    out(f"{time.strftime('%Y-%m-%d')}; `python benchmarks/splitting.py --batches "
+        f"{' '.join(map(str, args.batches))} {flags} --repeats {args.repeats}`; {what}, {weight_mb:.0f} MiB "
+        f"of float32 weights; {args.repeats} interleaved rounds after 2 warm-up calls ({ROUNDS_TEXT}); "
+        "speedup = one worker's step / this step (the same batch); predicted = the plan's predicted step "
+        "(simulated, plus its measured fixed cost per call). Every row fetches its outputs.")
+    out()
+    out("| batch | strategy | measured ms | ± | speedup over one worker | predicted ms | prediction error | "
+        "max rel. diff from the model |")
+    out("|---|---|---|---|---|---|---|---|")
+    summary, ceilings = [], []
     with placer.LocalCluster(2, pin_cores=True, threads=1) as cluster:
         devices = placer.connect(cluster)
-        out("## Operator splitting on 2 TF gRPC workers (one pinned core, one thread each)")
-        out()
-        out(f"{time.strftime('%Y-%m-%d')}; `python benchmarks/splitting.py --batches "
-            f"{' '.join(map(str, args.batches))} {flags} --repeats {args.repeats}`; {what}, {weight_mb:.0f} MiB "
-            f"of float32 weights; {args.repeats} interleaved rounds after 2 warm-up calls ({ROUNDS_TEXT}); "
-            "speedup = one worker's step / this step (the same batch); predicted = the plan's predicted step "
-            "(simulated, plus its measured fixed cost per call). Every row fetches its outputs.")
-        out()
-        out("| batch | strategy | measured ms | ± | speedup over one worker | predicted ms | prediction error | "
-            "max rel. diff from the model |")
-        out("|---|---|---|---|---|---|---|---|")
         by_hand, (w0, _w1) = copy_per_device(model, devices)
         streams = _weight_streams(model, devices)
-        summary, ceilings = [], []
         for batch in args.batches:
             x = np.random.default_rng(batch).standard_normal((batch, width)).astype("float32")
             xs = tf.constant(x)
@@ -375,11 +378,12 @@ def run_chain(args: argparse.Namespace, out: MarkdownOut, model: "object", what:
             if batch >= 2:
                 configs.append(("copy per worker (by hand)", lambda: by_hand(xs).numpy(), None, None))
             configs += [(label, lambda f=f: f(xs).numpy(), None, None) for label, f in streams]
-            for label, options in (("autoplace splits='none'", dict(splits="none")),
-                                   ("autoplace, products by columns only", dict(split_pairs=False)),
-                                   ("autoplace splits='all' (pairs)", dict(splits="all")),
-                                   ("autoplace, largest-first subsets only", dict(split_toggles=0)),
-                                   ("autoplace default", {})):
+            rows = [("autoplace splits='none'", dict(splits="none")),
+                    ("autoplace, products by columns only", dict(split_pairs=False)),
+                    ("autoplace splits='all' (pairs)", dict(splits="all")),
+                    ("autoplace, largest-first subsets only", dict(split_toggles=0)),
+                    ("autoplace default", {})]
+            for label, options in rows if largest_first else rows[:3] + rows[4:]:
                 t = time.perf_counter()
                 p = placer.autoplace(model, devices, batch_size=batch, **options)
                 plan = p.plan
@@ -412,14 +416,14 @@ def run_chain(args: argparse.Namespace, out: MarkdownOut, model: "object", what:
             auto = configs[ia][3].plan
             summary.append((batch, base / medians[ia][0], best_label, best_ms / medians[ia][0],
                             (auto.predicted_step_time_s - medians[ia][0]) / medians[ia][0], bool(auto.splits)))
-        out()
-        for batch, ceiling in ceilings:
-            out(f"- batch {batch}: the two workers stream the kernels {ceiling:.2f}× as fast as one (each its half at "
-                "once, no transfer: the two `ceiling` rows; what a column split can gain, not a strict bound)")
-        for batch, speedup, best_label, vs_best, err, split in summary:
-            out(f"- batch {batch}: autoplace's default ({'split' if split else 'whole ops'}) {speedup:.2f}× one "
-                f"worker, {vs_best:.2f}× the best alternative measured ({best_label}); its prediction "
-                f"{100 * err:+.1f}% off its measurement")
+    out()
+    for batch, ceiling in ceilings:
+        out(f"- batch {batch}: the two workers stream the kernels {ceiling:.2f}× as fast as one (each its half at "
+            "once, no transfer: the two `ceiling` rows; what a column split can gain, not a strict bound)")
+    for batch, speedup, best_label, vs_best, err, split in summary:
+        out(f"- batch {batch}: autoplace's default ({'split' if split else 'whole ops'}) {speedup:.2f}× one "
+            f"worker, {vs_best:.2f}× the best alternative measured ({best_label}); its prediction "
+            f"{100 * err:+.1f}% off its measurement")
 
 
 def _layers(plan: "object") -> str:
