@@ -680,7 +680,7 @@ def _descend_splits(traced: TracedModel, graphs: _Graphs, measured: OpGraph, fam
     out = [(best_s, *plans[chosen])] if chosen != current else []
     words = (f", then {evaluations} layers toggled one at a time"
              + (f" ({len(chosen)} split, {1e3 * best_s:.3f} ms against {1e3 * start_s:.3f} ms)" if chosen != current
-                else " (none faster)")) if evaluations else ""
+                else " (none faster)"))
     log.info("operator splits: layer by layer from %d of %d split: %d toggles scored, %s", len(current), len(family),
              evaluations, "moved" if chosen != current else "none faster")
     return words, out
