@@ -30,7 +30,7 @@ Examples
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -460,6 +460,18 @@ def sum_seconds_per_byte(built: Any) -> np.ndarray:
                      for col in per_byte.T])
 
 
+def copies_fed(schedule: Schedule, copies: int) -> frozenset[int]:
+    """The nodes of ``copies`` copies of ``schedule`` (node ``c * n + v`` is op ``v`` of copy ``c``) that the
+    caller feeds (``Schedule.fed``): every copy's inputs, each its part of the batch split on the caller.
+
+    >>> s = Schedule(np.ones((3, 2)), (TensorEdge(0, (1,), 1.0),), (), np.arange(3), fed=(0,))
+    >>> sorted(copies_fed(s, 2))
+    [0, 3]
+    """
+    n = schedule.m
+    return frozenset(c * n + v for c in range(copies) for v in schedule.fed)
+
+
 def simulate_pipeline(built: Any, group_assignment: np.ndarray, m: int,
                       options: SimOptions = SimOptions(peak_memory=False), *,
                       small: SmallBatchCosts | None = None, batch_size: int | None = None,
@@ -485,7 +497,7 @@ def simulate_pipeline(built: Any, group_assignment: np.ndarray, m: int,
     p = built.problem
     memory = _pipelined_memory(built.memory, built.schedule.durations_s.shape[0], m, d.shape[0])
     return simulate(d, tensors, a, p.occupancy_seconds, control_edges=control, link_latency_s=p.latency,
-                    memory=memory, options=p.sim_options(options))
+                    memory=memory, options=replace(p.sim_options(options), fed=copies_fed(built.schedule, m)))
 
 
 def pipeline_order(built: Any, group_assignment: np.ndarray, m: int, order: str = "auto", *,

@@ -33,8 +33,8 @@ from cost_models import MemoryTraits, SimOptions, SimResult, TensorEdge, simulat
 
 from ..errors import PlanError
 from .attrs import PHASES
-from .microbatch import (SmallBatchCosts, ParameterCodec, _pipelined_memory, _ungated, pipelined_schedule,
-                         sum_seconds_per_byte, unit_ends)
+from .microbatch import (SmallBatchCosts, ParameterCodec, _pipelined_memory, _ungated, copies_fed,
+                         pipelined_schedule, sum_seconds_per_byte, unit_ends)
 from .problem import Schedule
 
 
@@ -226,7 +226,7 @@ def simulate_replicas(built: Any, group_assignment: np.ndarray, replicas: int, m
     else:
         memory = _replicated_memory(built.memory, n, copies, [g * m for g in range(replicas)], d.shape[0])
     return simulate(d, tensors, a, p.occupancy_seconds, control_edges=control, link_latency_s=p.latency,
-                    memory=memory, options=p.sim_options(options))
+                    memory=memory, options=replace(p.sim_options(options), fed=copies_fed(sched, copies)))
 
 
 def best_replicas(built: Any, batch_size: int, replicas: Sequence[int], microbatches: Sequence[int], *,
