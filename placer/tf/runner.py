@@ -697,14 +697,16 @@ def _simulated_order(traced: TracedModel, plan: Plan, graphs: _Graphs, devset: D
     which nothing predicts: on two workers it ran layers' weight gradients before the input gradients the other
     worker waited for (``docs/costs.md``). Where the ordered plan of the default solver is no longer
     ``split_margin`` faster than one device, the one-device plan replaces it (a solver asked for by name keeps
-    its plan)."""
+    its plan, and so does a plan with splits: the splits stage compared it with whole ops in this order)."""
     if not _orders(opts, devset, plan):
         return plan
     built = graphs.built
     a, free, order, ordered = _ordered(traced, plan, graphs, _prompt_sends(opts, devset))
     single = None  # one device replaces a plan only where the default solver chose it (as in pipeline_plan)
-    if opts.solve.algorithm == DEFAULT_SOLVER:
-        try:  # (a split's parts on one device: its graph is the split one)
+    # and not a split plan: the splits stage compared it, in this order, with whole ops (one device included);
+    # one device of the split graph would run every part there, never faster than whole ops
+    if opts.solve.algorithm == DEFAULT_SOLVER and not plan.splits:
+        try:
             single = replace(_solve(built, replace(opts.solve, algorithm="single"), None, traced.batch_size,
                                     opts.emit.compression), splits=plan.splits, pairs=plan.pairs)
         except (InsufficientMemoryError, NoFeasiblePlanError):  # no device holds it: the ordered plan stands
