@@ -369,7 +369,8 @@ class PlacementProblem:
         processors, transfer CPU costs, the order their executors run ready ops, allocator pools) and of its
         schedule (the nodes the caller feeds)."""
         base = options or SimOptions(peak_memory=False)
-        return replace(base, shared=base.shared or self.shared, fed=base.fed or frozenset(self.schedule_view().fed),
+        fed = () if self.schedule is None else self.schedule.fed  # a problem without a schedule knows of none
+        return replace(base, shared=base.shared or self.shared, fed=base.fed or frozenset(fed),
                        transfer_cpu_s=base.transfer_cpu_s if base.transfer_cpu_s is not None else self.transfer_cpu,
                        ready_order=base.ready_order or self.ready_order,
                        memory_pools=base.memory_pools or self.memory_pools)

@@ -581,18 +581,18 @@ def _splits(traced: TracedModel, graphs: _Graphs, plan: Plan, devset: DeviceSet,
             log.info(line)
             return replace(plan, log=(*plan.log, line)), graphs
     scored: list[tuple[float, int, Plan, _Graphs]] = []
-    starts = []  # per family: its measured graph, its splits, and its best greedy plan's (step, index, subset)
+    starts = []  # per family: its measured graph, its splits, and its best greedy plan's scored entry and subset
     for family in families:  # one profile of each family's splits; the largest weights first: 1, half, all
         measured = _measured_parts(traced, _split(graphs.op_graph, family), family, costs, devset, opts)
         tried = _largest_first(family, graphs.op_graph)
-        best_here = None
+        here = []
         for subset in (tried[-1:] if mode == "all" else tried):
             split = _subset_graphs(measured, graphs.op_graph, subset, devset, opts)
             for p in _split_plans(traced, split, subset, devset, opts):
                 entry = (_step_with_sends(traced, p, split, prompt, _orders(opts, devset, p)), len(scored), p, split)
                 scored.append(entry)
-                best_here = min(best_here or (entry, subset), (entry, subset), key=lambda t: t[0][:2])
-        starts.append((measured, family, best_here))
+                here.append((entry, subset))
+        starts.append((measured, family, min(here, key=lambda t: t[0][:2])))
     moved = ""
     if mode == "auto":  # then layer by layer, from the best greedy plan, in its family
         measured, family, ((start_s, start_i, start, start_split), subset) = min(starts, key=lambda t: t[2][0][:2])
@@ -664,9 +664,9 @@ def _descend_splits(traced: TracedModel, graphs: _Graphs, measured: OpGraph, fam
              split_apart(plan.assignment, [family[i]], devset.names, nodes))
         if a is None:
             return None
-        given = replace(plan, assignment=a, op_order={}, splits=split_map(chosen), pairs=pair_ops(chosen))
         try:
-            p = replace(_solve(new.built, opts.solve, given, traced.batch_size, opts.emit.compression),
+            p = replace(_solve(new.built, opts.solve, replace(plan, assignment=a, op_order={}), traced.batch_size,
+                               opts.emit.compression),
                         splits=split_map(chosen), pairs=pair_ops(chosen),
                         solver=f"{plan.solver.removesuffix(', layer by layer')}, layer by layer")
         except PlanError as e:  # e.g. a layer whole no longer fits its device
@@ -707,8 +707,8 @@ def _simulated_order(traced: TracedModel, plan: Plan, graphs: _Graphs, devset: D
     # one device of the split graph would run every part there, never faster than whole ops
     if opts.solve.algorithm == DEFAULT_SOLVER and not plan.splits:
         try:
-            single = replace(_solve(built, replace(opts.solve, algorithm="single"), None, traced.batch_size,
-                                    opts.emit.compression), splits=plan.splits, pairs=plan.pairs)
+            single = _solve(built, replace(opts.solve, algorithm="single"), None, traced.batch_size,
+                            opts.emit.compression)
         except (InsufficientMemoryError, NoFeasiblePlanError):  # no device holds it: the ordered plan stands
             pass
     margin = opts.solve.split_margin or 0.0
