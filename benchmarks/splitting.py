@@ -337,7 +337,9 @@ def run_chain(args: argparse.Namespace, out: MarkdownOut, model: "object", what:
               largest_first: bool = True) -> None:
     """A chain of dense layers at small batch, ``what`` in words, ``flags`` its command line's (module
     docstring); ``largest_first``: with the row of the largest-first subsets alone (the wide MLP leaves it out:
-    its layers are alike, and a fifth placement of its 1 GiB a batch ran the workers out of 24 GB)."""
+    its layers are alike, so the layer-by-layer search has nothing to add; a fifth placement of its 1 GiB a batch
+    once ran the workers out of 24 GB, when an idle call thread kept each dropped placed model's weights on the
+    workers for a minute, fixed since)."""
     import tensorflow as tf
 
     import placer

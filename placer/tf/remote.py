@@ -136,6 +136,9 @@ class _Callers:
                 with self._lock:
                     self._idle.append(jobs)
                 done.set()
+                # an idle thread holds nothing of its last call: the job's closure holds the placed function,
+                # whose captured variables on workers would outlive the placed model by ``idle_s``
+                job = done = None
 
 
 @dataclass(frozen=True)
