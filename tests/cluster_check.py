@@ -11,6 +11,7 @@ test's deadline.
 """
 
 import faulthandler
+import gc
 import json
 import os
 import re
@@ -19,6 +20,7 @@ import socket
 import sys
 import tempfile
 import time
+import weakref
 from dataclasses import replace
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -294,6 +296,14 @@ def main() -> None:
             again = placer.autoplace(m, devices, batch_size=8, time_limit_s=1, algorithm="round_robin",
                                      profile_cache=cache_dir)
             sources.append(again.report_data["cost_model"]["compute"]["CPU"])
+            again(x)  # a watched call: its helper thread stays idle afterwards
+        # a dropped placed model leaves nothing on the workers: no variable of it is alive here (an idle call
+        # thread held the last call's placed function, and with it the weights on the workers, for a minute)
+        held = [weakref.ref(v) for v in again._placed.variables.values()]
+        del again
+        gc.collect()
+        out["dropped_variables_alive"] = sum(ref() is not None for ref in held)
+        out["dropped_variables"] = len(held)
         out["cache_sources"] = sources
         out["cache_entries"] = sum(name.startswith("profile-") for name in os.listdir(cache_dir))
         out["cache_figures"] = sum(name.startswith("figures-") for name in os.listdir(cache_dir))

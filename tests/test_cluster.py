@@ -174,6 +174,7 @@ def test_two_pinned_workers_place_a_model_and_shut_down():
         ln for ln in proc.stderr.splitlines() if "retracing" not in ln)[-4000:]
     out = json.loads(lines[-1][len("RESULT "):])
     assert out["devices_visible"]
+    assert out["dropped_variables"] > 0 and out["dropped_variables_alive"] == 0, out
     assert out["connected"] == sorted(f"/job:worker/replica:0/task:{i}/device:CPU:0" for i in range(2))
     assert out["unreachable"]["error"] == "WorkerError" and out["unreachable"]["s"] < 30, out["unreachable"]
     assert out["bad_spec"]["error"] == "DeviceError", out["bad_spec"]
