@@ -22,8 +22,9 @@ from tests.models import dense_chain, recommender
 from placer.core.attrs import COMPUTE_US, MEMORY_BYTES
 from placer.core.plan import Plan
 from placer.core.splits import (Gradients, Pair, Split, axis_name, descend_splits, even_parts, fused_after,
-                                 helper_owner, is_split_node, pair_ops, part_bounds, rejoined, split_apart, split_graph,
-                                 split_map, split_name, spread_parts, with_measured_parts)
+                                 helper_owner, is_split_node, pair_ops, part_bounds, rejoined, resharded, split_apart,
+                                 split_from_dict, split_graph, split_map, split_name, split_to_dict, spread_parts,
+                                 with_measured_parts)
 from placer.errors import AutoplaceError, GraphError, InsufficientMemoryError, PlanError
 from placer.tf.emit import emit, rewrite_context
 from placer.tf.placement import ReplicatedVariable
@@ -685,9 +686,10 @@ def test_a_split_placement_exports_serves_and_loads_on_its_devices_and_on_fewer(
     assert len(logical) == 3  # the pair's two kernels and the first one's bias
     for value in logical.values():
         assert any(w.shape == value.shape and np.array_equal(w.numpy(), value) for w in model.weights)
-    # re-mapped onto one device: the parts (and their shards) placed again, together
+    # re-mapped onto one device: the split ops whole again, their weights the shards concatenated
     one = placer.load(path, devices=devices[:1])
-    assert one.remapped and len(set(one.op_devices.values())) == 1 and len({s.device for s in one.shards}) == 1
+    assert one.remapped and not one.resharded and one.plan.splits == {} and one.shards == ()
+    assert len(set(one.op_devices.values())) == 1
     np.testing.assert_allclose(one(x).numpy(), expected, rtol=1e-6, atol=1e-6)
     manifest = tmp_path / "export" / "assets.extra" / "autoplace" / "manifest.json"  # an edited shard: refused
     edited = json.loads(manifest.read_text())
@@ -695,9 +697,81 @@ def test_a_split_placement_exports_serves_and_loads_on_its_devices_and_on_fewer(
     manifest.write_text(json.dumps(edited))
     with pytest.raises(placer.ExportError, match="shards/0 'nowhere' is not a saved variable.*export it again"):
         placer.load(path)
-    again = placer.load(one.export(tmp_path / "again"))  # and saved again, its shards' slices kept
-    assert [(s.variable, s.start, s.stop) for s in again.shards] == [(s.variable, s.start, s.stop) for s in one.shards]
+    again = placer.load(one.export(tmp_path / "again"))  # saved again whole, loaded whole
+    assert again.shards == () and again.plan.splits == {}
     np.testing.assert_allclose(again(x).numpy(), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_a_split_export_is_resharded_for_another_number_of_devices(split_placed, devices, tmp_path):
+    """Loaded on three devices, the export's split ops are split three ways (each shard the logical weight's
+    slice, no whole copy anywhere); saved so and loaded on two, two ways again; loaded on one, whole (above)."""
+    model, placed = split_placed
+    x = np.random.default_rng(4).standard_normal((4, 48)).astype("float32")
+    expected = placed(x).numpy()
+    path = placed.export(tmp_path / "export")
+    three = placer.load(path, devices=devices[:3])
+    assert three.resharded and set(three.plan.splits) == set(placed.plan.splits)
+    assert set(three.plan.splits.values()) == {3} and three.plan.pairs == placed.plan.pairs
+    by_weight: dict[str, list] = {}
+    for shard in three.shards:
+        by_weight.setdefault(shard.variable, []).append((shard.start, shard.stop))
+    logical = three.logical_weights()
+    assert set(by_weight) == set(logical) and len(logical) == 3  # the pair's two kernels, the first one's bias
+    for name, bounds in by_weight.items():
+        axis = next(s.axis for s in three.shards if s.variable == name)
+        assert sorted(bounds) == part_bounds(logical[name].shape[axis], 3)
+        assert any(w.shape == logical[name].shape and np.array_equal(w.numpy(), logical[name]) for w in model.weights)
+    graph_nodes = {n.name for n in three.graph_def.node}
+    assert set(logical).isdisjoint(graph_nodes)  # no op reads a split weight whole
+    np.testing.assert_allclose(three(x).numpy(), expected, rtol=1e-6, atol=1e-6)
+    two = placer.load(three.export(tmp_path / "three"), devices=devices[2:])
+    assert two.resharded and set(two.plan.splits.values()) == {2}
+    np.testing.assert_allclose(two(x).numpy(), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_a_resharded_load_spreads_the_parts_that_only_fit_apart(devices, tmp_path):
+    """A training placement whose wide kernel fits no device (split four ways) loads on three such devices as
+    three parts, one on each (a third of the kernel and its gradient fit; two would not), with the model's
+    outputs; on two of them no plan fits: a typed error before anything runs."""
+    devs = [placer.DeviceSpec(d, memory_bytes=700_000) for d in devices]
+    model = _wide_sgd(keras.optimizers.SGD(0.05))
+    placed = placer.autoplace(model, devs, batch_size=8, training=True, time_limit_s=1)
+    assert list(placed.plan.splits.values()) == [4]
+    path = placed.export(tmp_path / "export")
+    x = np.random.default_rng(0).standard_normal((8, 32)).astype("float32")
+    three = placer.load(path, devices=devs[:3])
+    assert list(three.plan.splits.values()) == [3] and len({s.device for s in three.shards}) == 3
+    np.testing.assert_allclose(three(x).numpy(), model(x).numpy(), rtol=1e-6, atol=1e-6)
+    with pytest.raises(InsufficientMemoryError, match="no plan keeps every device's predicted peak"):
+        placer.load(path, devices=devs[:2])
+
+
+def test_an_edited_resplit_record_is_refused(split_placed, tmp_path):
+    _, placed = split_placed
+    path = placed.export(tmp_path / "export")
+    extra = tmp_path / "export" / "assets.extra" / "autoplace"
+    manifest = json.loads((extra / "manifest.json").read_text())
+    manifest["resplit"]["splits"][0]["kind"] = "diagonal"
+    (extra / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(placer.ExportError, match="whole_ops.json.*split kind 'diagonal'.*export it again"):
+        placer.load(path)
+    manifest["resplit"]["splits"][0]["kind"] = "columns"
+    (extra / "manifest.json").write_text(json.dumps(manifest))
+    (extra / "whole_graph_def.pb").unlink()
+    with pytest.raises(placer.ExportError, match="whole_graph_def.pb: not a GraphDef"):
+        placer.load(path)
+
+
+def test_a_recorded_split_reads_back_with_its_pair_and_gradients():
+    pair = Pair("b", "rb", "pb", chain=("add", "relu"), bias_read="r2", bias_placeholder="p2")
+    grads = Gradients(("g",), "ig", ("u1", "u2"), unused=("i",), slots=("m",))
+    for s in (Split("a", read="r", placeholder="p", columns=6, parts=2, pair=pair),
+              Split("c", read="r", placeholder="p", columns=6, parts=3, grads=grads)):
+        data = json.loads(json.dumps(split_to_dict(s)))  # through JSON, as an export stores it
+        assert split_from_dict(data, s.parts) == s
+        assert [x.parts for x in resharded([split_from_dict(data, 2)], 4)] == [4]
+    with pytest.raises(GraphError, match="not a recorded split"):
+        split_from_dict({"op": "a", "shape": 3})
 
 
 def test_bad_split_requests_are_typed(split_placed, devices, tmp_path):

@@ -53,7 +53,7 @@ Examples
 from __future__ import annotations
 
 from typing import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 
 import networkx as nx
 
@@ -487,6 +487,55 @@ class Split:
         grads = () if self.grads is None else (*self.grads.slots, *self.grads.nodes)
         own = tuple(split_name(n, i) for n in (self.placeholder, *reads, self.op, *self.updates, *grads))
         return own if self.pair is None else own + self.pair.part_nodes(i)
+
+
+def split_to_dict(s: Split) -> dict:
+    """``s`` as JSON-ready data (:func:`split_from_dict` reads it back): how an export records the splits it
+    can make again with another part count (:func:`resharded`).
+
+    Examples
+    --------
+    >>> s = Split("e", read="r", placeholder="p", columns=8, parts=2, kind="rows", updates=("u",))
+    >>> split_from_dict(split_to_dict(s)) == s
+    True
+    """
+    out = asdict(s)
+    out.pop("parts")  # the part count is the export's, chosen again at load
+    return out
+
+
+def split_from_dict(data: Mapping, parts: int = 2) -> Split:
+    """The :class:`Split` of :func:`split_to_dict`'s ``data`` into ``parts`` parts.
+
+    Raises
+    ------
+    GraphError
+        ``data`` is not one (a field missing, unknown or of the wrong kind, or ``parts`` above its columns).
+    """
+    try:
+        pair, grads = data.get("pair"), data.get("grads")
+        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k not in ("pair", "grads")}
+        return Split(**fields, parts=parts,
+                     pair=None if pair is None else Pair(**{k: tuple(v) if isinstance(v, list) else v
+                                                            for k, v in pair.items()}),
+                     grads=None if grads is None else Gradients(**{k: tuple(v) if isinstance(v, list) else v
+                                                                  for k, v in grads.items()}))
+    except (TypeError, AttributeError) as e:
+        raise GraphError(f"not a recorded split ({e})") from None
+
+
+def resharded(splits: Iterable[Split], parts: int) -> list[Split]:
+    """``splits`` into ``parts`` parts each (fewer where a weight has fewer columns or rows); a split left with
+    one part is dropped (its op runs whole).
+
+    Examples
+    --------
+    >>> s = [Split("a", read="r", placeholder="p", columns=4, parts=2), Split("b", read="q", placeholder="o",
+    ...                                                                     columns=2, parts=2)]
+    >>> [(x.op, x.parts) for x in resharded(s, 3)], resharded(s, 1)
+    ([('a', 3), ('b', 2)], [])
+    """
+    return [replace(s, parts=min(parts, s.columns)) for s in splits if min(parts, s.columns) >= 2]
 
 
 def _scaled(costs: object, share: float) -> object:

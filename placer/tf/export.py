@@ -17,7 +17,12 @@ folder TensorFlow ignores; TF Serving's convention for extra files):
   micro-batch copies, acknowledgements), captured constants folded in as
   ``Const`` nodes;
 * ``plan.json`` and ``ops.json`` — the plan and the cost-annotated op graph
-  with its devices (``docs/graph-format.md``).
+  with its devices (``docs/graph-format.md``);
+* where ops are split: ``whole_graph_def.pb`` and ``whole_ops.json`` — the
+  forward GraphDef and the op graph before any split — and the manifest's
+  ``resplit`` (the splits, by their ops), so that :func:`load` onto another
+  number of devices splits the same ops into one part per device (or runs
+  them whole on one).
 
 :func:`load` rebuilds the placed function from these alone (no model code)
 on the saved devices, or on a **different** device list — fewer, more or
@@ -36,9 +41,10 @@ import json
 import logging
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
+import numpy as np
 import tensorflow as tf
 from google.protobuf.message import DecodeError
 
@@ -49,14 +55,16 @@ from ..core.order import MODEL_EXECUTION_ORDER
 from ..core.outputs import new_directory
 from ..core.plan import Plan
 from ..core.replicas import device_groups
+from ..core.splits import (Split, is_split_node, pair_ops, resharded, split_from_dict, split_graph,
+                           split_map, split_to_dict, spread_parts)
 from ..errors import AutoplaceError, DeviceError, ExportError, OutputError, PlanError
 from ..planner import MODEL_MEMORY, PlanOptions, plan_problem
-from .emit import EmittedModel, copies_in, import_function, observed_devices, rewrite_graph_def
+from .emit import EmittedModel, copies_in, import_function, observed_devices, rewrite_graph_def, shards_in
 from .graphdef import complete_assignment, layer_devices_of, tf_variable
 from .remote import variable_on
 from .rewrites import RewriteContext, find_record
 from .rewrites.sends import send_rule
-from .rewrites.split import Shard
+from .rewrites.split import Shard, splittable
 
 log = logging.getLogger(__name__)
 
@@ -131,14 +139,37 @@ def _variable_key(i: int) -> str:
     return f"placed_variables/{i}/.ATTRIBUTES/VARIABLE_VALUE"
 
 
+@dataclass(frozen=True)
+class WholeGraphs:
+    """What an export of a split placement keeps so that :func:`load` can split the same ops into another number
+    of parts (one per device it is loaded on; none on one device).
+
+    Attributes
+    ----------
+    graph_def : GraphDef
+        The forward pass's graph before any rewrite (no op split).
+    op_graph : networkx.DiGraph
+        The planned step's cost-annotated op graph before any split.
+    splits : tuple of Split
+        The plan's splits as found on the planned step (their part counts are the export's).
+    """
+
+    graph_def: tf.compat.v1.GraphDef
+    op_graph: Any
+    splits: tuple[Split, ...]
+
+
 def export_saved_model(emitted: EmittedModel, path: str | os.PathLike, *, plan: Plan, op_graph: Any,
-                       devices: DeviceSet, shards: Sequence[Shard] | None = None) -> str:
+                       devices: DeviceSet, shards: Sequence[Shard] | None = None,
+                       whole: WholeGraphs | None = None) -> str:
     """Save the placed forward function with a ``serving_default`` signature, and what re-mapping needs.
 
     The variables are ``emitted.variables`` (feeding ``emitted.variable_placeholders``) that the placed graph
     reads, and the shards of split ops' weights (``emitted.shard_variables``, each on its device: what
     serving runs); the manifest's ``shards`` maps each shard to its slice of the logical weight (``shards``:
-    those of an export being saved again; default ``emitted.shards``). The
+    those of an export being saved again; default ``emitted.shards``); ``whole``, where ops are split, lets
+    :func:`load` split them into another number of parts (``whole_graph_def.pb``, ``whole_ops.json`` and the
+    manifest's ``resplit``). The
     signature takes the model's inputs by name (``input_0``… when a name is
     unusable) and returns ``{"output_0": …, "output_1": …}`` in the flattened
     order of the model's outputs.
@@ -178,6 +209,12 @@ def export_saved_model(emitted: EmittedModel, path: str | os.PathLike, *, plan: 
     gd = tf.compat.v1.GraphDef()
     gd.CopyFrom(emitted.placed_graph_def)  # the schedule (plan.json's order, the micro-batches) is applied at load
     not_remappable = _fold_constants(gd, emitted.constants)
+    whole_gd = None
+    if whole is not None and not_remappable is None:
+        whole_gd = tf.compat.v1.GraphDef()
+        whole_gd.CopyFrom(whole.graph_def)
+        _fold_constants(whole_gd, {k: v for k, v in emitted.constants.items()
+                                   if k in {n.name for n in whole_gd.node if n.op == "Placeholder"}})
     manifest = {
         "format": EXPORT_FORMAT, "version": EXPORT_VERSION,
         "inputs": [{"name": n, "tensor": t, "shape": s.shape.as_list(), "dtype": s.dtype.name}
@@ -197,6 +234,8 @@ def export_saved_model(emitted: EmittedModel, path: str | os.PathLike, *, plan: 
         # feeds them (as Consts, Grappler folds arithmetic through them and the last bits change)
         "constants": sorted(emitted.constants) if not_remappable is None else [],
     }
+    if whole_gd is not None:  # the splits, to be made again with another part count (their parts: the shards')
+        manifest["resplit"] = {"splits": [split_to_dict(s) for s in whole.splits]}  # type: ignore[union-attr]
     with new_directory(path) as tmp:
         try:
             tf.saved_model.save(module, tmp, signatures={"serving_default": module.serve}, options=SAVE_OPTIONS)
@@ -208,6 +247,10 @@ def export_saved_model(emitted: EmittedModel, path: str | os.PathLike, *, plan: 
                 json.dump(manifest, f, indent=1)
             plan.save(os.path.join(extra, "plan.json"))
             save_graph(os.path.join(extra, "ops.json"), op_graph, devices)
+            if whole_gd is not None:
+                with open(os.path.join(extra, "whole_graph_def.pb"), "wb") as f:
+                    f.write(whole_gd.SerializeToString())
+                save_graph(os.path.join(extra, "whole_ops.json"), whole.op_graph, devices)  # type: ignore[union-attr]
         except OSError as e:
             raise OutputError(f"cannot write the SavedModel {path!r}: {e.strerror or e}; nothing was left there") from e
         except AutoplaceError:
@@ -232,6 +275,8 @@ class _Export:
     op_graph: Any
     #: The saved value of each manifest variable, in its order.
     values: tuple[Any, ...]
+    #: Where ops are split: what splitting them into another number of parts needs (``None``: not kept).
+    whole: WholeGraphs | None = None
 
 
 #: A manifest's shape (``manifest.json``): every field's type and range, checked before anything is used.
@@ -275,6 +320,8 @@ MANIFEST_SCHEMA: Mapping[str, Any] = {
                            "stop": {"type": "integer", "minimum": 1, "maximum": 2**40},
                            "axis": {"type": "integer", "minimum": 0, "maximum": 63},
                            "pieces": {"type": "boolean"}}}},
+        "resplit": {"type": "object", "required": ["splits"], "properties": {
+            "splits": {"type": "array", "minItems": 1, "maxItems": 100000, "items": {"type": "object"}}}},
     },
 }
 #: At most this many nodes in the graph that runs (micro-batch copies included): a manifest that asks for more
@@ -431,15 +478,86 @@ def read_export(path: str) -> _Export:
         build_problem(graph, resolve_devices(list(plan.devices)), group_by=plan.group_by)  # every cost checked
     except AutoplaceError as e:
         raise _fail(path, f"{EXTRA_DIR}/ops.json", str(e)) from None
-    return _Export(path, manifest, gd, plan, graph, _read_values(path, manifest))
+    return _Export(path, manifest, gd, plan, graph, _read_values(path, manifest), _read_whole(path, manifest))
 
 
-def _replan(export: _Export, devset: DeviceSet, time_limit_s: float | None, seed: int) -> Plan:
+def _read_whole(path: str, manifest: Mapping[str, Any]) -> WholeGraphs | None:
+    """The export's :class:`WholeGraphs`, read and checked (``None`` where it keeps none)."""
+    if "resplit" not in manifest:
+        return None
+    gd = tf.compat.v1.GraphDef()
+    try:
+        with open(os.path.join(path, EXTRA_DIR, "whole_graph_def.pb"), "rb") as f:
+            gd.ParseFromString(f.read())
+    except (OSError, DecodeError, RuntimeWarning) as e:
+        raise _fail(path, f"{EXTRA_DIR}/whole_graph_def.pb", f"not a GraphDef ({type(e).__name__})") from None
+    try:
+        splits = tuple(split_from_dict(d) for d in manifest["resplit"]["splits"])
+        graph, _ = load_graph(os.path.join(path, EXTRA_DIR, "whole_ops.json"))
+        split_graph(graph, splits)  # every split's op, read and placeholder are in the op graph
+    except AutoplaceError as e:
+        raise _fail(path, f"{EXTRA_DIR}/whole_ops.json", str(e)) from None
+    split_vars = {s["placeholder"]: s["variable"] for s in manifest["shards"]}
+    known = {v["placeholder"] for v in manifest["variables"] if v["placeholder"] not in split_vars}
+    known |= set(split_vars.values())
+    captured = {n.name for n in gd.node if n.op == "Placeholder" and n.attr["dtype"].type == tf.resource}
+    if captured - known:
+        raise _fail(path, f"{EXTRA_DIR}/whole_graph_def.pb", f"the graph's variables {sorted(captured - known)[:3]} "
+                    "have no saved value or shards")
+    return WholeGraphs(gd, graph, splits)
+
+
+def _replan(export: _Export, devset: DeviceSet, time_limit_s: float | None, seed: int,
+            splits: Sequence[Split] = ()) -> Plan:
+    """The saved op graph (``splits`` applied) solved for ``devset`` with the saved objective and grouping; with
+    ``splits``, the faster predicted of the solver's plan and the same with each split's parts side by side
+    (:func:`~placer.core.splits.spread_parts`, as the splits stage scores them), the splits recorded."""
     kw = {} if time_limit_s is None else {"time_limit_s": time_limit_s}
     options = PlanOptions(objective=export.plan.objective, group_by=export.plan.group_by, memory=MODEL_MEMORY,
                           execution_order=MODEL_EXECUTION_ORDER, seed=seed, **kw)
     built = build_problem(export.op_graph, devset, group_by=options.group_by)
-    return plan_problem(built, options)
+    plan = plan_problem(built, options)
+    if not splits:
+        return plan
+    try:
+        apart = plan_problem(built, options, given=spread_parts(plan.assignment, splits, devset.names))
+        plan = min((plan, apart), key=lambda p: p.predicted_step_time_s)
+    except PlanError as e:  # the parts side by side exceed a device's memory: the solver's plan
+        log.info("re-sharded parts side by side do not fit (%s)", e)
+    return replace(plan, splits=split_map(splits), pairs=pair_ops(splits))
+
+
+def saved_parts(export: _Export) -> int | None:
+    """How many parts the export's split weights have (the most of any weight); ``None``: nothing is split."""
+    counts: dict[str, int] = {}
+    for s in export.manifest.get("shards", []):
+        counts[s["variable"]] = counts.get(s["variable"], 0) + 1
+    return max(counts.values(), default=None)
+
+
+def _resharded(export: _Export, devset: DeviceSet, time_limit_s: float | None, seed: int) -> tuple[_Export, Plan]:
+    """``export`` as its whole graph (:class:`WholeGraphs`) with its split weights whole again (their shards
+    concatenated: the logical weights) and the same ops split one part per device of ``devset`` (none on one
+    device), and the plan solved for it on the whole op graph split so (each part's cost its share of the
+    op's: :func:`~placer.core.splits.split_graph`). :class:`LoadedModel` splits the graph and shards the weights
+    as the plan says."""
+    whole = export.whole
+    assert whole is not None
+    m = export.manifest
+    values = dict(zip((v["placeholder"] for v in m["variables"]), export.values))
+    shards: dict[str, list[Mapping[str, Any]]] = {}
+    for s in m["shards"]:
+        shards.setdefault(s["variable"], []).append(s)
+    logical = {name: np.concatenate([values[s["placeholder"]] for s in sorted(parts, key=lambda s: s["start"])],
+                                    axis=parts[0]["axis"]) for name, parts in sorted(shards.items())}
+    sharded = {s["placeholder"] for s in m["shards"]}
+    variables = [v for v in m["variables"] if v["placeholder"] not in sharded]
+    kept = [values[v["placeholder"]] for v in variables] + list(logical.values())
+    splits = resharded(whole.splits, len(devset))
+    op_graph = split_graph(whole.op_graph, splits) if splits else whole.op_graph
+    manifest = {**m, "variables": [*variables, *({"placeholder": name} for name in logical)], "shards": []}
+    view = replace(export, manifest=manifest, graph_def=whole.graph_def, op_graph=op_graph, values=tuple(kept))
+    return view, _replan(view, devset, time_limit_s, seed, splits)
 
 
 class LoadedModel(tf.Module):
@@ -462,6 +580,8 @@ class LoadedModel(tf.Module):
     order_edges : tuple of (str, str)
         The control edges that run each device's ops in the plan's order (``Plan.op_order``), added at
         load (an export stores its graph without them).
+    resharded : bool
+        Whether its split ops were split again, into one part per device (:func:`load`).
     """
 
     def __init__(self, export: _Export, plan: Plan, devices: DeviceSet, remapped: bool) -> None:
@@ -471,32 +591,52 @@ class LoadedModel(tf.Module):
         graph = tf.Graph()
         with graph.as_default():
             tf.graph_util.import_graph_def(export.graph_def, name="")
-        context = RewriteContext(graph=graph, step="predict",
-                                 devices=complete_assignment(graph, plan.assignment, layer_devices_of(plan.assignment)),
-                                 inputs=tuple(i["tensor"] for i in m["inputs"]),
-                                 captured=(*(v["placeholder"] for v in m["variables"]), *m.get("constants", [])),
+        captured = (*(v["placeholder"] for v in m["variables"]), *m.get("constants", []))
+        devices_of = complete_assignment(graph, plan.assignment, layer_devices_of(plan.assignment))
+        # a saved split graph holds its parts already; a re-sharded one (whole, no shards saved) is split here
+        splits = {} if m.get("shards") else {op: k for op, k in plan.splits.items()
+                                             if splittable(graph, op, dict.fromkeys(captured))}
+        if splits:
+            devices_of.update((n, d) for n, d in plan.assignment.items() if is_split_node(n))
+        self.resharded = bool(splits)
+        context = RewriteContext(graph=graph, step="predict", devices=devices_of,
+                                 inputs=tuple(i["tensor"] for i in m["inputs"]), captured=captured,
+                                 splits=splits, pairs=frozenset(op for op in plan.pairs if op in splits),
                                  order=plan.op_order if microbatches == 1 and plan.replicas == 1 else {},
                                  microbatches=microbatches,
                                  replicas=device_groups(plan.devices, plan.replicas) if plan.replicas > 1 else (),
                                  sends=send_rule(plan, export.op_graph) if m.get("sends") == "prompt" else None)
         gd = tf.compat.v1.GraphDef()
         gd.CopyFrom(export.graph_def)
+        for node in gd.node:  # a whole graph's shapes are for reading it (``graph``), not for its split parts
+            if "_output_shapes" in node.attr:
+                del node.attr["_output_shapes"]
         constants = self._constants = _unfold_constants(gd, m.get("constants", []))
         self.placed_graph_def, self.graph_def, records = rewrite_graph_def(gd, context)
         self.op_devices = dict(context.devices)
         order = find_record(records, "order")
         self.order_edges = () if order is None else order.detail
         self.records = records
-        placed = []
+        placed: list[Any] = []
         in_pieces = {s["placeholder"] for s in m.get("shards", []) if s.get("pieces")}
+        new_shards = shards_in(records)  # a re-sharded load's: each a slice of a logical weight, on its device
+        split_weights = {s.variable for s in new_shards}
         for v, value in zip(m["variables"], export.values):
-            name, device = v["placeholder"].split("/")[-1], self.op_devices[v["placeholder"]]
+            name = v["placeholder"].split("/")[-1]
+            if v["placeholder"] in split_weights:  # no whole copy on any device: its shards hold it
+                placed.append(None)
+                continue
+            device = self.op_devices[v["placeholder"]]
             if v["placeholder"] in in_pieces:  # a shard: sent in pieces (placer.tf.remote.variable_on)
                 placed.append(variable_on(device, tf.constant(value), name=name))
                 continue
             with tf.device(device):
                 placed.append(tf.Variable(value, name=name))
         self.placed_variables = placed
+        values = dict(zip((v["placeholder"] for v in m["variables"]), export.values))
+        self.shard_variables = tuple(
+            variable_on(s.device, s.slice_of(tf.constant(values[s.variable])),
+                        name=f"{s.variable.split('/')[-1]}_shard_{s.start}") for s in new_shards)
         self.plan, self.devices, self.remapped = plan, tuple(plan.devices), remapped
         self._device_set = devices
         specs = [tf.TensorSpec([None if d is None else d for d in i["shape"]], i["dtype"], name=i["name"])
@@ -511,8 +651,10 @@ class LoadedModel(tf.Module):
             raise _fail(export.path, f"{EXTRA_DIR}/manifest.json", f"output_structure holds {len(flat)} outputs, "
                         f"outputs names {len(m['outputs'])}")
         self.forward = import_function(self.graph_def, [i["tensor"] for i in m["inputs"]], m["outputs"],
-                                       [(v["placeholder"], var) for v, var in zip(m["variables"], placed)]
-                                       + list(constants.items()), structure, specs,
+                                       [(v["placeholder"], var) for v, var in zip(m["variables"], placed)
+                                        if var is not None] + list(constants.items())
+                                       + [(s.placeholder, var) for s, var in zip(new_shards, self.shard_variables)],
+                                       structure, specs,
                                        microbatches=copies_in(records, context))
         try:  # built now, so that a graph that cannot run fails here and not at the first call
             self.forward.get_concrete_function()
@@ -539,13 +681,17 @@ class LoadedModel(tf.Module):
                                dict(self._constants),
                                tuple(tf.TensorSpec(s.shape, s.dtype, name=s.name)
                                      for s in self.forward.input_signature),
-                               int(m.get("microbatches", 1)) * self.plan.replicas, self.plan.replicas)
+                               int(m.get("microbatches", 1)) * self.plan.replicas, self.plan.replicas,
+                               shard_variables=self.shard_variables)
         return export_saved_model(emitted, path, plan=self.plan, op_graph=self._export.op_graph,
-                                  devices=self._device_set, shards=self.shards)
+                                  devices=self._device_set, shards=self.shards, whole=self._export.whole)
 
     @property
     def shards(self) -> tuple[Shard, ...]:
-        """The saved shards of split ops' weights, each on the device this load put it (empty: none split)."""
+        """The shards of split ops' weights, each on the device this load put it (empty: none split): the saved
+        ones, or those a re-sharded load made (:attr:`resharded`)."""
+        if self.resharded:
+            return shards_in(self.records)
         return tuple(Shard(s["placeholder"], s["variable"], self.op_devices[s["placeholder"]], s["start"], s["stop"],
                            s["axis"], bool(s.get("pieces", False))) for s in self._export.manifest.get("shards", []))
 
@@ -564,6 +710,7 @@ class LoadedModel(tf.Module):
         [True]
         """
         values = dict(zip((v["placeholder"] for v in self._export.manifest["variables"]), self.placed_variables))
+        values.update((s.placeholder, v) for s, v in zip(shards_in(self.records), self.shard_variables))
         parts: dict[str, list[Shard]] = {}
         for s in self.shards:
             parts.setdefault(s.variable, []).append(s)
@@ -584,7 +731,12 @@ def load(path: str | os.PathLike, devices: Sequence[Any] | None = None, *, time_
         list (fewer, more or renamed devices, strings or
         :class:`placer.DeviceSpec`) re-solves the saved op graph and costs
         for them, with the saved objective and grouping; the saved plan is
-        reused when the list names the same devices.
+        reused when the list names the same devices. Where ops are split and
+        the list holds another number of devices than their parts, the same
+        ops are split again, one part per device (whole on one device), their
+        weights re-sharded from the saved shards (each part's cost its share
+        of the whole op's: not profiled again); the same number of devices
+        keeps the saved parts.
     time_limit_s, seed : optional
         The re-solve's budget and seed (defaults: :class:`placer.PlanOptions`').
 
@@ -627,6 +779,12 @@ def load(path: str | os.PathLike, devices: Sequence[Any] | None = None, *, time_
         devset = resolve_devices(devices, available=available)
     if devset.names == tuple(export.plan.devices):
         return LoadedModel(export, export.plan, devset, remapped=False)
+    parts = saved_parts(export) or 1  # an export loaded whole on one device and saved again: 1
+    if export.whole is not None and parts != len(devset):
+        view, plan = _resharded(export, devset, time_limit_s, seed)
+        log.info("re-mapped %s from %d onto %d devices, its split ops %s", os.fspath(path), len(export.plan.devices),
+                 len(devset), f"in {len(devset)} parts" if plan.splits else "whole")
+        return LoadedModel(view, plan, devset, remapped=True)
     plan = _replan(export, devset, time_limit_s, seed)
     log.info("re-mapped %s from %d onto %d devices", os.fspath(path), len(export.plan.devices), len(devset))
     return LoadedModel(export, plan, devset, remapped=True)

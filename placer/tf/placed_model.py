@@ -41,7 +41,7 @@ from ..errors import InputSignatureError, ModelError, TrainingError, Unsupported
 from ..measure.steps import DEFAULT_MIN_TIME_S, DEFAULT_REPEATS, DEFAULT_WARMUP, StepMeasurement
 from .codecs import CompressedEdge
 from .emit import EmittedModel, observed_devices
-from .export import export_saved_model
+from .export import WholeGraphs, export_saved_model
 from .measuring import measure_forward, measure_training
 from .placement import Placement, ReplicatedVariable
 from .replicas import replicated_train_step
@@ -583,8 +583,11 @@ class PlacedModel(keras.Model):
         these or on other devices without the model's code (:mod:`placer.tf.export`).
         """
         p = self._placed
-        return export_saved_model(p.functions.forward(False), path, plan=p.plan, op_graph=p.op_graph.graph,
-                                  devices=p.devices)
+        forward = p.functions.forward(False)
+        whole = None if p.whole_op_graph is None or forward.source_graph_def is None else WholeGraphs(
+            forward.source_graph_def, p.whole_op_graph.graph, p.split_ops)
+        return export_saved_model(forward, path, plan=p.plan, op_graph=p.op_graph.graph, devices=p.devices,
+                                  whole=whole)
 
     def summary(self, *args: Any, **kwargs: Any) -> str:  # type: ignore[override]
         """The plan in words, with the last measurement if there is one (returned, not printed; Keras'

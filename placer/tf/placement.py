@@ -33,6 +33,7 @@ from ..core.compression import CompressionPolicy
 from ..core.devices import DeviceSet
 from ..core.plan import Plan
 from ..core.replicas import device_groups
+from ..core.splits import Split
 from ..errors import GraphError
 from ..measure.links import CLIENT_DEVICE
 from ..planner import PlanOptions
@@ -349,6 +350,11 @@ class Placement:
     index_bounds : tuple of (int or None)
         Per flat input of the planned step (training: ``(x, y)`` flattened): the bound of the random ids it was
         profiled with (:func:`placer.tf.trace.index_bounds`); ``placed.measure()`` without a batch feeds the same.
+    whole_op_graph : OpGraph or None
+        Where the plan splits ops: the op graph before any split (an export keeps it, so that
+        :func:`placer.load` can split the same ops into another number of parts); ``None`` otherwise.
+    split_ops : tuple of Split
+        The plan's splits as found on the planned trace (``Plan.splits`` names their ops).
     """
 
     plan: Plan
@@ -365,3 +371,5 @@ class Placement:
     watchdog: Watchdog
     plan_options: PlanOptions
     index_bounds: tuple[int | None, ...] = ()
+    whole_op_graph: OpGraph | None = None
+    split_ops: tuple[Split, ...] = ()

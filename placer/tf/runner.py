@@ -1084,6 +1084,12 @@ def _emit(first: _FirstStages, plan: Plan, op_graph: OpGraph, devset: DeviceSet,
     return _Emitted(plan, functions, planned, variables, sim)
 
 
+def _plan_splits(traced: TracedModel, plan: Plan) -> list[Split]:
+    """``plan``'s splits as found on ``traced`` (``Plan.splits`` names their ops; none: ``[]``)."""
+    return split_candidates(traced.fixed.graph, traced.fixed_captures[0], plan.splits,
+                            pairs=plan.pairs) if plan.splits else []
+
+
 def _report(first: _FirstStages, emitted: _Emitted, op_graph: OpGraph, built: BuiltProblem,
             small: SmallBatchCosts | None, opts: PlacementOptions, seconds: Mapping[str, float],
             model_name: str, parameter_codec: ParameterCodec | None = None) -> Report:
@@ -1097,10 +1103,9 @@ def _report(first: _FirstStages, emitted: _Emitted, op_graph: OpGraph, built: Bu
     elif plan.microbatches > 1:
         piped = simulate_pipeline(built, built.group_assignment(plan.assignment), plan.microbatches, small=small,
                                   batch_size=plan.batch_size, order=plan.pipeline)
-    splits = split_candidates(first.traced.fixed.graph, first.traced.fixed_captures[0], plan.splits,
-                              pairs=plan.pairs) if plan.splits else []
     return build_report(plan, op_graph, built, emitted.simulation, first.costs, opts.costs.grappler,
-                        emitted.planned, dict(seconds), model_name, pipeline_sim=piped, splits=splits)
+                        emitted.planned, dict(seconds), model_name, pipeline_sim=piped,
+                        splits=_plan_splits(first.traced, plan))
 
 
 @dataclass(frozen=True)
@@ -1223,7 +1228,7 @@ def _autoplace(model: Any, devices: Sequence[Any], plan: Plan | str | os.PathLik
     with timer.stage("hosts"):
         devset, hosts_note = _hosts(model, traced, first.devices, opts, first.costs)
     with timer.stage("graph"):
-        op_graph = build_op_graph(traced, first.costs.us)
+        op_graph = whole = build_op_graph(traced, first.costs.us)
         required = _required_splits(traced, devset, opts) if given is None else []
         if given is not None and given.splits:  # a saved plan places the parts of its split ops
             op_graph = _split(op_graph, split_candidates(traced.fixed.graph, traced.fixed_captures[0], given.splits,
@@ -1297,6 +1302,7 @@ def _autoplace(model: Any, devices: Sequence[Any], plan: Plan | str | os.PathLik
         training=traced.step == "train", data_structure=traced.data_structure, replica_groups=groups,
         variables=emitted.variables, functions=emitted.functions, planned=emitted.planned, report=report,
         watchdog=Watchdog(worker_addresses(devset.names), opts.emit.worker_timeout_s), plan_options=opts.solve,
-        index_bounds=index_bounds(traced)))
+        index_bounds=index_bounds(traced), whole_op_graph=whole if emitted.plan.splits else None,
+        split_ops=tuple(_plan_splits(traced, emitted.plan))))
     log.info("autoplace %s: %s", model.name, " ".join(f"{k}={v:.2f}s" for k, v in timer.seconds.items()))
     return first.shell
