@@ -133,6 +133,25 @@ def layer_splits(devices: list) -> dict:
             "rel": float(np.abs(p(x).numpy() - ref).max() / np.abs(ref).max())}
 
 
+def resharded(devices: list) -> dict:
+    """A dense chain split over both workers (``splits="all"``), exported, loaded on worker 0 alone (its split
+    ops whole again, the weights the shards put together) and, saved from there, on both again (split two ways
+    anew): each load's outputs against the model's."""
+    keras.utils.set_random_seed(5)
+    model = keras.Sequential([keras.Input((256,)), keras.layers.Dense(512, activation="relu", name="r0"),
+                              keras.layers.Dense(128, name="r1")], name="reshard")
+    p = placer.autoplace(model, devices, batch_size=4, splits="all", split_min_bytes=4096, time_limit_s=1,
+                         profile_cache=False)
+    x = np.random.default_rng(6).standard_normal((4, 256)).astype("float32")
+    ref = model(x).numpy()
+    folder = tempfile.mkdtemp()
+    one = placer.load(p.export(os.path.join(folder, "split")), devices=devices[:1])
+    two = placer.load(one.export(os.path.join(folder, "whole")), devices=devices)
+    return {"splits": dict(p.plan.splits), "one_splits": dict(one.plan.splits), "two_splits": dict(two.plan.splits),
+            "one_devices": sorted(set(one.op_devices.values())), "two_shards": len(two.shards),
+            "rel": [float(np.abs(m(x).numpy() - ref).max() / np.abs(ref).max()) for m in (p, one, two)]}
+
+
 def by_layers(placed, late: tuple[str, ...]) -> placer.Plan:
     """``placed.plan`` with the ops of the ``late`` layers on its second device, the rest on its first (without
     the order the plan's own assignment ran in: ``Plan.op_order`` belongs to that assignment)."""
@@ -395,6 +414,8 @@ def main() -> None:
         # the same process): each profile's variables live in a container of its own on the worker
         progress("splits chosen layer by layer")
         out["layer_splits"] = layer_splits(devices)
+        progress("a split export loaded on one worker, then on two")
+        out["resharded"] = resharded(devices)
         progress("two profiles with clashing variable names")
         out["second_profile"] = timed_error(lambda: [profile_with_variable(dtype, f"grpc://{cluster.spec['worker'][0]}",
                                                                            devices[0]) for dtype in ("int64", "float32")])

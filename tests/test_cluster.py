@@ -209,6 +209,12 @@ def test_two_pinned_workers_place_a_model_and_shut_down():
     if layered["splits"]:
         assert layered["kept"][0] == min(layered["scored"]), layered
     assert layered["rel"] <= 1e-5, layered
+    # a split export loads whole on one worker and split anew on two (placer.load re-shards it)
+    again = out["resharded"]
+    assert again["splits"] and set(again["splits"].values()) == {2} and again["one_splits"] == {}, again
+    assert again["one_devices"] == ["/job:worker/replica:0/task:0/device:CPU:0"], again
+    assert again["two_splits"] == again["splits"] and again["two_shards"] >= 4, again
+    assert max(again["rel"]) <= 1e-5, again
     pooled = out["pooled"]
     assert pooled["one"] and "BFC allocator pool" in pooled["one"] and "Add devices" in pooled["one"], pooled
     assert pooled["plain"]["error"] is None, pooled
