@@ -129,6 +129,7 @@ def layer_splits(devices: list) -> dict:
     return {"said": [line for line in p.plan.log if line.startswith("operator splits:")],
             "splits": dict(p.plan.splits), "solver": p.plan.solver,
             "scored": [c.predicted_step_time_s for c in split],
+            "toggles_listed": sum(c.solver.endswith("layer by layer") for c in split),
             "kept": [c.predicted_step_time_s for c in p.plan.candidates if c.outcome == KEPT],
             "rel": float(np.abs(p(x).numpy() - ref).max() / np.abs(ref).max())}
 

@@ -205,6 +205,9 @@ def test_two_pinned_workers_place_a_model_and_shut_down():
     layered = out["layer_splits"]
     said = layered["said"]
     assert len(said) == 1 and re.search(r"then [0-6] layers toggled one at a time", said[0]), layered
+    # every toggle scored is a candidate of the plan (the report lists it), none more
+    toggled = int(re.search(r"then ([0-6]) layers toggled", said[0]).group(1))
+    assert (toggled == 0 or layered["toggles_listed"] >= 1) and layered["toggles_listed"] <= toggled, layered
     assert layered["scored"] and len(layered["kept"]) == 1, layered
     if layered["splits"]:
         assert layered["kept"][0] == min(layered["scored"]), layered

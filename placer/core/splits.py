@@ -218,10 +218,12 @@ def descend_splits(start: frozenset[int], start_s: float, n: int,
     predicted step ``start_s``), each round scores toggling each layer — splitting one more, or running one
     split layer whole — with ``step_s(current, i)`` (the step of ``current`` with layer ``i`` toggled, made from
     ``current``'s plan; ``None`` where that cannot be placed), and moves to the fastest toggle that is faster
-    than ``current``; it stops where none is, or after ``max_evaluations`` scores. No layer set is scored twice
-    and the empty one (every layer whole: the plan the splits are compared with) is never scored.
+    than ``current``; it stops where none is, or after ``max_evaluations`` scores (then at the fastest set
+    scored). No layer set is scored twice and the empty one (every layer whole: the plan the splits are compared
+    with) is never scored.
 
-    Returns ``(layers split, its predicted step, evaluations)``: never slower than ``start``.
+    Returns ``(layers split, its predicted step, evaluations)``: never slower than ``start`` or than any set it
+    scored.
 
     Examples
     --------
@@ -238,8 +240,8 @@ def descend_splits(start: frozenset[int], start_s: float, n: int,
             toggled = current ^ {i}
             if not toggled or toggled in seen:
                 continue
-            if evaluations >= max_evaluations:
-                return current, best, evaluations
+            if evaluations >= max_evaluations:  # out of budget: the fastest toggle scored is already known
+                return (current, best, evaluations) if move is None else (move[1], move[0], evaluations)
             seen.add(toggled)
             evaluations += 1
             s = step_s(current, i)

@@ -596,11 +596,12 @@ def _splits(traced: TracedModel, graphs: _Graphs, plan: Plan, devset: DeviceSet,
     moved = ""
     if mode == "auto":  # then layer by layer, from the best greedy plan, in its family
         measured, family, ((start_s, start_i, start, start_split), subset) = min(starts, key=lambda t: t[2][0][:2])
-        moved, found_better = _descend_splits(traced, graphs, measured, family, subset, start, start_split, start_s,
-                                              devset, opts, prompt)
-        for step_s, p, split in found_better:
+        moved, toggles = _descend_splits(traced, graphs, measured, family, subset, start, start_split, start_s,
+                                         devset, opts, prompt)
+        for step_s, p, split in toggles:  # where it moved, its plan first: a toggle as fast comes later
             scored.append((step_s, len(scored), p, split))
     best_s, best_i, best, split = min(scored, key=lambda t: t[:2])
+    assert split is not None  # the descent's other toggles are no faster than where it ended
     faster = best_s < whole_s * (1.0 - margin)
     what = (f"{len(best.splits)} of {len(split_map(found))} products split {len(devset)} ways ("
             f"{len(best.pairs)} column-then-row pairs, of {len(scored)} split plans scored: the largest weights"
@@ -642,7 +643,7 @@ def _split_plans(traced: TracedModel, split: _Graphs, subset: Sequence[Split], d
 
 def _descend_splits(traced: TracedModel, graphs: _Graphs, measured: OpGraph, family: Sequence[Split],
                     subset: Sequence[Split], start: Plan, start_split: _Graphs, start_s: float, devset: DeviceSet,
-                    opts: PlacementOptions, prompt: bool) -> tuple[str, list[tuple[float, Plan, _Graphs]]]:
+                    opts: PlacementOptions, prompt: bool) -> tuple[str, list[tuple[float, Plan, _Graphs | None]]]:
     """The splits stage's choice layer by layer (:func:`~placer.core.splits.descend_splits`): from ``start`` (the
     best plan of the greedy subsets, ``subset`` of ``family`` split), each layer of ``family`` toggled — split
     one more (its parts side by side, :func:`~placer.core.splits.split_apart`) or a split one whole where its
@@ -650,9 +651,12 @@ def _descend_splits(traced: TracedModel, graphs: _Graphs, measured: OpGraph, fam
     (:func:`_step_with_sends`), the fastest faster one moved to, at most ``split_toggles`` scores (each a
     problem built and a plan simulated as emitted: tenths of a second on a wide MLP's graph).
 
-    Returns ``(words for the log line, [(step, plan, graphs)] of the plan it ended at where it moved)``."""
+    Returns ``(words for the log line, [(step, plan, graphs)])``: the plan it ended at first where it moved (its
+    graphs with it), then every other toggle scored (graphs ``None``: each is slower than the first or as fast,
+    and listed among the plan's candidates only)."""
     current = frozenset(family.index(s) for s in subset)
     plans = {current: (start, start_split)}
+    tried: dict[frozenset[int], float] = {}
 
     def step_s(current: frozenset[int], i: int) -> float | None:
         plan, split = plans[current]
@@ -673,11 +677,13 @@ def _descend_splits(traced: TracedModel, graphs: _Graphs, measured: OpGraph, fam
             log.info("operator splits: layer %s toggled does not fit (%s)", family[i].op, e)
             return None
         plans[toggled] = (p, new)
-        return _step_with_sends(traced, p, new, prompt, _orders(opts, devset, p))
+        tried[toggled] = _step_with_sends(traced, p, new, prompt, _orders(opts, devset, p))
+        return tried[toggled]
 
     chosen, best_s, evaluations = descend_splits(current, start_s, len(family), step_s,
                                                  max_evaluations=opts.split.split_toggles)
-    out = [(best_s, *plans[chosen])] if chosen != current else []
+    out: list[tuple[float, Plan, _Graphs | None]] = [(best_s, *plans[chosen])] if chosen != current else []
+    out += [(s, plans[t][0], None) for t, s in tried.items() if t != chosen]
     words = (f", then {evaluations} layers toggled one at a time"
              + (f" ({len(chosen)} split, {1e3 * best_s:.3f} ms against {1e3 * start_s:.3f} ms)" if chosen != current
                 else " (none faster)"))
