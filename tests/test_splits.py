@@ -756,7 +756,7 @@ def test_an_edited_resplit_record_is_refused(split_placed, tmp_path):
     manifest = json.loads((extra / "manifest.json").read_text())
     manifest["resplit"]["splits"][0]["kind"] = "diagonal"
     (extra / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(placer.ExportError, match="whole_ops.json.*split kind 'diagonal'.*export it again"):
+    with pytest.raises(placer.ExportError, match="manifest.json: resplit: .*split kind 'diagonal'.*export it again"):
         placer.load(path)
     manifest["resplit"]["splits"][0]["kind"] = "columns"
     (extra / "manifest.json").write_text(json.dumps(manifest))

@@ -213,8 +213,8 @@ def export_saved_model(emitted: EmittedModel, path: str | os.PathLike, *, plan: 
     if whole is not None and not_remappable is None:
         whole_gd = tf.compat.v1.GraphDef()
         whole_gd.CopyFrom(whole.graph_def)
-        _fold_constants(whole_gd, {k: v for k, v in emitted.constants.items()
-                                   if k in {n.name for n in whole_gd.node if n.op == "Placeholder"}})
+        unfolded = {n.name for n in whole_gd.node if n.op == "Placeholder"}  # (a loaded export's are folded)
+        _fold_constants(whole_gd, {k: v for k, v in emitted.constants.items() if k in unfolded})
     manifest = {
         "format": EXPORT_FORMAT, "version": EXPORT_VERSION,
         "inputs": [{"name": n, "tensor": t, "shape": s.shape.as_list(), "dtype": s.dtype.name}
@@ -493,6 +493,9 @@ def _read_whole(path: str, manifest: Mapping[str, Any]) -> WholeGraphs | None:
         raise _fail(path, f"{EXTRA_DIR}/whole_graph_def.pb", f"not a GraphDef ({type(e).__name__})") from None
     try:
         splits = tuple(split_from_dict(d) for d in manifest["resplit"]["splits"])
+    except AutoplaceError as e:
+        raise _fail(path, f"{EXTRA_DIR}/manifest.json", f"resplit: {e}") from None
+    try:
         graph, _ = load_graph(os.path.join(path, EXTRA_DIR, "whole_ops.json"))
         split_graph(graph, splits)  # every split's op, read and placeholder are in the op graph
     except AutoplaceError as e:
@@ -527,7 +530,7 @@ def _replan(export: _Export, devset: DeviceSet, time_limit_s: float | None, seed
     return replace(plan, splits=split_map(splits), pairs=pair_ops(splits))
 
 
-def saved_parts(export: _Export) -> int | None:
+def _saved_parts(export: _Export) -> int | None:
     """How many parts the export's split weights have (the most of any weight); ``None``: nothing is split."""
     counts: dict[str, int] = {}
     for s in export.manifest.get("shards", []):
@@ -779,7 +782,7 @@ def load(path: str | os.PathLike, devices: Sequence[Any] | None = None, *, time_
         devset = resolve_devices(devices, available=available)
     if devset.names == tuple(export.plan.devices):
         return LoadedModel(export, export.plan, devset, remapped=False)
-    parts = saved_parts(export) or 1  # an export loaded whole on one device and saved again: 1
+    parts = _saved_parts(export) or 1  # an export loaded whole on one device and saved again: 1
     if export.whole is not None and parts != len(devset):
         view, plan = _resharded(export, devset, time_limit_s, seed)
         log.info("re-mapped %s from %d onto %d devices, its split ops %s", os.fspath(path), len(export.plan.devices),
