@@ -67,10 +67,10 @@ class EmittedModel:
     records : tuple of RewriteRecord
         What each rewrite that applied did, in order.
     source_graph_def : GraphDef or None
-        Where ops were split (:attr:`shards`): the trace's graph before any rewrite, each node with its outputs'
-        shapes (``_output_shapes``: imported again, a variable's read has no shape without them, and the split
-        rules read shapes); an export keeps it, so that :func:`placer.tf.export.load` can split the same ops
-        into another number of parts. ``None`` where nothing is split.
+        Where a forward pass's ops were split (:attr:`shards`): the trace's graph before any rewrite, each node
+        with its outputs' shapes (``_output_shapes``: imported again, a variable's read has no shape without
+        them, and the split rules read shapes); an export keeps it, so that :func:`placer.tf.export.load` can
+        split the same ops into another number of parts. ``None`` elsewhere (a training step, nothing split).
     """
 
     function: PlacedFunction
@@ -237,7 +237,9 @@ def emit(traced: TracedModel, variables: Mapping[str, Any], context: RewriteCont
                            tuple(traced.input_names), tuple(traced.output_names), placeholders,
                            tuple(variables[ph] for ph in placeholders), dict(traced.constants),
                            tuple(traced.input_specs), microbatches, max(len(context.replicas), 1), mirror_variables,
-                           shard_variables, traced.dynamic.graph.as_graph_def(add_shapes=True) if shards else None)
+                           shard_variables,
+                           traced.dynamic.graph.as_graph_def(add_shapes=True)
+                           if shards and traced.step == "predict" else None)
     log.info("emitted the placed %s function: %d ops on %d devices, %d compressed edges%s", traced.step,
              len(placed.node), len(set(context.devices.values())), len(emitted.compressed),
              f", {microbatches} copies (micro-batches × data-parallel groups)" if microbatches > 1 else "")
