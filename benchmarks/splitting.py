@@ -77,6 +77,7 @@ sys.path.insert(0, str(HERE))
 from isolation import isolated  # noqa: E402
 from markdown import MarkdownOut  # noqa: E402
 from speedup import ROUNDS_TEXT, interleaved_times, median_spread  # noqa: E402
+from worker_trace import allocator_peaks, process_memory  # noqa: E402
 
 
 def wide_mlp(width: int, layers: int, activation: str = "relu") -> "object":
@@ -122,16 +123,6 @@ def recommender(rows: int, dim: int, history: int, optimizer_name: str = "sgd") 
     return model
 
 
-def _memory(pid: int) -> dict[str, int]:
-    """``VmRSS``, ``VmHWM`` (peak RSS) and ``VmData`` of process ``pid``, in bytes."""
-    out = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM", "VmData"):
-            out[key] = int(value.split()[0]) << 10
-    return out
-
-
 def _reset_peak(pid: int) -> bool:
     """Reset ``VmHWM`` of ``pid`` to its current RSS (``clear_refs`` 5); whether the kernel allowed it."""
     try:
@@ -139,15 +130,6 @@ def _reset_peak(pid: int) -> bool:
         return True
     except OSError:
         return False
-
-
-def _allocator_peaks(cluster: "object", step: "object", trace_ms: int = 1500) -> list[float]:
-    """Per worker: the most bytes its allocator had in use (its pool's chunks, what TensorFlow reports) while
-    ``step`` ran in a loop for ``trace_ms`` under the workers' profilers (``nan``: no allocator events;
-    :func:`worker_trace.allocated_while`)."""
-    from worker_trace import allocated_while
-
-    return [float(u.max()) if u.size else float("nan") for u in allocated_while(cluster, step, trace_ms)]
 
 
 def run_recommender(args: argparse.Namespace, out: MarkdownOut) -> None:
@@ -203,14 +185,14 @@ def run_recommender(args: argparse.Namespace, out: MarkdownOut) -> None:
                              profiler=True) as cluster:
         devices = placer.connect(cluster)
         pids = [proc.pid for proc in cluster.procs]
-        before = [_memory(pid) for pid in pids]
+        before = [process_memory(pid) for pid in pids]
         _ = [_reset_peak(pid) for pid in pids]
         small = placer.autoplace(recommender(1024, args.dim, history, args.optimizer), cluster.device_specs(devices),
                                  training=True, batch_size=batch)
-        placing_growth = [_memory(pid)["VmHWM"] - b["VmRSS"] for pid, b in zip(pids, before)]
+        placing_growth = [process_memory(pid)["VmHWM"] - b["VmRSS"] for pid, b in zip(pids, before)]
         _ = [_reset_peak(pid) for pid in pids]
         batches(small, x % 1024)
-        runtime_growth = [_memory(pid)["VmHWM"] - b["VmRSS"] for pid, b in zip(pids, before)]
+        runtime_growth = [process_memory(pid)["VmHWM"] - b["VmRSS"] for pid, b in zip(pids, before)]
     print(f"  runtime growth (a 1,024-row table): placing {[g >> 20 for g in placing_growth]} MiB, training "
           f"{[g >> 20 for g in runtime_growth]} MiB", file=sys.stderr)
     with placer.LocalCluster(args.rec_workers, pin_cores=True, threads=1, memory_limit_bytes=limit,
@@ -218,7 +200,7 @@ def run_recommender(args: argparse.Namespace, out: MarkdownOut) -> None:
         devices = placer.connect(cluster)
         specs = cluster.device_specs(devices)
         pids = [proc.pid for proc in cluster.procs]
-        before = [_memory(pid) for pid in pids]
+        before = [process_memory(pid) for pid in pids]
         reset = all(_reset_peak(pid) for pid in pids)
         t = time.perf_counter()
         try:
@@ -231,7 +213,7 @@ def run_recommender(args: argparse.Namespace, out: MarkdownOut) -> None:
             out()
             return
         placed_s = time.perf_counter() - t
-        placing = [_memory(pid) for pid in pids]  # the costs stage profiles on a worker: its peak is placing's
+        placing = [process_memory(pid) for pid in pids]  # the costs stage profiles on a worker: its peak is placing's
         reset = reset and all(_reset_peak(pid) for pid in pids)
         plan = placed.plan
         print(f"  placed: {plan.splits}; predicted peaks "
@@ -239,7 +221,7 @@ def run_recommender(args: argparse.Namespace, out: MarkdownOut) -> None:
         t = time.perf_counter()
         ours = batches(placed)
         fit_s = time.perf_counter() - t
-        after = [_memory(pid) for pid in pids]
+        after = [process_memory(pid) for pid in pids]
         rel = max(abs(a - b) / abs(b) for a, b in zip(ours[0] + ours[1], theirs[0] + theirs[1]))
         print(f"  losses, placed: {ours}\n  losses, the model: {theirs}", file=sys.stderr, flush=True)
         pred_ours = placed.predict(x, batch_size=batch, verbose=0)
@@ -252,7 +234,7 @@ def run_recommender(args: argparse.Namespace, out: MarkdownOut) -> None:
         (step_s, spread_s), = [median_spread(ts) for ts in interleaved_times(
             [lambda: tf.nest.map_structure(lambda t: t.numpy(), placed.train_step((xb, yb)))], args.repeats)]
         predicted_s = plan.predicted_step_time_s
-        in_use = _allocator_peaks(cluster, lambda: placed.train_step((xb, yb)))
+        in_use = allocator_peaks(cluster, lambda: placed.train_step((xb, yb)))
         rows_out.append((f"autoplace on {args.rec_workers} workers",
                          f"placed in {placed_s:.1f} s: {plan.summary().splitlines()[0]}; "
                          f"{len(plan.splits)} op split {max(plan.splits.values()) if plan.splits else 1} ways"))

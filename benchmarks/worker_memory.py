@@ -6,7 +6,7 @@ workers to give the first placement's memory back. This places a dense chain (``
 placed model is called (a watched call) and then dropped (``del`` and ``gc.collect()``). After each drop it
 reads, per worker: its resident memory (``VmRSS``) and the bytes its allocator has in use while a probe step
 allocates 4 MiB there (the allocator's own events: the workers run with ``TF_CPU_ALLOCATOR_USE_BFC=true`` and
-their profiler servers, :func:`worker_trace.allocated_while`), and how many of the dropped model's variables
+their profiler servers, :func:`worker_trace.allocator_peaks`), and how many of the dropped model's variables
 this process still holds. Runs itself inside a loopback-only network namespace.
 
 Until 2026-12-07 an idle call thread kept each dropped placed model's last call (and so its weights on the
@@ -32,12 +32,7 @@ sys.path.insert(0, str(HERE))
 
 from isolation import isolated  # noqa: E402
 from markdown import MarkdownOut  # noqa: E402
-
-
-def resident_mib(pid: int) -> int:
-    """``VmRSS`` of process ``pid`` in MiB."""
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) // 1024 for line in f if line.startswith("VmRSS"))
+from worker_trace import allocator_peaks, process_memory  # noqa: E402
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,7 +42,6 @@ def run(args: argparse.Namespace) -> int:
     import tensorflow as tf
 
     import placer
-    from worker_trace import allocated_while
 
     out = MarkdownOut()
     weights_mib = args.layers * args.width * (args.width + 1) * 4 / 2**20
@@ -74,9 +68,9 @@ def run(args: argparse.Namespace) -> int:
         def row(label: str, held: str) -> None:
             gc.collect()
             time.sleep(2.5)  # past the workers' idle heap trim (one second)
-            used = allocated_while(cluster, probe, 300)
-            rss = [resident_mib(p.pid) for p in cluster.procs]
-            peaks = [f"{u.max() / 2**20:.1f}" if len(u) else "no events" for u in used]
+            in_use = allocator_peaks(cluster, probe, 300)
+            rss = [process_memory(p.pid)["VmRSS"] >> 20 for p in cluster.procs]
+            peaks = [f"{b / 2**20:.1f}" if np.isfinite(b) else "no events" for b in in_use]
             out(f"| {label} | {rss[0]} | {rss[1]} | {peaks[0]} | {peaks[1]} | {held} |")
 
         row("start (nothing placed)", "—")

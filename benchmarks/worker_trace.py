@@ -94,6 +94,23 @@ def allocated_while(cluster, step, trace_ms: int) -> list[np.ndarray]:
     return [used.get(t, np.array([])) for t in range(cluster.workers)]
 
 
+def allocator_peaks(cluster, step, trace_ms: int = 1500) -> list[float]:
+    """Per worker: the most bytes its allocator had in use (its pool's chunks, what TensorFlow reports) while
+    ``step`` ran in a loop for ``trace_ms`` under the workers' profilers (``nan``: no allocator events;
+    :func:`allocated_while`)."""
+    return [float(u.max()) if u.size else float("nan") for u in allocated_while(cluster, step, trace_ms)]
+
+
+def process_memory(pid: int) -> dict[str, int]:
+    """``VmRSS``, ``VmHWM`` (peak RSS) and ``VmData`` of process ``pid``, in bytes."""
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM", "VmData"):
+            out[key] = int(value.split()[0]) << 10
+    return out
+
+
 #: Kernel types that move or name data rather than compute (not a step's "first compute kernel").
 BOOKKEEPING = frozenset({"ReadVariableOp", "Const", "Identity", "NoOp", "_Send", "_Recv", "_HostSend", "_HostRecv",
                          "_Arg", "_Retval"})
