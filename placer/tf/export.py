@@ -42,7 +42,7 @@ import logging
 import os
 import re
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -538,6 +538,16 @@ def _saved_parts(export: _Export) -> int | None:
     return max(counts.values(), default=None)
 
 
+def _whole_weights(shards: Iterable[tuple[str, int, int, Any]]) -> dict[str, np.ndarray]:
+    """Each split weight whole again, by its variable's placeholder: ``(variable, start, axis, value)`` of each of
+    its shards, the values concatenated along the axis in the order of their starts."""
+    parts: dict[str, list[tuple[int, int, Any]]] = {}
+    for variable, start, axis, value in shards:
+        parts.setdefault(variable, []).append((start, axis, value))
+    return {name: np.concatenate([np.asarray(v) for _, _, v in sorted(pieces, key=lambda p: p[0])],
+                                 axis=pieces[0][1]) for name, pieces in parts.items()}
+
+
 def _resharded(export: _Export, devset: DeviceSet, time_limit_s: float | None, seed: int) -> tuple[_Export, Plan]:
     """``export`` as its whole graph (:class:`WholeGraphs`) with its split weights whole again (their shards
     concatenated: the logical weights) and the same ops split one part per device of ``devset`` (none on one
@@ -548,11 +558,7 @@ def _resharded(export: _Export, devset: DeviceSet, time_limit_s: float | None, s
     assert whole is not None
     m = export.manifest
     values = dict(zip((v["placeholder"] for v in m["variables"]), export.values))
-    shards: dict[str, list[Mapping[str, Any]]] = {}
-    for s in m["shards"]:
-        shards.setdefault(s["variable"], []).append(s)
-    logical = {name: np.concatenate([values[s["placeholder"]] for s in sorted(parts, key=lambda s: s["start"])],
-                                    axis=parts[0]["axis"]) for name, parts in sorted(shards.items())}
+    logical = _whole_weights((s["variable"], s["start"], s["axis"], values[s["placeholder"]]) for s in m["shards"])
     sharded = {s["placeholder"] for s in m["shards"]}
     variables = [v for v in m["variables"] if v["placeholder"] not in sharded]
     kept = [values[v["placeholder"]] for v in variables] + list(logical.values())
@@ -636,10 +642,11 @@ class LoadedModel(tf.Module):
             with tf.device(device):
                 placed.append(tf.Variable(value, name=name))
         self.placed_variables = placed
-        values = dict(zip((v["placeholder"] for v in m["variables"]), export.values))
-        self.shard_variables = tuple(
-            variable_on(s.device, s.slice_of(tf.constant(values[s.variable])),
-                        name=f"{s.variable.split('/')[-1]}_shard_{s.start}") for s in new_shards)
+        whole = {ph: tf.constant(value) for ph, value in zip((v["placeholder"] for v in m["variables"]),
+                                                              export.values) if ph in split_weights}
+        self.shard_variables = tuple(variable_on(s.device, s.slice_of(whole[s.variable]),
+                                                 name=f"{s.variable.split('/')[-1]}_shard_{s.start}")
+                                     for s in new_shards)
         self.plan, self.devices, self.remapped = plan, tuple(plan.devices), remapped
         self._device_set = devices
         specs = [tf.TensorSpec([None if d is None else d for d in i["shape"]], i["dtype"], name=i["name"])
@@ -714,11 +721,7 @@ class LoadedModel(tf.Module):
         """
         values = dict(zip((v["placeholder"] for v in self._export.manifest["variables"]), self.placed_variables))
         values.update((s.placeholder, v) for s, v in zip(shards_in(self.records), self.shard_variables))
-        parts: dict[str, list[Shard]] = {}
-        for s in self.shards:
-            parts.setdefault(s.variable, []).append(s)
-        return {name: tf.concat([values[s.placeholder] for s in sorted(shards, key=lambda s: s.start)],
-                                axis=shards[0].axis).numpy() for name, shards in parts.items()}
+        return _whole_weights((s.variable, s.start, s.axis, values[s.placeholder].numpy()) for s in self.shards)
 
 
 def load(path: str | os.PathLike, devices: Sequence[Any] | None = None, *, time_limit_s: float | None = None,
