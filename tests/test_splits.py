@@ -753,6 +753,21 @@ def test_an_edited_resplit_record_is_refused(split_placed, tmp_path):
     _, placed = split_placed
     path = placed.export(tmp_path / "export")
     extra = tmp_path / "export" / "assets.extra" / "autoplace"
+    whole_gd, whole_ops = (extra / "whole_graph_def.pb").read_bytes(), (extra / "whole_ops.json").read_bytes()
+    gd = tf.compat.v1.GraphDef()
+    gd.ParseFromString(whole_gd)
+    stray = gd.node.add()  # a variable the export has no value for
+    stray.name, stray.op = "stray_variable", "Placeholder"
+    stray.attr["dtype"].type = tf.resource.as_datatype_enum
+    (extra / "whole_graph_def.pb").write_bytes(gd.SerializeToString())
+    with pytest.raises(placer.ExportError, match=r"whole_graph_def.pb: the graph's variables \['stray_variable'\] "
+                                                 "have no saved value or shards; export it again"):
+        placer.load(path)
+    (extra / "whole_graph_def.pb").write_bytes(whole_gd)
+    (extra / "whole_ops.json").unlink()
+    with pytest.raises(placer.ExportError, match="whole_ops.json: cannot read graph file.*export it again"):
+        placer.load(path)
+    (extra / "whole_ops.json").write_bytes(whole_ops)
     manifest = json.loads((extra / "manifest.json").read_text())
     manifest["resplit"]["splits"][0]["kind"] = "diagonal"
     (extra / "manifest.json").write_text(json.dumps(manifest))
