@@ -7,7 +7,9 @@ placed model is called (a watched call) and then dropped (``del`` and ``gc.colle
 reads, per worker: its resident memory (``VmRSS``) and the bytes its allocator has in use while a probe step
 allocates 4 MiB there (the allocator's own events: the workers run with ``TF_CPU_ALLOCATOR_USE_BFC=true`` and
 their profiler servers, :func:`worker_trace.allocator_peaks`), and how many of the dropped model's variables
-this process still holds. Runs itself inside a loopback-only network namespace.
+this process still holds. First, as a control, the same weights placed by hand (``tf.Variable`` objects, half the
+layers on each worker, called through a ``tf.function``) and dropped. Runs itself inside a loopback-only
+network namespace.
 
 Until 2026-12-07 an idle call thread kept each dropped placed model's last call (and so its weights on the
 workers) for a minute: a 256 MiB chain placed three times held 156, 284 and 412 MiB on worker 0.
@@ -35,6 +37,29 @@ from markdown import MarkdownOut  # noqa: E402
 from worker_trace import allocator_peaks, process_memory  # noqa: E402
 
 
+def by_hand(model, devices: list[str], x) -> list[weakref.ref]:
+    """What a user writes instead of placing ``model``: its layers' weights as variables, the first half of the
+    layers on ``devices[0]``, the rest on ``devices[1]``, called once on ``x`` through a ``tf.function``; returns
+    weak references to the variables (all dropped when this returns)."""
+    import tensorflow as tf
+
+    half = len(model.layers) // 2
+    weights = []
+    for i, layer in enumerate(model.layers):
+        with tf.device(devices[0 if i < half else 1]):
+            weights.append([tf.Variable(w) for w in layer.get_weights()])
+
+    @tf.function
+    def chain(h: tf.Tensor) -> tf.Tensor:
+        for i, (kernel, bias) in enumerate(weights):
+            with tf.device(devices[0 if i < half else 1]):
+                h = tf.nn.relu(h @ kernel + bias)
+        return h
+
+    chain(tf.constant(x)).numpy()
+    return [weakref.ref(v) for layer in weights for v in layer]
+
+
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import keras
@@ -50,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
     out(f"{time.strftime('%Y-%m-%d')}; `python benchmarks/worker_memory.py --width {args.width} --layers "
         f"{args.layers} --placements {args.placements}`; a chain of {args.layers} dense layers of {args.width} "
         f"({weights_mib:.0f} MiB of float32 weights) placed by autoplace's defaults on 2 gRPC workers, called, "
-        "then dropped (`del`, `gc.collect()`), each time on the same cluster; after each drop, per worker: its "
+        "then dropped (`del`, `gc.collect()`), each time on the same cluster, after the same weights placed by "
+        "hand and dropped (the control); after each drop, per worker: its "
         "resident memory and the bytes its allocator has in use while a probe step allocates 4 MiB there (the "
         "allocator's own events), and the dropped model's variables this process still holds.")
     out()
@@ -78,6 +104,10 @@ def run(args: argparse.Namespace) -> int:
         model = keras.Sequential([keras.Input((args.width,))] +
                                  [keras.layers.Dense(args.width, activation="relu") for _ in range(args.layers)])
         x = np.ones((args.batch, args.width), "float32")
+        refs = by_hand(model, devices, x)
+        gc.collect()
+        row("the same weights by hand (`tf.Variable`s, half the layers on each worker, a `tf.function`), dropped",
+            f"{sum(r() is not None for r in refs)} of {len(refs)}")
         for k in range(args.placements):
             placed = placer.autoplace(model, devices, batch_size=args.batch, time_limit_s=5)
             placed(x)
