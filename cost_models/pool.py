@@ -205,7 +205,7 @@ class BFCPool:
 
 
 def replay_pool(events: Iterable[tuple[Hashable, float]], limit: float = math.inf,
-                first_region: int = FIRST_REGION) -> PoolUse:
+                first_region: int = FIRST_REGION, *, before: Iterable[tuple[Hashable, float]] = ()) -> PoolUse:
     """Replay allocations and frees on a fresh :class:`BFCPool` under ``limit`` bytes of regions.
 
     Parameters
@@ -214,6 +214,10 @@ def replay_pool(events: Iterable[tuple[Hashable, float]], limit: float = math.in
         In order: ``bytes >= 0`` allocates that many bytes for ``key``; ``bytes < 0`` frees ``key``.
     limit : float
         The most bytes of regions the pool may take (TensorFlow's ``TF_MKL_ALLOC_MAX_BYTES`` on a CPU).
+    before : iterable of (key, bytes)
+        What the pool served earlier, replayed first in the same form: the regions it took stay, and what it
+        did not free stays in use (and counts from the start); its own peak is not counted, nor is it in
+        ``failed`` (an allocation of it that the pool cannot serve is passed over: it failed where it ran).
 
     Examples
     --------
@@ -221,9 +225,29 @@ def replay_pool(events: Iterable[tuple[Hashable, float]], limit: float = math.in
     >>> use = replay_pool([("a", 3 * MiB), ("a", -1), ("b", 3 * MiB)])  # b reuses a's chunk
     >>> use.peak_bytes / MiB, use.reserved_bytes / MiB
     (4.0, 4.0)
+
+    A 360 MiB tensor in a pool capped at 528 MiB: a fresh pool takes a 512 MiB region and splits it (152 MiB
+    left over is more than :data:`MAX_INTERNAL_FRAGMENTATION`); after regions of 62 MiB for two 16 MiB tensors
+    at once, the new region is the 466 MiB the cap leaves, and the tensor takes it whole (106 MiB left over):
+
+    >>> shard = [("shard", 360 * MiB)]
+    >>> round(replay_pool(shard, 528 * MiB).peak_bytes / MiB)
+    360
+    >>> earlier = [(("t", size, i), size) for size in (MiB, 4 * MiB, 16 * MiB) for i in (0, 1)]
+    >>> earlier += [(key, -1) for key, _ in list(earlier)]
+    >>> round(replay_pool(shard, 528 * MiB, before=earlier).peak_bytes / MiB)
+    466
     """
     pool = BFCPool(limit, first_region)
-    peak = 0.0
+    served = set()
+    for key, nbytes in before:
+        if nbytes >= 0:
+            if pool.allocate(key, nbytes):
+                served.add(key)
+        elif key in served:
+            served.discard(key)
+            pool.free(key)
+    peak = pool.bytes
     for i, (key, nbytes) in enumerate(events):
         if nbytes < 0:
             pool.free(key)

@@ -51,7 +51,7 @@ import heapq
 import math
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 
@@ -254,6 +254,11 @@ class SimOptions:
         resident bytes (each node's, in node order, as variables are created), or, where the pool cannot serve
         an allocation under its limit, that limit plus the allocation's bytes (over any capacity it is
         compared with, when the limit is the capacity).
+    memory_pool_history : tuple of tuple of (key, bytes)
+        Per device (empty: none), the allocations and frees its pool served before the step (as
+        :func:`cost_models.pool.replay_pool` takes them: ``bytes < 0`` frees ``key``), replayed first: a pool
+        keeps the regions it took, so what ran before decides which region a large tensor gets and whether
+        its chunk is split (``placer.core.devices.DeviceSet.pool_history``).
     fed : frozenset of int
         Nodes whose outputs the step's caller feeds (a function's arguments, fed where each consumer runs):
         with ``transfer_cpu_s``, a tensor of theirs that crosses to another device gets a receive op there
@@ -273,6 +278,7 @@ class SimOptions:
     fed: frozenset[int] = frozenset()
     snapshots: int = 0
     memory_pools: tuple[float | None, ...] = ()
+    memory_pool_history: tuple[tuple[tuple[Hashable, float], ...], ...] = ()
 
     def checked_shares(self, k: int) -> tuple[tuple[tuple[int, ...], float, float], ...]:
         """:attr:`shared` as ``(devices, capacity, one device's share)`` with ints and floats.
@@ -697,7 +703,8 @@ def _result(tensors: Sequence[TensorEdge], a: np.ndarray, k: int, timeline: list
     if not math.isfinite(step):
         raise ValueError("simulated step time is not finite")
     if options.peak_memory:
-        peak, at_peak = _peak_memory(tensors, a, k, timeline, transfers, memory, options.memory_pools)
+        peak, at_peak = _peak_memory(tensors, a, k, timeline, transfers, memory, options.memory_pools,
+                                     options.memory_pool_history)
     else:
         peak, at_peak = np.zeros(k), np.zeros(len(a))
     return SimResult(step, busy, link_bytes, tuple(timeline), tuple(transfers), peak, at_peak,
@@ -863,7 +870,8 @@ def _with_transfer_ops(durations: np.ndarray, tensors: Sequence[TensorEdge], a: 
                  link_latency_s=link_latency_s, memory=memory.padded(n, len(devs) - n, extra_alias),
                  options=SimOptions(concurrency=options.concurrency, ready_order=options.ready_order,
                                     shared=options.shared, inline_first=options.inline_first,
-                                    memory_pools=options.memory_pools))
+                                    memory_pools=options.memory_pools,
+                                    memory_pool_history=options.memory_pool_history))
     timeline = tuple(x for x in r.timeline if x[0] < n)
     transfers = tuple((origin[ti], i, j, ts, te) for ti, i, j, ts, te in r.transfers)
     # what a send or receive op holds is its original tensor's, so its producer's
@@ -1017,11 +1025,15 @@ def _reads_until(tensors: Sequence[TensorEdge], a: np.ndarray,
 def _peak_memory(tensors: Sequence[TensorEdge], a: np.ndarray, k: int,
                  timeline: Sequence[tuple[int, int, float, float]],
                  transfers: Sequence[tuple[int, int, int, float, float]],
-                 memory: MemoryTraits, pools: Sequence[float | None] = ()) -> tuple[np.ndarray, np.ndarray]:
+                 memory: MemoryTraits, pools: Sequence[float | None] = (),
+                 history: Sequence[Sequence[tuple[Hashable, float]]] = ()) -> tuple[np.ndarray, np.ndarray]:
     """Per device: resident + the most live tensor bytes (a pooled device: what its pool holds, ``pools``:
-    :attr:`SimOptions.memory_pools`); per node: what it holds live at those peaks."""
+    :attr:`SimOptions.memory_pools`, after ``history``: :attr:`SimOptions.memory_pool_history`); per node:
+    what it holds live at those peaks."""
     if pools and len(pools) != k:
         raise ValueError(f"memory_pools has {len(pools)} entries for {k} devices")
+    if history and len(history) != k:
+        raise ValueError(f"memory_pool_history has {len(history)} entries for {k} devices")
     resident_bytes, aliasing, inplace, held = memory.resident_bytes, memory.aliasing, memory.inplace, memory.held
     start = {v: s for v, _, s, _ in timeline}
     end = {v: e for v, _, _, e in timeline}
@@ -1102,17 +1114,19 @@ def _peak_memory(tensors: Sequence[TensorEdge], a: np.ndarray, k: int,
         peak += np.bincount(a, weights=np.asarray(resident_bytes, dtype=float), minlength=k)
     for d, limit in enumerate(pools):
         if limit is not None:
-            peak[d] = max(peak[d], _pool_peak(d, limit, a, resident_bytes, events))
+            peak[d] = max(peak[d], _pool_peak(d, limit, a, resident_bytes, events, history[d] if history else ()))
     return peak, at_peak
 
 
 def _pool_peak(d: int, limit: float, a: np.ndarray, resident_bytes: Sequence[float] | None,
-               events: Sequence[tuple[float, int, int, float, int, tuple[int, int]]]) -> float:
-    """Device ``d``'s pool (:mod:`cost_models.pool`): its resident bytes allocated first, node by node, then
-    the step's allocations and frees twice (a pool keeps its regions from one step to the next); the most
-    it holds in use, or ``limit`` plus the first allocation it cannot serve."""
+               events: Sequence[tuple[float, int, int, float, int, tuple[int, int]]],
+               history: Sequence[tuple[Hashable, float]] = ()) -> float:
+    """Device ``d``'s pool (:mod:`cost_models.pool`): what it served before the step first (``history``, its
+    peak not counted: those tensors are gone), its resident bytes allocated, node by node, then the step's
+    allocations and frees twice (a pool keeps its regions from one step to the next); the most it holds in use
+    from the resident bytes on, or ``limit`` plus the first allocation it cannot serve."""
     held = [] if resident_bytes is None else [
         (("resident", v), float(b)) for v, b in enumerate(resident_bytes) if a[v] == d and b > 0]
     step = [(key, delta) for _, _, dev, delta, _, key in events if dev == d]
-    use = replay_pool([*held, *step, *step], limit)
+    use = replay_pool([*held, *step, *step], limit, before=history)
     return use.peak_bytes if use.failed is None else limit + use.failed_bytes

@@ -168,6 +168,12 @@ def test_link_calibration_on_logical_devices(devices):
     for fit in fits.values():
         assert fit.points == 3 and fit.link.latency_s >= 0 and fit.link.bandwidth_bytes_per_s > 0
     assert calibrated.link(0, 1) == fits[(0, 1)].link
+    # both ends' pools saw two payloads of each size at once (replayed where a pool is: DeviceSpec(memory_pool_bytes))
+    from placer.measure.links import calibration_pool_events
+
+    events = calibration_pool_events(("link calibration", 0, 1), (1 << 10, 1 << 16, 1 << 20))
+    assert calibrated.pool_history == (tuple(events), tuple(events)) and len(events) == 12
+    assert calibrated.memory_pool_history() == ()  # logical CPUs: no pool replayed
     with pytest.raises(CostError, match="at least three sizes"):
         calibrate_links(devset, sizes=(1 << 10, 1 << 16), repeats=1)
     from placer.measure.links import measure_link, measure_transfer_cpu

@@ -217,3 +217,43 @@ def test_a_tensor_freed_the_moment_it_is_made_holds_nothing_in_the_pool():
     r = simulate(durations, tensors, np.zeros(2, dtype=int), lambda i, j, b: 0.0, memory=MemoryTraits(),
                  options=SimOptions(peak_memory=True, memory_pools=(math.inf,)))
     assert r.peak_memory_bytes[0] == 64 * MiB  # node 1's output alone, in a 64 MiB chunk
+
+
+def test_what_ran_before_on_a_pool_decides_whether_a_large_shard_splits_its_region():
+    """A 360 MiB shard on a worker whose pool is capped at 528 MiB (the SGD recommender's): on a fresh pool it
+    takes 360 MiB of a 512 MiB region (the 152 MiB rest is split off); after the link calibration's payloads
+    (``calibration_pool_events``: 62 MiB of regions) it takes the 466 MiB region the cap leaves whole, as
+    its allocator reported on the workers; after a profile that also held a 64 MiB stand-in table there
+    (``profile_pool_events``), 400 MiB (measured: 404 MiB in use with the small requests). The history reaches
+    the simulator through the device set and the problem, and only for the devices whose pool is replayed."""
+    import networkx as nx
+    import numpy as np
+
+    from placer.core.build import build_problem
+    from placer.core.devices import DeviceSpec, resolve_devices
+    from placer.errors import DeviceError
+    from placer.measure.links import calibration_pool_events
+    from placer.tf.costs import profile_pool_events
+
+    calibration = calibration_pool_events(("link calibration", 0, 1))
+    stand_in = profile_pool_events({"table:0": np.zeros(16 * MiB, np.float32)})
+    g = nx.DiGraph()
+    g.add_node("shard", compute_us=1.0, memory_bytes=360 * MiB)
+    g.add_node("gather", compute_us=1.0)
+    g.add_edge("shard", "gather", bytes=1024)
+    specs = [DeviceSpec(f"/CPU:{i}", memory_bytes=1 << 30, memory_pool_bytes=528 * MiB) for i in range(2)]
+    peaks = []
+    for history in ((), calibration, [*stand_in, *calibration]):
+        devset = resolve_devices(specs)
+        if history:
+            devset = devset.with_pool_events(1, history)
+        built = build_problem(g, devset)
+        assert built.problem.symmetric == (not history)
+        peaks.append(built.simulate(np.array([1, 1])).peak_memory_bytes[1] / MiB)
+    assert [round(p) for p in peaks] == [360, 466, 400]
+    # a device without a pool replays nothing: its peak is the shard
+    plain = resolve_devices([DeviceSpec("/CPU:0"), DeviceSpec("/CPU:1")]).with_pool_events(1, calibration)
+    assert plain.memory_pool_history() == ()
+    assert build_problem(g, plain).simulate(np.array([1, 1])).peak_memory_bytes[1] == 360 * MiB + 1024
+    with pytest.raises(DeviceError, match="no device 2"):
+        plain.with_pool_events(2, calibration)

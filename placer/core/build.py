@@ -546,7 +546,8 @@ def build_problem(graph: nx.DiGraph, devices: DeviceSet, *, group_by: str = DEFA
         tensors=group_tensors(tensors, group), bandwidth=bw, latency=lat, order=range(n),
         schedule=Schedule(durations, tuple(tensors), tuple(control), group, _fed(graph, nodes)),
         shared=[(h.devices, h.capacity, h.per_device) for h in devices.shared], transfer_cpu=devices.transfer_cpu(),
-        ready_order=devices.ready_order, measured_links=devices.measured_links(), memory_pools=devices.memory_pools())
+        ready_order=devices.ready_order, measured_links=devices.measured_links(), memory_pools=devices.memory_pools(),
+        memory_pool_history=devices.memory_pool_history())
     layer_keys = None
     if any(LAYER in graph.nodes[v] for v in nodes):
         layer_keys = tuple(graph.nodes[nodes[mm[0]]].get(LAYER) for mm in members)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Iterable, Mapping, Sequence
+from typing import Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -244,9 +244,17 @@ class DeviceSet:
     #: threads), ``"lifo"`` (depth first: TF workers with one inter-op thread run a finished op's
     #: successor inline), ``None``: ``"fifo"`` (``cost_models.SimOptions.ready_order``).
     ready_order: str | None = None
+    #: Per device (empty: none recorded), what autoplace's own stages allocated and freed in its allocator pool
+    #: before the placement (``(key, bytes)`` events, ``bytes < 0`` a free: :func:`cost_models.pool.replay_pool`'s
+    #: ``before``): a pool keeps the regions it took, which decides where a later large tensor goes
+    #: (:meth:`with_pool_events`; replayed for devices with ``memory_pool_bytes``).
+    pool_history: tuple[tuple[tuple[Hashable, float], ...], ...] = ()
 
     def __post_init__(self) -> None:
         checked_ready_order(self.ready_order, DeviceError)
+        if self.pool_history and len(self.pool_history) != len(self.devices):
+            raise DeviceError(f"pool_history must be empty or one sequence of events per device, not "
+                              f"{len(self.pool_history)} for {len(self.devices)} devices")
         seen: set[int] = set()
         for sp in self.shared:
             if max(sp.devices) >= len(self.devices) or seen & set(sp.devices):
@@ -257,6 +265,22 @@ class DeviceSet:
     def with_shared(self, shared: Sequence[SharedProcessor]) -> "DeviceSet":
         """The same devices and links with these shared processors."""
         return replace(self, shared=tuple(shared))
+
+    def with_pool_events(self, device: int, events: Sequence[tuple[Hashable, float]]) -> "DeviceSet":
+        """The same set with ``events`` (allocations and frees, :attr:`pool_history`) appended to device
+        ``device``'s pool history.
+
+        Examples
+        --------
+        >>> ds = resolve_devices(["/CPU:0", "/CPU:1"]).with_pool_events(1, [("probe", 4096), ("probe", -1)])
+        >>> ds.pool_history
+        ((), (('probe', 4096.0), ('probe', -1.0)))
+        """
+        if not 0 <= device < len(self.devices):
+            raise DeviceError(f"no device {device} among 0..{len(self.devices) - 1}")
+        history = [list(h) for h in self.pool_history] or [[] for _ in self.devices]
+        history[device] += [(key, float(b)) for key, b in events]
+        return replace(self, pool_history=tuple(tuple(h) for h in history))
 
     def first(self, n: int) -> "DeviceSet":
         """The first ``n`` devices with the links between them, their fits, and the shared processors of two or
@@ -280,7 +304,8 @@ class DeviceSet:
                        if len(kept := tuple(d for d in sp.devices if d < n)) >= 2)
         return replace(self, devices=self.devices[:n],
                        links={ij: link for ij, link in self.links.items() if max(ij) < n},
-                       fits={ij: fit for ij, fit in self.fits.items() if max(ij) < n}, shared=shared)
+                       fits={ij: fit for ij, fit in self.fits.items() if max(ij) < n}, shared=shared,
+                       pool_history=self.pool_history[:n])
 
     @property
     def calibrated(self) -> frozenset[tuple[int, int]]:
@@ -333,6 +358,16 @@ class DeviceSet:
         """
         pools = tuple(None if d.memory_pool_bytes is None else float(d.memory_pool_bytes) for d in self.devices)
         return pools if any(p is not None for p in pools) else ()
+
+    def memory_pool_history(self) -> tuple[tuple[tuple[Hashable, float], ...], ...]:
+        """:attr:`pool_history` where a device's pool is replayed (``cost_models.SimOptions.memory_pool_history``):
+        per device its events, or none for a device without ``memory_pool_bytes``; empty when no pooled device
+        has any."""
+        pools = self.memory_pools()
+        if not pools or not self.pool_history:
+            return ()
+        history = tuple(h if p is not None else () for h, p in zip(self.pool_history, pools))
+        return history if any(history) else ()
 
     def measured_links(self) -> tuple[tuple[tuple[int, int], Link], ...]:
         """The links whose transfer times were measured (``Link.points``): ``((i, j), link)`` pairs for

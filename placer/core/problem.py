@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Hashable, Sequence
 
 import numpy as np
 
@@ -214,6 +214,9 @@ class PlacementProblem:
         Per device (empty: none), the limit of its allocator's pool where the simulated peak replays it
         (``cost_models.SimOptions.memory_pools``; ``placer.core.devices.DeviceSet.memory_pools``). Kept when
         :meth:`with_memory` lowers the capacities the solvers see.
+    memory_pool_history : tuple of tuple of (key, bytes)
+        Per device (empty: none), what its pool served before the step, replayed first
+        (``cost_models.SimOptions.memory_pool_history``; ``placer.core.devices.DeviceSet.pool_history``).
     """
 
     names: tuple[str, ...]
@@ -232,6 +235,7 @@ class PlacementProblem:
     ready_order: str | None = None
     measured_links: tuple[tuple[tuple[int, int], Link], ...] = ()
     memory_pools: tuple[float | None, ...] = ()
+    memory_pool_history: tuple[tuple[tuple[Hashable, float], ...], ...] = ()
     _memo: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
     @property
@@ -263,6 +267,7 @@ class PlacementProblem:
         ready_order: str | None = None,
         measured_links: Sequence[tuple[tuple[int, int], Link]] = (),
         memory_pools: Sequence[float | None] = (),
+        memory_pool_history: Sequence[Sequence[tuple[Hashable, float]]] = (),
     ) -> "PlacementProblem":
         """Validate the arrays and build a frozen problem.
 
@@ -333,10 +338,14 @@ class PlacementProblem:
         pools = tuple(None if p is None else float(p) for p in memory_pools)
         if pools and (len(pools) != k or any(p is not None and not p > 0 for p in pools)):
             raise GraphError(f"memory_pools must be empty or one positive limit (or None) per device, not {pools}")
-        symmetric = symmetric and len(set(pools)) <= 1
+        history = tuple(tuple((key, float(b)) for key, b in events) for events in memory_pool_history)
+        if history and len(history) != k:
+            raise GraphError(f"memory_pool_history must be empty or one sequence of events per device, "
+                             f"not {len(history)} for {k} devices")
+        symmetric = symmetric and len(set(pools)) <= 1 and len(set(history)) <= 1
         return cls(tuple(names), _frozen(c), _frozen(mem), _frozen(cap), tuple(tensors),
                    _frozen(bw), _frozen(lat), order_t, symmetric, control_t, schedule, shared_t, cpu, ready_order,
-                   measured_t, pools)
+                   measured_t, pools, history)
 
     def with_memory(self, *, memory_bytes: np.ndarray | None = None,
                     capacity_bytes: np.ndarray | None = None) -> "PlacementProblem":
@@ -373,7 +382,8 @@ class PlacementProblem:
         return replace(base, shared=base.shared or self.shared, fed=base.fed or frozenset(fed),
                        transfer_cpu_s=base.transfer_cpu_s if base.transfer_cpu_s is not None else self.transfer_cpu,
                        ready_order=base.ready_order or self.ready_order,
-                       memory_pools=base.memory_pools or self.memory_pools)
+                       memory_pools=base.memory_pools or self.memory_pools,
+                       memory_pool_history=base.memory_pool_history or self.memory_pool_history)
 
     def parallel_devices(self) -> float:
         """How many ops' worth of work can run at once: one per device, a shared group's capacity for its devices."""

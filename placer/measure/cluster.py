@@ -164,9 +164,10 @@ WORKER_RUNTIME_BYTES = 1408 << 20
 #: tensor past it fails there cleanly: uncapped, a 360 MiB tensor reserved a 512 MiB region (``VmData`` +528 MB)
 #: and crossed the OS limit where the tensor alone fit.
 POOL_CAP_VARIABLE = "TF_MKL_ALLOC_MAX_BYTES"
-#: What a limited worker's capped pool keeps of transfers that are no model's tensors (link calibration sends
-#: payloads up to 16 MiB; the pool keeps their regions): with a 400 MiB cap a 360 MiB tensor no longer fit after
-#: calibration. :meth:`LocalCluster.device_specs` leaves it out of what a plan may use.
+#: What a limited worker without a replayed pool (oneDNN off) keeps for transfers that are no model's tensors
+#: (link calibration sends payloads up to 16 MiB): :meth:`LocalCluster.device_specs` leaves it out of what a plan
+#: may use there. With oneDNN's pool the plan's peak replays what the calibration and the profile left in the
+#: pool (``DeviceSet.pool_history``), so a plan may use the pool's whole cap.
 WORKER_TRANSFER_POOL_BYTES = 128 << 20
 #: The least ``memory_limit_bytes`` of a worker: its runtime, the transfers' pool and 256 MiB for tensors.
 MIN_WORKER_MEMORY_BYTES = WORKER_RUNTIME_BYTES + WORKER_TRANSFER_POOL_BYTES + (256 << 20)
@@ -300,25 +301,32 @@ class LocalCluster:
         return {"worker": [f"127.0.0.1:{p}" for p in self.ports]}
 
     def device_specs(self, devices: Sequence[str]) -> list[DeviceSpec]:
-        """``devices`` (what :func:`connect` returned for this cluster) with the memory each may plan for: the
-        worker's ``memory_limit_bytes`` less :data:`WORKER_RUNTIME_BYTES` and :data:`WORKER_TRANSFER_POOL_BYTES`
-        (no limit: ``memory_bytes=None``), and, with a limit and oneDNN's allocator on in the workers (TensorFlow's
-        default on x86; ``TF_ENABLE_ONEDNN_OPTS=0`` turns it off), ``memory_pool_bytes``: the cap of the BFC pool
-        their tensors come from (:data:`POOL_CAP_VARIABLE`: the limit less :data:`WORKER_RUNTIME_BYTES`), whose
-        chunks and regions a plan's peak then counts.
+        """``devices`` (what :func:`connect` returned for this cluster) with the memory each may plan for (no
+        limit: ``memory_bytes=None``). With a limit and oneDNN's allocator on in the workers (TensorFlow's default
+        on x86; ``TF_ENABLE_ONEDNN_OPTS=0`` turns it off): ``memory_pool_bytes``, the cap of the BFC pool their
+        tensors come from (:data:`POOL_CAP_VARIABLE`: the limit less :data:`WORKER_RUNTIME_BYTES`), whose chunks
+        and regions a plan's peak then counts after what autoplace's own stages left in it
+        (``DeviceSet.pool_history``), and ``memory_bytes`` the same cap. Without oneDNN: the limit less
+        :data:`WORKER_RUNTIME_BYTES` and :data:`WORKER_TRANSFER_POOL_BYTES`.
 
         Examples
         --------
         >>> worker = "/job:worker/replica:0/task:1/device:CPU:0"
         >>> spec = LocalCluster(2, memory_limit_bytes=2 << 30).device_specs([worker])
         >>> spec[0].memory_bytes >> 20, spec[0].memory_pool_bytes >> 20
-        (512, 640)
+        (640, 640)
+        >>> spec = LocalCluster(2, memory_limit_bytes=2 << 30, env={"TF_ENABLE_ONEDNN_OPTS": "0"}).device_specs([worker])
+        >>> spec[0].memory_bytes >> 20, spec[0].memory_pool_bytes
+        (512, None)
         """
-        memory = None if self.memory_limit_bytes is None else (
-            self.memory_limit_bytes - WORKER_RUNTIME_BYTES - WORKER_TRANSFER_POOL_BYTES)
+        if self.memory_limit_bytes is None:
+            return [DeviceSpec(d) for d in devices]
         onednn = {**os.environ, **self.env}.get("TF_ENABLE_ONEDNN_OPTS", "1").strip().lower() not in ("0", "false")
-        pool = self.memory_limit_bytes - WORKER_RUNTIME_BYTES if memory is not None and onednn else None
-        return [DeviceSpec(d, memory_bytes=memory, memory_pool_bytes=pool) for d in devices]
+        if onednn:
+            pool = self.memory_limit_bytes - WORKER_RUNTIME_BYTES
+            return [DeviceSpec(d, memory_bytes=pool, memory_pool_bytes=pool) for d in devices]
+        memory = self.memory_limit_bytes - WORKER_RUNTIME_BYTES - WORKER_TRANSFER_POOL_BYTES
+        return [DeviceSpec(d, memory_bytes=memory) for d in devices]
 
     @property
     def profiler_addresses(self) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Hashable, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -120,6 +120,32 @@ class ComputeCosts:
     fingerprint: str = ""
     #: Table placeholder → the rows of the stand-in it was profiled by (:func:`compute_costs`' ``table_rows``).
     stand_ins: Mapping[str, int] = field(default_factory=dict)
+    #: gRPC worker device profiled on now → what the profile left in its allocator pool
+    #: (:func:`profile_pool_events`; ``placer.core.devices.DeviceSet.pool_history``).
+    pool_events: Mapping[str, tuple[tuple[Hashable, float], ...]] = field(default_factory=dict)
+
+
+def profile_pool_events(resources: Mapping[str, Any]) -> tuple[tuple[Hashable, float], ...]:
+    """What profiling on a worker leaves in its allocator pool, as ``(key, bytes)`` events
+    (``placer.core.devices.DeviceSet.pool_history``): each weight fed to the profiling session in turn (its
+    value as it arrives, then the variable it is assigned to, then the fed value freed), and the variables
+    freed when the session closes. The step's own tensors are left out.
+
+    Measured on a worker whose pool is capped at 528 MiB (2026-12-08, the SGD recommender's 64 MiB stand-in
+    table profiled there): a 360 MiB tensor placed after the profile took a whole 400 MiB region (the cap less
+    the profile's two 64 MiB regions), as these events replayed before it give; the link calibration after
+    the profile added none (401 MiB in use).
+
+    >>> events = profile_pool_events({"w:0": np.zeros((1024, 64), np.float32)})
+    >>> [(key[2], nbytes) for key, nbytes in events]
+    [('fed', 262144.0), ('variable', 262144.0), ('fed', -1.0), ('variable', -1.0)]
+    """
+    events: list[tuple[Hashable, float]] = []
+    for name, value in resources.items():
+        fed, variable = ("profile", name, "fed"), ("profile", name, "variable")
+        nbytes = float(np.asarray(value).nbytes)
+        events += [(fed, nbytes), (variable, nbytes), (fed, -1.0)]
+    return tuple(events) + tuple((("profile", name, "variable"), -1.0) for name in resources)
 
 
 def sample_inputs(traced: TracedModel, seed: int, table_rows: Mapping[str, int] | None = None
@@ -249,6 +275,7 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
     fp = fingerprint(gd.SerializeToString(deterministic=True))
     feeds, fed = sample_inputs(traced, seed, table_rows), feeds_key(traced, table_rows)  # the same for every kind
     remote_of: dict[str, tuple[str, str]] = {}  # kind -> (device, grpc address) of its first device on a worker
+    pool_events: dict[str, tuple[tuple[Hashable, float], ...]] = {}
     addresses = worker_addresses(devices)
     for name in devices:
         task, kind = device_host(name), device_kind(name)
@@ -321,6 +348,7 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
                     cache.put(key, calibrated, result.spread_us)
                 if target:
                     log.info("%s ops profiled on %s (%s)", kind, device, target)
+                    pool_events[device] = profile_pool_events(resources)
                 us[kind], source[kind], unknown[kind] = calibrated, "measured", ()
             if runtime:  # the runtime's step against the op times it scales, with the session closed (runtime_factor)
                 run_on = device if target else _local_device(kind, devices)
@@ -331,7 +359,7 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
                     cache.put_figures(factor_key, {"factor": factor})
         except ValueError as e:
             raise CostError(str(e)) from e
-    return ComputeCosts(us, source, unknown, factors, fp, dict(table_rows or {}))
+    return ComputeCosts(us, source, unknown, factors, fp, dict(table_rows or {}), pool_events)
 
 
 def _usable_factor(value: Any) -> bool:

@@ -72,7 +72,7 @@ from ..core.splits import (Split, descend_splits, helper_owner, pair_ops, rejoin
 from ..errors import (AutoplaceError, InputSignatureError, InsufficientMemoryError, NoFeasiblePlanError, PlanError,
                       TrainingError)
 from ..measure.hosts import executor_ready_order, sharing_groups
-from ..measure.links import calibrate_links
+from ..measure.links import calibrate_links, with_calibration_history
 from ..planner import DEFAULT_SOLVER, PlanOptions, pipeline_plan, plan_problem, replica_plan
 from .codecs import measure_codec_costs
 from .costs import ComputeCosts, compute_costs, worker_identity
@@ -943,6 +943,9 @@ def _first_stages(model: Any, devices: Sequence[Any], opts: PlacementOptions, ti
         profile_on, table_rows = _profiling(traced, devset)
         costs = compute_costs(traced, sorted({d.kind for d in devset.devices}), opts.costs, profile_on,
                               table_rows=table_rows)
+        for name, events in costs.pool_events.items():  # what the profile left in that worker's pool
+            if name in devset.names:
+                devset = devset.with_pool_events(devset.names.index(name), events)
     return _FirstStages(opts, devset, tuple(groups), shell, traced, tuple(input_specs), costs)
 
 
@@ -982,7 +985,9 @@ def _hosts(model: keras.Model, traced: TracedModel, devset: DeviceSet, opts: Pla
                 out = _with_host_figures(devset, cached)
             except (AutoplaceError, KeyError, TypeError, ValueError, IndexError) as e:
                 log.warning("ignoring the cached host figures (%s); measuring them again", e)
-            else:
+            else:  # the cache keys them by worker process: those processes were calibrated, their pools show it
+                calibrated = [(i, j) for i, j in out.fits if i < j and (i, j) not in devset.fits]
+                out = with_calibration_history(out, calibrated)
                 return out, f"host figures ({what}) from the profile cache"
     if calibrate:
         devset = calibrate_links(devset, cross_process_only=True, transfer_cpu=True)[0]
