@@ -37,10 +37,10 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass
-from typing import Hashable, Iterable
+from typing import Hashable, Iterable, Mapping
 
 __all__ = ["FIRST_REGION", "MAX_INTERNAL_FRAGMENTATION", "MIN_ALLOCATION", "SMALL_ALLOCATION", "BFCPool",
-           "PoolUse", "replay_pool"]
+           "PoolUse", "fed_weight_events", "paired_payload_events", "replay_pool", "written_weight_events"]
 
 #: Every chunk is a multiple of this many bytes (``kMinAllocationSize``).
 MIN_ALLOCATION = 256
@@ -256,3 +256,62 @@ def replay_pool(events: Iterable[tuple[Hashable, float]], limit: float = math.in
             return PoolUse(peak, float(pool.reserved), i, float(nbytes))
         peak = max(peak, pool.bytes)
     return PoolUse(peak, float(pool.reserved))
+
+
+# What a worker's pool served before a placement, as events for ``replay_pool(before=)`` (each pattern measured
+# on a worker whose pool was capped at 528 MiB: a 360 MiB tensor placed after it, its allocator's bytes in use
+# read from the profiler's events, 2026-12-08; ``docs/costs.md``, memory).
+
+def paired_payload_events(label: Hashable, sizes: Iterable[float]) -> list[tuple[Hashable, float]]:
+    """Two tensors of each size at once, size after size, each pair freed before the next: a link
+    calibration's payloads (a hop's input and its product). Measured: after the default calibration
+    (4 KiB .. 16 MiB) the 360 MiB tensor took a whole 466 MiB region, as replayed.
+
+    >>> paired_payload_events("link", [4096])
+    [(('link', 4096, 0), 4096.0), (('link', 4096, 1), 4096.0), (('link', 4096, 0), -1.0), (('link', 4096, 1), -1.0)]
+    """
+    out: list[tuple[Hashable, float]] = []
+    for size in sizes:
+        keys = [(label, int(size), i) for i in range(2)]
+        out += [(key, float(size)) for key in keys] + [(key, -1.0) for key in keys]
+    return out
+
+
+def fed_weight_events(label: Hashable, sizes: Mapping[str, float]) -> list[tuple[Hashable, float]]:
+    """Weights fed to a session in turn (each value as it arrives, the variable it is assigned to, the value
+    freed), the variables freed at the end: a profile's. Measured: after a profile that fed a 64 MiB table,
+    the 360 MiB tensor took a whole 400 MiB region, as replayed.
+
+    >>> [(key[2], b) for key, b in fed_weight_events("profile", {"w": 1 << 20})]
+    [('fed', 1048576.0), ('variable', 1048576.0), ('fed', -1.0), ('variable', -1.0)]
+    """
+    out: list[tuple[Hashable, float]] = []
+    for name, nbytes in sizes.items():
+        fed, variable = (label, name, "fed"), (label, name, "variable")
+        out += [(fed, float(nbytes)), (variable, float(nbytes)), (fed, -1.0)]
+    return out + [((label, name, "variable"), -1.0) for name in sizes]
+
+
+def written_weight_events(label: Hashable, sizes: Mapping[str, float], piece_bytes: float
+                          ) -> list[tuple[Hashable, float]]:
+    """Weights copied onto the device as variables made there and written in pieces of at most ``piece_bytes``
+    (each piece arriving and freed in turn; ``placer.tf.remote.variable_on``), the variables freed at the end:
+    the weight copies a shared-capacity probe or a runtime factor times. Measured: after a 40 MiB weight so
+    copied and dropped, the 360 MiB tensor took a whole 400 MiB region; after a 100 MiB one the pool could not
+    serve it at all (regions of 128 and 128 MiB left 272 MiB under the cap), both as replayed.
+
+    >>> [(key[2], b) for key, b in written_weight_events("copy", {"w": 40 << 20}, 16 << 20)][:4]
+    [('variable', 41943040.0), (('piece', 0), 16777216.0), (('piece', 0), -1.0), (('piece', 1), 16777216.0)]
+    """
+    if not piece_bytes > 0:
+        raise ValueError(f"piece_bytes must be positive, not {piece_bytes!r}")
+    out: list[tuple[Hashable, float]] = []
+    for name, nbytes in sizes.items():
+        out.append(((label, name, "variable"), float(nbytes)))
+        left, i = float(nbytes), 0
+        while left > 0:
+            piece = (label, name, ("piece", i))
+            out += [(piece, float(min(piece_bytes, left))), (piece, -1.0)]
+            left -= piece_bytes
+            i += 1
+    return out + [((label, name, "variable"), -1.0) for name in sizes]

@@ -224,7 +224,9 @@ def test_what_ran_before_on_a_pool_decides_whether_a_large_shard_splits_its_regi
     takes 360 MiB of a 512 MiB region (the 152 MiB rest is split off); after the link calibration's payloads
     (``calibration_pool_events``: 62 MiB of regions) it takes the 466 MiB region the cap leaves whole, as
     its allocator reported on the workers; after a profile that also held a 64 MiB stand-in table there
-    (``profile_pool_events``), 400 MiB (measured: 404 MiB in use with the small requests). The history reaches
+    (``profile_pool_events``), 400 MiB (measured: 404 MiB in use with the small requests); after a 40 MiB weight
+    copied there and dropped (``written_weight_events``), 400 MiB, and after a 100 MiB one nothing (measured: out
+    of memory). The history reaches
     the simulator through the device set and the problem, and only for the devices whose pool is replayed."""
     import networkx as nx
     import numpy as np
@@ -235,22 +237,27 @@ def test_what_ran_before_on_a_pool_decides_whether_a_large_shard_splits_its_regi
     from placer.measure.links import calibration_pool_events
     from placer.tf.costs import profile_pool_events
 
+    from cost_models.pool import written_weight_events
+
     calibration = calibration_pool_events(("link calibration", 0, 1))
     stand_in = profile_pool_events({"table:0": np.zeros(16 * MiB, np.float32)})
+    copied = {size: written_weight_events("copies", {"w": size * MiB}, 16 * MiB) for size in (40, 100)}
     g = nx.DiGraph()
     g.add_node("shard", compute_us=1.0, memory_bytes=360 * MiB)
     g.add_node("gather", compute_us=1.0)
     g.add_edge("shard", "gather", bytes=1024)
     specs = [DeviceSpec(f"/CPU:{i}", memory_bytes=1 << 30, memory_pool_bytes=528 * MiB) for i in range(2)]
     peaks = []
-    for history in ((), calibration, [*stand_in, *calibration]):
+    for history in ((), calibration, [*stand_in, *calibration], copied[40], copied[100]):
         devset = resolve_devices(specs)
         if history:
             devset = devset.with_pool_events(1, history)
         built = build_problem(g, devset)
         assert built.problem.symmetric == (not history)
         peaks.append(built.simulate(np.array([1, 1])).peak_memory_bytes[1] / MiB)
-    assert [round(p) for p in peaks] == [360, 466, 400]
+    # after a 100 MiB weight copied and dropped (two 128 MiB regions) the pool cannot serve the shard: its cap
+    # plus the shard, as the worker ran out of memory there
+    assert [round(p) for p in peaks] == [360, 466, 400, 400, 528 + 360]
     # a device without a pool replays nothing: its peak is the shard
     plain = resolve_devices([DeviceSpec("/CPU:0"), DeviceSpec("/CPU:1")]).with_pool_events(1, calibration)
     assert plain.memory_pool_history() == ()

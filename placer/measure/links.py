@@ -29,6 +29,8 @@ from typing import Any, Callable, Hashable, Iterable, Sequence
 import numpy as np
 import tensorflow as tf
 
+from cost_models.pool import paired_payload_events
+
 from cost_models.comm import CalibrationError, LinkFit, fit_link
 
 from ..core.devices import DeviceSet
@@ -260,20 +262,12 @@ def measure_transfer_cpu(src: str, dst: str, counts: tuple[int, int] = (8, 64), 
 def calibration_pool_events(label: Hashable, sizes: Sequence[int] = DEFAULT_SIZES) -> list[tuple[Hashable, float]]:
     """What :func:`measure_link` leaves in each end's allocator pool, as ``(key, bytes)`` events
     (:attr:`placer.core.devices.DeviceSet.pool_history`): for each payload size in turn, two tensors of that
-    size at once (a hop's input and its product), then both freed.
-
-    Measured on a worker limited to a 528 MiB pool (2026-12-08): after the default calibration a 360 MiB
-    tensor took a whole region of 466 MiB (the pool's cap less 62 MiB of the calibration's regions), as these
-    events replayed before it give; without a calibration, 360 MiB of a 512 MiB region.
+    size at once (a hop's input and its product), then both freed (:func:`cost_models.pool.paired_payload_events`).
 
     >>> calibration_pool_events("link", [4096, 1 << 20])[:3]
     [(('link', 4096, 0), 4096.0), (('link', 4096, 1), 4096.0), (('link', 4096, 0), -1.0)]
     """
-    out: list[tuple[Hashable, float]] = []
-    for size in sizes:
-        keys = [(label, int(size), i) for i in range(2)]
-        out += [(key, float(size)) for key in keys] + [(key, -1.0) for key in keys]
-    return out
+    return paired_payload_events(label, sizes)
 
 
 def calibrate_links(devset: DeviceSet, sizes: Sequence[int] = DEFAULT_SIZES, repeats: int = 7, *,

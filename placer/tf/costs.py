@@ -28,7 +28,8 @@ from cost_models.analytic import (
     estimate_graph,
 )
 from cost_models.cache import CacheKey, ProfileCache, default_cache_dir, fingerprint
-from cost_models.profile import GraphProfiler, OpProfile, ProfileOutOfMemory
+from cost_models.pool import fed_weight_events, written_weight_events
+from cost_models.profile import PIECE_BYTES, GraphProfiler, OpProfile, ProfileOutOfMemory
 
 from ..core.devices import device_host, device_kind
 from ..core.splits import Split
@@ -37,7 +38,7 @@ from ..errors import CostError, WorkerError
 from ..measure.health import probe_worker
 from ..measure.hosts import clip_runtime_factor
 from .remote import worker_addresses
-from .graphdef import row_gathers
+from .graphdef import row_gathers, variable_bytes
 from .rewrites.gathers import gather_rows
 from .rewrites.split import split_graph_def
 from .timing import runtime_factor
@@ -129,23 +130,22 @@ def profile_pool_events(resources: Mapping[str, Any]) -> tuple[tuple[Hashable, f
     """What profiling on a worker leaves in its allocator pool, as ``(key, bytes)`` events
     (``placer.core.devices.DeviceSet.pool_history``): each weight fed to the profiling session in turn (its
     value as it arrives, then the variable it is assigned to, then the fed value freed), and the variables
-    freed when the session closes. The step's own tensors are left out.
-
-    Measured on a worker whose pool is capped at 528 MiB (2026-12-08, the SGD recommender's 64 MiB stand-in
-    table profiled there): a 360 MiB tensor placed after the profile took a whole 400 MiB region (the cap less
-    the profile's two 64 MiB regions), as these events replayed before it give; the link calibration after
-    the profile added none (401 MiB in use).
+    freed when the session closes (:func:`cost_models.pool.fed_weight_events`). The step's own tensors are
+    left out.
 
     >>> events = profile_pool_events({"w:0": np.zeros((1024, 64), np.float32)})
     >>> [(key[2], nbytes) for key, nbytes in events]
     [('fed', 262144.0), ('variable', 262144.0), ('fed', -1.0), ('variable', -1.0)]
     """
-    events: list[tuple[Hashable, float]] = []
-    for name, value in resources.items():
-        fed, variable = ("profile", name, "fed"), ("profile", name, "variable")
-        nbytes = float(np.asarray(value).nbytes)
-        events += [(fed, nbytes), (variable, nbytes), (fed, -1.0)]
-    return tuple(events) + tuple((("profile", name, "variable"), -1.0) for name in resources)
+    return tuple(fed_weight_events("profile", {name: float(np.asarray(v).nbytes) for name, v in resources.items()}))
+
+
+def weight_copy_events(label: str, traced: TracedModel) -> tuple[tuple[Hashable, float], ...]:
+    """What copying ``traced``'s weights onto a worker and dropping them leaves in its allocator pool
+    (:func:`placer.tf.timing.weight_copies`: each made there and written in pieces;
+    :func:`cost_models.pool.written_weight_events`): the runtime factor's and the shared-capacity probe's."""
+    sizes = {ph: float(variable_bytes(v)) for ph, v in traced.fixed_captures[0].items()}
+    return tuple(written_weight_events(label, sizes, PIECE_BYTES))
 
 
 def sample_inputs(traced: TracedModel, seed: int, table_rows: Mapping[str, int] | None = None
@@ -352,7 +352,20 @@ def compute_costs(traced: TracedModel, kinds: Sequence[str], options: ProfileOpt
                 us[kind], source[kind], unknown[kind] = calibrated, "measured", ()
             if runtime:  # the runtime's step against the op times it scales, with the session closed (runtime_factor)
                 run_on = device if target else _local_device(kind, devices)
-                factor = runtime_factor(traced, run_on, sum(us[kind].values()) * 1e-6, seed=seed)
+                try:
+                    factor = runtime_factor(traced, run_on, sum(us[kind].values()) * 1e-6, seed=seed)
+                except tf.errors.ResourceExhaustedError as e:
+                    if not target:
+                        raise
+                    # a worker under a memory limit whose pool the earlier stages' copies left too fragmented for
+                    # another copy of the weights (benchmarks/pool_history.py): its op times stay as profiled
+                    log.warning("%s: the runtime factor's copy of the weights ran out of %s's memory (%s); the "
+                                "profiled op times are used unscaled", kind, run_on, str(e).strip().splitlines()[0])
+                    continue
+                finally:
+                    if target:  # its weight copies on the worker (dropped after, or what it made before failing)
+                        pool_events[run_on] = pool_events.get(run_on, ()) + weight_copy_events("runtime factor",
+                                                                                               traced)
                 factors[kind] = factor
                 us[kind] = {name: t * factor for name, t in us[kind].items()}
                 if cache is not None:

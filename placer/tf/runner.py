@@ -75,7 +75,7 @@ from ..measure.hosts import executor_ready_order, sharing_groups
 from ..measure.links import calibrate_links, with_calibration_history
 from ..planner import DEFAULT_SOLVER, PlanOptions, pipeline_plan, plan_problem, replica_plan
 from .codecs import measure_codec_costs
-from .costs import ComputeCosts, compute_costs, worker_identity
+from .costs import ComputeCosts, compute_costs, weight_copy_events, worker_identity
 from .emit import EmittedModel
 from .graphdef import row_tables, tensor_bytes, variable_bytes
 from .opgraph import OpGraph, build_op_graph
@@ -1000,6 +1000,9 @@ def _hosts(model: keras.Model, traced: TracedModel, devset: DeviceSet, opts: Pla
         if costs is not None and forward is traced and "CPU" in costs.us:
             work_s = sum(costs.us["CPU"].values()) * 1e-6
         devset = shared_processors(forward, devset, groups, given=given, seed=hosts.seed, work_s=work_s)
+        if given is None:  # the probe's weight copies on each worker process, dropped after
+            for i in sorted({i for group, pooled in groups if not pooled for i in group}):
+                devset = devset.with_pool_events(i, weight_copy_events("shared-capacity probe", forward))
         for sp in devset.shared:
             log.info("devices %s share one %s: capacity %.2f (%s)", [devset.names[i] for i in sp.devices],
                      "processor" if sp.pooled else "machine", sp.capacity, sp.source)
