@@ -226,10 +226,14 @@ def test_two_pinned_workers_place_a_model_and_shut_down():
     assert all(8 << 20 < p <= 12 << 20 for p in pooled["peaks"]) and len(pooled["peaks"]) == 2, pooled
     assert pooled["link_sources"] == ["calibrated"] and pooled["pools"] == [64 << 20] * 2, pooled
     workers = {f"/job:worker/replica:0/task:{i}/device:CPU:0" for i in range(2)}
-    # a two-stage training split: its stage boundary's activation and gradient are acknowledged with prompt
+    # a two-stage training split: its stage boundary's activation (and gradient) acknowledged with prompt
     # sends (and nothing with TensorFlow's order); both train as model.fit does
     prompt, executor = out["prompt_sends"], out["executor_sends"]
-    assert prompt["acks"] >= 2 and executor["acks"] == 0, out
+    # the activation into the second stage always (it unblocks that stage's forward and backward passes); the
+    # gradient back where what it unblocks (the first stage's backward pass, about 1 ms here) profiles at
+    # MIN_WORK_S or more: 2 acknowledgements until 2026-12-07, 1 on 2026-12-08 with the code of that day and of
+    # the day before alike
+    assert prompt["acks"] >= 1 and executor["acks"] == 0, out
     assert prompt["report"]["prompt"] and len(prompt["report"]["acknowledged"]) == prompt["acks"], prompt
     assert executor["report"] == {"prompt": False, "acknowledged": []}, executor
     for run in (prompt, executor):

@@ -61,7 +61,7 @@ from cost_models.simulate import SimOptions
 from ..core.build import BuiltProblem, build_problem, check_total_memory
 from ..core.order import SIMULATED_ORDER_MIN_OP_S, timeline_order
 from ..core.compression import CODECS, CompressionPolicy
-from ..core.devices import DeviceSet, SharedProcessor, device_host, device_kind, resolve_devices
+from ..core.devices import DeviceSet, DeviceSpec, SharedProcessor, device_host, device_kind, resolve_devices
 from ..core.microbatch import SmallBatchCosts, ParameterCodec, candidate_microbatches, simulate_pipeline
 from ..core.plan import KEPT, Candidate, Plan
 from ..core.attrs import COMPUTE_US, MEMORY_BYTES
@@ -289,17 +289,29 @@ def _one_device_peak(traced: TracedModel, devset: DeviceSet, device: int) -> flo
     return float(built.simulate(np.full(built.problem.n, device)).peak_memory_bytes[device])
 
 
-def _profile_devices(traced: TracedModel, devset: DeviceSet) -> list[str]:
+def _profile_devices(traced: TracedModel, devset: DeviceSet, *, again: bool = False) -> list[str]:
     """The devices :func:`~placer.tf.costs.compute_costs` may profile ``traced`` on: each kind's devices that
     hold its variables whole (:func:`_holds_whole`). Where none does (a model that runs only split), that kind
-    is profiled in this process."""
-    return [d.name for d, fits in zip(devset.devices, _holds_whole(traced, devset)) if fits]
+    is profiled in this process. ``again``: a later stage's profile (the micro-batch and splits stages), never
+    on a device whose allocator pool is replayed (:func:`_profiled_again_here`)."""
+    return [d.name for d, fits in zip(devset.devices, _holds_whole(traced, devset))
+            if fits and not (again and _profiled_again_here(d))]
+
+
+def _profiled_again_here(device: DeviceSpec) -> bool:
+    """Whether a later stage profiles in this process rather than on ``device``: a device whose allocator pool
+    the plan's memory replays (``memory_pool_bytes``: a memory-limited worker). Its pool keeps the regions of
+    every profile and weight copy made there; the costs and hosts stages' are in its replayed history
+    (``DeviceSet.pool_history``), and further profiles filled a limited worker's pool until it ran out of memory
+    or was killed (``benchmarks/results/pool_history.md``)."""
+    return device.memory_pool_bytes is not None
 
 
 def _note_unprofiled(devset: DeviceSet, devices: Sequence[str]) -> None:
     """Log each kind of ``devset`` that none of ``devices`` (those profiled on) is: profiled in this process."""
     for kind in sorted({d.kind for d in devset.devices} - {device_kind(n) for n in devices}):
-        log.info("costs: the model's weights fit no %s device; its ops are profiled in this process's %s instead",
+        log.info("costs: no %s device of the plan is profiled on (the model's weights fit none, or a later stage "
+                 "does not fill a limited worker's pool again); its ops are profiled in this process's %s instead",
                  kind, kind)
 
 
@@ -312,7 +324,7 @@ STAND_IN_SHARE = 0.5
 STAND_IN_MAX_BYTES = 64 << 20
 
 
-def _profiling(traced: TracedModel, devset: DeviceSet) -> tuple[list[str], dict[str, int]]:
+def _profiling(traced: TracedModel, devset: DeviceSet, *, again: bool = False) -> tuple[list[str], dict[str, int]]:
     """Where and how the costs stage profiles ``traced``: the devices it may profile on, and the stand-ins of its
     tables (resource placeholder → rows; :func:`~placer.tf.costs.compute_costs`' ``table_rows``).
 
@@ -322,8 +334,9 @@ def _profiling(traced: TracedModel, devset: DeviceSet) -> tuple[list[str], dict[
     is profiled by its first rows, as many as leave the variables fitting that kind's largest device
     (:data:`STAND_IN_SHARE` of what the other weights leave, at most :data:`STAND_IN_MAX_BYTES` in all), on that
     device: a worker's op times rather than this process's (the split trace's parts are still profiled here,
-    whole: :func:`_measured_parts`). A kind of this process is profiled here whole."""
-    devices = _profile_devices(traced, devset)
+    whole: :func:`_measured_parts`). A kind of this process is profiled here whole. ``again``: a later
+    stage's profile, never on a device whose pool is replayed (:func:`_profiled_again_here`)."""
+    devices = _profile_devices(traced, devset, again=again)
     missing = {d.kind for d in devset.devices} - {device_kind(n) for n in devices}
     variables = traced.fixed_captures[0]
     tables = sorted(row_tables(traced.fixed.graph) & set(variables))
@@ -337,7 +350,8 @@ def _profiling(traced: TracedModel, devset: DeviceSet) -> tuple[list[str], dict[
     rows: dict[str, int] = {}
     for kind in sorted(missing):
         # a kind of this process is profiled here whole (its memory is the plan's promise, not a limit)
-        workers = [i for i, d in enumerate(devset.devices) if d.kind == kind and device_host(d.name) in remote]
+        workers = [i for i, d in enumerate(devset.devices) if d.kind == kind and device_host(d.name) in remote
+                   and not (again and _profiled_again_here(d))]
         if not workers:
             continue
         largest = max(workers, key=lambda i: caps[i])
@@ -508,7 +522,8 @@ def _measured_parts(traced: TracedModel, op_graph: OpGraph, splits: Sequence[Spl
     kind that was measured: what :func:`~placer.core.splits.with_measured_parts` takes each subset's changed
     ops' times from (the other ops keep the trace's profile)."""
     kinds = sorted({d.kind for d in devset.devices})
-    devices = _profile_devices(traced, devset)  # a split table's parts clamp ids to its shard: no stand-ins
+    # a split table's parts clamp ids to its shard: no stand-ins; a limited worker's pool is not filled again
+    devices = _profile_devices(traced, devset, again=True)
     _note_unprofiled(devset, devices)
     measured = compute_costs(traced, kinds, replace(opts.costs, runtime=False), devices, splits=splits)
     g = op_graph.graph.copy()
@@ -869,7 +884,7 @@ def _durations_at(model: keras.Model, built: BuiltProblem, devset: DeviceSet, op
     rows), and its 2 micro-batches went from -0.3% to +23.9% off (2026-12-06). So the half batch measures its
     own and the smaller part takes that (:func:`_microbatches`)."""
     traced, _ = _trace(PlacedModel(model), model, opts, rows)
-    profile_on, table_rows = _profiling(traced, devset)
+    profile_on, table_rows = _profiling(traced, devset, again=True)
     kinds = sorted({d.kind for d in devset.devices})
     if runtime_factor is None:
         costs = compute_costs(traced, kinds, opts.costs, profile_on, table_rows=table_rows)
