@@ -26,6 +26,7 @@ Examples
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from typing import Any, Callable, Mapping, Sequence
@@ -139,6 +140,7 @@ def measure_shared_capacity(traced: TracedModel, devices: Sequence[str], *, roun
                               f"shared_capacity=<a number from 1 to {len(devices)}> (how many of these workers "
                               "run at full speed at once; the number of cores they have) to skip the probe"
                               ) from again
+    _free_copies()
     one_s, all_s = times[:2]
     capacity = capacity_from_times(one_s, all_s, len(devices))
     if not pooled:  # calling several processes costs more than one: compare the compute, not the calls
@@ -209,11 +211,21 @@ def runtime_factor(traced: TracedModel, device: str, reference_s: float, *, roun
         raise DeviceError("the runtime factor is measured with the forward pass, not a training step")
     copies = weight_copies(traced, [device])
     (one_s,) = _interleaved(traced, [[device]], rounds, budget_s, seed, copies, min_s=min_s)
+    del copies
+    _free_copies()
     compute_s = float(np.median(one_s)) - _call_seconds(traced, device)
     factor = clip_runtime_factor(compute_s / reference_s if reference_s > 0 else 1.0)
     log.info("runtime on %s: one step less its call %.3f ms, the profiled ops' sum %.3f ms: factor %.3f",
              device, 1e3 * compute_s, 1e3 * reference_s, factor)
     return factor
+
+
+def _free_copies() -> None:
+    """Free the weight copies a probe made on the devices now, not at the next garbage collection: the timed
+    functions that read them hold them in reference cycles, and until collected they stay in the workers'
+    memory, beside the plan's weights (a 4 x 4096 chain's probe copies doubled what its placed step held on a
+    limited worker, ``benchmarks/results/pool_history.md``; the plan's memory replay counts them as freed)."""
+    gc.collect()
 
 
 def weight_copies(traced: TracedModel, devices: Sequence[str]) -> dict[str, dict[str, Any]]:
